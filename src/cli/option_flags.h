@@ -1,0 +1,32 @@
+// Binds a typed options struct (see core/options.h) to command-line flags: one flag per field,
+// spelled with underscores as in nanochat and torchrun (--device_batch_size) and also accepted with
+// dashes (--device-batch-size). Defaults and help text come from the struct.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <type_traits>
+
+namespace nanoddp::cli {
+
+inline std::string flag_names(const std::string& name) {
+  std::string dashed = name;
+  for (char& c : dashed)
+    if (c == '_') c = '-';
+  return dashed == name ? "--" + name : "--" + name + ",--" + dashed;
+}
+
+template <typename Options>
+void add_option_flags(CLI::App& app, Options& opts) {
+  opts.visit([&](auto& field, const char* name, const char* help) {
+    using T = std::decay_t<decltype(field)>;
+    if constexpr (std::is_same_v<T, bool>) {
+      app.add_flag(flag_names(name), field, help)->capture_default_str();
+    } else {
+      app.add_option(flag_names(name), field, help)->capture_default_str();
+    }
+  });
+}
+
+}  // namespace nanoddp::cli

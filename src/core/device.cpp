@@ -1,0 +1,41 @@
+#include "core/device.h"
+
+#include <charconv>
+
+#include "core/error.h"
+#include "nanoddp/build_config.h"
+
+#if NANODDP_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace nanoddp {
+
+std::string Device::str() const { return is_cpu() ? "cpu" : fmt::format("cuda:{}", index); }
+
+Device parse_device(std::string_view text) {
+  if (text == "cpu") return Device::cpu();
+  if (text == "cuda") return Device::cuda(0);
+  if (text.starts_with("cuda:")) {
+    int index = -1;
+    auto digits = text.substr(5);
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (ec == std::errc() && end == digits.data() + digits.size() && index >= 0) return Device::cuda(index);
+  }
+  NANODDP_FAIL("unknown device '{}': use cpu, cuda or cuda:N", text);
+}
+
+int cuda_device_count() {
+#if NANODDP_HAVE_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+#else
+  return 0;
+#endif
+}
+
+}  // namespace nanoddp

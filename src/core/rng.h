@@ -1,0 +1,33 @@
+// Deterministic random numbers: xoshiro256** seeded through splitmix64. Every consumer derives its
+// own stream from (seed, stream id), so results do not depend on the order things are initialised
+// in, and the state is four words that checkpoints save and restore exactly.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace nanoddp {
+
+class Rng {
+ public:
+  Rng(uint64_t seed, uint64_t stream = 0);
+
+  uint64_t next_u64();
+  // Uniform in [0, 1) with 24 random bits.
+  float uniform();
+  // Standard normal (Box-Muller).
+  float normal();
+
+  using State = std::array<uint64_t, 4>;
+  State state() const { return s_; }
+  void set_state(const State& s) { s_ = s; }
+
+ private:
+  State s_;
+};
+
+// A stable 64-bit id for a name (FNV-1a), used as an Rng stream id.
+uint64_t stream_id(std::string_view name);
+
+}  // namespace nanoddp

@@ -1,0 +1,105 @@
+// A dense, contiguous, row-major tensor: dtype, device, shape, and a shared storage block from the
+// device's caching allocator. Views (reshape, row ranges, regions of a flat buffer) share storage;
+// nothing is copied unless a function's name says so.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace nanoddp {
+
+class Shape {
+ public:
+  static constexpr int kMaxDims = 6;
+
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> dims);
+  template <typename It>
+  Shape(It begin, It end) {
+    for (; begin != end; ++begin) push_back(*begin);
+  }
+
+  int ndim() const { return ndim_; }
+  int64_t operator[](int i) const;
+  int64_t numel() const;
+  void push_back(int64_t d);
+  bool operator==(const Shape& o) const;
+  std::string str() const;  // "[2, 3]"
+
+ private:
+  std::array<int64_t, kMaxDims> dims_{};
+  int ndim_ = 0;
+};
+
+// The memory a tensor views. Owns its block (from allocator_for(device)) unless made by wrap().
+struct Storage {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  Device device;
+  bool owned = true;
+
+  Storage(size_t bytes, Device device);              // allocates
+  Storage(void* ptr, size_t bytes, Device device);   // wraps memory owned by someone else
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // Uninitialised memory.
+  static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
+  // A view of memory owned elsewhere (must outlive the tensor).
+  static Tensor wrap(void* ptr, const Shape& shape, DType dtype, Device device = Device::cpu());
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int ndim() const { return shape_.ndim(); }
+  int64_t dim(int i) const { return shape_[i < 0 ? i + shape_.ndim() : i]; }
+  int64_t numel() const { return shape_.numel(); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device : Device::cpu(); }
+  bool shares_storage(const Tensor& o) const { return storage_ == o.storage_; }
+
+  void* raw() const { return static_cast<char*>(storage_->ptr) + offset_; }
+  template <typename T>
+  T* data() const {
+    NANODDP_ASSERT(defined() && dtype_ == dtype_of<T>(), "tensor is {}, accessed as {}", dtype_name(dtype_),
+                   dtype_name(dtype_of<T>()));
+    return static_cast<T*>(raw());
+  }
+
+  // Same elements, another shape (numel must match).
+  Tensor view(const Shape& shape) const;
+  // Rows [begin, end) of dim 0.
+  Tensor rows(int64_t begin, int64_t end) const;
+  // Elements [offset, offset + shape.numel()) of this tensor's flat element range, as `shape`.
+  Tensor region(int64_t offset, const Shape& shape) const;
+
+  // A new tensor with the same contents on `device` (explicit copy).
+  Tensor copy_to(Device device) const;
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  size_t offset_ = 0;  // bytes from storage_->ptr
+  Shape shape_;
+  DType dtype_ = DType::F32;
+};
+
+// dst <- src: same dtype and numel, any devices. Synchronous with respect to the host.
+void copy(const Tensor& dst, const Tensor& src);
+// Sets every byte to zero.
+void zero(const Tensor& t);
+
+}  // namespace nanoddp

@@ -1,0 +1,70 @@
+// Elementwise kernels: fill, scale, axpy, casts, relu^2.
+#include <algorithm>
+
+#include "ops/cpu/kernels.h"
+
+namespace nanoddp::ops::cpu {
+
+void fill(const Tensor& x, float value) {
+  NANODDP_ASSERT(x.dtype() == DType::F32);
+  float* p = x.data<float>();
+  int64_t n = x.numel();
+#pragma omp parallel for simd if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; i++) p[i] = value;
+}
+
+void scale(const Tensor& x, float s) {
+  NANODDP_ASSERT(x.dtype() == DType::F32);
+  float* p = x.data<float>();
+  int64_t n = x.numel();
+#pragma omp parallel for simd if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; i++) p[i] *= s;
+}
+
+void axpy(const Tensor& y, const Tensor& x, float alpha) {
+  NANODDP_ASSERT(y.dtype() == DType::F32);
+  float* py = y.data<float>();
+  const float* px = x.data<float>();
+  int64_t n = y.numel();
+#pragma omp parallel for simd if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; i++) py[i] += alpha * px[i];
+}
+
+void cast(const Tensor& dst, const Tensor& src) {
+  int64_t n = dst.numel();
+  if (dst.dtype() == src.dtype()) {
+    copy(dst, src);
+  } else if (dst.dtype() == DType::BF16) {
+    bf16* d = dst.data<bf16>();
+    const float* s = src.data<float>();
+#pragma omp parallel for if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(s[i]);
+  } else {
+    float* d = dst.data<float>();
+    const bf16* s = src.data<bf16>();
+#pragma omp parallel for if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(s[i]);
+  }
+}
+
+void relu2_forward(const Tensor& y, const Tensor& x) {
+  float* py = y.data<float>();
+  const float* px = x.data<float>();
+  int64_t n = x.numel();
+#pragma omp parallel for simd if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; i++) {
+    float r = std::max(px[i], 0.f);
+    py[i] = r * r;
+  }
+}
+
+void relu2_backward(const Tensor& dx, const Tensor& dy, const Tensor& x) {
+  float* pdx = dx.data<float>();
+  const float* pdy = dy.data<float>();
+  const float* px = x.data<float>();
+  int64_t n = x.numel();
+#pragma omp parallel for simd if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; i++) pdx[i] = pdy[i] * 2.f * std::max(px[i], 0.f);
+}
+
+}  // namespace nanoddp::ops::cpu

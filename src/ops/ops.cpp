@@ -1,0 +1,169 @@
+// Shape and dtype checks shared by every backend, then dispatch on the device.
+#include "ops/ops.h"
+
+#include "nanoddp/build_config.h"
+#include "ops/backend.h"
+
+namespace nanoddp::ops {
+
+namespace {
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::BF16; }
+
+void same_device(const Tensor& a, const Tensor& b) {
+  NANODDP_ASSERT(a.device() == b.device(), "tensors on {} and {}", a.device().str(), b.device().str());
+}
+
+void same_shape(const Tensor& a, const Tensor& b) {
+  NANODDP_ASSERT(a.shape() == b.shape(), "shapes {} and {} differ", a.shape().str(), b.shape().str());
+  same_device(a, b);
+}
+
+void is_f32(const Tensor& t, int64_t numel) {
+  NANODDP_ASSERT(t.dtype() == DType::F32 && t.numel() == numel, "expected f32 with {} elements, got {} {}", numel,
+                 dtype_name(t.dtype()), t.shape().str());
+}
+
+}  // namespace
+
+Backend& backend(Device device) {
+  if (device.is_cpu()) return cpu_backend();
+#if NANODDP_HAVE_CUDA
+  return cuda_backend(device.index);
+#else
+  NANODDP_FAIL("this build of nanoddp has no CUDA backend; rebuild with CUDA or use --device cpu");
+#endif
+}
+
+void matmul(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha,
+            float beta) {
+  NANODDP_ASSERT(a.ndim() == 2 && b.ndim() == 2 && out.ndim() == 2, "matmul needs 2-D tensors");
+  int64_t m = trans_a ? a.dim(1) : a.dim(0), k = trans_a ? a.dim(0) : a.dim(1);
+  int64_t kb = trans_b ? b.dim(1) : b.dim(0), n = trans_b ? b.dim(0) : b.dim(1);
+  NANODDP_ASSERT(k == kb && out.dim(0) == m && out.dim(1) == n, "matmul {}{} x {}{} -> {}", a.shape().str(),
+                 trans_a ? "^T" : "", b.shape().str(), trans_b ? "^T" : "", out.shape().str());
+  NANODDP_ASSERT(a.dtype() == b.dtype() && is_float(a.dtype()) && is_float(out.dtype()));
+  same_device(out, a);
+  same_device(out, b);
+  backend(out.device()).matmul(out, a, trans_a, b, trans_b, alpha, beta);
+}
+
+void fill(const Tensor& x, float value) { backend(x.device()).fill(x, value); }
+
+void scale(const Tensor& x, float s) { backend(x.device()).scale(x, s); }
+
+void axpy(const Tensor& y, const Tensor& x, float alpha) {
+  NANODDP_ASSERT(y.numel() == x.numel() && y.dtype() == x.dtype());
+  same_device(y, x);
+  backend(y.device()).axpy(y, x, alpha);
+}
+
+void cast(const Tensor& dst, const Tensor& src) {
+  NANODDP_ASSERT(dst.numel() == src.numel() && is_float(dst.dtype()) && is_float(src.dtype()));
+  same_device(dst, src);
+  backend(dst.device()).cast(dst, src);
+}
+
+void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) {
+  NANODDP_ASSERT(table.ndim() == 2 && ids.dtype() == DType::I32 && out.numel() == ids.numel() * table.dim(1));
+  same_device(out, table);
+  same_device(out, ids);
+  backend(out.device()).embedding_forward(out, table, ids);
+}
+
+void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
+  NANODDP_ASSERT(dtable.ndim() == 2 && ids.dtype() == DType::I32 && dout.numel() == ids.numel() * dtable.dim(1));
+  same_device(dtable, dout);
+  same_device(dtable, ids);
+  backend(dtable.device()).embedding_backward(dtable, dout, ids);
+}
+
+void rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, float eps) {
+  same_shape(y, x);
+  is_f32(rstd, x.numel() / x.dim(-1));
+  backend(x.device()).rmsnorm_forward(y, rstd, x, eps);
+}
+
+void rmsnorm_backward(const Tensor& dx, const Tensor& dy, const Tensor& y, const Tensor& rstd, bool accumulate) {
+  same_shape(dx, dy);
+  same_shape(dy, y);
+  is_f32(rstd, y.numel() / y.dim(-1));
+  backend(dx.device()).rmsnorm_backward(dx, dy, y, rstd, accumulate);
+}
+
+void rotary(const Tensor& y, const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t pos0, bool inverse) {
+  same_shape(y, x);
+  NANODDP_ASSERT(x.ndim() == 4 && x.dim(3) % 2 == 0, "rotary needs [B, T, H, D] with even D, got {}",
+                 x.shape().str());
+  NANODDP_ASSERT(cos.ndim() == 2 && cos.dim(1) == x.dim(3) / 2 && cos.shape() == sin.shape());
+  NANODDP_ASSERT(pos0 >= 0 && pos0 + x.dim(1) <= cos.dim(0), "positions {}..{} beyond the {}-row rotary table",
+                 pos0, pos0 + x.dim(1), cos.dim(0));
+  backend(x.device()).rotary(y, x, cos, sin, pos0, inverse);
+}
+
+void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                       int64_t kv_len, float scale) {
+  NANODDP_ASSERT(q.ndim() == 4 && k.ndim() == 4 && k.shape() == v.shape(), "attention shapes q {} k {} v {}",
+                 q.shape().str(), k.shape().str(), v.shape().str());
+  same_shape(out, q);
+  NANODDP_ASSERT(q.dim(0) == k.dim(0) && q.dim(3) == k.dim(3) && q.dim(2) % k.dim(2) == 0);
+  NANODDP_ASSERT(kv_len >= q.dim(1) && kv_len <= k.dim(1), "kv_len {} with {} queries and {} cached positions",
+                 kv_len, q.dim(1), k.dim(1));
+  is_f32(lse, q.dim(0) * q.dim(2) * q.dim(1));
+  backend(q.device()).attention_forward(out, lse, q, k, v, kv_len, scale);
+}
+
+void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
+                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, float scale) {
+  same_shape(dq, q);
+  same_shape(dk, k);
+  same_shape(dv, v);
+  same_shape(dout, q);
+  same_shape(out, q);
+  NANODDP_ASSERT(q.dim(1) == k.dim(1), "attention_backward is for training (Tq == Tk)");
+  is_f32(lse, q.dim(0) * q.dim(2) * q.dim(1));
+  backend(q.device()).attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale);
+}
+
+void relu2_forward(const Tensor& y, const Tensor& x) {
+  same_shape(y, x);
+  backend(x.device()).relu2_forward(y, x);
+}
+
+void relu2_backward(const Tensor& dx, const Tensor& dy, const Tensor& x) {
+  same_shape(dx, dy);
+  same_shape(dy, x);
+  backend(x.device()).relu2_backward(dx, dy, x);
+}
+
+void softcap_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab,
+                           float softcap, float grad_scale) {
+  NANODDP_ASSERT(logits.ndim() == 2 && vocab > 0 && vocab <= logits.dim(1) && softcap > 0);
+  NANODDP_ASSERT(targets.dtype() == DType::I32 && targets.numel() == logits.dim(0));
+  is_f32(losses, logits.dim(0));
+  same_device(logits, targets);
+  same_device(logits, losses);
+  backend(logits.device()).softcap_cross_entropy(losses, logits, targets, vocab, softcap, grad_scale);
+}
+
+void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWStep& s) {
+  is_f32(p, p.numel());
+  is_f32(g, p.numel());
+  is_f32(m, p.numel());
+  is_f32(v, p.numel());
+  NANODDP_ASSERT(s.step >= 1);
+  backend(p.device()).adamw_update(p, g, m, v, s);
+}
+
+void muon_momentum(const Tensor& g, const Tensor& buf, float momentum) {
+  is_f32(g, g.numel());
+  is_f32(buf, g.numel());
+  backend(g.device()).muon_momentum(g, buf, momentum);
+}
+
+void newton_schulz(const Tensor& x, int steps) {
+  NANODDP_ASSERT(x.ndim() == 2 && x.dtype() == DType::F32 && steps >= 0);
+  backend(x.device()).newton_schulz(x, steps);
+}
+
+}  // namespace nanoddp::ops

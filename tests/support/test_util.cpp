@@ -1,0 +1,84 @@
+#include "test_util.h"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace nanoddp::testing {
+
+Tensor randn(const Shape& shape, uint64_t seed, float std) {
+  Tensor t = Tensor::empty(shape, DType::F32);
+  Rng rng(seed);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); i++) p[i] = std * rng.normal();
+  return t;
+}
+
+Tensor randint(const Shape& shape, uint64_t seed, int32_t lo, int32_t hi) {
+  Tensor t = Tensor::empty(shape, DType::I32);
+  Rng rng(seed);
+  int32_t* p = t.data<int32_t>();
+  for (int64_t i = 0; i < t.numel(); i++) p[i] = lo + static_cast<int32_t>(rng.next_u64() % uint64_t(hi - lo));
+  return t;
+}
+
+std::vector<float> to_vector(const Tensor& t) {
+  Tensor h = t.device().is_cpu() ? t : t.copy_to(Device::cpu());
+  std::vector<float> out(h.numel());
+  if (h.dtype() == DType::F32) {
+    std::copy_n(h.data<float>(), h.numel(), out.begin());
+  } else {
+    EXPECT_EQ(h.dtype(), DType::BF16);
+    for (int64_t i = 0; i < h.numel(); i++) out[i] = bf16_to_f32(h.data<bf16>()[i]);
+  }
+  return out;
+}
+
+std::vector<double> to_double(const Tensor& t) {
+  auto f = to_vector(t);
+  return {f.begin(), f.end()};
+}
+
+double max_rel_error(const std::vector<double>& got, const std::vector<double>& want, double floor) {
+  EXPECT_EQ(got.size(), want.size());
+  double scale = floor, err = 0;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  for (size_t i = 0; i < std::min(got.size(), want.size()); i++) {
+    double d = std::abs(got[i] - want[i]);
+    if (std::isnan(d)) return INFINITY;
+    err = std::max(err, d);
+  }
+  return err / scale;
+}
+
+double max_rel_error(const Tensor& got, const Tensor& want, double floor) {
+  return max_rel_error(to_double(got), to_double(want), floor);
+}
+
+ScratchDir::ScratchDir(const std::string& name)
+    : path_(std::filesystem::path(NANODDP_BINARY_DIR) / "test-scratch" / name) {
+  std::filesystem::remove_all(path_);
+  std::filesystem::create_directories(path_);
+}
+
+ScratchDir::~ScratchDir() {
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(path_);
+}
+
+std::string nanoddp_binary() { return std::string(NANODDP_BINARY_DIR) + "/nanoddp"; }
+
+CommandResult run_command(const std::string& command) {
+  CommandResult r;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+  int status = pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return r;
+}
+
+}  // namespace nanoddp::testing
