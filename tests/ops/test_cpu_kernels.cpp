@@ -1,0 +1,194 @@
+// Forward kernels of the CPU backend against the double-precision references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernel_test_util.h"
+#include "ops/backend.h"
+#include "ops/ops.h"
+
+namespace nanoddp {
+namespace {
+
+using testing::max_rel_error;
+using testing::randint;
+using testing::randn;
+using testing::tensor;
+using testing::vec;
+
+struct MatmulCase {
+  int64_t m, n, k;
+  bool ta, tb;
+};
+
+class MatmulTest : public ::testing::TestWithParam<MatmulCase> {};
+
+TEST_P(MatmulTest, MatchesReferenceWithAlphaBeta) {
+  auto [m, n, k, ta, tb] = GetParam();
+  Tensor a = randn(ta ? Shape{k, m} : Shape{m, k}, 1);
+  Tensor b = randn(tb ? Shape{n, k} : Shape{k, n}, 2);
+  Tensor c = randn({m, n}, 3);
+  auto c0 = vec(c);
+  ops::matmul(c, a, ta, b, tb, 0.5f, 2.0f);
+  auto want = reference::matmul(vec(a), ta, vec(b), tb, m, n, k);
+  for (size_t i = 0; i < want.size(); i++) want[i] = 0.5 * want[i] + 2.0 * c0[i];
+  EXPECT_LT(max_rel_error(vec(c), want), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MatmulTest,
+                         ::testing::Values(MatmulCase{1, 1, 1, false, false}, MatmulCase{7, 5, 3, false, true},
+                                           MatmulCase{33, 17, 65, true, false}, MatmulCase{64, 96, 40, true, true},
+                                           MatmulCase{130, 3, 257, false, false}));
+
+TEST(Embedding, ForwardGathersRowsAndBackwardScattersRepeats) {
+  const int64_t v = 11, c = 70, n = 40;
+  Tensor table = randn({v, c}, 4);
+  Tensor ids = randint({n}, 5, 0, v);
+  Tensor out = Tensor::empty({n, c}, DType::F32);
+  ops::embedding_forward(out, table, ids);
+  EXPECT_EQ(max_rel_error(vec(out), reference::embedding(vec(table), testing::ints(ids), c)), 0.0);
+
+  Tensor dout = randn({n, c}, 6);
+  Tensor dtable = randn({v, c}, 7);
+  auto want = vec(dtable);
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < c; j++) want[ids.data<int32_t>()[i] * c + j] += dout.data<float>()[i * c + j];
+  ops::embedding_backward(dtable, dout, ids);
+  EXPECT_LT(max_rel_error(vec(dtable), want), 1e-6);
+}
+
+TEST(Embedding, OutOfRangeIdIsAnError) {
+  Tensor table = randn({4, 8}, 1);
+  Tensor ids = Tensor::zeros({2}, DType::I32);
+  ids.data<int32_t>()[1] = 4;
+  Tensor out = Tensor::empty({2, 8}, DType::F32);
+  EXPECT_THROW(ops::embedding_forward(out, table, ids), Error);
+}
+
+TEST(RmsNorm, ForwardMatchesReference) {
+  const int64_t rows = 37, c = 129;
+  const float eps = 1.1920929e-07f;
+  Tensor x = randn({rows, c}, 8, 3.f);
+  Tensor y = Tensor::empty({rows, c}, DType::F32), rstd = Tensor::empty({rows}, DType::F32);
+  ops::rmsnorm_forward(y, rstd, x, eps);
+  EXPECT_LT(max_rel_error(vec(y), reference::rmsnorm(vec(x), c, eps)), 1e-6);
+  for (int64_t r = 0; r < rows; r++) {
+    double ss = 0;
+    for (int64_t j = 0; j < c; j++) ss += std::pow(x.data<float>()[r * c + j], 2);
+    EXPECT_NEAR(rstd.data<float>()[r], 1 / std::sqrt(ss / c + eps), 1e-6 / std::sqrt(ss / c));
+  }
+}
+
+// Rotary tables as the model builds them: angles in f32, rounded to bf16.
+std::pair<Tensor, Tensor> rotary_tables(int64_t rows, int64_t d) {
+  Tensor cos = Tensor::empty({rows, d / 2}, DType::F32), sin = Tensor::empty({rows, d / 2}, DType::F32);
+  for (int64_t t = 0; t < rows; t++)
+    for (int64_t i = 0; i < d / 2; i++) {
+      float inv_freq = 1.f / std::pow(10000.f, 2.f * i / d);
+      cos.data<float>()[t * d / 2 + i] = round_to_bf16(std::cos(t * inv_freq));
+      sin.data<float>()[t * d / 2 + i] = round_to_bf16(std::sin(t * inv_freq));
+    }
+  return {cos, sin};
+}
+
+TEST(Rotary, ForwardMatchesReferenceAndInverseUndoesIt) {
+  const int64_t b = 2, t = 9, h = 3, d = 16, pos0 = 5;
+  auto [cos, sin] = rotary_tables(32, d);
+  Tensor x = randn({b, t, h, d}, 9);
+  Tensor y = Tensor::empty(x.shape(), DType::F32);
+  ops::rotary(y, x, cos, sin, pos0, false);
+  EXPECT_LT(max_rel_error(vec(y), reference::rotary(vec(x), b, t, h, d, vec(cos), vec(sin), pos0, false)), 1e-6);
+  // cos and sin were rounded separately, so the rotation is only nearly orthogonal: x comes back
+  // to within the bf16 rounding of cos^2 + sin^2.
+  ops::rotary(y, y, cos, sin, pos0, true);
+  EXPECT_LT(max_rel_error(vec(y), vec(x)), 1e-2);
+}
+
+struct AttentionCase {
+  int64_t b, tq, tcap, kv_len, hq, hkv, d;
+};
+
+class AttentionTest : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(AttentionTest, ForwardMatchesReference) {
+  auto [b, tq, tcap, kv_len, hq, hkv, d] = GetParam();
+  Tensor q = randn({b, tq, hq, d}, 10), k = randn({b, tcap, hkv, d}, 11), v = randn({b, tcap, hkv, d}, 12);
+  Tensor out = Tensor::empty(q.shape(), DType::F32), lse = Tensor::empty({b, hq, tq}, DType::F32);
+  const float scale = 1.f / std::sqrt(float(d));
+  ops::attention_forward(out, lse, q, k, v, kv_len, scale);
+  reference::Vec want_lse;
+  auto want = reference::attention(vec(q), vec(k), vec(v), b, tq, tcap, hq, hkv, d, kv_len, scale, &want_lse);
+  EXPECT_LT(max_rel_error(vec(out), want), 2e-6);
+  EXPECT_LT(max_rel_error(vec(lse), want_lse), 2e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionTest,
+    ::testing::Values(AttentionCase{1, 1, 1, 1, 1, 1, 8},          // a single token
+                      AttentionCase{2, 13, 13, 13, 4, 4, 16},      // multi-head
+                      AttentionCase{2, 17, 17, 17, 6, 2, 8},       // grouped-query (3 q heads per kv head)
+                      AttentionCase{1, 200, 200, 200, 2, 1, 32},   // more rows than one query tile
+                      AttentionCase{2, 3, 20, 11, 4, 2, 16},       // decoding: 3 new queries after 8 cached
+                      AttentionCase{1, 1, 64, 40, 2, 2, 128}));    // one new token, head_dim 128
+
+TEST(Relu2, Forward) {
+  Tensor x = randn({1000}, 13);
+  Tensor y = Tensor::empty(x.shape(), DType::F32);
+  ops::relu2_forward(y, x);
+  EXPECT_LT(max_rel_error(vec(y), reference::relu2(vec(x))), 1e-7);  // one f32 rounding
+}
+
+TEST(SoftcapCrossEntropy, LossesMatchReferenceAndEvalLeavesLogits) {
+  const int64_t n = 19, vpad = 128, vocab = 100;
+  Tensor logits = randn({n, vpad}, 14, 20.f);  // large logits: the cap matters
+  Tensor targets = randint({n}, 15, 0, vocab);
+  targets.data<int32_t>()[3] = -1;
+  auto before = vec(logits);
+  Tensor losses = Tensor::empty({n}, DType::F32);
+  ops::softcap_cross_entropy(losses, logits, targets, vocab, 15.f, 0.f);
+  auto want = reference::softcap_cross_entropy(before, testing::ints(targets), vpad, vocab, 15.0);
+  EXPECT_LT(max_rel_error(vec(losses), want), 2e-6);
+  EXPECT_EQ(losses.data<float>()[3], 0.f);
+  EXPECT_EQ(vec(logits), before);
+}
+
+TEST(SoftcapCrossEntropy, PaddingColumnsNeverEnterTheSoftmax) {
+  const int64_t n = 4, vpad = 64, vocab = 50;
+  Tensor logits = randn({n, vpad}, 16);
+  Tensor targets = randint({n}, 17, 0, vocab);
+  Tensor l1 = Tensor::empty({n}, DType::F32), l2 = Tensor::empty({n}, DType::F32);
+  ops::softcap_cross_entropy(l1, logits, targets, vocab, 15.f, 0.f);
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = vocab; j < vpad; j++) logits.data<float>()[i * vpad + j] = 1e4f;
+  ops::softcap_cross_entropy(l2, logits, targets, vocab, 15.f, 0.f);
+  EXPECT_EQ(vec(l1), vec(l2));
+}
+
+TEST(Threads, KernelsGiveTheSameBitsOnOneAndTwoThreads) {
+  // Bitwise-reproducible training needs kernels whose results do not depend on the thread count.
+  const int64_t b = 2, t = 40, h = 2, d = 16, v = 30, c = 32, n = b * t;
+  Tensor q = randn({b, t, h, d}, 20), k = randn({b, t, h, d}, 21), vv = randn({b, t, h, d}, 22);
+  Tensor dout = randn({b, t, h, d}, 23), ids = randint({n}, 24, 0, v), demb = randn({n, c}, 25);
+  auto run = [&](int threads) {
+    ops::set_cpu_threads(threads);
+    Tensor out = Tensor::empty(q.shape(), DType::F32), lse = Tensor::empty({b, h, t}, DType::F32);
+    Tensor dq = Tensor::empty(q.shape(), DType::F32), dk = Tensor::empty(q.shape(), DType::F32),
+           dv = Tensor::empty(q.shape(), DType::F32), table = Tensor::zeros({v, c}, DType::F32);
+    ops::attention_forward(out, lse, q, k, vv, t, 0.25f);
+    ops::attention_backward(dq, dk, dv, dout, q, k, vv, out, lse, 0.25f);
+    ops::embedding_backward(table, demb, ids);
+    std::vector<float> all;
+    for (const Tensor& x : {out, dq, dk, dv, table}) {
+      auto xs = testing::to_vector(x);
+      all.insert(all.end(), xs.begin(), xs.end());
+    }
+    return all;
+  };
+  int before = ops::cpu_threads();
+  auto one = run(1), two = run(2);
+  ops::set_cpu_threads(before);
+  EXPECT_EQ(one, two);
+}
+
+}  // namespace
+}  // namespace nanoddp
