@@ -50,10 +50,18 @@ fi
 cache="${NANODDP_CACHE:-$HOME/.cache/nanoddp}"
 if [ -f scripts/npm/package.json ]; then
   mkdir -p "$cache/npm"
-  if ! cmp -s scripts/npm/package.json "$cache/npm/package.json" || [ ! -d "$cache/npm/node_modules" ]; then
+  # .installed holds the package.json of the last install that finished, so an interrupted install
+  # is redone on the next run.
+  if ! cmp -s scripts/npm/package.json "$cache/npm/.installed" || [ ! -d "$cache/npm/node_modules" ]; then
+    echo "setup.sh: installing npm reference data into $cache/npm"
     cp scripts/npm/package.json "$cache/npm/package.json"
-    [ -f scripts/npm/package-lock.json ] && cp scripts/npm/package-lock.json "$cache/npm/"
-    (cd "$cache/npm" && npm install --no-audit --no-fund --loglevel=error >/dev/null)
+    if [ -f scripts/npm/package-lock.json ]; then
+      cp scripts/npm/package-lock.json "$cache/npm/"
+      (cd "$cache/npm" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+    else
+      (cd "$cache/npm" && npm install --no-audit --no-fund --loglevel=error >/dev/null)
+    fi
+    cp scripts/npm/package.json "$cache/npm/.installed"
   fi
 fi
 
