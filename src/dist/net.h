@@ -1,0 +1,65 @@
+// Small TCP helpers over POSIX sockets, shared by the rendezvous store (dist/tcp_store.*) and the
+// Gloo device setup (dist/gloo_group.*). Sockets are non-blocking; every blocking step takes a
+// deadline so that nothing here can hang forever.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace nanoddp::dist::net {
+
+using Clock = std::chrono::steady_clock;
+
+// An owned file descriptor, closed when the object goes away.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = o.release();
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void reset();
+
+ private:
+  int fd_ = -1;
+};
+
+// Binds and listens on host:port. host "" means every interface (IPv4 and IPv6 where the system
+// allows a dual-stack socket). port 0 picks a free port; the port bound is returned in *bound_port.
+// Throws nanoddp::Error when the port is taken or the address is not this host's.
+Fd listen_tcp(const std::string& host, int port, int* bound_port);
+
+// One attempt to connect to host:port within `timeout`. Returns an invalid Fd and the reason in
+// *why when it fails (refused, unreachable, unknown host, timed out).
+Fd try_connect_tcp(const std::string& host, int port, std::chrono::milliseconds timeout, std::string* why);
+
+// Sends / receives exactly n bytes before `deadline`. On failure (peer closed, error, deadline)
+// returns false with the reason in *why.
+bool send_all(int fd, const void* data, size_t n, Clock::time_point deadline, std::string* why);
+bool recv_all(int fd, void* data, size_t n, Clock::time_point deadline, std::string* why);
+
+// The local IP address this host uses to reach host:port, found by connecting a UDP socket (no
+// packet is sent). Used to bind Gloo's device to the interface that leads to the other ranks.
+std::string local_address_toward(const std::string& host, int port);
+
+void set_nonblocking(int fd);
+// Disables Nagle's algorithm: store requests are small and latency-bound.
+void set_nodelay(int fd);
+
+}  // namespace nanoddp::dist::net
