@@ -1,0 +1,119 @@
+// The transformer block's two sublayers, forward and backward, and the embedding's forward.
+// Buffers are described in workspace.h. Weight gradients are accumulated with GEMM beta = 1
+// (beta = 0 on the first micro-step), and each is announced through `ready` as soon as it is final.
+#include <cmath>
+
+#include "model/gpt.h"
+#include "model/workspace.h"
+#include "ops/ops.h"
+
+namespace nanoddp::model {
+
+namespace {
+
+constexpr float kNormEps = 1.1920929e-07f;  // f32 machine epsilon, PyTorch's rms_norm default
+
+// y[N, out] = x[N, in] W^T
+void linear(const Tensor& y, const Tensor& x, const Parameter& w) { ops::matmul(y, x, false, w.compute, true); }
+
+// grad(W)[out, in] (+)= dy[N, out]^T x[N, in]
+void linear_weight_grad(Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate) {
+  ops::matmul(w.grad, dy, true, x, false, 1.f, accumulate ? 1.f : 0.f);
+}
+
+// Per-head RMSNorm: rows of head_dim.
+Tensor heads_as_rows(const Tensor& t) { return t.view({t.numel() / t.dim(-1), t.dim(-1)}); }
+
+}  // namespace
+
+void GPT::embed_forward(Workspace& ws) {
+  const Tensor raw = ws.dx;  // scratch: the forward does not need dx yet
+  ops::embedding_forward(raw, params_[wte_].compute, ws.ids);
+  ops::rmsnorm_forward(ws.emb, ws.rstd_e, raw, kNormEps);
+  ops::cast(ws.x, ws.emb);  // the residual stream starts at norm(wte[ids])
+}
+
+void GPT::attention_forward(Workspace& ws, int layer, KVCache* cache) {
+  LayerActs& a = ws.layers[layer];
+  const BlockWeights& w = blocks_[layer];
+  const int64_t n = ws.tokens, c = config_.n_embd, ckv = config_.kv_dim();
+  const int64_t pos0 = cache ? cache->length_ : 0;
+  ops::rmsnorm_forward(a.xn1, a.rstd1, ws.x, kNormEps);
+  // q, k before rotary and norm go to the backward scratch dq, dk (free during the forward).
+  linear(ws.dq.view({n, c}), a.xn1, params_[w.c_q]);
+  linear(ws.dk.view({n, ckv}), a.xn1, params_[w.c_k]);
+  linear(a.v.view({n, ckv}), a.xn1, params_[w.c_v]);
+  ops::rotary(ws.dq, ws.dq, rope_cos_, rope_sin_, pos0, false);
+  ops::rotary(ws.dk, ws.dk, rope_cos_, rope_sin_, pos0, false);
+  ops::rmsnorm_forward(heads_as_rows(a.qn), a.rstd_q, heads_as_rows(ws.dq), kNormEps);
+  ops::rmsnorm_forward(heads_as_rows(a.kn), a.rstd_k, heads_as_rows(ws.dk), kNormEps);
+  const float scale = 1.f / std::sqrt(static_cast<float>(config_.head_dim()));
+  if (cache == nullptr) {
+    ops::attention_forward(a.att, a.lse, a.qn, a.kn, a.v, ws.seq, scale);
+  } else {
+    // Append this step's keys and values at positions [pos0, pos0 + T) of each batch row.
+    const int64_t row = config_.kv_dim(), t = ws.seq;
+    for (int64_t b = 0; b < ws.batch; b++) {
+      const int64_t dst = (b * cache->capacity_ + pos0) * row, src = b * t * row;
+      ops::cast(cache->k_[layer].region(dst, {t * row}), a.kn.region(src, {t * row}));
+      ops::cast(cache->v_[layer].region(dst, {t * row}), a.v.region(src, {t * row}));
+    }
+    ops::attention_forward(a.att, a.lse, a.qn, cache->k_[layer], cache->v_[layer], pos0 + t, scale);
+  }
+  // x += att c_proj^T
+  ops::matmul(ws.x, a.att.view({n, c}), false, params_[w.attn_proj].compute, true, 1.f, 1.f);
+}
+
+void GPT::mlp_forward(Workspace& ws, int layer) {
+  LayerActs& a = ws.layers[layer];
+  const BlockWeights& w = blocks_[layer];
+  ops::rmsnorm_forward(a.xn2, a.rstd2, ws.x, kNormEps);
+  linear(a.h, a.xn2, params_[w.c_fc]);
+  ops::relu2_forward(ws.a, a.h);
+  ops::matmul(ws.x, ws.a, false, params_[w.mlp_proj].compute, true, 1.f, 1.f);  // x += relu(h)^2 c_proj^T
+}
+
+// On entry ws.dx = dL/d(block output); on exit dL/d(x after attention).
+void GPT::mlp_backward(Workspace& ws, int layer, bool accumulate, const GradReadyFn& ready) {
+  LayerActs& a = ws.layers[layer];
+  const BlockWeights& w = blocks_[layer];
+  ops::relu2_forward(ws.a, a.h);  // recomputed: cheaper than keeping [N, 4C] per layer
+  linear_weight_grad(params_[w.mlp_proj], ws.dx, ws.a, accumulate);
+  ready(w.mlp_proj);
+  ops::matmul(ws.dh, ws.dx, false, params_[w.mlp_proj].compute, false);  // d relu^2 output [N, 4C]
+  ops::relu2_backward(ws.dh, ws.dh, a.h);
+  linear_weight_grad(params_[w.c_fc], ws.dh, a.xn2, accumulate);
+  ready(w.c_fc);
+  ops::matmul(ws.dxn, ws.dh, false, params_[w.c_fc].compute, false);
+  ops::rmsnorm_backward(ws.dx, ws.dxn, a.xn2, a.rstd2, /*accumulate=*/true);  // + the residual path
+}
+
+// On entry ws.dx = dL/d(x after attention); on exit dL/d(block input).
+void GPT::attention_backward(Workspace& ws, int layer, bool accumulate, const GradReadyFn& ready) {
+  LayerActs& a = ws.layers[layer];
+  const BlockWeights& w = blocks_[layer];
+  const int64_t n = ws.tokens, c = config_.n_embd, ckv = config_.kv_dim();
+  linear_weight_grad(params_[w.attn_proj], ws.dx, a.att.view({n, c}), accumulate);
+  ready(w.attn_proj);
+  ops::matmul(ws.datt.view({n, c}), ws.dx, false, params_[w.attn_proj].compute, false);
+  const float scale = 1.f / std::sqrt(static_cast<float>(config_.head_dim()));
+  ops::attention_backward(ws.dq, ws.dk, ws.dv, ws.datt, a.qn, a.kn, a.v, a.att, a.lse, scale);
+  // Back through the QK norm (in place) and the rotation (its inverse).
+  ops::rmsnorm_backward(heads_as_rows(ws.dq), heads_as_rows(ws.dq), heads_as_rows(a.qn), a.rstd_q, false);
+  ops::rmsnorm_backward(heads_as_rows(ws.dk), heads_as_rows(ws.dk), heads_as_rows(a.kn), a.rstd_k, false);
+  ops::rotary(ws.dq, ws.dq, rope_cos_, rope_sin_, 0, true);
+  ops::rotary(ws.dk, ws.dk, rope_cos_, rope_sin_, 0, true);
+  const Tensor dq = ws.dq.view({n, c}), dk = ws.dk.view({n, ckv}), dv = ws.dv.view({n, ckv});
+  linear_weight_grad(params_[w.c_v], dv, a.xn1, accumulate);
+  ready(w.c_v);
+  linear_weight_grad(params_[w.c_k], dk, a.xn1, accumulate);
+  ready(w.c_k);
+  linear_weight_grad(params_[w.c_q], dq, a.xn1, accumulate);
+  ready(w.c_q);
+  ops::matmul(ws.dxn, dq, false, params_[w.c_q].compute, false);
+  ops::matmul(ws.dxn, dk, false, params_[w.c_k].compute, false, 1.f, 1.f);
+  ops::matmul(ws.dxn, dv, false, params_[w.c_v].compute, false, 1.f, 1.f);
+  ops::rmsnorm_backward(ws.dx, ws.dxn, a.xn1, a.rstd1, /*accumulate=*/true);
+}
+
+}  // namespace nanoddp::model

@@ -1,0 +1,69 @@
+#include "model/config.h"
+
+#include "core/error.h"
+
+namespace nanoddp::model {
+
+GPTConfig GPTConfig::from_depth(int64_t depth, int64_t vocab_size, int64_t max_seq_len, int64_t aspect_ratio,
+                                int64_t head_dim_target, int64_t n_kv_head) {
+  NANODDP_CHECK(depth >= 1, "--depth must be at least 1 (got {})", depth);
+  NANODDP_CHECK(aspect_ratio >= 1 && head_dim_target >= 2, "--aspect_ratio and --head_dim must be positive");
+  GPTConfig c;
+  c.vocab_size = vocab_size;
+  c.n_layer = depth;
+  c.n_embd = depth * aspect_ratio;
+  c.n_head = (c.n_embd + head_dim_target - 1) / head_dim_target;
+  c.n_kv_head = n_kv_head > 0 ? n_kv_head : c.n_head;
+  c.max_seq_len = max_seq_len;
+  c.validate();
+  return c;
+}
+
+void GPTConfig::validate() const {
+  NANODDP_CHECK(vocab_size >= 2, "vocabulary size {} is too small", vocab_size);
+  NANODDP_CHECK(n_layer >= 1 && n_embd >= 2 && n_head >= 1, "model needs layers, channels and heads (got n_layer={} "
+                "n_embd={} n_head={})", n_layer, n_embd, n_head);
+  NANODDP_CHECK(n_embd % n_head == 0, "model_dim {} does not divide into {} heads: choose a depth or --aspect_ratio "
+                "whose model_dim is a multiple of the head count", n_embd, n_head);
+  NANODDP_CHECK(head_dim() % 2 == 0, "head_dim {} must be even for rotary embeddings", head_dim());
+  NANODDP_CHECK(n_kv_head >= 1 && n_head % n_kv_head == 0, "--n_kv_head {} must divide n_head {}", n_kv_head,
+                n_head);
+  NANODDP_CHECK(max_seq_len >= 1, "--max_seq_len must be positive");
+}
+
+int64_t GPTConfig::num_params() const {
+  int64_t attn = n_embd * n_embd * 2 + n_embd * kv_dim() * 2;  // c_q, c_proj; c_k, c_v
+  int64_t mlp = 8 * n_embd * n_embd;                            // c_fc, c_proj
+  return n_layer * (attn + mlp) + 2 * padded_vocab() * n_embd;
+}
+
+double GPTConfig::flops_per_token(int64_t seq_len) const {
+  double non_embedding = static_cast<double>(num_params() - padded_vocab() * n_embd);
+  return 6.0 * non_embedding + 12.0 * n_layer * n_head * head_dim() * seq_len;
+}
+
+nlohmann::json GPTConfig::to_json() const {
+  return {{"vocab_size", vocab_size}, {"n_layer", n_layer},         {"n_embd", n_embd},
+          {"n_head", n_head},         {"n_kv_head", n_kv_head},     {"max_seq_len", max_seq_len},
+          {"softcap", softcap},       {"rope_base", rope_base}};
+}
+
+GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
+  GPTConfig c;
+  try {
+    j.at("vocab_size").get_to(c.vocab_size);
+    j.at("n_layer").get_to(c.n_layer);
+    j.at("n_embd").get_to(c.n_embd);
+    j.at("n_head").get_to(c.n_head);
+    j.at("n_kv_head").get_to(c.n_kv_head);
+    j.at("max_seq_len").get_to(c.max_seq_len);
+    c.softcap = j.value("softcap", 15.f);
+    c.rope_base = j.value("rope_base", 10000.f);
+  } catch (const nlohmann::json::exception& e) {
+    NANODDP_FAIL("model config is incomplete or malformed: {}", e.what());
+  }
+  c.validate();
+  return c;
+}
+
+}  // namespace nanoddp::model

@@ -1,0 +1,52 @@
+#include "model/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/rng.h"
+
+namespace nanoddp::model {
+
+int32_t sample_token(const float* logits, int64_t vocab, float temperature, int64_t top_k, Rng& rng) {
+  if (temperature <= 0.f) return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+  std::vector<int32_t> ids(vocab);
+  std::iota(ids.begin(), ids.end(), 0);
+  int64_t k = (top_k > 0 && top_k < vocab) ? top_k : vocab;
+  // Largest k first; ties broken by id so the draw is deterministic.
+  auto larger = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), larger);
+  std::vector<double> p(k);
+  const double mx = logits[ids[0]];
+  double sum = 0;
+  for (int64_t i = 0; i < k; i++) sum += p[i] = std::exp((logits[ids[i]] - mx) / temperature);
+  double u = rng.uniform() * sum;
+  for (int64_t i = 0; i < k; i++) {
+    u -= p[i];
+    if (u < 0) return ids[i];
+  }
+  return ids[k - 1];
+}
+
+std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opts,
+                              const std::function<void(int32_t)>& on_token) {
+  NANODDP_CHECK(!prompt.empty(), "generation needs a prompt of at least one token");
+  KVCache cache(model, 1);
+  Rng rng(opts.seed, stream_id("sample"));
+  const int64_t vocab = model.config().vocab_size;
+  std::vector<int32_t> out;
+  Tensor ids = Tensor::empty({1, static_cast<int64_t>(prompt.size())}, DType::I32);
+  std::copy(prompt.begin(), prompt.end(), ids.data<int32_t>());
+  for (int64_t i = 0; i < opts.max_tokens && cache.length() + ids.dim(1) <= cache.capacity(); i++) {
+    Tensor logits = model.forward_next(ids, cache);
+    int32_t next = sample_token(logits.data<float>(), vocab, opts.temperature, opts.top_k, rng);
+    out.push_back(next);
+    if (on_token) on_token(next);
+    if (next == opts.stop_token) break;
+    ids = Tensor::empty({1, 1}, DType::I32);
+    ids.data<int32_t>()[0] = next;
+  }
+  return out;
+}
+
+}  // namespace nanoddp::model

@@ -1,0 +1,31 @@
+// Text generation: temperature and top-k sampling over the model's next-token logits, with a KV
+// cache so each new token costs one position of compute.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/rng.h"
+#include "model/gpt.h"
+
+namespace nanoddp::model {
+
+struct SampleOptions {
+  int64_t max_tokens = 64;
+  float temperature = 1.0f;  // 0 = greedy
+  int64_t top_k = 0;         // 0 = the whole vocabulary
+  uint64_t seed = 42;
+  int32_t stop_token = -1;   // generation ends after emitting this id (e.g. <|bos|>); -1 = none
+};
+
+// Continues `prompt` (at least one id); calls on_token for each new id as it is produced and
+// returns all new ids.
+std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opts,
+                              const std::function<void(int32_t)>& on_token = {});
+
+// Picks an id from logits [vocab] (already soft-capped): greedy at temperature 0, otherwise a draw
+// from softmax(logits / temperature) restricted to the top_k largest.
+int32_t sample_token(const float* logits, int64_t vocab, float temperature, int64_t top_k, Rng& rng);
+
+}  // namespace nanoddp::model

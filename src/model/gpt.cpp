@@ -1,0 +1,208 @@
+// GPT construction, parameters, initialisation, and the training / evaluation entry points.
+// The sublayers live in block.cpp, the LM head and loss in head.cpp, inference in inference.cpp.
+#include "model/gpt.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/rng.h"
+#include "model/workspace.h"
+#include "ops/ops.h"
+
+namespace nanoddp::model {
+
+namespace {
+
+// Rotary tables: angle(t, i) = t / base^(2i / head_dim) in f32, cos and sin rounded to bf16 as
+// nanochat stores them (ANCHORS §1), kept in f32.
+void build_rotary(const GPTConfig& c, Tensor& cos_out, Tensor& sin_out, Device device) {
+  const int64_t rows = c.rotary_rows(), half = c.head_dim() / 2;
+  Tensor cos = Tensor::empty({rows, half}, DType::F32), sin = Tensor::empty({rows, half}, DType::F32);
+  for (int64_t i = 0; i < half; i++) {
+    const float inv_freq = 1.f / std::pow(c.rope_base, static_cast<float>(2 * i) / static_cast<float>(c.head_dim()));
+    for (int64_t t = 0; t < rows; t++) {
+      const float angle = static_cast<float>(t) * inv_freq;
+      cos.data<float>()[t * half + i] = round_to_bf16(std::cos(angle));
+      sin.data<float>()[t * half + i] = round_to_bf16(std::sin(angle));
+    }
+  }
+  cos_out = device.is_cpu() ? cos : cos.copy_to(device);
+  sin_out = device.is_cpu() ? sin : sin.copy_to(device);
+}
+
+int64_t count_targets(const Tensor& targets) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < targets.numel(); i++) n += targets.data<int32_t>()[i] >= 0;
+  return n;
+}
+
+}  // namespace
+
+GPT::GPT(const GPTConfig& config, Device device, DType act_dtype)
+    : config_(config), device_(device), act_dtype_(act_dtype) {
+  config_.validate();
+  NANODDP_CHECK(device.is_cuda() || act_dtype == DType::F32, "the CPU backend computes in f32; bf16 activations "
+                "need --device cuda");
+  const int64_t c = config_.n_embd, ckv = config_.kv_dim(), vp = config_.padded_vocab();
+  auto add = [&](std::string name, ParamKind kind, Shape shape) {
+    Parameter p{std::move(name), kind, Tensor::zeros(shape, DType::F32, device),
+                Tensor::zeros(shape, DType::F32, device), Tensor()};
+    p.compute = act_dtype == DType::F32 ? p.data : Tensor::zeros(shape, act_dtype, device);
+    params_.push_back(std::move(p));
+    return static_cast<int>(params_.size()) - 1;
+  };
+  wte_ = add("transformer.wte.weight", ParamKind::Embedding, {vp, c});
+  for (int64_t l = 0; l < config_.n_layer; l++) {
+    const std::string h = fmt::format("transformer.h.{}.", l);
+    BlockWeights b{};
+    b.c_q = add(h + "attn.c_q.weight", ParamKind::Matrix, {c, c});
+    b.c_k = add(h + "attn.c_k.weight", ParamKind::Matrix, {ckv, c});
+    b.c_v = add(h + "attn.c_v.weight", ParamKind::Matrix, {ckv, c});
+    b.attn_proj = add(h + "attn.c_proj.weight", ParamKind::Matrix, {c, c});
+    b.c_fc = add(h + "mlp.c_fc.weight", ParamKind::Matrix, {4 * c, c});
+    b.mlp_proj = add(h + "mlp.c_proj.weight", ParamKind::Matrix, {c, 4 * c});
+    blocks_.push_back(b);
+  }
+  lm_head_ = add("lm_head.weight", ParamKind::LmHead, {vp, c});
+  build_rotary(config_, rope_cos_, rope_sin_, device);
+}
+
+GPT::~GPT() = default;
+
+Parameter& GPT::parameter(const std::string& name) {
+  for (auto& p : params_)
+    if (p.name == name) return p;
+  NANODDP_FAIL("the model has no parameter named '{}'", name);
+}
+
+void GPT::init_weights(uint64_t seed) {
+  for (auto& p : params_) {
+    const bool zero = p.name == "lm_head.weight" || p.name.ends_with("c_proj.weight");
+    float std = 0.f;
+    if (p.kind == ParamKind::Embedding) {
+      std = 1.f;
+    } else if (!zero) {
+      const double fan_out = p.data.dim(0), fan_in = p.data.dim(1);
+      std = static_cast<float>(1.0 / std::sqrt(fan_in) * std::min(1.0, std::sqrt(fan_out / fan_in)));
+    }
+    Tensor host = Tensor::empty(p.data.shape(), DType::F32);
+    Rng rng(seed, stream_id(p.name));
+    float* w = host.data<float>();
+    for (int64_t i = 0; i < host.numel(); i++) w[i] = zero ? 0.f : std * rng.normal();
+    copy(p.data, host);
+  }
+  refresh_compute_weights();
+}
+
+void GPT::refresh_compute_weights() {
+  if (act_dtype_ == DType::F32) return;
+  for (auto& p : params_) ops::cast(p.compute, p.data);
+}
+
+void GPT::zero_grad() {
+  for (auto& p : params_) ops::fill(p.grad, 0.f);
+}
+
+Workspace& GPT::workspace(std::unique_ptr<Workspace>& slot, int64_t batch, int64_t seq) {
+  NANODDP_CHECK(seq <= config_.max_seq_len, "sequence length {} exceeds the model's max_seq_len {}", seq,
+                config_.max_seq_len);
+  if (slot && slot->batch == batch && slot->seq == seq) return *slot;
+  slot.reset();  // free the old shapes first: their blocks go back to the cache for the new ones
+  auto ws = std::make_unique<Workspace>();
+  const int64_t n = batch * seq, c = config_.n_embd, h = config_.n_head, hkv = config_.n_kv_head,
+                d = config_.head_dim();
+  auto act = [&](Shape s) { return Tensor::empty(s, act_dtype_, device_); };
+  auto f32 = [&](Shape s) { return Tensor::empty(s, DType::F32, device_); };
+  ws->batch = batch;
+  ws->seq = seq;
+  ws->tokens = n;
+  ws->ids = Tensor::empty({n}, DType::I32, device_);
+  ws->targets = Tensor::empty({n}, DType::I32, device_);
+  ws->emb = act({n, c});
+  ws->rstd_e = f32({n});
+  ws->x = act({n, c});
+  for (int64_t l = 0; l < config_.n_layer; l++) {
+    LayerActs a;
+    a.xn1 = act({n, c});
+    a.rstd1 = f32({n});
+    a.qn = act({batch, seq, h, d});
+    a.rstd_q = f32({n * h});
+    a.kn = act({batch, seq, hkv, d});
+    a.rstd_k = f32({n * hkv});
+    a.v = act({batch, seq, hkv, d});
+    a.att = act({batch, seq, h, d});
+    a.lse = f32({batch, h, seq});
+    a.xn2 = act({n, c});
+    a.rstd2 = f32({n});
+    a.h = act({n, 4 * c});
+    ws->layers.push_back(std::move(a));
+  }
+  ws->xf = act({n, c});
+  ws->rstd_f = f32({n});
+  // LM-head chunk: at most 32M logits (128 MB in f32) at a time.
+  ws->head_rows = std::max<int64_t>(1, std::min<int64_t>(n, (int64_t{1} << 25) / config_.padded_vocab()));
+  ws->logits = act({ws->head_rows, config_.padded_vocab()});
+  ws->losses = f32({n});
+  ws->dx = act({n, c});
+  ws->dxn = act({n, c});
+  ws->datt = act({batch, seq, h, d});
+  ws->dq = act({batch, seq, h, d});
+  ws->dk = act({batch, seq, hkv, d});
+  ws->dv = act({batch, seq, hkv, d});
+  ws->dh = act({n, 4 * c});
+  ws->a = act({n, 4 * c});
+  slot = std::move(ws);
+  return *slot;
+}
+
+void GPT::load_batch(Workspace& ws, const Tensor& inputs, const Tensor* targets) {
+  copy(ws.ids, inputs.view({ws.tokens}));
+  if (targets != nullptr) copy(ws.targets, targets->view({ws.tokens}));
+}
+
+void GPT::forward_trunk(Workspace& ws, KVCache* cache) {
+  embed_forward(ws);
+  for (int l = 0; l < static_cast<int>(config_.n_layer); l++) {
+    attention_forward(ws, l, cache);
+    mlp_forward(ws, l);
+  }
+}
+
+double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float loss_scale, bool accumulate,
+                             const GradReadyFn& on_grad_ready) {
+  NANODDP_ASSERT(inputs.ndim() == 2 && inputs.shape() == targets.shape() && inputs.dtype() == DType::I32);
+  Workspace& ws = workspace(train_ws_, inputs.dim(0), inputs.dim(1));
+  load_batch(ws, inputs, &targets);
+  const int64_t valid = count_targets(targets);
+  // d(loss_scale * mean loss) / d(per-token loss). With no valid target every row is ignored and
+  // gets a zero gradient whatever the scale.
+  const float grad_scale = valid > 0 ? loss_scale / static_cast<float>(valid) : loss_scale;
+  GradReadyFn ready = on_grad_ready ? on_grad_ready : [](int) {};
+
+  forward_trunk(ws);
+  double loss_sum = head_forward_backward(ws, grad_scale, accumulate, nullptr);
+  ready(lm_head_);
+  for (int l = static_cast<int>(config_.n_layer) - 1; l >= 0; l--) {
+    mlp_backward(ws, l, accumulate, ready);
+    attention_backward(ws, l, accumulate, ready);
+  }
+  // x = norm(wte[ids]): through the norm, then scatter into the embedding rows.
+  ops::rmsnorm_backward(ws.dxn, ws.dx, ws.emb, ws.rstd_e, false);
+  Tensor& dwte = params_[wte_].grad;
+  if (!accumulate) ops::fill(dwte, 0.f);
+  ops::embedding_backward(dwte, ws.dxn, ws.ids);
+  ready(wte_);
+  return valid > 0 ? loss_sum / static_cast<double>(valid) : 0.0;
+}
+
+Tensor GPT::forward_losses(const Tensor& inputs, const Tensor& targets) {
+  NANODDP_ASSERT(inputs.ndim() == 2 && inputs.shape() == targets.shape() && inputs.dtype() == DType::I32);
+  Workspace& ws = workspace(train_ws_, inputs.dim(0), inputs.dim(1));
+  load_batch(ws, inputs, &targets);
+  forward_trunk(ws);
+  Tensor losses = Tensor::empty({ws.tokens}, DType::F32);
+  head_forward_backward(ws, 0.f, false, &losses);
+  return losses;
+}
+
+}  // namespace nanoddp::model

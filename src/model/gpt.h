@@ -1,0 +1,115 @@
+// nanochat's GPT with a hand-written forward and backward over the ops interface (ops/ops.h), so
+// the same code trains on the CPU (f32) and on CUDA (bf16 activations, f32 master weights).
+//
+//   x = norm(wte[idx]);  for each block: x += attn(norm(x)); x += mlp(norm(x))
+//   logits = lm_head(norm(x))[:, :vocab];  loss = CE(15 tanh(logits / 15), targets)
+//   attn: q, k, v = c_q, c_k, c_v (x); q, k = norm(rotary(q)), norm(rotary(k)); causal SDPA; c_proj
+//   mlp:  c_proj(relu(c_fc(x))^2)
+// Norms have no weight and eps = f32 machine epsilon; no Linear has a bias.
+//
+// Memory: activations for backward are kept per layer (see Workspace in gpt.cpp); the LM head
+// runs in row chunks so that [tokens, vocab] logits never exist for the whole batch at once.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/parameter.h"
+
+namespace nanoddp::model {
+
+// Called with a parameter's index as soon as its gradient for this backward is complete, in
+// backward order (lm_head first, wte last). The DDP engine starts bucket reductions from it.
+using GradReadyFn = std::function<void(int)>;
+
+class KVCache;
+struct Workspace;
+
+class GPT {
+ public:
+  GPT(const GPTConfig& config, Device device, DType act_dtype = DType::F32);
+  ~GPT();
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+
+  const GPTConfig& config() const { return config_; }
+  Device device() const { return device_; }
+  DType act_dtype() const { return act_dtype_; }
+
+  // In nanochat's named_parameters() order: wte, then per block c_q, c_k, c_v, attn.c_proj,
+  // c_fc, mlp.c_proj, then lm_head.
+  std::vector<Parameter>& parameters() { return params_; }
+  const std::vector<Parameter>& parameters() const { return params_; }
+  // Throws nanoddp::Error when no parameter has that name.
+  Parameter& parameter(const std::string& name);
+
+  // nanochat's init: Linear N(0, 1/sqrt(fan_in) * min(1, sqrt(fan_out / fan_in))), wte N(0, 1),
+  // lm_head and both c_proj zero. Each tensor draws from its own stream of `seed`.
+  void init_weights(uint64_t seed);
+  // Copies the f32 weights into the activation-dtype copies (after the optimizer, or a load).
+  void refresh_compute_weights();
+  void zero_grad();
+
+  // One micro-step: forward, loss, backward. inputs, targets: i32 [B, T] on the host; target -1
+  // is ignored. Gradients of loss_scale * mean(loss) are added to each grad (written over it
+  // when accumulate is false). Returns the micro-batch's mean loss in nats.
+  double forward_backward(const Tensor& inputs, const Tensor& targets, float loss_scale, bool accumulate,
+                          const GradReadyFn& on_grad_ready = {});
+
+  // Per-token losses in nats, f32 [B * T] on the host (0 where target == -1). No gradients.
+  Tensor forward_losses(const Tensor& inputs, const Tensor& targets);
+
+  // Inference: runs ids (i32 [B, Tq], host) at positions cache.length() .. + Tq, appends their
+  // keys and values to the cache, and returns the soft-capped logits of the last position as
+  // f32 [B, vocab_size] on the host.
+  Tensor forward_next(const Tensor& ids, KVCache& cache);
+
+ private:
+  friend class KVCache;
+  struct BlockWeights {
+    int c_q, c_k, c_v, attn_proj, c_fc, mlp_proj;  // indices into params_
+  };
+
+  // The activation storage for this shape in `slot` (reallocated when the shape changes).
+  Workspace& workspace(std::unique_ptr<Workspace>& slot, int64_t batch, int64_t seq);
+  void load_batch(Workspace& ws, const Tensor& inputs, const Tensor* targets);
+  void embed_forward(Workspace& ws);
+  // With a cache, positions start at cache->length() and keys/values are appended to it.
+  void attention_forward(Workspace& ws, int layer, KVCache* cache = nullptr);
+  void mlp_forward(Workspace& ws, int layer);
+  void attention_backward(Workspace& ws, int layer, bool accumulate, const GradReadyFn& ready);
+  void mlp_backward(Workspace& ws, int layer, bool accumulate, const GradReadyFn& ready);
+  // Final norm, LM head and loss in row chunks; with a gradient, also the LM head's backward.
+  double head_forward_backward(Workspace& ws, float grad_scale, bool accumulate, Tensor* losses_out);
+  void forward_trunk(Workspace& ws, KVCache* cache = nullptr);
+
+  GPTConfig config_;
+  Device device_;
+  DType act_dtype_;
+  std::vector<Parameter> params_;
+  std::vector<BlockWeights> blocks_;
+  int wte_ = 0, lm_head_ = 0;
+  Tensor rope_cos_, rope_sin_;  // f32 [rotary_rows, head_dim / 2], values rounded to bf16
+  std::unique_ptr<Workspace> train_ws_;  // training and evaluation
+  std::unique_ptr<Workspace> infer_ws_;  // forward_next
+};
+
+// Keys and values of past positions, per layer: [B, max_seq_len, n_kv_head, head_dim] each.
+class KVCache {
+ public:
+  KVCache(const GPT& model, int64_t batch);
+  int64_t length() const { return length_; }
+  int64_t capacity() const { return capacity_; }
+  void reset() { length_ = 0; }
+
+ private:
+  friend class GPT;
+  std::vector<Tensor> k_, v_;
+  int64_t length_ = 0, capacity_ = 0;
+};
+
+}  // namespace nanoddp::model

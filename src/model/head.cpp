@@ -1,0 +1,37 @@
+// Final norm, LM head and soft-capped cross-entropy, in chunks of rows: each chunk's logits
+// [rows, Vpad] are computed, turned into losses and (training) into dlogits in place, and
+// consumed by the LM head's backward before the next chunk reuses the buffer.
+#include <vector>
+
+#include "model/gpt.h"
+#include "model/workspace.h"
+#include "ops/ops.h"
+
+namespace nanoddp::model {
+
+double GPT::head_forward_backward(Workspace& ws, float grad_scale, bool accumulate, Tensor* losses_out) {
+  constexpr float kNormEps = 1.1920929e-07f;
+  const bool train = grad_scale != 0.f;
+  Parameter& head = params_[lm_head_];
+  ops::rmsnorm_forward(ws.xf, ws.rstd_f, ws.x, kNormEps);
+  for (int64_t r0 = 0; r0 < ws.tokens; r0 += ws.head_rows) {
+    const int64_t r1 = std::min(ws.tokens, r0 + ws.head_rows);
+    const Tensor logits = ws.logits.rows(0, r1 - r0), xf = ws.xf.rows(r0, r1);
+    ops::matmul(logits, xf, false, head.compute, true);
+    ops::softcap_cross_entropy(ws.losses.rows(r0, r1), logits, ws.targets.rows(r0, r1), config_.vocab_size,
+                               config_.softcap, grad_scale);
+    if (!train) continue;
+    // logits now hold dlogits: dW_head (+)= dlogits^T xf; dxf = dlogits W_head (into dxn).
+    ops::matmul(head.grad, logits, true, xf, false, 1.f, (accumulate || r0 > 0) ? 1.f : 0.f);
+    ops::matmul(ws.dxn.rows(r0, r1), logits, false, head.compute, false);
+  }
+  if (train) ops::rmsnorm_backward(ws.dx, ws.dxn, ws.xf, ws.rstd_f, false);
+
+  const Tensor losses = ws.losses.device().is_cpu() ? ws.losses : ws.losses.copy_to(Device::cpu());
+  if (losses_out != nullptr) copy(*losses_out, losses);
+  double sum = 0;
+  for (int64_t i = 0; i < losses.numel(); i++) sum += losses.data<float>()[i];
+  return sum;
+}
+
+}  // namespace nanoddp::model

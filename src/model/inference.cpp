@@ -1,0 +1,47 @@
+// Inference with a KV cache: each call runs only the new tokens through the model.
+#include <cmath>
+
+#include "model/gpt.h"
+#include "model/workspace.h"
+#include "ops/ops.h"
+
+namespace nanoddp::model {
+
+KVCache::KVCache(const GPT& model, int64_t batch) : capacity_(model.config().max_seq_len) {
+  const auto& c = model.config();
+  for (int64_t l = 0; l < c.n_layer; l++) {
+    k_.push_back(Tensor::zeros({batch, capacity_, c.n_kv_head, c.head_dim()}, model.act_dtype(), model.device()));
+    v_.push_back(Tensor::zeros({batch, capacity_, c.n_kv_head, c.head_dim()}, model.act_dtype(), model.device()));
+  }
+}
+
+Tensor GPT::forward_next(const Tensor& ids, KVCache& cache) {
+  NANODDP_ASSERT(ids.ndim() == 2 && ids.dtype() == DType::I32 && ids.dim(0) == cache.k_[0].dim(0));
+  const int64_t batch = ids.dim(0), t = ids.dim(1), vocab = config_.vocab_size;
+  NANODDP_CHECK(cache.length_ + t <= cache.capacity_, "the context is full: {} positions, max_seq_len is {}",
+                cache.length_ + t, cache.capacity_);
+  Workspace& ws = workspace(infer_ws_, batch, t);
+  load_batch(ws, ids, nullptr);
+  forward_trunk(ws, &cache);
+  cache.length_ += t;
+
+  // Only the last position of each row needs logits.
+  constexpr float kNormEps = 1.1920929e-07f;
+  ops::rmsnorm_forward(ws.xf, ws.rstd_f, ws.x, kNormEps);
+  const int64_t c = config_.n_embd;
+  Tensor last = Tensor::empty({batch, c}, act_dtype_, device_);
+  for (int64_t b = 0; b < batch; b++) ops::cast(last.rows(b, b + 1), ws.xf.rows(b * t + t - 1, b * t + t));
+  Tensor logits = Tensor::empty({batch, config_.padded_vocab()}, act_dtype_, device_);
+  ops::matmul(logits, last, false, params_[lm_head_].compute, true);
+  Tensor logits32 = Tensor::empty(logits.shape(), DType::F32, device_);
+  ops::cast(logits32, logits);
+  Tensor host = logits32.device().is_cpu() ? logits32 : logits32.copy_to(Device::cpu());
+  Tensor out = Tensor::empty({batch, vocab}, DType::F32);
+  const float cap = config_.softcap;
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t j = 0; j < vocab; j++)
+      out.data<float>()[b * vocab + j] = cap * std::tanh(host.data<float>()[b * config_.padded_vocab() + j] / cap);
+  return out;
+}
+
+}  // namespace nanoddp::model

@@ -1,0 +1,216 @@
+// The GPT: sizing from depth, nanochat's init, forward against a double-precision reference, the
+// whole hand-written backward against finite differences of that reference, gradient
+// accumulation, the order of gradient-ready calls, and KV-cache inference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernel_test_util.h"
+#include "model/generate.h"
+#include "model/gpt.h"
+#include "reference_gpt.h"
+
+namespace nanoddp {
+namespace {
+
+using model::GPT;
+using model::GPTConfig;
+using testing::max_rel_error;
+
+GPTConfig tiny_config(int64_t n_kv_head = 2) {
+  GPTConfig c;
+  c.vocab_size = 50;  // padded to 64: the padding must never enter the loss
+  c.n_layer = 2;
+  c.n_embd = 16;
+  c.n_head = 2;
+  c.n_kv_head = n_kv_head;
+  c.max_seq_len = 16;
+  return c;
+}
+
+// Random weights everywhere (nanochat's init zeroes lm_head and c_proj, which would hide most of
+// the backward from a gradient check).
+void randomise(GPT& gpt, uint64_t seed) {
+  testing::Weights w;
+  for (auto& p : gpt.parameters()) w[p.name] = testing::vec(testing::randn(p.data.shape(), seed++, 0.5f));
+  testing::set_weights(gpt, w);
+}
+
+struct Batch {
+  Tensor inputs, targets;
+  std::vector<int32_t> ids, tgt;
+};
+
+Batch make_batch(int64_t b, int64_t t, int64_t vocab, uint64_t seed, bool with_ignored = true) {
+  Batch out{testing::randint({b, t}, seed, 0, vocab), testing::randint({b, t}, seed + 1, 0, vocab), {}, {}};
+  if (with_ignored) out.targets.data<int32_t>()[1] = -1;
+  out.ids = testing::ints(out.inputs);
+  out.tgt = testing::ints(out.targets);
+  return out;
+}
+
+TEST(Config, DepthSizesTheModelLikeNanochat) {
+  auto d4 = GPTConfig::from_depth(4, 4096, 128);
+  EXPECT_EQ(d4.n_embd, 256);
+  EXPECT_EQ(d4.n_head, 2);
+  EXPECT_EQ(d4.head_dim(), 128);
+  EXPECT_EQ(d4.num_params(), 5242880);  // ANCHORS §4: 5.24M
+  // ANCHORS §1: d12 185.6M, d20 561.0M, d26 1.08B, d32 1.88B at vocab 65,536.
+  EXPECT_NEAR(GPTConfig::from_depth(12, 65536, 2048).num_params() / 1e6, 185.6, 0.05);
+  EXPECT_NEAR(GPTConfig::from_depth(20, 65536, 2048).num_params() / 1e6, 561.0, 0.05);
+  EXPECT_NEAR(GPTConfig::from_depth(26, 65536, 2048).num_params() / 1e9, 1.08, 0.005);
+  EXPECT_NEAR(GPTConfig::from_depth(32, 65536, 2048).num_params() / 1e9, 1.88, 0.005);
+  EXPECT_EQ(GPTConfig::from_depth(4, 265, 64).padded_vocab(), 320);
+  EXPECT_THROW(GPTConfig::from_depth(4, 4096, 128, 64, 128, 3), Error);  // 3 kv heads do not divide 2
+  auto round_trip = GPTConfig::from_json(d4.to_json());
+  EXPECT_EQ(round_trip, d4);
+}
+
+TEST(Init, FollowsNanochat) {
+  auto c = GPTConfig::from_depth(2, 300, 32);
+  GPT gpt(c, Device::cpu());
+  gpt.init_weights(7);
+  auto stddev = [](const Tensor& t) {
+    double s = 0;
+    for (int64_t i = 0; i < t.numel(); i++) s += double(t.data<float>()[i]) * t.data<float>()[i];
+    return std::sqrt(s / t.numel());
+  };
+  for (auto& p : gpt.parameters()) {
+    double sd = stddev(p.data);
+    if (p.name == "lm_head.weight" || p.name.ends_with("c_proj.weight")) {
+      EXPECT_EQ(sd, 0.0) << p.name;
+    } else if (p.name == "transformer.wte.weight") {
+      EXPECT_NEAR(sd, 1.0, 0.02);
+    } else {
+      double fan_out = p.data.dim(0), fan_in = p.data.dim(1);
+      EXPECT_NEAR(sd, 1 / std::sqrt(fan_in) * std::min(1.0, std::sqrt(fan_out / fan_in)), 0.01) << p.name;
+    }
+  }
+  GPT again(c, Device::cpu());
+  again.init_weights(7);
+  EXPECT_EQ(testing::to_vector(again.parameters()[1].data), testing::to_vector(gpt.parameters()[1].data));
+}
+
+TEST(Forward, InitialLossIsLogOfTheTrueVocabulary) {
+  // lm_head starts at zero: uniform over the 50 real ids, whatever the 14 padding rows hold.
+  GPT gpt(tiny_config(), Device::cpu());
+  gpt.init_weights(1);
+  auto b = make_batch(2, 8, 50, 3);
+  double loss = gpt.forward_backward(b.inputs, b.targets, 1.f, false);
+  EXPECT_NEAR(loss, std::log(50.0), 1e-5);
+}
+
+class ModelGrad : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(ModelGrad, ForwardAndEveryParameterGradientMatchTheDoubleReference) {
+  const auto c = tiny_config(GetParam());
+  GPT gpt(c, Device::cpu());
+  randomise(gpt, 100);
+  const int64_t batch = 2, seq = 5;
+  auto b = make_batch(batch, seq, c.vocab_size, 11);
+  const double loss = gpt.forward_backward(b.inputs, b.targets, 1.f, false);
+  auto w = testing::weights_of(gpt);
+  EXPECT_NEAR(loss, testing::reference_loss(c, w, b.ids, b.tgt, batch, seq), 1e-5 * loss);
+
+  uint64_t seed = 1;
+  for (auto& p : gpt.parameters()) {
+    auto idx = testing::sample_indices(p.data.numel(), 24, seed++);
+    auto fd = reference::finite_difference(
+        [&](const reference::Vec& x) {
+          auto wx = w;
+          wx[p.name] = x;
+          return testing::reference_loss(c, wx, b.ids, b.tgt, batch, seq);
+        },
+        w[p.name], idx, 1e-5);
+    EXPECT_LT(max_rel_error(testing::gather(p.grad, idx), fd, 1e-6), 2e-4) << p.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Heads, ModelGrad, ::testing::Values(2, 1));  // multi-head, grouped-query
+
+TEST(Backward, AccumulationSumsScaledMicroBatches) {
+  const auto c = tiny_config();
+  GPT gpt(c, Device::cpu());
+  randomise(gpt, 200);
+  auto b1 = make_batch(2, 6, c.vocab_size, 21), b2 = make_batch(2, 6, c.vocab_size, 31);
+  std::vector<std::vector<float>> g1, g2;
+  gpt.forward_backward(b1.inputs, b1.targets, 1.f, false);
+  for (auto& p : gpt.parameters()) g1.push_back(testing::to_vector(p.grad));
+  gpt.forward_backward(b2.inputs, b2.targets, 1.f, false);  // accumulate=false overwrites
+  for (auto& p : gpt.parameters()) g2.push_back(testing::to_vector(p.grad));
+  gpt.forward_backward(b1.inputs, b1.targets, 0.5f, false);
+  gpt.forward_backward(b2.inputs, b2.targets, 0.5f, true);
+  for (size_t i = 0; i < g1.size(); i++) {
+    std::vector<double> want(g1[i].size());
+    for (size_t j = 0; j < want.size(); j++) want[j] = 0.5 * g1[i][j] + 0.5 * g2[i][j];
+    EXPECT_LT(max_rel_error(testing::to_double(gpt.parameters()[i].grad), want, 1e-8), 1e-5)
+        << gpt.parameters()[i].name;
+  }
+}
+
+TEST(Backward, GradReadyCallsComeOnceInReverseOrderWithFinalGradients) {
+  const auto c = tiny_config();
+  GPT gpt(c, Device::cpu());
+  randomise(gpt, 300);
+  auto b = make_batch(2, 6, c.vocab_size, 41);
+  std::vector<int> order;
+  std::vector<std::vector<float>> at_call(gpt.parameters().size());
+  gpt.forward_backward(b.inputs, b.targets, 1.f, false, [&](int i) {
+    order.push_back(i);
+    at_call[i] = testing::to_vector(gpt.parameters()[i].grad);
+  });
+  const int n = static_cast<int>(gpt.parameters().size());
+  ASSERT_EQ(static_cast<int>(order.size()), n);
+  for (int i = 0; i < n; i++) EXPECT_EQ(order[i], n - 1 - i);  // lm_head first ... wte last
+  for (int i = 0; i < n; i++) EXPECT_EQ(at_call[i], testing::to_vector(gpt.parameters()[i].grad));
+}
+
+TEST(Inference, KvCacheMatchesFullRecompute) {
+  const auto c = tiny_config(1);
+  GPT gpt(c, Device::cpu());
+  randomise(gpt, 400);
+  std::vector<int32_t> seq = {3, 17, 42, 8, 0, 49, 21, 5};
+  model::KVCache cache(gpt, 1);
+  Tensor prompt = Tensor::empty({1, 3}, DType::I32);
+  std::copy_n(seq.begin(), 3, prompt.data<int32_t>());
+  Tensor inc = gpt.forward_next(prompt, cache);
+  for (size_t t = 3; t <= seq.size(); t++) {
+    model::KVCache fresh(gpt, 1);
+    Tensor full = Tensor::empty({1, static_cast<int64_t>(t)}, DType::I32);
+    std::copy_n(seq.begin(), t, full.data<int32_t>());
+    Tensor want = gpt.forward_next(full, fresh);
+    EXPECT_LT(max_rel_error(inc, want), 1e-5) << "position " << t;
+    if (t == seq.size()) break;
+    Tensor one = Tensor::empty({1, 1}, DType::I32);
+    one.data<int32_t>()[0] = seq[t];
+    inc = gpt.forward_next(one, cache);
+  }
+}
+
+TEST(Inference, LogitsMatchTheTrainingForwardLoss) {
+  const auto c = tiny_config();
+  GPT gpt(c, Device::cpu());
+  randomise(gpt, 500);
+  auto b = make_batch(1, 7, c.vocab_size, 51, false);
+  Tensor losses = gpt.forward_losses(b.inputs, b.targets);
+  model::KVCache cache(gpt, 1);
+  Tensor logits = gpt.forward_next(b.inputs, cache);  // last position's logits
+  const float* z = logits.data<float>();
+  double mx = *std::max_element(z, z + c.vocab_size), sum = 0;
+  for (int64_t j = 0; j < c.vocab_size; j++) sum += std::exp(z[j] - mx);
+  double want = mx + std::log(sum) - z[b.tgt.back()];
+  EXPECT_NEAR(losses.data<float>()[6], want, 1e-5);
+}
+
+TEST(Sampling, GreedyAndTopKAreDeterministic) {
+  float logits[5] = {0.1f, 2.0f, -1.f, 1.9f, 0.5f};
+  Rng rng(1);
+  EXPECT_EQ(model::sample_token(logits, 5, 0.f, 0, rng), 1);
+  for (int i = 0; i < 200; i++) {
+    int32_t t = model::sample_token(logits, 5, 1.f, 2, rng);
+    EXPECT_TRUE(t == 1 || t == 3);
+  }
+}
+
+}  // namespace
+}  // namespace nanoddp
