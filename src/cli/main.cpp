@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", NANODDP_VERSION);
   using namespace nanoddp::cli;
   add_info_command(app);
+  add_tokenizer_command(app);
+  add_data_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -35,6 +35,13 @@ class ByteTokenizer final : public Tokenizer {
     for (int i = 0; i < 256; i++) bytes[i] = 1;
     return bytes;
   }
+
+  std::vector<SpecialToken> special_tokens() const override {
+    std::vector<SpecialToken> out;
+    for (size_t i = 0; i < std::size(kNanochatSpecials); i++)
+      out.push_back({std::string(kNanochatSpecials[i]), 256 + static_cast<int32_t>(i)});
+    return out;
+  }
 };
 
 }  // namespace

