@@ -1,0 +1,149 @@
+#include "core/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace nanoddp {
+
+namespace {
+
+const std::pair<DType, const char*> kDTypeNames[] = {
+    {DType::F32, "F32"}, {DType::BF16, "BF16"}, {DType::I32, "I32"}, {DType::U16, "U16"},
+    {DType::U32, "U32"}, {DType::U8, "U8"},     {DType::F64, "F64"}, {DType::I64, "I64"}};
+
+const char* st_name(DType t) {
+  for (auto& [d, n] : kDTypeNames)
+    if (d == t) return n;
+  NANODDP_ASSERT(false, "no safetensors name for {}", dtype_name(t));
+  return "";
+}
+
+bool st_dtype(const std::string& name, DType* out) {
+  for (auto& [d, n] : kDTypeNames)
+    if (name == n) {
+      *out = d;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace
+
+void SafetensorsWriter::add(const std::string& name, const Tensor& t) {
+  for (auto& [n, _] : tensors_) NANODDP_ASSERT(n != name, "tensor '{}' added twice", name);
+  tensors_.emplace_back(name, t);
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+  nlohmann::json header = nlohmann::json::object();
+  size_t offset = 0;
+  for (auto& [name, t] : tensors_) {
+    std::vector<int64_t> shape;
+    for (int i = 0; i < t.ndim(); i++) shape.push_back(t.dim(i));
+    header[name] = {{"dtype", st_name(t.dtype())}, {"shape", shape}, {"data_offsets", {offset, offset + t.nbytes()}}};
+    offset += t.nbytes();
+  }
+  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // align the data section to 8 bytes
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  NANODDP_CHECK(f != nullptr, "cannot write {}: {}", path, std::strerror(errno));
+  uint64_t n = text.size();
+  bool ok = std::fwrite(&n, 8, 1, f) == 1 && std::fwrite(text.data(), 1, n, f) == n;
+  for (auto& [name, t] : tensors_) {
+    if (!ok) break;
+    Tensor host = t.device().is_cpu() ? t : t.copy_to(Device::cpu());
+    ok = std::fwrite(host.raw(), 1, host.nbytes(), f) == host.nbytes();
+  }
+  ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0 && ok;
+  ok = std::fclose(f) == 0 && ok;
+  NANODDP_CHECK(ok, "cannot write {}: {} (disk full?)", path, std::strerror(errno));
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  NANODDP_CHECK(fd >= 0, "cannot open {}: {}", path, std::strerror(errno));
+  struct stat st {};
+  ::fstat(fd, &st);
+  map_bytes_ = st.st_size;
+  if (map_bytes_ > 0) map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  NANODDP_CHECK(map_bytes_ >= 8 && map_ != MAP_FAILED, "{} is not a safetensors file (empty or unreadable)", path);
+  uint64_t n = 0;
+  std::memcpy(&n, map_, 8);
+  NANODDP_CHECK(n <= map_bytes_ - 8, "{} is truncated or not a safetensors file (header of {} bytes in a {}-byte "
+                "file)", path, n, map_bytes_);
+  const char* base = static_cast<const char*>(map_);
+  data_ = base + 8 + n;
+  const size_t data_bytes = map_bytes_ - 8 - n;
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(base + 8, base + 8 + n);
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      if (it.key() == "__metadata__") {
+        for (auto m = it->begin(); m != it->end(); ++m) metadata_[m.key()] = m->get<std::string>();
+        continue;
+      }
+      Entry e{};
+      std::string dt = it->at("dtype").get<std::string>();
+      NANODDP_CHECK(st_dtype(dt, &e.dtype), "{}: tensor '{}' has dtype {} which nanoddp does not read", path,
+                    it.key(), dt);
+      for (int64_t d : it->at("shape")) e.shape.push_back(d);
+      e.begin = it->at("data_offsets").at(0).get<size_t>();
+      e.end = it->at("data_offsets").at(1).get<size_t>();
+      NANODDP_CHECK(e.begin <= e.end && e.end <= data_bytes &&
+                        e.end - e.begin == static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype),
+                    "{} is truncated or corrupt: tensor '{}' claims bytes [{}, {}) of a {}-byte data section", path,
+                    it.key(), e.begin, e.end, data_bytes);
+      entries_[it.key()] = e;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    NANODDP_FAIL("{} has a corrupt safetensors header: {}", path, e.what());
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_ != nullptr && map_ != MAP_FAILED) ::munmap(map_, map_bytes_);
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  for (auto& [n, _] : entries_) out.push_back(n);
+  return out;
+}
+
+const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
+  auto it = entries_.find(name);
+  NANODDP_CHECK(it != entries_.end(), "{} has no tensor named '{}'", path_, name);
+  return it->second;
+}
+
+Shape SafetensorsFile::shape(const std::string& name) const { return entry(name).shape; }
+DType SafetensorsFile::dtype(const std::string& name) const { return entry(name).dtype; }
+
+void SafetensorsFile::read_into(const std::string& name, const Tensor& dst) const {
+  const Entry& e = entry(name);
+  NANODDP_CHECK(e.dtype == dst.dtype() && e.shape.numel() == dst.numel(), "{}: tensor '{}' is {} {} but {} {} was "
+                "expected (was it written for another model configuration?)", path_, name, dtype_name(e.dtype),
+                e.shape.str(), dtype_name(dst.dtype()), dst.shape().str());
+  Tensor src = Tensor::wrap(const_cast<char*>(data_ + e.begin), dst.shape(), e.dtype);
+  copy(dst, src);
+}
+
+Tensor SafetensorsFile::read(const std::string& name) const {
+  const Entry& e = entry(name);
+  Tensor t = Tensor::empty(e.shape, e.dtype);
+  read_into(name, t);
+  return t;
+}
+
+}  // namespace nanoddp

@@ -1,0 +1,72 @@
+#include "data/loader.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace nanoddp::data {
+
+std::vector<std::string> list_shards(const std::string& dir, const std::string& split) {
+  NANODDP_CHECK(std::filesystem::is_directory(dir), "data directory {} does not exist; create it with `nanoddp data "
+                "prepare --out {}`", dir, dir);
+  std::vector<std::string> paths;
+  for (int i = 0;; i++) {
+    auto p = std::filesystem::path(dir) / fmt::format("{}_{:06d}.bin", split, i);
+    if (!std::filesystem::exists(p)) break;
+    paths.push_back(p.string());
+  }
+  NANODDP_CHECK(!paths.empty(), "no {} shards in {} (expected {}_000000.bin, ...); run `nanoddp data prepare`", split,
+                dir, split);
+  return paths;
+}
+
+TokenLoader::TokenLoader(const std::string& dir, const std::string& split, const LoaderOptions& opts)
+    : opts_(opts) {
+  NANODDP_ASSERT(opts.batch >= 1 && opts.seq >= 1 && opts.world >= 1 && opts.rank >= 0 && opts.rank < opts.world);
+  for (const auto& path : list_shards(dir, split)) {
+    shards_.emplace_back(path);
+    window_start_.push_back(windows_);
+    windows_ += std::max<int64_t>(0, (shards_.back().size() - 1) / opts.seq);
+  }
+  units_ = windows_ / opts.batch;
+  NANODDP_CHECK(units_ >= opts.world, "the {} split of {} holds {} windows of {}+1 tokens: too few for {} rank(s) "
+                "with device_batch_size {}; use more data, a smaller --max_seq_len or --device_batch_size", split, dir,
+                windows_, opts.seq, opts.world, opts.batch);
+}
+
+void TokenLoader::prepare_order() {
+  if (!opts_.shuffle || order_epoch_ == state_.epoch) return;
+  order_.resize(units_);
+  std::iota(order_.begin(), order_.end(), 0);
+  Rng rng(opts_.seed, stream_id("loader") + static_cast<uint64_t>(state_.epoch));
+  for (int64_t i = units_ - 1; i > 0; i--) std::swap(order_[i], order_[rng.next_u64() % uint64_t(i + 1)]);
+  order_epoch_ = state_.epoch;
+}
+
+void TokenLoader::next(Tensor& inputs, Tensor& targets) {
+  const int64_t b = opts_.batch, t = opts_.seq;
+  NANODDP_ASSERT(inputs.numel() == b * t && targets.numel() == b * t && inputs.dtype() == DType::I32);
+  // Units per epoch that every rank can take in lockstep (Note [data order]).
+  const int64_t usable = units_ / opts_.world * opts_.world;
+  if (state_.cursor >= usable) {
+    state_.epoch++;
+    state_.cursor = 0;
+  }
+  prepare_order();
+  const int64_t unit = state_.cursor + opts_.rank;
+  state_.cursor += opts_.world;
+  const int64_t first_window = (opts_.shuffle ? order_[unit] : unit) * b;
+  std::vector<int32_t> buf(t + 1);
+  for (int64_t i = 0; i < b; i++) {
+    const int64_t w = first_window + i;
+    const size_t s = std::upper_bound(window_start_.begin(), window_start_.end(), w) - window_start_.begin() - 1;
+    shards_[s].read((w - window_start_[s]) * t, t + 1, buf.data());
+    std::copy(buf.begin(), buf.end() - 1, inputs.data<int32_t>() + i * t);
+    std::copy(buf.begin() + 1, buf.end(), targets.data<int32_t>() + i * t);
+  }
+}
+
+}  // namespace nanoddp::data

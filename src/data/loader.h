@@ -1,0 +1,67 @@
+// The distributed token loader.
+//
+// A split ("train" or "val") is the sequence of its shards. Each shard is cut into windows of
+// T + 1 tokens starting every T tokens (a window's last token is the next one's first: inputs
+// are window[0:T], targets window[1:T+1], as llm.c and nanochat slice their token streams).
+// Windows are grouped into units of B windows (one micro-batch). An epoch visits the units in
+// an order that is either sequential or a permutation seeded by (seed, epoch), like PyTorch's
+// DistributedSampler; units left over when the epoch does not divide are dropped (drop_last).
+//
+// Note [data order]: the loader keeps a global cursor over units. A rank takes unit
+// cursor + rank and the cursor moves by the world size, so at every call the ranks read
+// disjoint units, and world W with accumulation A reads, step by step, exactly the units that
+// world 1 with accumulation W * A reads. That is what makes N ranks equal one rank with N
+// accumulation steps, and lets a checkpoint restore the position exactly: {epoch, cursor}.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "data/shard.h"
+
+namespace nanoddp::data {
+
+struct LoaderState {
+  int64_t epoch = 0;
+  int64_t cursor = 0;  // next global unit within the epoch
+  bool operator==(const LoaderState&) const = default;
+};
+
+struct LoaderOptions {
+  int64_t batch = 1, seq = 1;
+  int rank = 0, world = 1;
+  bool shuffle = false;
+  uint64_t seed = 0;
+};
+
+class TokenLoader {
+ public:
+  // The shards of `split` in `dir`: split_000000.bin, split_000001.bin, ... (at least one).
+  TokenLoader(const std::string& dir, const std::string& split, const LoaderOptions& opts);
+
+  // Fills inputs and targets, i32 [B, T] on the host, with this rank's next unit.
+  void next(Tensor& inputs, Tensor& targets);
+
+  LoaderState state() const { return state_; }
+  void set_state(const LoaderState& s) { state_ = s; order_epoch_ = -1; }
+  int64_t units_per_epoch() const { return units_; }
+  int64_t tokens_per_epoch() const { return units_ * opts_.batch * opts_.seq; }
+
+ private:
+  void prepare_order();  // the unit order of state_.epoch
+
+  LoaderOptions opts_;
+  std::vector<ShardReader> shards_;
+  std::vector<int64_t> window_start_;  // cumulative windows before each shard
+  int64_t windows_ = 0, units_ = 0;
+  std::vector<int64_t> order_;         // unit permutation of the current epoch (shuffle only)
+  int64_t order_epoch_ = -1;
+  LoaderState state_;
+};
+
+// Paths of a split's shards in `dir`, in order; throws when there are none.
+std::vector<std::string> list_shards(const std::string& dir, const std::string& split);
+
+}  // namespace nanoddp::data

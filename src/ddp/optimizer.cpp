@@ -1,0 +1,120 @@
+#include "ddp/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace nanoddp::ddp {
+
+namespace {
+
+bool uses_muon(const OptimizerConfig& cfg, const model::Parameter& p) {
+  return cfg.optimizer == "muon" && p.kind == model::ParamKind::Matrix;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(model::GPT& model, Reducer& reducer, const OptimizerConfig& cfg)
+    : model_(model), reducer_(reducer), cfg_(cfg) {
+  NANODDP_CHECK(cfg.optimizer == "muon" || cfg.optimizer == "adamw", "--optimizer must be muon or adamw (got '{}')",
+                cfg.optimizer);
+  const double s = std::pow(model.config().n_embd / 768.0, -0.5);
+  auto& params = model.parameters();
+  const auto& layout = reducer.layout();
+  const int rank = reducer.group().rank(), world = reducer.group().size();
+  const Device dev = model.device();
+  for (size_t bi = 0; bi < layout.buckets.size(); bi++) {
+    const Bucket& b = layout.buckets[bi];
+    // The elements of this bucket this rank updates: all of them, or its shard.
+    const int64_t lo = reducer.sharded() ? b.shard_begin(rank, world) : 0;
+    const int64_t hi = reducer.sharded() ? b.shard_end(rank, world) : b.numel;
+    for (const BucketEntry& e : b.entries) {
+      const int64_t a = std::max(lo, e.offset), z = std::min(hi, e.offset + e.numel);
+      if (a >= z) continue;
+      const model::Parameter& p = params[e.param];
+      if (uses_muon(cfg, p)) {
+        NANODDP_ASSERT(a == e.offset && z == e.offset + e.numel, "Muon matrix {} split across shards", p.name);
+        muon_.push_back({e.param, Tensor::zeros(p.data.shape(), DType::F32, dev)});
+        continue;
+      }
+      float lr = static_cast<float>(p.kind == model::ParamKind::Embedding ? cfg.embedding_lr * s
+                                    : p.kind == model::ParamKind::LmHead  ? cfg.unembedding_lr * s
+                                                                          : cfg.adamw_matrix_lr);
+      adam_.push_back({e.param, a - e.offset, z - a, lr, Tensor::zeros({z - a}, DType::F32, dev),
+                       Tensor::zeros({z - a}, DType::F32, dev)});
+    }
+  }
+}
+
+void Optimizer::step(double lr_multiplier, double momentum) {
+  auto& params = model_.parameters();
+  for (MuonMatrix& mm : muon_) {
+    model::Parameter& p = params[mm.param];
+    ops::muon_momentum(p.grad, mm.momentum, static_cast<float>(momentum));  // grad <- Nesterov direction
+    ops::newton_schulz(p.grad, cfg_.ns_steps);
+    const double aspect = std::sqrt(std::max(1.0, double(p.data.dim(0)) / double(p.data.dim(1))));
+    ops::axpy(p.data, p.grad, static_cast<float>(-cfg_.matrix_lr * lr_multiplier * aspect));
+  }
+  adam_step_++;
+  for (AdamPiece& a : adam_) {
+    model::Parameter& p = params[a.param];
+    ops::AdamWStep s{static_cast<float>(a.base_lr * lr_multiplier), static_cast<float>(cfg_.adam_beta1),
+                     static_cast<float>(cfg_.adam_beta2), static_cast<float>(cfg_.adam_eps),
+                     static_cast<float>(cfg_.weight_decay), adam_step_};
+    const Tensor pd = p.data.view({p.data.numel()}), pg = p.grad.view({p.grad.numel()});
+    ops::adamw_update(pd.region(a.offset, {a.numel}), pg.region(a.offset, {a.numel}), a.m, a.v, s);
+  }
+  gather_parameters();
+  model_.refresh_compute_weights();
+}
+
+void Optimizer::gather_parameters() {
+  dist::ProcessGroup& g = reducer_.group();
+  if (!reducer_.sharded() || g.size() == 1) return;
+  std::vector<dist::WorkPtr> works;
+  for (size_t b = 0; b < reducer_.layout().buckets.size(); b++) {
+    const Bucket& bk = reducer_.layout().buckets[b];
+    const Tensor& flat = reducer_.params(static_cast<int>(b));
+    const int64_t lo = bk.shard_begin(g.rank(), g.size()), hi = bk.shard_end(g.rank(), g.size());
+    works.push_back(g.all_gather(flat, flat.region(lo, {hi - lo})));
+  }
+  for (auto& w : works) w->wait();
+}
+
+size_t Optimizer::state_bytes() const {
+  size_t n = 0;
+  for (const auto& a : adam_) n += a.m.nbytes() + a.v.nbytes();
+  for (const auto& m : muon_) n += m.momentum.nbytes();
+  return n;
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  const auto& params = model_.parameters();
+  for (const auto& a : adam_) {
+    const std::string key = fmt::format("{}@{}", params[a.param].name, a.offset);
+    out.emplace_back("adamw.m." + key, a.m);
+    out.emplace_back("adamw.v." + key, a.v);
+  }
+  for (const auto& m : muon_) out.emplace_back("muon.momentum." + params[m.param].name, m.momentum);
+  Tensor step = Tensor::empty({1}, DType::I64);
+  step.data<int64_t>()[0] = adam_step_;
+  out.emplace_back("adamw.step", step);
+  return out;
+}
+
+void Optimizer::load_state(const SafetensorsFile& file) {
+  auto expected = state();
+  for (auto& [name, t] : expected) {
+    NANODDP_CHECK(file.contains(name), "optimizer state {} has no '{}': it was saved by a run with another world "
+                  "size, --zero or --optimizer; resume with the same settings", file.path(), name);
+    if (name != "adamw.step") file.read_into(name, t);
+  }
+  NANODDP_CHECK(file.names().size() == expected.size(), "optimizer state {} holds {} tensors where this run expects "
+                "{}: it was saved with other sharding settings", file.path(), file.names().size(), expected.size());
+  adam_step_ = file.read("adamw.step").data<int64_t>()[0];
+}
+
+}  // namespace nanoddp::ddp

@@ -1,0 +1,68 @@
+// nanochat's optimizers over the reducer's buckets, replicated or sharded (ZeRO):
+//  - AdamW (betas 0.8/0.95, eps 1e-10, no weight decay by default) for the embedding (lr 0.2 s)
+//    and the LM head (lr 0.004 s), s = (model_dim / 768)^-0.5; with --optimizer adamw also for
+//    every matrix (lr --adamw_matrix_lr).
+//  - Muon (lr 0.02) for every matrix in the blocks: Nesterov momentum, Newton-Schulz in bf16,
+//    p -= lr sqrt(max(1, rows / cols)) X.
+// With --zero 0 every rank updates everything. With --zero >= 1 a rank updates and keeps state
+// only for what it owns (Note [shards] in ddp/bucket_layout.h): AdamW slices of each bucket and
+// whole Muon matrices; then an all_gather of each bucket's parameters gives every rank the new
+// weights. Optimizer memory per rank is then about 1/W of the replicated state.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "ddp/reducer.h"
+
+namespace nanoddp::ddp {
+
+struct OptimizerConfig {
+  std::string optimizer = "muon";  // "muon" (nanochat: Muon + AdamW) or "adamw" (AdamW everywhere)
+  double embedding_lr = 0.2;       // AdamW, times s
+  double unembedding_lr = 0.004;   // AdamW, times s
+  double matrix_lr = 0.02;         // Muon
+  double adamw_matrix_lr = 0.003;  // AdamW on matrices (--optimizer adamw)
+  double weight_decay = 0.0;       // AdamW
+  double adam_beta1 = 0.8, adam_beta2 = 0.95, adam_eps = 1e-10;
+  int ns_steps = 5;
+};
+
+class Optimizer {
+ public:
+  Optimizer(model::GPT& model, Reducer& reducer, const OptimizerConfig& cfg);
+
+  // One update with every group's lr multiplied by lr_multiplier and Muon's momentum set to
+  // `momentum`; then (sharded) gathers the parameters and refreshes the model's compute copies.
+  void step(double lr_multiplier, double momentum);
+
+  int64_t steps_taken() const { return adam_step_; }
+  size_t state_bytes() const;
+  // This rank's optimizer state, named by parameter and offset, for checkpoints.
+  std::vector<std::pair<std::string, Tensor>> state() const;
+  void load_state(const SafetensorsFile& file);
+
+ private:
+  struct AdamPiece {
+    int param;
+    int64_t offset, numel;  // within the parameter
+    float base_lr;
+    Tensor m, v;
+  };
+  struct MuonMatrix {
+    int param;
+    Tensor momentum;
+  };
+  void gather_parameters();
+
+  model::GPT& model_;
+  Reducer& reducer_;
+  OptimizerConfig cfg_;
+  std::vector<AdamPiece> adam_;
+  std::vector<MuonMatrix> muon_;
+  int64_t adam_step_ = 0;
+};
+
+}  // namespace nanoddp::ddp

@@ -1,0 +1,65 @@
+// Gradient synchronisation for data parallelism, overlapped with the backward.
+//
+// The model's parameters and gradients are moved into flat per-bucket buffers (PyTorch's
+// gradient_as_bucket_view: the grad tensors the backward writes ARE the bucket memory, so no
+// copy in or out). During the last micro-step's backward the model reports each gradient as it
+// becomes final (model::GradReadyFn); when a bucket has all of its gradients its collective is
+// launched asynchronously, while the backward goes on with earlier layers. Buckets are launched
+// strictly in layout order (Note [bucket order] in ddp/bucket_layout.h) so every rank issues
+// the same collectives in the same order. finish() waits for all of them before the optimizer.
+//
+//  --zero 0, 1: allreduce(AVG) of each bucket: every rank gets the full averaged gradient.
+//  --zero 2:    reduce_scatter(AVG): each rank gets the averaged gradient of its own shard only
+//               (half the traffic of an allreduce), which is all a sharded optimizer reads.
+#pragma once
+
+#include <vector>
+
+#include "ddp/bucket_layout.h"
+#include "dist/process_group.h"
+#include "model/gpt.h"
+
+namespace nanoddp::ddp {
+
+struct ReducerOptions {
+  int zero = 0;                       // 0: replicated optimizer; 1: sharded state; 2: + sharded gradients
+  bool whole_matrices = false;        // Muon: shard matrices whole (see Note [shards])
+  double first_bucket_mb = 1.0;
+  double bucket_cap_mb = 25.0;
+};
+
+class Reducer {
+ public:
+  // Moves every parameter and gradient of `model` into the bucket buffers (values are kept).
+  Reducer(model::GPT& model, dist::ProcessGroup& group, const ReducerOptions& opts);
+
+  // Rank 0's parameters to every rank (after initialisation or loading a checkpoint).
+  void broadcast_parameters();
+  // The hook for the backward of the micro-step whose gradients are to be synchronised.
+  model::GradReadyFn sync_hook();
+  // Waits for every bucket's collective. Throws if a parameter never reported its gradient.
+  void finish();
+
+  const BucketLayout& layout() const { return layout_; }
+  bool sharded() const { return opts_.zero >= 1; }
+  int zero() const { return opts_.zero; }
+  dist::ProcessGroup& group() const { return group_; }
+  // Flat f32 buffers of bucket b: [layout().buckets[b].numel].
+  const Tensor& params(int b) const { return params_[b]; }
+  const Tensor& grads(int b) const { return grads_[b]; }
+
+ private:
+  void on_ready(int param);
+  void launch(int bucket);
+
+  model::GPT& model_;
+  dist::ProcessGroup& group_;
+  ReducerOptions opts_;
+  BucketLayout layout_;
+  std::vector<Tensor> params_, grads_;
+  std::vector<int> pending_;  // gradients each bucket still waits for in this backward
+  int next_launch_ = 0;
+  std::vector<dist::WorkPtr> works_;
+};
+
+}  // namespace nanoddp::ddp

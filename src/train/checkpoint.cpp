@@ -1,0 +1,96 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "core/error.h"
+#include "core/safetensors.h"
+
+namespace nanoddp::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Complete checkpoints, oldest first.
+std::vector<int64_t> complete_steps(const std::string& out) {
+  std::vector<int64_t> steps;
+  const fs::path root = fs::path(out) / "checkpoints";
+  if (!fs::is_directory(root)) return steps;
+  static const std::regex name(R"(step_(\d+))");
+  for (const auto& entry : fs::directory_iterator(root)) {
+    std::smatch m;
+    const std::string n = entry.path().filename().string();
+    if (std::regex_match(n, m, name) && fs::exists(entry.path() / "DONE")) steps.push_back(std::stoll(m[1]));
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+void fsync_path(const fs::path& p) {
+  int fd = ::open(p.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  {
+    std::ofstream f(path);
+    f << text;
+    NANODDP_CHECK(f.good(), "cannot write {} (disk full?)", path.string());
+  }
+  fsync_path(path);
+}
+
+void write_tensors(const fs::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  SafetensorsWriter w;
+  for (const auto& [name, t] : tensors) w.add(name, t);
+  w.write(path.string());
+}
+
+}  // namespace
+
+std::string checkpoint_dir(const std::string& out, int64_t step) {
+  return (fs::path(out) / "checkpoints" / fmt::format("step_{:06d}", step)).string();
+}
+
+std::optional<int64_t> latest_checkpoint(const std::string& out) {
+  auto steps = complete_steps(out);
+  if (steps.empty()) return std::nullopt;
+  return steps.back();
+}
+
+void save_checkpoint(const std::string& out, const CheckpointContents& c, dist::ProcessGroup& group, int keep_last) {
+  const fs::path final_dir = checkpoint_dir(out, c.step), tmp = final_dir.string() + ".tmp";
+  const bool primary = group.rank() == 0;
+  if (primary) {
+    fs::remove_all(tmp);  // a leftover of an interrupted save
+    fs::create_directories(tmp);
+  }
+  group.barrier()->wait();
+  CheckpointFiles files;
+  write_tensors(tmp / CheckpointFiles::optimizer(group.rank()), c.optimizer);
+  if (primary) {
+    write_tensors(tmp / files.model, c.model);
+    write_text(tmp / files.meta, c.meta.dump(2));
+  }
+  group.barrier()->wait();  // every rank's files are on disk
+  if (primary) {
+    write_text(tmp / "DONE", fmt::format("{}\n", c.step));
+    fs::remove_all(final_dir);  // an older complete save of the same step is replaced as a whole
+    fs::rename(tmp, final_dir);
+    fsync_path(final_dir.parent_path());
+    auto steps = complete_steps(out);
+    for (size_t i = 0; i + std::max(1, keep_last) < steps.size(); i++) fs::remove_all(checkpoint_dir(out, steps[i]));
+  }
+  group.barrier()->wait();
+}
+
+}  // namespace nanoddp::train

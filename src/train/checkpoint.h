@@ -1,0 +1,47 @@
+// Checkpoints under OUT/checkpoints/, one directory per step:
+//
+//   step_000500/model.safetensors       f32 weights under nanochat's names (rank 0)
+//   step_000500/optim_rank{r}.safetensors  each rank's optimizer state (its shard with --zero)
+//   step_000500/meta.json               step, val bpb, model config, options, data position, ...
+//   step_000500/DONE                    written last
+//
+// Atomicity: everything is written into step_000500.tmp/; after a barrier (every rank's file is
+// on disk and fsync'd) rank 0 writes DONE, renames the directory into place and fsyncs its parent.
+// A directory without .tmp and with DONE is therefore complete; older checkpoints are deleted only
+// after that, keeping the newest keep_last. For multi-node runs OUT must be a shared filesystem.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "dist/process_group.h"
+
+namespace nanoddp::train {
+
+struct CheckpointFiles {
+  std::string model = "model.safetensors";
+  std::string meta = "meta.json";
+  static std::string optimizer(int rank) { return "optim_rank" + std::to_string(rank) + ".safetensors"; }
+};
+
+std::string checkpoint_dir(const std::string& out, int64_t step);
+// The newest complete checkpoint's step, if any.
+std::optional<int64_t> latest_checkpoint(const std::string& out);
+
+struct CheckpointContents {
+  int64_t step = 0;
+  std::vector<std::pair<std::string, Tensor>> model;      // written by rank 0
+  std::vector<std::pair<std::string, Tensor>> optimizer;  // this rank's
+  nlohmann::json meta;                                    // written by rank 0
+};
+
+// Collective: every rank of `group` calls it with the same step.
+void save_checkpoint(const std::string& out, const CheckpointContents& c, dist::ProcessGroup& group, int keep_last);
+
+}  // namespace nanoddp::train

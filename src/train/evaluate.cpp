@@ -1,0 +1,60 @@
+#include "train/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "data/loader.h"
+
+namespace nanoddp::train {
+
+void allreduce_scalars(dist::ProcessGroup& group, Device device, std::vector<double>& values, dist::ReduceOp op) {
+  if (group.size() == 1) return;
+  const int64_t n = static_cast<int64_t>(values.size());
+  Tensor host = Tensor::wrap(values.data(), {n}, DType::F64);
+  if (device.is_cpu()) {
+    group.allreduce(host, op)->wait();
+    return;
+  }
+  Tensor dev = host.copy_to(device);
+  group.allreduce(dev, op)->wait();
+  copy(host, dev);
+}
+
+EvalResult evaluate(model::GPT& model, const std::string& data_dir, int64_t batch, int64_t seq,
+                    int64_t micro_batches, const std::vector<int32_t>& token_bytes, dist::ProcessGroup& group) {
+  data::LoaderOptions lo;
+  lo.batch = batch;
+  lo.seq = seq;
+  lo.rank = group.rank();
+  lo.world = group.size();
+  data::TokenLoader loader(data_dir, "val", lo);  // a fresh loader: every evaluation sees the same rows
+  // Never more than one pass over the split (every rank takes the same number of rows).
+  micro_batches = std::clamp<int64_t>(micro_batches, 1, loader.units_per_epoch() / group.size());
+  Tensor inputs = Tensor::empty({batch, seq}, DType::I32), targets = Tensor::empty({batch, seq}, DType::I32);
+  // sums: nats over byte-carrying targets, their bytes, nats over all targets, all targets
+  std::vector<double> sums(4, 0.0);
+  for (int64_t i = 0; i < micro_batches; i++) {
+    loader.next(inputs, targets);
+    Tensor losses = model.forward_losses(inputs, targets);
+    for (int64_t j = 0; j < losses.numel(); j++) {
+      const int32_t y = targets.data<int32_t>()[j];
+      if (y < 0) continue;
+      const double nats = losses.data<float>()[j];
+      if (token_bytes[y] > 0) {
+        sums[0] += nats;
+        sums[1] += token_bytes[y];
+      }
+      sums[2] += nats;
+      sums[3] += 1;
+    }
+  }
+  allreduce_scalars(group, model.device(), sums, dist::ReduceOp::Sum);
+  EvalResult r;
+  r.tokens = static_cast<int64_t>(sums[3]);
+  r.loss = sums[3] > 0 ? sums[2] / sums[3] : 0.0;
+  r.bpb = sums[1] > 0 ? sums[0] / (std::numbers::ln2 * sums[1]) : 0.0;
+  return r;
+}
+
+}  // namespace nanoddp::train

@@ -1,0 +1,29 @@
+// Validation loss and bits per byte (nanochat's metric): per-token losses in nats are summed
+// where the target stands for at least one byte (special tokens count 0 bytes), the bytes are
+// summed alongside, both are summed over ranks, and bpb = nats / (ln 2 * bytes).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist/process_group.h"
+#include "model/gpt.h"
+
+namespace nanoddp::train {
+
+struct EvalResult {
+  double loss = 0;  // mean nats per target token
+  double bpb = 0;
+  int64_t tokens = 0;
+};
+
+// Evaluates `micro_batches` micro-batches of the val split on every rank (rank-strided rows).
+EvalResult evaluate(model::GPT& model, const std::string& data_dir, int64_t batch, int64_t seq,
+                    int64_t micro_batches, const std::vector<int32_t>& token_bytes, dist::ProcessGroup& group);
+
+// Sums (or averages, or maxes) a few doubles over the ranks of `group`, through a tensor on
+// `device` (NCCL reduces device memory only).
+void allreduce_scalars(dist::ProcessGroup& group, Device device, std::vector<double>& values, dist::ReduceOp op);
+
+}  // namespace nanoddp::train

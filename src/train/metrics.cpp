@@ -1,0 +1,42 @@
+#include "train/metrics.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace nanoddp::train {
+
+MetricsLog::MetricsLog(const std::string& out, bool primary, int64_t resume_step) {
+  if (!primary) return;
+  std::filesystem::create_directories(out);
+  const std::string path = out + "/metrics.jsonl";
+  if (resume_step >= 0 && std::filesystem::exists(path)) {
+    std::ifstream in(path);
+    std::stringstream kept;
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.value("step", int64_t{0}) < resume_step) kept << line << '\n';
+    }
+    in.close();
+    std::ofstream(path, std::ios::trunc) << kept.str();
+  } else if (resume_step < 0) {
+    std::filesystem::remove(path);  // a fresh run starts a fresh log
+  }
+  file_ = std::fopen(path.c_str(), "a");
+  NANODDP_CHECK(file_ != nullptr, "cannot open {} for writing", path);
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write(const nlohmann::json& line) {
+  if (!file_) return;
+  std::string s = line.dump();
+  std::fprintf(file_, "%s\n", s.c_str());
+  std::fflush(file_);
+}
+
+}  // namespace nanoddp::train

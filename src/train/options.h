@@ -1,0 +1,104 @@
+// Every option of `nanoddp train`, with its default and help text, in one place (see
+// core/options.h). Flag names follow nanochat's base_train.py where nanochat has the option.
+// The CLI binds them, checkpoints store them, and ranks compare them at start-up.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace nanoddp::train {
+
+struct TrainOptions {
+  // model
+  int64_t depth = 20;
+  int64_t max_seq_len = 2048;
+  int64_t aspect_ratio = 64;
+  int64_t head_dim = 128;
+  int64_t n_kv_head = 0;
+  // batch and length of training
+  int64_t device_batch_size = 32;
+  int64_t total_batch_size = 524288;
+  int64_t num_iterations = -1;
+  double target_flops = -1;
+  double target_param_data_ratio = 20;
+  // optimization
+  std::string optimizer = "muon";
+  int zero = 0;
+  double embedding_lr = 0.2;
+  double unembedding_lr = 0.004;
+  double matrix_lr = 0.02;
+  double adamw_matrix_lr = 0.003;
+  double weight_decay = 0.0;
+  double warmup_ratio = 0.0;
+  double warmdown_ratio = 0.2;
+  double final_lr_frac = 0.0;
+  double bucket_cap_mb = 25;
+  double first_bucket_mb = 1;
+  // data and output
+  std::string data = "data";
+  std::string out = "out";
+  uint64_t seed = 42;
+  bool shuffle = true;
+  // evaluation, checkpoints, sampling
+  int64_t eval_every = 250;
+  int64_t eval_tokens = 20 * 524288;
+  int64_t save_every = -1;
+  int keep_last = 3;
+  std::string resume = "";
+  int64_t stop_at = -1;
+  int64_t sample_tokens = 0;
+  std::string sample_prompt = "The";
+  // runtime
+  std::string device = "cpu";
+  std::string backend = "auto";
+  double timeout = 300;
+  int threads = 0;
+  double peak_flops = 0;
+
+  template <typename V>
+  void visit(V&& v) {
+    v(depth, "depth", "Transformer depth: n_layer = depth, model_dim = depth * aspect_ratio (nanochat's one knob)");
+    v(max_seq_len, "max_seq_len", "Sequence length T of each training row");
+    v(aspect_ratio, "aspect_ratio", "model_dim = depth * aspect_ratio");
+    v(head_dim, "head_dim", "Target attention head size: n_head = ceil(model_dim / head_dim)");
+    v(n_kv_head, "n_kv_head", "Key/value heads for grouped-query attention (0 = n_head)");
+    v(device_batch_size, "device_batch_size", "Rows per micro-batch on each rank (B)");
+    v(total_batch_size, "total_batch_size", "Tokens per optimizer step over all ranks; gradient accumulation = "
+      "total / (B * T * world), which must divide exactly (-1 = one micro-step)");
+    v(num_iterations, "num_iterations", "Optimizer steps (-1: from --target_flops or --target_param_data_ratio)");
+    v(target_flops, "target_flops", "Train for this many FLOPs (-1 = off)");
+    v(target_param_data_ratio, "target_param_data_ratio", "Train on ratio * params tokens (Chinchilla: 20)");
+    v(optimizer, "optimizer", "muon: Muon for block matrices + AdamW for embeddings (nanochat); adamw: AdamW only");
+    v(zero, "zero", "Optimizer sharding: 0 replicated, 1 sharded state, 2 sharded state + gradients");
+    v(embedding_lr, "embedding_lr", "AdamW lr of wte, times (model_dim/768)^-0.5");
+    v(unembedding_lr, "unembedding_lr", "AdamW lr of lm_head, times (model_dim/768)^-0.5");
+    v(matrix_lr, "matrix_lr", "Muon lr of the block matrices");
+    v(adamw_matrix_lr, "adamw_matrix_lr", "AdamW lr of the block matrices with --optimizer adamw");
+    v(weight_decay, "weight_decay", "AdamW weight decay");
+    v(warmup_ratio, "warmup_ratio", "Fraction of iterations of linear LR warmup");
+    v(warmdown_ratio, "warmdown_ratio", "Fraction of iterations of linear LR warmdown at the end");
+    v(final_lr_frac, "final_lr_frac", "LR multiplier reached at the end of the warmdown");
+    v(bucket_cap_mb, "bucket_cap_mb", "Gradient bucket size cap in MiB (PyTorch DDP: 25)");
+    v(first_bucket_mb, "first_bucket_mb", "Size of the first gradient bucket in MiB (PyTorch DDP: 1)");
+    v(data, "data", "Dataset directory written by `nanoddp data prepare`");
+    v(out, "out", "Output directory: metrics.jsonl and checkpoints/");
+    v(seed, "seed", "Seed of the initial weights and the data order");
+    v(shuffle, "shuffle", "Shuffle training rows each epoch (seeded by seed and epoch)");
+    v(eval_every, "eval_every", "Evaluate validation loss and bits per byte every N steps (-1 = only at the end)");
+    v(eval_tokens, "eval_tokens", "Validation tokens per evaluation (over all ranks)");
+    v(save_every, "save_every", "Save a checkpoint every N steps (-1 = only at the end)");
+    v(keep_last, "keep_last", "Checkpoints kept on disk (older ones are deleted once a newer one is complete)");
+    v(resume, "resume", "Resume: 'latest' (the newest complete checkpoint; an error if none), 'auto' (latest if any), "
+      "or a step number");
+    v(stop_at, "stop_at", "Save a checkpoint at this step and stop, without changing the schedule");
+    v(sample_tokens, "sample_tokens", "At the end, rank 0 prints this many sampled tokens (0 = none)");
+    v(sample_prompt, "sample_prompt", "Prompt of the final sample");
+    v(device, "device", "cpu or cuda");
+    v(backend, "backend", "Process group: auto, gloo, mpi, nccl");
+    v(timeout, "timeout", "Seconds before a collective or rendezvous that does not complete is an error");
+    v(threads, "threads", "CPU threads per rank (0 = OMP_NUM_THREADS or all cores)");
+    v(peak_flops, "peak_flops", "Peak FLOP/s of one device for MFU (0 = measure the CPU's sgemm rate at start)");
+  }
+};
+
+}  // namespace nanoddp::train

@@ -1,0 +1,21 @@
+#include "train/schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace nanoddp::train {
+
+double lr_multiplier(int64_t it, int64_t n, double warmup_ratio, double warmdown_ratio, double final_lr_frac) {
+  const int64_t warmup = std::llround(warmup_ratio * n), warmdown = std::llround(warmdown_ratio * n);
+  if (it < warmup) return static_cast<double>(it + 1) / warmup;
+  if (it <= n - warmdown) return 1.0;
+  const double progress = static_cast<double>(n - it) / warmdown;
+  return progress + (1.0 - progress) * final_lr_frac;
+}
+
+double muon_momentum(int64_t it) {
+  const double f = std::min(static_cast<double>(it) / 300.0, 1.0);
+  return (1.0 - f) * 0.85 + f * 0.95;
+}
+
+}  // namespace nanoddp::train

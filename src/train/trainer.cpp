@@ -1,0 +1,297 @@
+#include "train/trainer.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/log.h"
+#include "core/options.h"
+#include "core/safetensors.h"
+#include "core/timer.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "ddp/optimizer.h"
+#include "ddp/reducer.h"
+#include "model/generate.h"
+#include "model/gpt.h"
+#include "nanoddp/build_config.h"
+#include "ops/backend.h"
+#include "ops/ops.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+#include "train/schedule.h"
+
+namespace nanoddp::train {
+
+namespace {
+
+// The run's sizes, derived from the options, the dataset and the world size.
+struct Plan {
+  model::GPTConfig config;
+  int64_t grad_accum = 1;
+  int64_t num_iterations = 0;
+  int64_t tokens_per_step = 0;
+  int64_t eval_micro_batches = 1;
+};
+
+Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) {
+  Plan p;
+  p.config = model::GPTConfig::from_depth(o.depth, meta.vocab_size, o.max_seq_len, o.aspect_ratio, o.head_dim,
+                                          o.n_kv_head);
+  NANODDP_CHECK(o.device_batch_size >= 1, "--device_batch_size must be positive");
+  const int64_t per_micro = o.device_batch_size * o.max_seq_len * world;
+  const int64_t total = o.total_batch_size < 0 ? per_micro : o.total_batch_size;
+  NANODDP_CHECK(total % per_micro == 0, "--total_batch_size {} is not a multiple of device_batch_size x max_seq_len x "
+                "world size = {} x {} x {} = {}: choose a total batch that divides, or another device batch", total,
+                o.device_batch_size, o.max_seq_len, world, per_micro);
+  p.grad_accum = total / per_micro;
+  p.tokens_per_step = total;
+  if (o.num_iterations > 0) {
+    p.num_iterations = o.num_iterations;
+  } else if (o.target_flops > 0) {
+    p.num_iterations = std::llround(o.target_flops / (p.config.flops_per_token(o.max_seq_len) * total));
+  } else {
+    p.num_iterations = static_cast<int64_t>(o.target_param_data_ratio * p.config.num_params()) / total;
+  }
+  NANODDP_CHECK(p.num_iterations >= 1, "the run would take 0 steps: set --num_iterations");
+  p.eval_micro_batches = std::max<int64_t>(1, o.eval_tokens / per_micro);
+  return p;
+}
+
+class Trainer {
+ public:
+  Trainer(const TrainOptions& opts, dist::ProcessGroup& group);
+  TrainResult run();
+
+ private:
+  int64_t resume_step();
+  void restore(int64_t step);
+  void save(int64_t step);
+  double train_step(int64_t step);
+  void evaluate_and_log(int64_t step);
+  void sample();
+
+  TrainOptions opts_;
+  dist::ProcessGroup& group_;
+  Device device_;
+  data::DatasetMeta meta_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
+  std::vector<int32_t> token_bytes_;
+  Plan plan_;
+  std::unique_ptr<model::GPT> model_;
+  std::unique_ptr<ddp::Reducer> reducer_;
+  std::unique_ptr<ddp::Optimizer> optimizer_;
+  std::unique_ptr<data::TokenLoader> loader_;
+  Tensor inputs_, targets_;
+  std::unique_ptr<MetricsLog> metrics_;
+  TrainResult result_;
+  double peak_flops_ = 0;
+  int64_t start_step_ = 0;
+};
+
+Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group)
+    : opts_(opts), group_(group), device_(parse_device(opts.device)) {
+  ops::set_cpu_threads(opts.threads);
+  meta_ = data::read_dataset_meta(opts.data);
+  tokenizer_ = data::load_dataset_tokenizer(opts.data);
+  token_bytes_ = tokenizer_->token_bytes();
+  plan_ = make_plan(opts, meta_, group.size());
+  const DType act = device_.is_cuda() ? DType::BF16 : DType::F32;
+  model_ = std::make_unique<model::GPT>(plan_.config, device_, act);
+  model_->init_weights(opts.seed);
+  ddp::ReducerOptions ro{opts.zero, opts.optimizer == "muon", opts.first_bucket_mb, opts.bucket_cap_mb};
+  reducer_ = std::make_unique<ddp::Reducer>(*model_, group, ro);
+  ddp::OptimizerConfig oc;
+  oc.optimizer = opts.optimizer;
+  oc.embedding_lr = opts.embedding_lr;
+  oc.unembedding_lr = opts.unembedding_lr;
+  oc.matrix_lr = opts.matrix_lr;
+  oc.adamw_matrix_lr = opts.adamw_matrix_lr;
+  oc.weight_decay = opts.weight_decay;
+  optimizer_ = std::make_unique<ddp::Optimizer>(*model_, *reducer_, oc);
+  data::LoaderOptions lo{opts.device_batch_size, opts.max_seq_len, group.rank(), group.size(), opts.shuffle,
+                         opts.seed};
+  loader_ = std::make_unique<data::TokenLoader>(opts.data, "train", lo);
+  inputs_ = Tensor::empty({opts.device_batch_size, opts.max_seq_len}, DType::I32);
+  targets_ = Tensor::empty({opts.device_batch_size, opts.max_seq_len}, DType::I32);
+  peak_flops_ = opts.peak_flops > 0 ? opts.peak_flops : (device_.is_cpu() ? measure_cpu_matmul_flops() : 989e12);
+}
+
+// The step to resume from, or -1 for a fresh run (see --resume; a launcher restart implies auto).
+int64_t Trainer::resume_step() {
+  std::string mode = opts_.resume;
+  const char* restarts = std::getenv("NANODDP_RESTART_COUNT");
+  if (mode.empty() && restarts != nullptr && std::atoll(restarts) > 0) mode = "auto";
+  if (mode.empty()) return -1;
+  auto latest = latest_checkpoint(opts_.out);
+  if (mode == "auto") return latest ? *latest : -1;
+  if (mode == "latest") {
+    NANODDP_CHECK(latest.has_value(), "--resume latest: no complete checkpoint under {}/checkpoints", opts_.out);
+    return *latest;
+  }
+  int64_t step = -1;
+  try {
+    step = std::stoll(mode);
+  } catch (const std::exception&) {
+    NANODDP_FAIL("--resume must be latest, auto or a step number (got '{}')", mode);
+  }
+  NANODDP_CHECK(std::filesystem::exists(checkpoint_dir(opts_.out, step) + "/DONE"), "--resume {}: no complete "
+                "checkpoint at {}", step, checkpoint_dir(opts_.out, step));
+  return step;
+}
+
+void Trainer::restore(int64_t step) {
+  const std::string dir = checkpoint_dir(opts_.out, step);
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(std::ifstream(dir + "/meta.json"));
+  } catch (const nlohmann::json::exception& e) {
+    NANODDP_FAIL("checkpoint {} has an unreadable meta.json: {}", dir, e.what());
+  }
+  const int saved_world = meta.at("world_size");
+  NANODDP_CHECK(saved_world == group_.size(), "checkpoint {} was written by {} rank(s) but this run has {}: resume "
+                "with the same world size (resharding is not supported)", dir, saved_world, group_.size());
+  NANODDP_CHECK(model::GPTConfig::from_json(meta.at("model_config")) == plan_.config, "checkpoint {} holds another "
+                "model configuration ({}); resume with the same --depth and model flags", dir,
+                meta.at("model_config").dump());
+  for (const char* key : {"zero", "optimizer", "device_batch_size", "total_batch_size", "max_seq_len"}) {
+    const auto saved = meta.at("options").at(key), now = options_to_json(opts_).at(key);
+    NANODDP_CHECK(saved == now, "checkpoint {} was trained with --{} {} but this run has {}; resume with the same "
+                  "setting", dir, key, saved.dump(), now.dump());
+  }
+  SafetensorsFile weights(dir + "/model.safetensors");
+  for (auto& p : model_->parameters()) weights.read_into(p.name, p.data);
+  model_->refresh_compute_weights();
+  optimizer_->load_state(SafetensorsFile(dir + "/" + CheckpointFiles::optimizer(group_.rank())));
+  loader_->set_state({meta.at("loader").at("epoch"), meta.at("loader").at("cursor")});
+  if (meta.contains("val_bpb") && !meta["val_bpb"].is_null())
+    result_.eval = EvalResult{meta.value("val_loss", 0.0), meta["val_bpb"], 0};
+  log::print0("resumed from {} (step {})", dir, step);
+}
+
+void Trainer::save(int64_t step) {
+  CheckpointContents c;
+  c.step = step;
+  for (const auto& p : model_->parameters()) c.model.emplace_back(p.name, p.data);
+  c.optimizer = optimizer_->state();
+  const auto loader = loader_->state();
+  c.meta = {{"step", step},
+            {"model_config", plan_.config.to_json()},
+            {"options", options_to_json(opts_)},
+            {"loader", {{"epoch", loader.epoch}, {"cursor", loader.cursor}}},
+            {"world_size", group_.size()},
+            {"tokens_seen", step * plan_.tokens_per_step},
+            {"nanoddp_version", NANODDP_VERSION},
+            {"val_bpb", result_.eval ? nlohmann::json(result_.eval->bpb) : nlohmann::json()},
+            {"val_loss", result_.eval ? nlohmann::json(result_.eval->loss) : nlohmann::json()}};
+  save_checkpoint(opts_.out, c, group_, opts_.keep_last);
+  log::print0("saved checkpoint {}", checkpoint_dir(opts_.out, step));
+}
+
+// One optimizer step: grad_accum micro-steps, gradients synchronised during the last backward.
+double Trainer::train_step(int64_t step) {
+  double loss = 0;
+  const float scale = 1.f / static_cast<float>(plan_.grad_accum);
+  for (int64_t m = 0; m < plan_.grad_accum; m++) {
+    loader_->next(inputs_, targets_);
+    const bool last = m == plan_.grad_accum - 1;
+    loss += model_->forward_backward(inputs_, targets_, scale, m > 0, last ? reducer_->sync_hook() : nullptr);
+  }
+  reducer_->finish();
+  const double mult = lr_multiplier(step, plan_.num_iterations, opts_.warmup_ratio, opts_.warmdown_ratio,
+                                    opts_.final_lr_frac);
+  optimizer_->step(mult, muon_momentum(step));
+  std::vector<double> mean{loss / static_cast<double>(plan_.grad_accum)};
+  allreduce_scalars(group_, device_, mean, dist::ReduceOp::Avg);
+  return mean[0];
+}
+
+void Trainer::evaluate_and_log(int64_t step) {
+  Stopwatch sw;
+  EvalResult r = evaluate(*model_, opts_.data, opts_.device_batch_size, opts_.max_seq_len, plan_.eval_micro_batches,
+                          token_bytes_, group_);
+  result_.eval = r;
+  log::print0("step {:05d} | val loss {:.4f} | val bpb {:.4f} | {} tokens in {:.1f}s", step, r.loss, r.bpb,
+              r.tokens, sw.seconds());
+  metrics_->write({{"step", step}, {"val_loss", r.loss}, {"val_bpb", r.bpb}});
+}
+
+void Trainer::sample() {
+  if (opts_.sample_tokens <= 0 || group_.rank() != 0) return;
+  std::vector<int32_t> prompt{tokenizer_->bos_id()};
+  auto text = tokenizer_->encode(opts_.sample_prompt);
+  prompt.insert(prompt.end(), text.begin(), text.end());
+  model::SampleOptions so;
+  so.max_tokens = opts_.sample_tokens;
+  so.temperature = 0.8f;
+  so.top_k = 40;
+  so.seed = opts_.seed;
+  so.stop_token = tokenizer_->bos_id();
+  auto ids = model::generate(*model_, prompt, so);
+  if (!ids.empty() && ids.back() == so.stop_token) ids.pop_back();
+  log::print0("sample: {}{}", opts_.sample_prompt, tokenizer_->decode(ids));
+}
+
+TrainResult Trainer::run() {
+  const int64_t resume = resume_step();
+  if (resume >= 0) {
+    restore(resume);
+  } else {
+    reducer_->broadcast_parameters();
+  }
+  start_step_ = std::max<int64_t>(0, resume);
+  metrics_ = std::make_unique<MetricsLog>(opts_.out, group_.rank() == 0, resume);
+  const int64_t n = plan_.num_iterations, stop = opts_.stop_at > 0 ? std::min(opts_.stop_at, n) : n;
+  const double flops_per_token = plan_.config.flops_per_token(opts_.max_seq_len);
+  log::print0("model: depth {} | dim {} | heads {}/{} | vocab {} (padded {}) | {:.2f}M parameters",
+              plan_.config.n_layer, plan_.config.n_embd, plan_.config.n_head, plan_.config.n_kv_head,
+              plan_.config.vocab_size, plan_.config.padded_vocab(), plan_.config.num_params() / 1e6);
+  log::print0("batch: {} tokens/step = {} ranks x {} rows x {} tokens x {} accumulation | {} steps | {} threads/rank "
+              "| peak {:.1f} GFLOP/s per rank | optimizer {} zero {}", plan_.tokens_per_step, group_.size(),
+              opts_.device_batch_size, opts_.max_seq_len, plan_.grad_accum, n, ops::cpu_threads(),
+              peak_flops_ / 1e9, opts_.optimizer, opts_.zero);
+  for (int64_t step = start_step_;; step++) {
+    const bool last = step == stop;
+    if (last || (opts_.eval_every > 0 && step % opts_.eval_every == 0)) evaluate_and_log(step);
+    if (last || (opts_.save_every > 0 && step % opts_.save_every == 0 && step > start_step_)) save(step);
+    if (last) break;
+    Stopwatch sw;
+    const double loss = train_step(step);
+    const double dt = sw.seconds(), tok_s = plan_.tokens_per_step / dt;
+    const double mfu = flops_per_token * tok_s / (peak_flops_ * group_.size());
+    const double lr = lr_multiplier(step, n, opts_.warmup_ratio, opts_.warmdown_ratio, opts_.final_lr_frac);
+    log::print0("step {:05d}/{:05d} | loss {:.6f} | lrm {:.3f} | dt {:.0f}ms | tok/s {:.0f} | mfu {:.1f}%", step + 1,
+                n, loss, lr, dt * 1000, tok_s, 100 * mfu);
+    metrics_->write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"tokens_per_s", tok_s}, {"mfu", mfu},
+                     {"dt_ms", dt * 1000}, {"tokens", (step + 1) * plan_.tokens_per_step}});
+    result_.last_loss = loss;
+  }
+  result_.last_step = stop;
+  if (stop == n) sample();
+  return result_;
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainOptions& opts, dist::ProcessGroup& group) {
+  log::set_rank(group.rank(), group.size());
+  Trainer trainer(opts, group);
+  return trainer.run();
+}
+
+double measure_cpu_matmul_flops() {
+  const int64_t n = 512;
+  Tensor a = Tensor::zeros({n, n}, DType::F32), b = Tensor::zeros({n, n}, DType::F32),
+         c = Tensor::zeros({n, n}, DType::F32);
+  ops::fill(a, 0.5f);
+  ops::fill(b, 0.25f);
+  double best = 1e30;
+  for (int i = 0; i < 8; i++) {
+    Stopwatch sw;
+    ops::matmul(c, a, false, b, true);
+    best = std::min(best, sw.seconds());
+  }
+  return 2.0 * n * n * n / best;
+}
+
+}  // namespace nanoddp::train

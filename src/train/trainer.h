@@ -1,0 +1,28 @@
+// The training loop (nanochat's base_train, native): gradient accumulation, DDP gradient
+// synchronisation overlapped with the last micro-step's backward, the LR and momentum schedules,
+// periodic evaluation in bits per byte, atomic checkpoints and bitwise-exact resume, and a sample
+// at the end. Only rank 0 prints and writes metrics.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "dist/process_group.h"
+#include "train/evaluate.h"
+#include "train/options.h"
+
+namespace nanoddp::train {
+
+struct TrainResult {
+  int64_t last_step = 0;          // the step the run stopped at (num_iterations or --stop_at)
+  double last_loss = 0;           // training loss of the last step taken (all ranks' mean)
+  std::optional<EvalResult> eval; // the last evaluation
+};
+
+// Runs `opts` on `group` (one rank per process; a single-rank group without a launcher).
+TrainResult run_training(const TrainOptions& opts, dist::ProcessGroup& group);
+
+// FLOP/s of f32 GEMM on this CPU with the current thread count, measured in ~0.1 s.
+double measure_cpu_matmul_flops();
+
+}  // namespace nanoddp::train
