@@ -53,7 +53,7 @@ void Optimizer::step(double lr_multiplier, double momentum) {
   for (MuonMatrix& mm : muon_) {
     model::Parameter& p = params[mm.param];
     ops::muon_momentum(p.grad, mm.momentum, static_cast<float>(momentum));  // grad <- Nesterov direction
-    ops::newton_schulz(p.grad, cfg_.ns_steps);
+    ops::newton_schulz(p.grad, cfg_.ns_steps, cfg_.ns_bf16);
     const double aspect = std::sqrt(std::max(1.0, double(p.data.dim(0)) / double(p.data.dim(1))));
     ops::axpy(p.data, p.grad, static_cast<float>(-cfg_.matrix_lr * lr_multiplier * aspect));
   }

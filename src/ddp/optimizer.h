@@ -28,6 +28,7 @@ struct OptimizerConfig {
   double weight_decay = 0.0;       // AdamW
   double adam_beta1 = 0.8, adam_beta2 = 0.95, adam_eps = 1e-10;
   int ns_steps = 5;
+  bool ns_bf16 = true;              // Newton-Schulz in bf16 (nanochat) or f32
 };
 
 class Optimizer {

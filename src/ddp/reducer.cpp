@@ -29,11 +29,12 @@ Reducer::Reducer(model::GPT& model, dist::ProcessGroup& group, const ReducerOpti
     auto& p = params[i];
     const int b = layout_.bucket_of[i];
     const int64_t off = layout_.offset_of[i];
-    Tensor data = params_[b].region(off, p.data.shape());
+    Tensor data = params_[b].region(off, p.data.shape()), grad = grads_[b].region(off, p.grad.shape());
     copy(data, p.data);
+    copy(grad, p.grad);
     const bool aliased = p.compute.defined() && p.compute.shares_storage(p.data);
     p.data = data;
-    p.grad = grads_[b].region(off, p.grad.shape());
+    p.grad = grad;
     if (aliased) p.compute = p.data;
   }
   pending_.assign(layout_.buckets.size(), 0);

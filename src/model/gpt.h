@@ -63,6 +63,10 @@ class GPT {
   // Per-token losses in nats, f32 [B * T] on the host (0 where target == -1). No gradients.
   Tensor forward_losses(const Tensor& inputs, const Tensor& targets);
 
+  // Soft-capped logits of every position, f32 [B * T, vocab_size] on the host (for tests and
+  // tools; training never materialises them).
+  Tensor forward_logits(const Tensor& inputs);
+
   // Inference: runs ids (i32 [B, Tq], host) at positions cache.length() .. + Tq, appends their
   // keys and values to the cache, and returns the soft-capped logits of the last position as
   // f32 [B, vocab_size] on the host.

@@ -15,6 +15,35 @@ KVCache::KVCache(const GPT& model, int64_t batch) : capacity_(model.config().max
   }
 }
 
+namespace {
+
+// Soft-capped f32 host copy of the first `vocab` columns of logits [rows, Vpad] (any device/dtype).
+Tensor capped_host_logits(const Tensor& logits, int64_t vocab, float cap) {
+  Tensor f32 = Tensor::empty(logits.shape(), DType::F32, logits.device());
+  ops::cast(f32, logits);
+  Tensor host = f32.device().is_cpu() ? f32 : f32.copy_to(Device::cpu());
+  const int64_t rows = logits.dim(0), vpad = logits.dim(1);
+  Tensor out = Tensor::empty({rows, vocab}, DType::F32);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < vocab; j++)
+      out.data<float>()[r * vocab + j] = cap * std::tanh(host.data<float>()[r * vpad + j] / cap);
+  return out;
+}
+
+}  // namespace
+
+Tensor GPT::forward_logits(const Tensor& inputs) {
+  NANODDP_ASSERT(inputs.ndim() == 2 && inputs.dtype() == DType::I32);
+  Workspace& ws = workspace(train_ws_, inputs.dim(0), inputs.dim(1));
+  load_batch(ws, inputs, nullptr);
+  forward_trunk(ws);
+  constexpr float kNormEps = 1.1920929e-07f;
+  ops::rmsnorm_forward(ws.xf, ws.rstd_f, ws.x, kNormEps);
+  Tensor logits = Tensor::empty({ws.tokens, config_.padded_vocab()}, act_dtype_, device_);
+  ops::matmul(logits, ws.xf, false, params_[lm_head_].compute, true);
+  return capped_host_logits(logits, config_.vocab_size, config_.softcap);
+}
+
 Tensor GPT::forward_next(const Tensor& ids, KVCache& cache) {
   NANODDP_ASSERT(ids.ndim() == 2 && ids.dtype() == DType::I32 && ids.dim(0) == cache.k_[0].dim(0));
   const int64_t batch = ids.dim(0), t = ids.dim(1), vocab = config_.vocab_size;
@@ -33,15 +62,7 @@ Tensor GPT::forward_next(const Tensor& ids, KVCache& cache) {
   for (int64_t b = 0; b < batch; b++) ops::cast(last.rows(b, b + 1), ws.xf.rows(b * t + t - 1, b * t + t));
   Tensor logits = Tensor::empty({batch, config_.padded_vocab()}, act_dtype_, device_);
   ops::matmul(logits, last, false, params_[lm_head_].compute, true);
-  Tensor logits32 = Tensor::empty(logits.shape(), DType::F32, device_);
-  ops::cast(logits32, logits);
-  Tensor host = logits32.device().is_cpu() ? logits32 : logits32.copy_to(Device::cpu());
-  Tensor out = Tensor::empty({batch, vocab}, DType::F32);
-  const float cap = config_.softcap;
-  for (int64_t b = 0; b < batch; b++)
-    for (int64_t j = 0; j < vocab; j++)
-      out.data<float>()[b * vocab + j] = cap * std::tanh(host.data<float>()[b * config_.padded_vocab() + j] / cap);
-  return out;
+  return capped_host_logits(logits, vocab, config_.softcap);
 }
 
 }  // namespace nanoddp::model

@@ -36,7 +36,7 @@ class Backend {
   virtual void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                             const AdamWStep& s) = 0;
   virtual void muon_momentum(const Tensor& g, const Tensor& buf, float momentum) = 0;
-  virtual void newton_schulz(const Tensor& x, int steps) = 0;
+  virtual void newton_schulz(const Tensor& x, int steps, bool bf16) = 0;
 
   // Blocks the host until all work queued on this backend's device has finished (a no-op on CPU).
   virtual void synchronize() = 0;

@@ -161,9 +161,9 @@ void muon_momentum(const Tensor& g, const Tensor& buf, float momentum) {
   backend(g.device()).muon_momentum(g, buf, momentum);
 }
 
-void newton_schulz(const Tensor& x, int steps) {
+void newton_schulz(const Tensor& x, int steps, bool bf16) {
   NANODDP_ASSERT(x.ndim() == 2 && x.dtype() == DType::F32 && steps >= 0);
-  backend(x.device()).newton_schulz(x, steps);
+  backend(x.device()).newton_schulz(x, steps, bf16);
 }
 
 }  // namespace nanoddp::ops

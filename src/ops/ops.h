@@ -80,12 +80,15 @@ struct AdamWStep {
 // p = p (1 - lr wd) - lr * mhat / (sqrt(vhat) + eps), mhat = m / (1-b1^step), vhat = v / (1-b2^step).
 void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWStep& s);
 
-// Muon's Nesterov momentum, in place: buf = lerp(buf, g, 1 - momentum); g = lerp(g, buf, momentum).
+// Muon's Nesterov momentum, in place: buf = lerp(buf, g, 1 - momentum); g = lerp(g, buf, momentum),
+// with torch.lerp's rounding (a + w (b - a) for w < 0.5, else b - (b - a)(1 - w)).
 void muon_momentum(const Tensor& g, const Tensor& buf, float momentum);
 
-// Newton-Schulz orthogonalisation of x [rows, cols] (f32, in place), in bf16 arithmetic as nanochat
-// does it: transpose if rows > cols, x /= (||x||_F + 1e-7), `steps` times A = x x^T,
-// B = b A + c A A, x = a x + B x with (a, b, c) = (3.4445, -4.7750, 2.0315), transpose back.
-void newton_schulz(const Tensor& x, int steps);
+// Newton-Schulz orthogonalisation of x [rows, cols] (f32 storage, in place): transpose if
+// rows > cols, x /= (||x||_F + 1e-7), `steps` times A = x x^T, B = b A + c A A, x = a x + B x
+// with (a, b, c) = (3.4445, -4.7750, 2.0315), transpose back. With bf16, every op's result is
+// rounded to bf16 as nanochat's bf16 tensors are (GEMMs accumulate in f32 and round once;
+// scalars stay f32 as in PyTorch's CUDA kernels); otherwise all arithmetic is f32.
+void newton_schulz(const Tensor& x, int steps, bool bf16 = true);
 
 }  // namespace nanoddp::ops

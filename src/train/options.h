@@ -28,6 +28,7 @@ struct TrainOptions {
   double unembedding_lr = 0.004;
   double matrix_lr = 0.02;
   double adamw_matrix_lr = 0.003;
+  std::string muon_precision = "bf16";
   double weight_decay = 0.0;
   double warmup_ratio = 0.0;
   double warmdown_ratio = 0.2;
@@ -74,6 +75,7 @@ struct TrainOptions {
     v(unembedding_lr, "unembedding_lr", "AdamW lr of lm_head, times (model_dim/768)^-0.5");
     v(matrix_lr, "matrix_lr", "Muon lr of the block matrices");
     v(adamw_matrix_lr, "adamw_matrix_lr", "AdamW lr of the block matrices with --optimizer adamw");
+    v(muon_precision, "muon_precision", "Arithmetic of Muon's Newton-Schulz: bf16 (nanochat) or f32");
     v(weight_decay, "weight_decay", "AdamW weight decay");
     v(warmup_ratio, "warmup_ratio", "Fraction of iterations of linear LR warmup");
     v(warmdown_ratio, "warmdown_ratio", "Fraction of iterations of linear LR warmdown at the end");

@@ -108,6 +108,9 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group)
   oc.matrix_lr = opts.matrix_lr;
   oc.adamw_matrix_lr = opts.adamw_matrix_lr;
   oc.weight_decay = opts.weight_decay;
+  NANODDP_CHECK(opts.muon_precision == "bf16" || opts.muon_precision == "f32", "--muon_precision must be bf16 or "
+                "f32 (got '{}')", opts.muon_precision);
+  oc.ns_bf16 = opts.muon_precision == "bf16";
   optimizer_ = std::make_unique<ddp::Optimizer>(*model_, *reducer_, oc);
   data::LoaderOptions lo{opts.device_batch_size, opts.max_seq_len, group.rank(), group.size(), opts.shuffle,
                          opts.seed};

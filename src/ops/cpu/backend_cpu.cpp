@@ -59,7 +59,7 @@ class CpuBackend final : public Backend {
   void muon_momentum(const Tensor& g, const Tensor& buf, float momentum) override {
     cpu::muon_momentum(g, buf, momentum);
   }
-  void newton_schulz(const Tensor& x, int steps) override { cpu::newton_schulz(x, steps); }
+  void newton_schulz(const Tensor& x, int steps, bool bf16) override { cpu::newton_schulz(x, steps, bf16); }
   void synchronize() override {}
 };
 

@@ -27,7 +27,7 @@ void softcap_cross_entropy(const Tensor& losses, const Tensor& logits, const Ten
                            float softcap, float grad_scale);
 void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWStep& s);
 void muon_momentum(const Tensor& g, const Tensor& buf, float momentum);
-void newton_schulz(const Tensor& x, int steps);
+void newton_schulz(const Tensor& x, int steps, bool bf16);
 
 // Row-major sgemm on raw pointers (leading dimensions in elements), shared by the kernels above.
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,

@@ -28,32 +28,46 @@ void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tenso
   }
 }
 
+namespace {
+
+// torch.lerp's formula (two forms, chosen by the weight, for accuracy near either end), so that
+// the momentum is bit-identical to nanochat's before it enters the rounding-sensitive
+// Newton-Schulz iteration.
+inline float lerp(float a, float b, float w) { return w < 0.5f ? a + w * (b - a) : b - (b - a) * (1.f - w); }
+
+}  // namespace
+
 void muon_momentum(const Tensor& g, const Tensor& buf, float momentum) {
   float *pg = g.data<float>(), *pb = buf.data<float>();
   const int64_t n = g.numel();
-  const float w = 1.f - momentum;
 #pragma omp parallel for simd if (n > kParallelGrain)
   for (int64_t i = 0; i < n; i++) {
-    float b = pb[i] + w * (pg[i] - pb[i]);  // lerp(buf, g, 1 - momentum)
-    pb[i] = b;
-    pg[i] = pg[i] + momentum * (b - pg[i]);  // lerp(g, buf, momentum)
+    pb[i] = lerp(pb[i], pg[i], 1.f - momentum);
+    pg[i] = lerp(pg[i], pb[i], momentum);
   }
 }
 
 namespace {
 
-// Rounds every element to bf16 (kept in f32): emulates a bf16 tensor op's output.
-void round_bf16(float* x, int64_t n) {
+// Rounds every element to bf16 (kept in f32), emulating a bf16 tensor op's output; a no-op in
+// f32 mode.
+struct Rounding {
+  bool bf16;
+  float operator()(float v) const { return bf16 ? round_to_bf16(v) : v; }
+  void all(float* x, int64_t n) const {
+    if (!bf16) return;
 #pragma omp parallel for if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; i++) x[i] = round_to_bf16(x[i]);
-}
+    for (int64_t i = 0; i < n; i++) x[i] = round_to_bf16(x[i]);
+  }
+};
 
 }  // namespace
 
-// nanochat runs Newton-Schulz on bf16 tensors. Each step below rounds its result to bf16 as the
-// corresponding PyTorch bf16 op would (GEMMs accumulate in f32 and round once), evaluating
-// b * A + c * A @ A as (b A) + ((c A) A), the order Python gives that expression.
-void newton_schulz(const Tensor& x, int steps) {
+// nanochat runs Newton-Schulz on bf16 tensors. In bf16 mode each step below rounds its result to
+// bf16 as the corresponding PyTorch bf16 op on CUDA would (GEMMs accumulate in f32 and round once,
+// scalars are f32), evaluating b * A + c * A @ A as (b A) + ((c A) A), the order Python gives it.
+void newton_schulz(const Tensor& x, int steps, bool bf16) {
+  const Rounding r{bf16};
   constexpr float a = 3.4445f, b = -4.7750f, c = 2.0315f;
   const int64_t rows = x.dim(0), cols = x.dim(1);
   const bool transposed = rows > cols;
@@ -71,7 +85,7 @@ void newton_schulz(const Tensor& x, int steps) {
 
   for (int64_t i = 0; i < rows; i++)
     for (int64_t j = 0; j < cols; j++) {
-      float v = round_to_bf16(px[i * cols + j]);
+      float v = r(px[i * cols + j]);
       if (transposed)
         X[j * rows + i] = v;
       else
@@ -79,20 +93,20 @@ void newton_schulz(const Tensor& x, int steps) {
     }
   double ss = 0;
   for (int64_t i = 0; i < m * n; i++) ss += double(X[i]) * X[i];
-  const float norm = round_to_bf16(static_cast<float>(std::sqrt(ss)));
-  const float denom = round_to_bf16(norm + 1e-7f);
-  for (int64_t i = 0; i < m * n; i++) X[i] = round_to_bf16(X[i] / denom);
+  const float norm = r(static_cast<float>(std::sqrt(ss)));
+  const float denom = r(norm + 1e-7f);
+  for (int64_t i = 0; i < m * n; i++) X[i] = r(X[i] / denom);
 
   for (int s = 0; s < steps; s++) {
     sgemm(false, true, m, m, n, 1.f, X, n, X, n, 0.f, A, m);  // A = X X^T
-    round_bf16(A, m * m);
-    for (int64_t i = 0; i < m * m; i++) cA[i] = round_to_bf16(c * A[i]);
+    r.all(A, m * m);
+    for (int64_t i = 0; i < m * m; i++) cA[i] = r(c * A[i]);
     sgemm(false, false, m, m, m, 1.f, cA, m, A, m, 0.f, B, m);  // (cA) A
-    round_bf16(B, m * m);
-    for (int64_t i = 0; i < m * m; i++) B[i] = round_to_bf16(round_to_bf16(b * A[i]) + B[i]);
+    r.all(B, m * m);
+    for (int64_t i = 0; i < m * m; i++) B[i] = r(r(b * A[i]) + B[i]);
     sgemm(false, false, m, n, m, 1.f, B, m, X, n, 0.f, BX, n);  // B X
-    round_bf16(BX, m * n);
-    for (int64_t i = 0; i < m * n; i++) X[i] = round_to_bf16(round_to_bf16(a * X[i]) + BX[i]);
+    r.all(BX, m * n);
+    for (int64_t i = 0; i < m * n; i++) X[i] = r(r(a * X[i]) + BX[i]);
   }
 
   for (int64_t i = 0; i < rows; i++)
