@@ -29,7 +29,8 @@ ShardReader::ShardReader(const std::string& path) : path_(path) {
   ::close(fd);
   NANODDP_CHECK(map_ != MAP_FAILED, "cannot map token shard {}: {}", path, std::strerror(errno));
   map_bytes_ = file_bytes;
-  const int32_t* header = static_cast<const int32_t*>(map_);
+  int32_t header[3];  // copied: the error paths below unmap the file before formatting messages
+  std::memcpy(header, map_, sizeof header);
   if (header[0] == kShardMagicU16 && header[1] == kShardVersionU16) {
     width_ = 2;
   } else if (header[0] == kShardMagicU32 && header[1] == kShardVersionU32) {

@@ -67,6 +67,38 @@ std::optional<int64_t> latest_checkpoint(const std::string& out) {
   return steps.back();
 }
 
+std::string resolve_checkpoint(const std::string& path) {
+  if (fs::exists(fs::path(path) / "DONE")) return path;
+  auto latest = latest_checkpoint(path);
+  NANODDP_CHECK(latest.has_value(), "{} is neither a complete checkpoint (no DONE file) nor a run directory with "
+                "checkpoints/step_*/DONE", path);
+  return checkpoint_dir(path, *latest);
+}
+
+nlohmann::json read_checkpoint_meta(const std::string& dir) {
+  const fs::path path = fs::path(dir) / CheckpointFiles().meta;
+  std::ifstream in(path);
+  NANODDP_CHECK(in.good(), "cannot read {}", path.string());
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    NANODDP_FAIL("{} is not valid JSON: {}", path.string(), e.what());
+  }
+}
+
+void write_model_checkpoint(const std::string& out, int64_t step, const std::vector<std::pair<std::string, Tensor>>& model,
+                            const nlohmann::json& meta) {
+  const fs::path final_dir = checkpoint_dir(out, step), tmp = final_dir.string() + ".tmp";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  write_tensors(tmp / CheckpointFiles().model, model);
+  write_text(tmp / CheckpointFiles().meta, meta.dump(2));
+  write_text(tmp / "DONE", fmt::format("{}\n", step));
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  fsync_path(final_dir.parent_path());
+}
+
 void save_checkpoint(const std::string& out, const CheckpointContents& c, dist::ProcessGroup& group, int keep_last) {
   const fs::path final_dir = checkpoint_dir(out, c.step), tmp = final_dir.string() + ".tmp";
   const bool primary = group.rank() == 0;

@@ -44,4 +44,14 @@ struct CheckpointContents {
 // Collective: every rank of `group` calls it with the same step.
 void save_checkpoint(const std::string& out, const CheckpointContents& c, dist::ProcessGroup& group, int keep_last);
 
+// A complete checkpoint directory from what a user names: a checkpoint directory itself, or a
+// run's OUT directory (its newest complete checkpoint). Throws nanoddp::Error when there is none.
+std::string resolve_checkpoint(const std::string& path);
+// meta.json of a checkpoint directory.
+nlohmann::json read_checkpoint_meta(const std::string& dir);
+// Writes a model-only checkpoint (no optimizer state) at OUT/checkpoints/step_{step}: what
+// `nanoddp import` makes from a safetensors file.
+void write_model_checkpoint(const std::string& out, int64_t step, const std::vector<std::pair<std::string, Tensor>>& model,
+                            const nlohmann::json& meta);
+
 }  // namespace nanoddp::train

@@ -17,7 +17,11 @@ MetricsLog::MetricsLog(const std::string& out, bool primary, int64_t resume_step
     std::stringstream kept;
     for (std::string line; std::getline(in, line);) {
       auto j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.value("step", int64_t{0}) < resume_step) kept << line << '\n';
+      if (j.is_discarded()) continue;
+      // A training line's step counts completed steps (line S is the checkpoint's last); the
+      // evaluation at step S runs again after the resume.
+      const int64_t step = j.value("step", int64_t{0});
+      if (j.contains("loss") ? step <= resume_step : step < resume_step) kept << line << '\n';
     }
     in.close();
     std::ofstream(path, std::ios::trunc) << kept.str();

@@ -14,7 +14,8 @@ namespace nanoddp::train {
 class MetricsLog {
  public:
   // Rank 0 opens OUT/metrics.jsonl for appending; on a resume from step S it first drops the lines
-  // of steps >= S, which the resumed run writes again. Other ranks write nothing.
+  // the resumed run writes again (training lines after S, evaluations from S on). Other ranks
+  // write nothing.
   MetricsLog(const std::string& out, bool primary, int64_t resume_step);
   ~MetricsLog();
   void write(const nlohmann::json& line);

@@ -183,6 +183,8 @@ void Trainer::save(int64_t step) {
             {"options", options_to_json(opts_)},
             {"loader", {{"epoch", loader.epoch}, {"cursor", loader.cursor}}},
             {"world_size", group_.size()},
+            {"data_dir", std::filesystem::absolute(opts_.data).string()},
+            {"tokenizer", meta_.tokenizer},
             {"tokens_seen", step * plan_.tokens_per_step},
             {"nanoddp_version", NANODDP_VERSION},
             {"val_bpb", result_.eval ? nlohmann::json(result_.eval->bpb) : nlohmann::json()},

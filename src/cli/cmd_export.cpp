@@ -1,0 +1,36 @@
+// nanoddp export / import: checkpoints to and from safetensors files under nanochat's names.
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/option_flags.h"
+#include "train/checkpoint.h"
+#include "train/model_io.h"
+
+namespace nanoddp::cli {
+
+void add_export_commands(CLI::App& root) {
+  auto* exp = root.add_subcommand("export", "Write a checkpoint's weights as safetensors (nanochat's names, f32)");
+  auto checkpoint = std::make_shared<std::string>("out");
+  auto file = std::make_shared<std::string>();
+  exp->add_option("--checkpoint", *checkpoint, "Checkpoint directory, or a run's OUT directory (its newest)")
+      ->capture_default_str();
+  exp->add_option("--out", *file, "The .safetensors file to write")->required();
+  exp->callback([checkpoint, file] {
+    const std::string dir = train::resolve_checkpoint(*checkpoint);
+    train::export_safetensors(dir, *file);
+    fmt::print("exported {} to {}\n", dir, *file);
+  });
+
+  auto* imp = root.add_subcommand("import", "Make a checkpoint from a safetensors file with nanochat's names");
+  auto opts = std::make_shared<train::ImportOptions>();
+  imp->add_option("--input", opts->input, "The .safetensors file to read")->required();
+  imp->add_option("--out", opts->out, "Run directory to create the checkpoint in")->required();
+  imp->add_option("--data", opts->data, "Dataset directory whose tokenizer goes with these weights");
+  imp->add_option(flag_names("vocab_size"), opts->vocab_size, "True vocabulary size (files without nanoddp metadata)");
+  imp->add_option(flag_names("n_head"), opts->n_head, "Attention heads (files without nanoddp metadata)");
+  imp->add_option(flag_names("max_seq_len"), opts->max_seq_len, "Context length (files without nanoddp metadata)")
+      ->capture_default_str();
+  imp->callback([opts] { fmt::print("imported {} as {}\n", opts->input, train::import_safetensors(*opts)); });
+}
+
+}  // namespace nanoddp::cli

@@ -1,0 +1,78 @@
+// nanoddp sample: generate text from a checkpoint with a KV cache.
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/option_flags.h"
+#include "model/generate.h"
+#include "train/checkpoint.h"
+#include "train/model_io.h"
+
+namespace nanoddp::cli {
+
+namespace {
+
+struct SampleArgs {
+  std::string checkpoint = "out";
+  std::string prompt = "";
+  int64_t max_tokens = 128;
+  double temperature = 0.8;
+  int64_t top_k = 50;
+  uint64_t seed = 42;
+  std::string data = "";
+  std::string device = "cpu";
+  template <typename V>
+  void visit(V&& v) {
+    v(checkpoint, "checkpoint", "Checkpoint directory, or a run's OUT directory (its newest checkpoint)");
+    v(prompt, "prompt", "Text to continue (a <|bos|> is put before it)");
+    v(max_tokens, "max_tokens", "Tokens to generate");
+    v(temperature, "temperature", "Sampling temperature (0 = greedy)");
+    v(top_k, "top_k", "Sample among the k most likely tokens (0 = all)");
+    v(seed, "seed", "Random seed of the sampler");
+    v(data, "data", "Dataset directory whose tokenizer to use (default: the one recorded in the checkpoint)");
+    v(device, "device", "cpu or cuda");
+  }
+};
+
+}  // namespace
+
+void add_sample_command(CLI::App& root) {
+  auto* cmd = root.add_subcommand("sample", "Generate text from a trained checkpoint");
+  auto args = std::make_shared<SampleArgs>();
+  add_option_flags(*cmd, *args);
+  cmd->callback([args] {
+    const std::string dir = train::resolve_checkpoint(args->checkpoint);
+    auto model = train::load_model(dir, parse_device(args->device));
+    auto tokenizer = train::load_checkpoint_tokenizer(dir, args->data);
+    std::vector<int32_t> prompt{tokenizer->bos_id()};
+    auto ids = tokenizer->encode(args->prompt);
+    prompt.insert(prompt.end(), ids.begin(), ids.end());
+    model::SampleOptions so;
+    so.max_tokens = args->max_tokens;
+    so.temperature = static_cast<float>(args->temperature);
+    so.top_k = args->top_k;
+    so.seed = args->seed;
+    so.stop_token = tokenizer->bos_id();
+    // Print as tokens arrive: decode everything so far and print what is new (a token may end in
+    // the middle of a UTF-8 character, which the next one completes).
+    std::vector<int32_t> generated;
+    size_t printed = 0;
+    fmt::print("{}", args->prompt);
+    model::generate(*model, prompt, so, [&](int32_t id) {
+      if (id == so.stop_token) return;
+      generated.push_back(id);
+      std::string text = tokenizer->decode(generated);
+      size_t end = text.size();
+      while (end > printed && (static_cast<unsigned char>(text[end - 1]) & 0xC0) == 0x80) end--;  // a partial char
+      if (end > printed && static_cast<unsigned char>(text[end - 1]) >= 0xC0) end--;
+      fmt::print("{}", text.substr(printed, end - printed));
+      std::fflush(stdout);
+      printed = end;
+    });
+    std::string text = tokenizer->decode(generated);
+    fmt::print("{}\n", text.substr(printed));
+  });
+}
+
+}  // namespace nanoddp::cli

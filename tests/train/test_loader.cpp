@@ -1,0 +1,161 @@
+// The distributed token loader: in one epoch the ranks together read every row once and none
+// twice, W ranks read what one rank with W accumulation steps reads, the shuffle is seeded by
+// (seed, epoch), and the state restores the position exactly. Plus the shard format's errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "data/loader.h"
+#include "data/shard.h"
+#include "test_util.h"
+
+namespace nanoddp::data {
+namespace {
+
+// Shards whose tokens are their global positions: 0, 1, 2, ... (u32, so every id is distinct).
+void write_counting_shards(const std::string& dir, const std::vector<int64_t>& sizes) {
+  std::filesystem::create_directories(dir);
+  int64_t next = 0;
+  for (size_t s = 0; s < sizes.size(); s++) {
+    ShardWriter w(fmt::format("{}/train_{:06d}.bin", dir, s), int64_t{1} << 20);
+    std::vector<int32_t> tokens(sizes[s]);
+    for (auto& t : tokens) t = static_cast<int32_t>(next++);
+    w.append(tokens.data(), sizes[s]);
+    w.finish();
+  }
+}
+
+struct Row {
+  int32_t first_input;
+  bool operator<(const Row& o) const { return first_input < o.first_input; }
+};
+
+// Every rank's rows of one epoch, in call order.
+std::vector<std::vector<int32_t>> read_epoch(const std::string& dir, int world, bool shuffle, int64_t b, int64_t t) {
+  std::vector<std::vector<int32_t>> per_rank(world);
+  for (int r = 0; r < world; r++) {
+    TokenLoader loader(dir, "train", {b, t, r, world, shuffle, 99});
+    const int64_t calls = loader.units_per_epoch() / world;
+    Tensor in = Tensor::empty({b, t}, DType::I32), tg = Tensor::empty({b, t}, DType::I32);
+    for (int64_t c = 0; c < calls; c++) {
+      loader.next(in, tg);
+      for (int64_t i = 0; i < b * t; i++) {
+        per_rank[r].push_back(in.data<int32_t>()[i]);
+        EXPECT_EQ(tg.data<int32_t>()[i], in.data<int32_t>()[i] + 1);  // targets are the next tokens
+      }
+    }
+    EXPECT_EQ(loader.state().epoch, 0);
+  }
+  return per_rank;
+}
+
+class EpochCoverage : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(EpochCoverage, EveryRowOnceAndNoTokenTwice) {
+  auto [world, shuffle] = GetParam();
+  testing::ScratchDir dir(fmt::format("loader_cover_{}_{}", world, shuffle));
+  write_counting_shards(dir.str(), {1000, 777});  // windows: 124 + 97 = 221; units of 3 windows: 73
+  const int64_t b = 3, t = 8;
+  auto per_rank = read_epoch(dir.str(), world, shuffle, b, t);
+  std::set<int32_t> seen;
+  int64_t total = 0;
+  for (auto& tokens : per_rank) {
+    for (int32_t tok : tokens) EXPECT_TRUE(seen.insert(tok).second) << "token " << tok << " read twice";
+    total += static_cast<int64_t>(tokens.size());
+  }
+  const int64_t usable_units = 73 / world * world;
+  EXPECT_EQ(total, usable_units * b * t);
+  if (!shuffle) {
+    // In order, only the dropped tail of the epoch is missing: the inputs of every window.
+    for (int64_t w = 0; w < usable_units * b; w++) {
+      const int64_t first = w < 124 ? w * t : 1000 + (w - 124) * t;
+      for (int64_t i = 0; i < t; i++) EXPECT_TRUE(seen.count(static_cast<int32_t>(first + i))) << first + i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, EpochCoverage,
+                         ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(false, true)));
+
+TEST(Loader, WorldWReadsWhatOneRankWithWAccumulationStepsReads) {
+  testing::ScratchDir dir("loader_equivalence");
+  write_counting_shards(dir.str(), {5000});
+  const int64_t b = 2, t = 16;
+  for (int world : {2, 3}) {
+    TokenLoader single(dir.str(), "train", {b, t, 0, 1, true, 5});
+    std::vector<TokenLoader> ranks;
+    for (int r = 0; r < world; r++) ranks.emplace_back(dir.str(), "train", LoaderOptions{b, t, r, world, true, 5});
+    Tensor in = Tensor::empty({b, t}, DType::I32), tg = Tensor::empty({b, t}, DType::I32);
+    for (int step = 0; step < 20; step++)  // crosses the epoch boundary (156 windows, 78 units)
+      for (int r = 0; r < world; r++) {
+        auto ids = [&] { return std::vector<int32_t>(in.data<int32_t>(), in.data<int32_t>() + in.numel()); };
+        single.next(in, tg);
+        auto want = ids();
+        ranks[r].next(in, tg);
+        EXPECT_EQ(ids(), want) << "world " << world << " step " << step << " rank " << r;
+      }
+  }
+}
+
+TEST(Loader, ShuffleIsSeededByEpochAndStateRestoresPosition) {
+  testing::ScratchDir dir("loader_shuffle");
+  write_counting_shards(dir.str(), {3000});
+  const int64_t b = 1, t = 10;
+  TokenLoader a(dir.str(), "train", {b, t, 0, 1, true, 1});
+  Tensor in = Tensor::empty({b, t}, DType::I32), tg = Tensor::empty({b, t}, DType::I32);
+  std::vector<int32_t> epoch0, epoch1;
+  for (int64_t i = 0; i < a.units_per_epoch(); i++) {
+    a.next(in, tg);
+    epoch0.push_back(in.data<int32_t>()[0]);
+  }
+  LoaderState mid;
+  for (int64_t i = 0; i < a.units_per_epoch(); i++) {
+    if (i == 100) mid = a.state();
+    a.next(in, tg);
+    epoch1.push_back(in.data<int32_t>()[0]);
+  }
+  EXPECT_NE(epoch0, epoch1);  // a new order every epoch
+  EXPECT_EQ(std::set<int32_t>(epoch0.begin(), epoch0.end()), std::set<int32_t>(epoch1.begin(), epoch1.end()));
+  TokenLoader b2(dir.str(), "train", {b, t, 0, 1, true, 1});
+  b2.set_state(mid);
+  for (int64_t i = 100; i < static_cast<int64_t>(epoch1.size()); i++) {
+    b2.next(in, tg);
+    EXPECT_EQ(in.data<int32_t>()[0], epoch1[i]);
+  }
+}
+
+TEST(Shards, BadFilesAreErrorsNamingTheFile) {
+  testing::ScratchDir dir("shard_errors");
+  write_counting_shards(dir.str(), {100});
+  const std::string good = dir.str("train_000000.bin");
+  EXPECT_EQ(ShardReader(good).size(), 100);
+  auto expect_error = [&](const std::string& path, const std::string& words) {
+    try {
+      ShardReader r(path);
+      FAIL() << path << " was accepted";
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      EXPECT_NE(msg.find(path), std::string::npos) << msg;
+      EXPECT_NE(msg.find(words), std::string::npos) << msg;
+    }
+  };
+  std::filesystem::copy_file(good, dir.str("cut.bin"));
+  std::filesystem::resize_file(dir.str("cut.bin"), 1024 + 50 * 4);
+  expect_error(dir.str("cut.bin"), "truncated");
+  std::filesystem::copy_file(good, dir.str("magic.bin"));
+  {
+    std::fstream f(dir.str("magic.bin"), std::ios::in | std::ios::out | std::ios::binary);
+    int32_t bad = 12345;
+    f.write(reinterpret_cast<char*>(&bad), 4);
+  }
+  expect_error(dir.str("magic.bin"), "not a token shard");
+  expect_error(dir.str("missing.bin"), "cannot open");
+  EXPECT_THROW(TokenLoader(dir.str("empty"), "train", {1, 8, 0, 1, false, 0}), Error);
+  EXPECT_THROW(TokenLoader(dir.str(), "val", {1, 8, 0, 1, false, 0}), Error);
+  EXPECT_THROW(TokenLoader(dir.str(), "train", {20, 8, 0, 1, false, 0}), Error);  // too few windows
+}
+
+}  // namespace
+}  // namespace nanoddp::data
