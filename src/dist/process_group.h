@@ -40,6 +40,8 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
   virtual std::string backend_name() const = 0;
+  // The device whose tensors the collectives take: CPU for gloo and mpi, the rank's GPU for nccl.
+  virtual Device device() const { return Device::cpu(); }
 
   // t (in place) = op over ranks of t. Float and integer dtypes.
   virtual WorkPtr allreduce(const Tensor& t, ReduceOp op) = 0;

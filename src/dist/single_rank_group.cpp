@@ -14,6 +14,7 @@ class SingleRankGroup final : public ProcessGroup {
   explicit SingleRankGroup(Device device) : ProcessGroup(0, 1), device_(device) {}
 
   std::string backend_name() const override { return "single"; }
+  Device device() const override { return device_; }
 
   WorkPtr allreduce(const Tensor& t, ReduceOp) override {
     check_device(t);

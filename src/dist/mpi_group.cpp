@@ -1,0 +1,263 @@
+#include "dist/mpi_group.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "core/error.h"
+#include "dist/collective.h"
+#include "dist/collective_watch.h"
+#include "dist/prefix_store.h"
+#include "dist/tcp_store.h"
+#include "dist/work.h"
+
+namespace nanoddp::dist {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+std::atomic<int> g_live_groups{0};
+bool g_we_initialized = false;  // MPI_Init_thread was ours, so MPI_Finalize is too
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return std::string(text, size_t(len));
+}
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I32: return MPI_INT32_T;
+    case DType::I64: return MPI_INT64_T;
+    default: NANODDP_ASSERT(false, "mpi_type({})", dtype_name(dtype));
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
+
+// MPI counts are ints; larger tensors would need derived types.
+int mpi_count(size_t count, const char* collective) {
+  NANODDP_CHECK(count <= size_t(INT_MAX), "{} of {} elements exceeds MPI's int count limit: split the tensor",
+                collective, count);
+  return int(count);
+}
+
+// Rank 0 serves a store on a free port; every rank learns "host:port" through MPI_Bcast.
+std::shared_ptr<Store> store_through_mpi(MPI_Comm comm, int rank, milliseconds timeout,
+                                         std::unique_ptr<TcpStoreServer>& server) {
+  // All ranks on one host (the common single-node case) use loopback; otherwise rank 0's hostname.
+  MPI_Comm local;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  int local_size = 0, world_size = 0;
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_size(comm, &world_size);
+  MPI_Comm_free(&local);
+  char endpoint[512] = {};
+  if (rank == 0) {
+    server = std::make_unique<TcpStoreServer>(TcpStoreServerOptions{"", 0, store_token_from_env()});
+    char host[256] = "127.0.0.1";
+    if (local_size != world_size) gethostname(host, sizeof host - 1);
+    std::snprintf(endpoint, sizeof endpoint, "%s %d", host, server->port());
+  }
+  MPI_Bcast(endpoint, sizeof endpoint, MPI_CHAR, 0, comm);
+  char host[256] = {};
+  int port = 0;
+  NANODDP_ASSERT(std::sscanf(endpoint, "%255s %d", host, &port) == 2, "bad store endpoint '{}'", endpoint);
+  TcpStoreOptions o;
+  o.host = host;
+  o.port = port;
+  o.timeout = timeout;
+  return std::make_shared<TcpStore>(o);
+}
+
+}  // namespace
+
+struct MpiGroup::State {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::unique_ptr<TcpStoreServer> server;  // rank 0, when no store was given
+  std::shared_ptr<Store> store;
+  std::unique_ptr<CollectiveWatch> watch;
+  std::atomic<uint64_t> seq{0};
+  std::atomic<bool> failed{false};
+  std::string failure;  // worker thread writes it before setting `failed`
+  WorkQueue queue;      // declared last: destroyed first
+};
+
+MpiGroup::WorldInfo MpiGroup::init_mpi() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  NANODDP_CHECK(!finalized, "MPI was already finalized in this process: create the MPI group once");
+  if (!initialized) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    NANODDP_CHECK(provided >= MPI_THREAD_SERIALIZED,
+                  "this MPI library gives thread level {} but nanoddp needs MPI_THREAD_SERIALIZED: use a "
+                  "thread-enabled MPI build",
+                  provided);
+    g_we_initialized = true;
+  } else {
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    NANODDP_CHECK(provided >= MPI_THREAD_SERIALIZED,
+                  "MPI was initialised with thread level {}; initialise it with MPI_THREAD_SERIALIZED or higher",
+                  provided);
+  }
+  WorldInfo w{};
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+  return w;
+}
+
+MpiGroup::MpiGroup(MpiGroupOptions options) : MpiGroup(init_mpi(), std::move(options)) {}
+
+MpiGroup::MpiGroup(WorldInfo world, MpiGroupOptions options)
+    : ProcessGroup(world.rank, world.size), options_(std::move(options)), state_(std::make_unique<State>()) {
+  g_live_groups++;
+  MPI_Comm_dup(MPI_COMM_WORLD, &state_->comm);
+  MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN);
+  state_->store = options_.store ? options_.store
+                                 : store_through_mpi(state_->comm, rank(), options_.timeout, state_->server);
+  state_->watch = std::make_unique<CollectiveWatch>(std::make_shared<PrefixStore>("mpi/watch", state_->store), rank(),
+                                                    size(), options_.timeout);
+}
+
+MpiGroup::~MpiGroup() {
+  State& st = *state_;
+  st.queue.enqueue([] {})->wait();
+  if (st.failed) {
+    // A collective is still pending inside MPI and can never finish: MPI_Finalize would hang.
+    std::fprintf(stderr, "nanoddp: error: [rank %d] %s\n", rank(), st.failure.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  // Leave together, so that rank 0 keeps serving the store until every rank is done with it.
+  try {
+    barrier()->wait();
+  } catch (const Error&) {
+  }
+  st.watch.reset();
+  MPI_Comm_free(&st.comm);
+  if (--g_live_groups == 0 && g_we_initialized) MPI_Finalize();
+}
+
+MPI_Comm MpiGroup::comm() const { return state_->comm; }
+const std::shared_ptr<Store>& MpiGroup::store() const { return state_->store; }
+
+WorkPtr MpiGroup::submit(const char* name, const Tensor& t, const char* op, std::function<int(MPI_Request*)> start,
+                         std::function<void()> after) {
+  CollectiveInfo info{name, ++state_->seq, t.defined() ? t.nbytes() : 0, t.dtype(), op, t.defined()};
+  state_->watch->issued(info.seq);
+  State* st = state_.get();
+  milliseconds timeout = options_.timeout;
+  int rank = this->rank();
+  return st->queue.enqueue([st, info, timeout, rank, start = std::move(start), after = std::move(after)] {
+    NANODDP_CHECK(!st->failed, "{} was not run because this process group failed earlier ({}); restart the job",
+                  info.describe(), st->failure);
+    MPI_Request request = MPI_REQUEST_NULL;
+    int rc = start(&request);
+    NANODDP_CHECK(rc == MPI_SUCCESS, "{} could not start on rank {}: {}", info.describe(), rank, mpi_error_text(rc));
+    // Poll: spin while the collective is likely to finish soon (small messages), then back off so
+    // a long wait does not burn a core the training thread needs. Each MPI_Test also drives MPI's
+    // progress engine, which nonblocking collectives depend on.
+    auto start_time = Clock::now(), deadline = start_time + timeout;
+    int done = 0;
+    for (uint64_t polls = 0;; polls++) {
+      rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS || done) break;
+      if (polls < 2000) continue;
+      auto now = Clock::now();
+      if (now > deadline) break;
+      std::this_thread::sleep_for(now - start_time < milliseconds(100) ? std::chrono::microseconds(20)
+                                                                       : std::chrono::microseconds(200));
+    }
+    if (rc == MPI_SUCCESS && done) {
+      if (after) after();
+      return;
+    }
+    std::string what = rc != MPI_SUCCESS ? fmt::format("failed ({})", mpi_error_text(rc))
+                                         : fmt::format("timed out after {:g} s", timeout.count() / 1000.0);
+    st->failure = fmt::format("{} {} on rank {}", info.describe(), what, rank);
+    st->failure += ": " + st->watch->diagnose(info.seq);
+    st->failed = true;
+    throw Error(st->failure);
+  });
+}
+
+WorkPtr MpiGroup::allreduce(const Tensor& t, ReduceOp op) {
+  check_reducible("allreduce", "mpi", t.dtype());
+  NANODDP_CHECK(t.device().is_cpu(), "the mpi backend takes CPU tensors, not {}", t.device().str());
+  int count = mpi_count(size_t(t.numel()), "allreduce");
+  int world = size();
+  return submit(
+      "allreduce", t, reduce_op_name(op),
+      [this, t, op, count](MPI_Request* req) {
+        if (count == 0) return MPI_Ibarrier(state_->comm, req);  // keeps the ranks in step, moves nothing
+        return MPI_Iallreduce(MPI_IN_PLACE, t.raw(), count, mpi_type(t.dtype()), mpi_op(op), state_->comm, req);
+      },
+      [t, op, count, world] {
+        if (op == ReduceOp::Avg) divide_in_place(t.raw(), size_t(count), t.dtype(), world);
+      });
+}
+
+WorkPtr MpiGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
+  check_reducible("reduce_scatter", "mpi", in.dtype());
+  check_reduce_scatter_shapes(out, in, size());
+  NANODDP_CHECK(in.device().is_cpu() && out.device().is_cpu(), "the mpi backend takes CPU tensors");
+  int count = mpi_count(size_t(in.numel()), "reduce_scatter") / size();
+  // MPI forbids the output overlapping the input: reduce into scratch, then copy.
+  const char* in_begin = static_cast<const char*>(in.raw());
+  const char* out_begin = static_cast<const char*>(out.raw());
+  bool overlaps = out.nbytes() > 0 && out_begin < in_begin + in.nbytes() && in_begin < out_begin + out.nbytes();
+  Tensor target = overlaps ? Tensor::empty(out.shape(), out.dtype()) : out;
+  int world = size();
+  return submit(
+      "reduce_scatter", in, reduce_op_name(op),
+      [this, in, target, op, count](MPI_Request* req) {
+        if (count == 0) return MPI_Ibarrier(state_->comm, req);
+        return MPI_Ireduce_scatter_block(in.raw(), target.raw(), count, mpi_type(in.dtype()), mpi_op(op),
+                                         state_->comm, req);
+      },
+      [out, target, op, count, world, overlaps] {
+        if (overlaps) copy(out, target);
+        if (op == ReduceOp::Avg) divide_in_place(out.raw(), size_t(count), out.dtype(), world);
+      });
+}
+
+WorkPtr MpiGroup::all_gather(const Tensor& out, const Tensor& in) {
+  check_all_gather_shapes(out, in, size());
+  NANODDP_CHECK(in.device().is_cpu() && out.device().is_cpu(), "the mpi backend takes CPU tensors");
+  int bytes = mpi_count(in.nbytes(), "all_gather");
+  bool in_place = in.raw() == static_cast<char*>(out.raw()) + size_t(rank()) * in.nbytes();
+  return submit("all_gather", out, nullptr, [this, out, in, bytes, in_place](MPI_Request* req) {
+    if (bytes == 0) return MPI_Ibarrier(state_->comm, req);
+    return MPI_Iallgather(in_place ? MPI_IN_PLACE : in.raw(), bytes, MPI_BYTE, out.raw(), bytes, MPI_BYTE,
+                          state_->comm, req);
+  });
+}
+
+WorkPtr MpiGroup::broadcast(const Tensor& t, int root) {
+  check_root(root, size());
+  NANODDP_CHECK(t.device().is_cpu(), "the mpi backend takes CPU tensors, not {}", t.device().str());
+  int bytes = mpi_count(t.nbytes(), "broadcast");
+  return submit("broadcast", t, nullptr, [this, t, root, bytes](MPI_Request* req) {
+    if (bytes == 0) return MPI_Ibarrier(state_->comm, req);
+    return MPI_Ibcast(t.raw(), bytes, MPI_BYTE, root, state_->comm, req);
+  });
+}
+
+WorkPtr MpiGroup::barrier() {
+  return submit("barrier", Tensor(), nullptr, [this](MPI_Request* req) { return MPI_Ibarrier(state_->comm, req); });
+}
+
+}  // namespace nanoddp::dist

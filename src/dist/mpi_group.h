@@ -1,0 +1,73 @@
+// The MPI process group, for processes started by mpirun or srun. Built when NANODDP_HAVE_MPI.
+//
+// Collectives are MPI's nonblocking ones (MPI_Iallreduce, MPI_Ireduce_scatter_block,
+// MPI_Iallgather, MPI_Ibcast, MPI_Ibarrier) on a duplicate of MPI_COMM_WORLD, started in issue
+// order by one worker thread (dist/work.h) that polls MPI_Test until they finish or the timeout
+// passes. MPI cannot cancel a started collective, so a timed-out one leaves the job unusable: wait()
+// throws the one-line error (naming the collective and the ranks that had not reached it, see
+// Note [collective progress] in dist/collective_watch.h), and when the group is destroyed after
+// such a failure it prints that line and calls MPI_Abort, which ends every rank instead of hanging
+// in MPI_Finalize.
+//
+// The progress reports need a store. Without one, rank 0 serves a TcpStore on a free port and
+// tells the other ranks its address with MPI_Bcast.
+#pragma once
+
+// The C API only: Open MPI's deprecated C++ bindings would need libmpi_cxx and warn.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+
+#include "dist/process_group.h"
+#include "dist/store.h"
+
+namespace nanoddp::dist {
+
+struct MpiGroupOptions {
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  std::shared_ptr<Store> store;  // null: rank 0 hosts one (see above)
+};
+
+class MpiGroup final : public ProcessGroup {
+ public:
+  // Initialises MPI (MPI_Init_thread) unless the program already did.
+  explicit MpiGroup(MpiGroupOptions options);
+  ~MpiGroup() override;
+
+  std::string backend_name() const override { return "mpi"; }
+  WorkPtr allreduce(const Tensor& t, ReduceOp op) override;
+  WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override;
+  WorkPtr all_gather(const Tensor& out, const Tensor& in) override;
+  WorkPtr broadcast(const Tensor& t, int root) override;
+  WorkPtr barrier() override;
+
+  // The group's communicator, for benchmarks that time raw MPI calls against ours. Use it only while
+  // no collective of this group is in flight.
+  MPI_Comm comm() const;
+  // The store the group reports progress to (the one given, or the one rank 0 hosts).
+  const std::shared_ptr<Store>& store() const;
+
+ private:
+  struct State;
+  struct WorldInfo {
+    int rank, size;
+  };
+  static WorldInfo init_mpi();
+  MpiGroup(WorldInfo world, MpiGroupOptions options);
+  // Queues a job that starts a nonblocking collective and polls it to completion.
+  WorkPtr submit(const char* name, const Tensor& t, const char* op, std::function<int(MPI_Request*)> start,
+                 std::function<void()> after = nullptr);
+
+  MpiGroupOptions options_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace nanoddp::dist
