@@ -136,8 +136,12 @@ std::vector<std::vector<int32_t>> BpeTokenizer::encode_batch(std::span<const std
   std::vector<std::unique_ptr<Workspace>> ws(workers);  // [workers], each used by one thread only
   parallel_for(static_cast<int64_t>(texts.size()), workers, [&](int64_t i, int w) {
     if (!ws[w]) ws[w] = acquire_workspace();
-    out[i].reserve(texts[i].size() / 3 + 16);
-    encode_into(texts[i], *ws[w], true, out[i]);
+    // Encode into a vector of this thread's own and move it into place once: out[i] and out[i + 1]
+    // share a cache line, and two threads pushing into neighbours would fight over it.
+    std::vector<int32_t> ids;
+    ids.reserve(texts[i].size() / 3 + 16);
+    encode_into(texts[i], *ws[w], true, ids);
+    out[i] = std::move(ids);
   });
   for (auto& w : ws)
     if (w) release_workspace(std::move(w));

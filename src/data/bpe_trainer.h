@@ -38,7 +38,7 @@ class PieceCounter {
   PieceCounts take();
 
  private:
-  struct Tally {
+  struct alignas(64) Tally {  // own cache lines: each thread updates its tally constantly
     BytesMap index;               // piece -> position in counts
     std::vector<int64_t> counts;  // [distinct pieces]
     void add(std::string_view piece, int64_t n);
