@@ -63,7 +63,8 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
             float* sr = s + r * keys;
             const int64_t visible = q_pos0 + i0 + r + 1;
             float mx = -INFINITY;
-            for (int64_t j = 0; j < visible; j++) mx = std::max(mx, sr[j]);
+#pragma omp simd reduction(max : mx)
+            for (int64_t j = 0; j < visible; j++) mx = mx > sr[j] ? mx : sr[j];
             float sum = 0;
 #pragma omp simd reduction(+ : sum)
             for (int64_t j = 0; j < visible; j++) {

@@ -15,7 +15,10 @@ namespace nanoddp::ops::cpu {
 
 inline float fast_exp(float x) {
   x = x < -87.33654f ? -87.33654f : (x > 88.37626f ? 88.37626f : x);
-  float n = __builtin_roundevenf(x * 1.44269504088896341f);
+  // n = round(x / ln 2): adding and subtracting 1.5 * 2^23 rounds to the nearest integer in the
+  // FPU (ties to even) and vectorises, where GCC lowers roundevenf to a library call.
+  constexpr float kRound = 12582912.0f;
+  float n = (x * 1.44269504088896341f + kRound) - kRound;
   float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float r2 = r * r;
   float p = 1.9875691500e-4f;

@@ -1,0 +1,41 @@
+// sgemm on this machine: oneDNN (the BLAS nanoddp's CPU backend uses) against OpenBLAS, on the
+// shapes of the depth-4 benchmark model (tokens 2048, model_dim 256, vocab 4096) and a square one.
+// The best rate is the "peak" the training benchmark's MFU divides by.
+//   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 build/bench/bench_gemm
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <dnnl.h>
+
+#include <vector>
+
+namespace {
+
+struct Shape {
+  int m, n, k;
+};
+// (tokens x out x in) of the forward GEMMs; backward uses the same sizes transposed.
+const Shape kShapes[] = {{2048, 256, 256}, {2048, 1024, 256}, {2048, 256, 1024}, {2048, 4096, 256}, {1024, 1024, 1024}};
+
+template <bool kOneDnn>
+void BM_sgemm(benchmark::State& state) {
+  const Shape s = kShapes[state.range(0)];
+  std::vector<float> a(size_t(s.m) * s.k, 0.5f), b(size_t(s.n) * s.k, 0.25f), c(size_t(s.m) * s.n);
+  for (auto _ : state) {
+    // C[m, n] = A[m, k] B[n, k]^T, the Linear layer's forward
+    if constexpr (kOneDnn)
+      dnnl_sgemm('N', 'T', s.m, s.n, s.k, 1.f, a.data(), s.k, b.data(), s.k, 0.f, c.data(), s.n);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.m, s.n, s.k, 1.f, a.data(), s.k, b.data(), s.k, 0.f,
+                  c.data(), s.n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["FLOPS"] = benchmark::Counter(2.0 * s.m * s.n * s.k, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k));
+}
+
+BENCHMARK(BM_sgemm<true>)->Name("sgemm/onednn")->DenseRange(0, 4)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_sgemm<false>)->Name("sgemm/openblas")->DenseRange(0, 4)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

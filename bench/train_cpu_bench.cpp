@@ -1,0 +1,149 @@
+// Single-process CPU training throughput: nanoddp against PyTorch 1.13 (Debian's python3-torch,
+// tools/torch_train_bench.py) on the same model, batch and thread count, measured in one run.
+// The model is ANCHORS §4's: nanochat's GPT at depth 4 (model_dim 256, 2 heads), vocab 4096,
+// T 128, batch 16. Prints tokens/s, MFU against the sgemm peak measured here, the share of the
+// step spent in GEMMs and the GEMMs' own rate.
+//   build/bench/bench_train_cpu --threads 1,2 --optimizer adamw
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/rng.h"
+#include "core/timer.h"
+#include "ddp/optimizer.h"
+#include "ddp/reducer.h"
+#include "dist/process_group.h"
+#include "model/gpt.h"
+#include "ops/backend.h"
+#include "ops/ops.h"
+#include "ops/profile.h"
+
+namespace {
+
+using namespace nanoddp;
+
+struct Args {
+  std::vector<int> threads{1, 2};
+  int depth = 4, vocab = 4096, seq = 128, batch = 16, steps = 20, warmup = 3;
+  std::string optimizer = "adamw";
+  bool torch = true;
+  bool breakdown = false;
+};
+
+// The best sgemm rate over the model's GEMM shapes (the MFU denominator), at the current threads.
+double sgemm_peak() {
+  const int64_t shapes[][3] = {{2048, 256, 256}, {2048, 1024, 256}, {2048, 4096, 256}, {1024, 1024, 1024}};
+  double best = 0;
+  for (auto& s : shapes) {
+    Tensor a = Tensor::zeros({s[0], s[2]}, DType::F32), b = Tensor::zeros({s[1], s[2]}, DType::F32),
+           c = Tensor::zeros({s[0], s[1]}, DType::F32);
+    ops::fill(a, 0.5f);
+    ops::fill(b, 0.25f);
+    for (int i = 0; i < 6; i++) {
+      Stopwatch sw;
+      ops::matmul(c, a, false, b, true);
+      best = std::max(best, 2.0 * s[0] * s[1] * s[2] / sw.seconds());
+    }
+  }
+  return best;
+}
+
+struct Result {
+  double tokens_per_s = 0, matmul_share = 0, matmul_flops_per_s = 0;
+};
+
+Result run_nanoddp(const Args& a) {
+  auto config = model::GPTConfig::from_depth(a.depth, a.vocab, a.seq);
+  model::GPT gpt(config, Device::cpu());
+  gpt.init_weights(1);
+  auto group = dist::make_single_rank_group(Device::cpu());
+  ddp::Reducer reducer(gpt, *group, {0, a.optimizer == "muon", 1.0, 25.0});
+  ddp::OptimizerConfig oc;
+  oc.optimizer = a.optimizer;
+  ddp::Optimizer opt(gpt, reducer, oc);
+  Tensor x = Tensor::empty({a.batch, a.seq}, DType::I32), y = Tensor::empty({a.batch, a.seq}, DType::I32);
+  Rng rng(3);
+  for (int64_t i = 0; i < x.numel(); i++) {
+    x.data<int32_t>()[i] = static_cast<int32_t>(rng.next_u64() % a.vocab);
+    y.data<int32_t>()[i] = static_cast<int32_t>(rng.next_u64() % a.vocab);
+  }
+  auto step = [&] {
+    gpt.forward_backward(x, y, 1.f, false, reducer.sync_hook());
+    reducer.finish();
+    opt.step(1.0, 0.9);
+  };
+  for (int i = 0; i < a.warmup; i++) step();
+  ops::reset_profile();
+  ops::set_profiling(true);
+  Stopwatch sw;
+  for (int i = 0; i < a.steps; i++) step();
+  const double dt = sw.seconds();
+  ops::set_profiling(false);
+  auto stats = ops::profile_snapshot();
+  if (a.breakdown) {
+    for (auto& [name, st] : stats)
+      fmt::print("    {:<22} {:>8.2f} ms/step {:>5.1f}%  {:>6} calls/step{}\n", name, 1e3 * st.seconds / a.steps,
+                 100 * st.seconds / dt, st.calls / a.steps,
+                 st.flops > 0 ? fmt::format("  {:.1f} GFLOP/s", st.flops / st.seconds / 1e9) : "");
+  }
+  Result r;
+  r.tokens_per_s = double(a.batch) * a.seq * a.steps / dt;
+  r.matmul_share = stats["matmul"].seconds / dt;
+  r.matmul_flops_per_s = stats["matmul"].flops / stats["matmul"].seconds;
+  return r;
+}
+
+Result run_torch(const Args& a, int threads) {
+  const std::string cmd = fmt::format(
+      "OMP_NUM_THREADS={0} /usr/bin/python3 {1}/tools/torch_train_bench.py --depth {2} --vocab {3} --seq {4} "
+      "--batch {5} --steps {6} --warmup {7} --threads {0} --optimizer {8} 2>&1",
+      threads, NANODDP_SOURCE_DIR, a.depth, a.vocab, a.seq, a.batch, a.steps, a.warmup, a.optimizer);
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (p && fgets(buf, sizeof buf, p)) out += buf;
+  if (!p || pclose(p) != 0) {
+    fmt::print(stderr, "PyTorch run failed (is python3-torch installed? scripts/setup.sh installs it):\n{}\n", out);
+    return {};
+  }
+  auto j = nlohmann::json::parse(out.substr(out.rfind('{')));
+  return {j["tokens_per_s"].get<double>(), 0, 0};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"nanoddp vs PyTorch 1.13: one-process CPU training throughput"};
+  app.add_option("--threads", a.threads, "Thread counts to measure")->delimiter(',');
+  app.add_option("--depth", a.depth);
+  app.add_option("--vocab", a.vocab);
+  app.add_option("--seq", a.seq);
+  app.add_option("--batch", a.batch);
+  app.add_option("--steps", a.steps, "Timed steps");
+  app.add_option("--warmup", a.warmup, "Untimed steps first");
+  app.add_option("--optimizer", a.optimizer, "adamw (AdamW everywhere) or muon (nanochat: Muon + AdamW)");
+  app.add_flag("!--no-torch", a.torch, "Skip the PyTorch baseline");
+  app.add_flag("--breakdown", a.breakdown, "Print the time of every op");
+  CLI11_PARSE(app, argc, argv);
+  const auto config = model::GPTConfig::from_depth(a.depth, a.vocab, a.seq);
+  const double flops_per_token = config.flops_per_token(a.seq);
+  fmt::print("model: depth {} dim {} vocab {} T {} B {} ({:.2f}M params, {:.1f} MFLOP/token), optimizer {}\n",
+             a.depth, config.n_embd, a.vocab, a.seq, a.batch, config.num_params() / 1e6, flops_per_token / 1e6,
+             a.optimizer);
+  fmt::print("{:>7} | {:>12} | {:>12} | {:>10} | {:>6} | {:>10} | {:>12} | {:>12}\n", "threads", "sgemm peak",
+             "nanoddp tok/s", "MFU", "GEMM %", "GEMM/peak", "PyTorch tok/s", "nanoddp/PT");
+  for (int t : a.threads) {
+    ops::set_cpu_threads(t);
+    const double peak = sgemm_peak();
+    const Result ours = run_nanoddp(a);
+    const Result theirs = a.torch ? run_torch(a, t) : Result{};
+    fmt::print("{:>7} | {:>7.1f} GF/s | {:>13.0f} | {:>9.1f}% | {:>5.1f}% | {:>9.1f}% | {:>13.0f} | {:>11.2f}x\n", t,
+               peak / 1e9, ours.tokens_per_s, 100 * flops_per_token * ours.tokens_per_s / peak,
+               100 * ours.matmul_share, 100 * ours.matmul_flops_per_s / peak, theirs.tokens_per_s,
+               theirs.tokens_per_s > 0 ? ours.tokens_per_s / theirs.tokens_per_s : 0.0);
+  }
+  return 0;
+}
