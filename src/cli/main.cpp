@@ -13,6 +13,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", NANODDP_VERSION);
   using namespace nanoddp::cli;
   add_info_command(app);
+  add_train_command(app);
+  add_sample_command(app);
+  add_export_commands(app);
   add_tokenizer_command(app);
   add_data_command(app);
   try {
