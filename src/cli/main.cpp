@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   add_export_commands(app);
   add_tokenizer_command(app);
   add_data_command(app);
+  add_run_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

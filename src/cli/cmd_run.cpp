@@ -1,0 +1,77 @@
+// nanoddp run [flags] <command> [args]: the launcher (torchrun's equivalent, see docs/launcher.md).
+// Parsing stops at the first positional argument: it and everything after it are the workers'
+// command line. A command that names a nanoddp subcommand (train, sample, ...) runs this same
+// executable; anything else runs as a program found by path or on PATH (torchrun --no-python).
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "cli/commands.h"
+#include "cli/option_flags.h"
+#include "core/error.h"
+#include "dist/launcher.h"
+
+namespace nanoddp::cli {
+
+namespace {
+
+std::string this_executable() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  NANODDP_CHECK(n > 0, "cannot find the nanoddp executable through /proc/self/exe");
+  return std::string(buf, size_t(n));
+}
+
+// The workers' program from the words after the flags.
+dist::WorkerProgram worker_program(const CLI::App& root, std::vector<std::string> words) {
+  if (!words.empty() && words.front() == "--") words.erase(words.begin());
+  NANODDP_CHECK(!words.empty(), "nanoddp run needs the command the workers run, e.g. `nanoddp run "
+                "--nproc_per_node 2 train ...`");
+  const std::string& first = words.front();
+  NANODDP_CHECK(!first.starts_with("-"), "unknown flag '{}' for nanoddp run (see nanoddp run --help)", first);
+  NANODDP_CHECK(first != "run", "nanoddp run cannot launch workers that run `nanoddp run` themselves");
+
+  std::string subcommands;
+  for (const CLI::App* sub : root.get_subcommands(std::function<bool(const CLI::App*)>())) {
+    if (sub->get_name() == first) {
+      words.insert(words.begin(), "nanoddp");
+      return {this_executable(), words};
+    }
+    if (sub->get_name() != "run") subcommands += (subcommands.empty() ? "" : ", ") + sub->get_name();
+  }
+  std::string path = dist::find_program(first);
+  NANODDP_CHECK(!path.empty(), "'{}' is neither a nanoddp subcommand ({}) nor an executable program {}",
+                first, subcommands, first.find('/') == std::string::npos ? "on PATH" : "at that path");
+  return {path, words};
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& root) {
+  auto opts = std::make_shared<dist::LaunchOptions>();
+  auto* cmd = root.add_subcommand("run", "Launch workers on this node, torchrun-style: nanoddp run [flags] "
+                                         "<subcommand or program> [args]");
+  add_option_flags(*cmd, *opts);
+  // Without "--", prefix_command() stops parsing at the first positional word and leaves it and
+  // everything after it in remaining(). CLI11 hands the words after a "--" back to the parent app
+  // unless this subcommand has a positional to fill, so `command` takes them, and only them: its
+  // validator refuses words unless a "--" came first (CLI11 keeps the "--" in remaining()).
+  cmd->prefix_command();
+  auto after_dashes = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("command", *after_dashes, "the workers' command line (subcommand or program, then its arguments)")
+      ->check(CLI::Validator(
+          [cmd](std::string&) {
+            auto seen = cmd->remaining();
+            return std::find(seen.begin(), seen.end(), "--") != seen.end() ? std::string() : std::string("no --");
+          },
+          "", ""));
+  cmd->validate_positionals();
+  cmd->callback([cmd, opts, after_dashes, &root] {
+    dist::WorkerProgram program = worker_program(root, after_dashes->empty() ? cmd->remaining() : *after_dashes);
+    int status = dist::run_launcher(*opts, program);
+    if (status != 0) throw CLI::RuntimeError(status);  // main() returns it without printing more
+  });
+}
+
+}  // namespace nanoddp::cli
