@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "data/bpe_tokenizer.h"
 #include "data/dataset.h"
 #include "data/documents.h"
 #include "data/shard.h"
@@ -77,12 +78,14 @@ void prepare_output_dir(const std::string& dir, bool overwrite) {
   for (const auto& p : found) fs::remove(p);
 }
 
-// The tokenizer spec meta.json records: built-in names as they are; a file is copied into `dir`.
-std::string record_tokenizer(const std::string& spec, const std::string& dir) {
+// The tokenizer spec meta.json records: built-in names as they are; a tokenizer file is written into
+// `dir` (from memory: the file given may be the one --overwrite just removed from `dir`).
+std::string record_tokenizer(const std::string& spec, const Tokenizer& tok, const std::string& dir) {
   if (is_builtin(spec)) return spec;
+  const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tok);
+  NANODDP_ASSERT(bpe != nullptr, "tokenizer file {} did not load as a BPE", spec);
   const fs::path copy = fs::path(dir) / "tokenizer.tiktoken";
-  fs::copy_file(spec, copy, fs::copy_options::overwrite_existing);
-  fs::copy_file(sidecar_path(spec), sidecar_path(copy.string()), fs::copy_options::overwrite_existing);
+  write_tokenizer_file(copy.string(), bpe->vocab());
   return copy.filename().string();
 }
 
@@ -134,7 +137,7 @@ PrepareStats prepare_dataset(const PrepareOptions& opt) {
 
   DatasetMeta meta;
   meta.dir = opt.out;
-  meta.tokenizer = record_tokenizer(opt.tokenizer, opt.out);
+  meta.tokenizer = record_tokenizer(opt.tokenizer, *tok, opt.out);
   meta.vocab_size = tok->vocab_size();
   meta.bos_id = bos;
   meta.token_width = tok->vocab_size() <= 65536 ? 2 : 4;

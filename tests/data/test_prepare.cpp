@@ -144,9 +144,13 @@ TEST(Prepare, TrainedTokenizerFileShardsAndMeta) {
   // One document has 5 multi-byte characters, 14 bytes for 5 characters (ï é 日 本 😀).
   EXPECT_EQ(j["chars"].get<int64_t>(), j["bytes"].get<int64_t>() - 9);
 
-  // Preparing into the same directory again needs --overwrite.
+  // Preparing into the same directory again needs --overwrite; the dataset's own tokenizer copy can
+  // be the tokenizer of the new run.
   EXPECT_THROW(prepare_dataset(opt), Error);
   opt.overwrite = true;
+  opt.tokenizer = dir.str("out/tokenizer.tiktoken");
+  prepare_dataset(opt);
+  check_dataset(opt.out, expected, 4);
   opt.tokenizer = "bytes";
   prepare_dataset(opt);
   check_dataset(opt.out, expected, 4);
