@@ -1,5 +1,7 @@
 #include "data_test_util.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -188,7 +190,8 @@ data::BpeVocab small_trained_vocab(int vocab_size) {
   static std::map<int, data::BpeVocab> cache;  // training is cheap, but several tests use the same one
   auto it = cache.find(vocab_size);
   if (it != cache.end()) return it->second;
-  ScratchDir dir("small_trained_vocab");
+  // ctest runs tests as parallel processes: each needs its own directory.
+  ScratchDir dir("small_trained_vocab_" + std::to_string(::getpid()));
   std::ofstream out(dir.str("corpus.txt"), std::ios::binary);
   for (const auto& d : generated_documents(20, 2000, 42)) out << d << "\n";
   out.close();
