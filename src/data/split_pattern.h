@@ -9,6 +9,10 @@
 // Rust's \s is Unicode White_Space, PCRE2's (with UCP) is \p{Z} plus \h and \v, which adds U+180E;
 // so \s and \S are rewritten to explicit White_Space classes before compiling (see to_pcre2_syntax).
 //
+// Unicode version: Debian's PCRE2 10.42 has Unicode 14 tables, tiktoken's regex crate a later
+// version, so characters assigned since Unicode 14 (CJK extension H, Kawi, ...) may split
+// differently; the reference tests use text without them.
+//
 // Text need not be valid UTF-8. Bytes that are not part of a valid UTF-8 character never match; a
 // run of them between two matches becomes a piece of its own, so the pieces always cover the text.
 #pragma once
