@@ -2,7 +2,7 @@
 // `nanoddp run`, torchrun-style environments, mpirun and srun (see dist/init.h).
 #include "cli/commands.h"
 #include "cli/option_flags.h"
-#include "dist/process_group.h"
+#include "dist/init.h"
 #include "train/trainer.h"
 
 namespace nanoddp::cli {
@@ -12,8 +12,14 @@ void add_train_command(CLI::App& root) {
   auto opts = std::make_shared<train::TrainOptions>();
   add_option_flags(*cmd, *opts);
   cmd->callback([opts] {
-    auto group = dist::make_single_rank_group(parse_device(opts->device));
-    train::run_training(*opts, *group);
+    const dist::DistEnv env = dist::discover_environment();
+    const Device device = dist::local_device(opts->device, env);
+    dist::DistOptions d;
+    d.backend = opts->backend;
+    d.collective_timeout = opts->timeout;
+    d.rendezvous_timeout = opts->timeout;
+    auto ctx = dist::init_distributed(d, device, env);
+    train::run_training(*opts, *ctx->group, device);
   });
 }
 

@@ -10,6 +10,7 @@
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "dist/consistency.h"
 #include "ddp/optimizer.h"
 #include "ddp/reducer.h"
 #include "model/generate.h"
@@ -60,7 +61,7 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
 
 class Trainer {
  public:
-  Trainer(const TrainOptions& opts, dist::ProcessGroup& group);
+  Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device device);
   TrainResult run();
 
  private:
@@ -89,10 +90,24 @@ class Trainer {
   int64_t start_step_ = 0;
 };
 
-Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group)
-    : opts_(opts), group_(group), device_(parse_device(opts.device)) {
+// Every rank must train the same thing: the same flags, dataset and build (a rank with other
+// settings would compute something else, or hang in a collective much later).
+void check_ranks_agree(const TrainOptions& opts, const data::DatasetMeta& meta, dist::ProcessGroup& group) {
+  if (group.size() == 1) return;
+  dist::check_consistent(group, dist::build_fingerprint(), "install the same nanoddp build on every node");
+  dist::Fields fields;
+  const auto j = options_to_json(opts);
+  for (auto it = j.begin(); it != j.end(); ++it) fields.emplace_back("--" + it.key(), it.value().dump());
+  fields.emplace_back("the dataset's vocab_size", std::to_string(meta.vocab_size));
+  fields.emplace_back("the dataset's train tokens", std::to_string(meta.train_tokens));
+  dist::check_consistent(group, fields, "start every rank with the same arguments and dataset");
+}
+
+Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device device)
+    : opts_(opts), group_(group), device_(device) {
   ops::set_cpu_threads(opts.threads);
   meta_ = data::read_dataset_meta(opts.data);
+  check_ranks_agree(opts, meta_, group);
   tokenizer_ = data::load_dataset_tokenizer(opts.data);
   token_bytes_ = tokenizer_->token_bytes();
   plan_ = make_plan(opts, meta_, group.size());
@@ -278,9 +293,9 @@ TrainResult Trainer::run() {
 
 }  // namespace
 
-TrainResult run_training(const TrainOptions& opts, dist::ProcessGroup& group) {
+TrainResult run_training(const TrainOptions& opts, dist::ProcessGroup& group, Device device) {
   log::set_rank(group.rank(), group.size());
-  Trainer trainer(opts, group);
+  Trainer trainer(opts, group, device);
   return trainer.run();
 }
 

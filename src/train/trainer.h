@@ -19,8 +19,10 @@ struct TrainResult {
   std::optional<EvalResult> eval; // the last evaluation
 };
 
-// Runs `opts` on `group` (one rank per process; a single-rank group without a launcher).
-TrainResult run_training(const TrainOptions& opts, dist::ProcessGroup& group);
+// Runs `opts` on `group` (one rank per process; a single-rank group without a launcher) with this
+// rank computing on `device`. First checks that every rank has the same options, dataset and
+// build (dist/consistency.h).
+TrainResult run_training(const TrainOptions& opts, dist::ProcessGroup& group, Device device);
 
 // FLOP/s of f32 GEMM on this CPU with the current thread count, measured in ~0.1 s.
 double measure_cpu_matmul_flops();
