@@ -235,36 +235,46 @@ void announce(const LaunchPlan& plan, const Membership& m, int store_port) {
   if (plan.routing.any_file()) launcher_say(fmt::format("writing worker logs under {}", plan.routing.log_dir));
 }
 
+// Node 0 hosts the store on every interface (a single node only on loopback); every launcher,
+// node 0's included, talks to it as a client at MASTER_ADDR:MASTER_PORT, the way the workers will.
+struct StoreConnection {
+  std::unique_ptr<TcpStoreServer> server;  // node 0 only
+  std::shared_ptr<TcpStore> client;
+  int port = 0;
+};
+
+StoreConnection open_store(const LaunchPlan& plan) {
+  StoreConnection c;
+  c.port = plan.master_port;
+  if (plan.node_rank == 0) {
+    c.server = std::make_unique<TcpStoreServer>(
+        TcpStoreServerOptions{plan.standalone ? "127.0.0.1" : "", plan.master_port, plan.store_token});
+    c.port = c.server->port();
+  }
+  c.client = std::make_shared<TcpStore>(
+      TcpStoreOptions{plan.master_addr, c.port, plan.rdzv_timeout, plan.rdzv_timeout, plan.store_token});
+  return c;
+}
+
 }  // namespace
 
 int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
   LaunchPlan plan = make_launch_plan(options);
   LauncherSignals::install();
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // what workers leave behind comes back to us to reap
-
-  // Node 0 hosts the store on every interface (a single node only on loopback); every launcher,
-  // node 0's included, talks to it as a client at MASTER_ADDR:MASTER_PORT, the way the workers will.
-  std::unique_ptr<TcpStoreServer> server;
-  int store_port = plan.master_port;
-  if (plan.node_rank == 0) {
-    server = std::make_unique<TcpStoreServer>(
-        TcpStoreServerOptions{plan.standalone ? "127.0.0.1" : "", plan.master_port, plan.store_token});
-    store_port = server->port();
-  }
-  auto client = std::make_shared<TcpStore>(
-      TcpStoreOptions{plan.master_addr, store_port, plan.rdzv_timeout, plan.rdzv_timeout, plan.store_token});
-  LauncherRendezvous rdzv(std::make_shared<PrefixStore>("nanoddp_run", client), plan.node_rank, plan.nnodes,
+  StoreConnection store = open_store(plan);
+  LauncherRendezvous rdzv(std::make_shared<PrefixStore>("nanoddp_run", store.client), plan.node_rank, plan.nnodes,
                           plan.rdzv_timeout);
   // Long enough for the other launchers to see the outcome and stop their workers.
   milliseconds leave_within = plan.stop_timeout + 10 * plan.monitor_interval + std::chrono::seconds(5);
 
   for (int attempt = 0;; attempt++) {
     Membership m = rdzv.join(attempt, NodeRecord{plan.nnodes, plan.nproc, plan.host, int(::getpid())});
-    if (attempt == 0) announce(plan, m, store_port);
+    if (attempt == 0) announce(plan, m, store.port);
     AttemptResult r;
     {
       WorkersRunning running;
-      r = Attempt(plan, program, rdzv, m, attempt, store_port).run();
+      r = Attempt(plan, program, rdzv, m, attempt, store.port).run();
     }
     if (r.end == AttemptResult::End::Succeeded) {
       rdzv.leave(leave_within);
@@ -273,7 +283,7 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
     if (r.end == AttemptResult::End::Interrupted) {
       try {
         rdzv.leave(leave_within);
-      } catch (const Error&) {
+      } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
       }
       return 128 + r.signal;
     }

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "core/device.h"
+#include "core/rng.h"
 #include "core/error.h"
 #include "dist/hash_store.h"
 #include "dist/launcher.h"
@@ -644,6 +645,84 @@ TEST(Launcher, WorkersDieWithALauncherKilledByKillNine) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// With the real training command: a rank that dies mid-run costs a restart, not the run.
+
+// `[rank 0]: <prefix>...` lines of the output, in order.
+std::vector<std::string> rank0_lines(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("[rank 0]: " + prefix)) out.push_back(line);
+  return out;
+}
+
+TEST(LauncherTraining, ARestartResumesFromTheNewestCheckpointAndEndsLikeAStraightRun) {
+  ScratchDir dir("launcher_train");
+  {
+    // 200 documents of 60 words from a fixed generator: enough for 12 tiny steps.
+    std::ofstream corpus(dir.str("corpus.jsonl"));
+    const char* words[] = {"the", "cat", "dog", "sat", "ran", "on", "a", "mat", "big", "small", "red", "and"};
+    Rng rng(7);
+    for (int d = 0; d < 200; d++) {
+      std::string text;
+      for (int w = 0; w < 60; w++) text += std::string(w ? " " : "") + words[rng.next_u64() % 12];
+      corpus << "{\"text\": \"" << text << ".\"}\n";
+    }
+  }
+  std::string nanoddp = testing::nanoddp_binary();
+  auto prep = testing::run_command(nanoddp + " data prepare --input " + dir.str("corpus.jsonl") + " --out " +
+                                   dir.str("data"));
+  ASSERT_EQ(prep.status, 0) << prep.output;
+  std::vector<std::string> train = {"--depth", "2", "--aspect_ratio", "32", "--head_dim", "32", "--max_seq_len", "32",
+                                    "--device_batch_size", "4", "--total_batch_size", "256", "--num_iterations", "12",
+                                    "--eval_every", "6", "--eval_tokens", "512", "--save_every", "3", "--data",
+                                    dir.str("data"), "--threads", "1", "--peak_flops", "1e9"};
+  auto with = [&](std::vector<std::string> head, const std::string& out) {
+    head.insert(head.end(), train.begin(), train.end());
+    head.insert(head.end(), {"--out", out});
+    return head;
+  };
+
+  Proc straight(with({nanoddp, "run", "--standalone", "--nproc_per_node", "2", "train"}, dir.str("straight")));
+  ASSERT_EQ(straight.wait_exit(120s), 0) << straight.all();
+
+  // Attempt 0: both ranks train up to the checkpoint of step 6 (--stop_at); then rank 1 fails while
+  // rank 0 stays alive (sleeping, as if still busy) until the launcher stops it. Attempt 1 resumes
+  // both from step 6: a launcher restart implies --resume auto.
+  const char* script =
+      "if [ \"$NANODDP_RESTART_COUNT\" = 0 ]; then \"$0\" train \"$@\" --stop_at 6 || exit 2; "
+      "if [ \"$RANK\" = 1 ]; then exit 1; fi; exec sleep 60; fi; exec \"$0\" train \"$@\"";
+  Proc restarted(with({nanoddp, "run", "--standalone", "--nproc_per_node", "2", "--max_restarts", "1",
+                       "--monitor_interval", "0.1", "/bin/sh", "-c", script, nanoddp},
+                      dir.str("restarted")));
+  ASSERT_EQ(restarted.wait_exit(120s), 0) << restarted.all();
+  std::string all = restarted.all();
+  EXPECT_NE(all.find("restarting every worker (restart 1 of --max_restarts 1)"), std::string::npos) << all;
+  EXPECT_NE(all.find("rank 1 (local 1 on "), std::string::npos) << all;
+  EXPECT_NE(all.find("resumed from " + dir.str("restarted") + "/checkpoints/step_000006 (step 6)"), std::string::npos)
+      << all;
+  // Steps 1-6 ran once, in attempt 0; attempt 1 went on from step 7 instead of starting over.
+  EXPECT_EQ(rank0_lines(restarted.out(), "step 00001/00012").size(), 1u) << all;
+  EXPECT_EQ(rank0_lines(restarted.out(), "step 00006/00012").size(), 1u) << all;
+  EXPECT_EQ(rank0_lines(restarted.out(), "step 00007/00012").size(), 1u) << all;
+  // The resumed run ends where the straight one does, to the printed digit: the last training loss
+  // and the final validation loss and bits per byte.
+  auto final_numbers = [](Proc& p) {
+    auto train_lines = rank0_lines(p.out(), "step 00012/00012 | loss "),
+         val_lines = rank0_lines(p.out(), "step 00012 | val loss ");
+    EXPECT_EQ(train_lines.size(), 1u) << p.all();
+    EXPECT_EQ(val_lines.size(), 1u) << p.all();
+    std::string train_line = train_lines.empty() ? "" : train_lines[0], val_line = val_lines.empty() ? "" : val_lines[0];
+    std::smatch loss, val;
+    std::regex_search(train_line, loss, std::regex("loss ([0-9.]+)"));
+    std::regex_search(val_line, val, std::regex("val loss ([0-9.]+) \\| val bpb ([0-9.]+)"));
+    return std::vector<std::string>{loss.size() > 1 ? loss[1].str() : "?", val.size() > 2 ? val[1].str() : "?",
+                                    val.size() > 2 ? val[2].str() : "?"};
+  };
+  EXPECT_EQ(final_numbers(restarted), final_numbers(straight));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Bad input.
 
 TEST(Launcher, PortInUseOnNodeZero) {
@@ -773,6 +852,21 @@ TEST(LauncherMultiNode, ALostLauncherEndsTheJob) {
   ASSERT_EQ(n0.wait_exit(20s), 1) << n0.all();
   EXPECT_NE(n0.err().find("the launcher on node 1 ("), std::string::npos) << n0.all();
   EXPECT_NE(n0.err().find("sent no heartbeat for 5 s"), std::string::npos) << n0.all();
+  expect_all_gone(pids0, "node 0's worker");
+  expect_all_gone(pids1, "node 1's worker");
+}
+
+TEST(LauncherMultiNode, LosingNodeZeroStopsTheOthers) {
+  int port = free_port();
+  std::vector<std::string> worker = {"--pid", "--sleep", "60"};
+  Proc n0(launch(node_flags(0, "127.0.0.1", port), worker)), n1(launch(node_flags(1, "127.0.0.1", port), worker));
+  auto pids0 = wait_for_pids(n0, 2), pids1 = wait_for_pids(n1, 2);
+  ::kill(n0.pid(), SIGKILL);  // the store goes with it
+  ASSERT_EQ(n1.wait_exit(20s), 1) << n1.all();
+  EXPECT_NE(n1.err().find("lost the connection to the rendezvous store at 127.0.0.1:" + std::to_string(port)),
+            std::string::npos)
+      << n1.all();
+  EXPECT_NE(n1.err().find("(node 1 stopped its workers)"), std::string::npos) << n1.all();
   expect_all_gone(pids0, "node 0's worker");
   expect_all_gone(pids1, "node 1's worker");
 }
