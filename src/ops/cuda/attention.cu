@@ -1,0 +1,237 @@
+// Attention dispatch, the reference kernels, and the backward's delta = rowsum(dout * out).
+//
+// The reference kernels are simple and exact (f32 math, one block per query or key row, scores
+// of a row held in shared memory): they serve f32 activations, shapes the flash kernels do not
+// cover, and NANODDP_CUDA_ATTENTION=reference. The fast path is attention_flash.cu.
+//
+// Both backward paths are deterministic: dq is computed per query row and dk, dv per key row,
+// each summing its terms in a fixed order, instead of scattering partial sums with atomics.
+#include "ops/cuda/attention.cuh"
+#include "ops/cuda/attention_flash.cuh"
+#include "ops/cuda/common.cuh"
+
+#include <type_traits>
+
+namespace nanoddp::ops::gpu {
+
+namespace {
+
+constexpr int kThreads = 128;
+
+// Row (b, t, h) of a [B, T, H, D] tensor.
+__device__ __forceinline__ int64_t row_of(int64_t b, int64_t t, int64_t h, int64_t seq, int64_t heads) {
+  return (b * seq + t) * heads + h;
+}
+
+template <typename T>
+__device__ __forceinline__ float dot_row(const float* a, const T* b, int64_t d) {
+  float acc = 0.f;
+  for (int64_t e = 0; e < d; e++) acc += a[e] * to_f32(b[e]);
+  return acc;
+}
+
+// One block per (query i, head h, batch b). Shared: q row [D], then scores/probabilities [keys].
+template <typename T>
+__global__ void ref_forward_kernel(T* out, float* lse, const T* q, const T* k, const T* v, AttentionShape s,
+                                   float scale) {
+  extern __shared__ float smem[];
+  __shared__ float red[32];
+  const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = s.d;
+  const int64_t kh = h / (s.hq / s.hkv), keys = s.kv_len - s.tq + i + 1;
+  float *qs = smem, *p = smem + d;
+  const int64_t qrow = row_of(b, i, h, s.tq, s.hq) * d;
+  for (int64_t e = threadIdx.x; e < d; e += blockDim.x) qs[e] = to_f32(q[qrow + e]);
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
+    p[j] = scale * dot_row(qs, k + row_of(b, j, kh, s.tk, s.hkv) * d, d);
+    mx = fmaxf(mx, p[j]);
+  }
+  mx = block_max(mx, red);
+  float sum = 0.f;
+  for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
+    p[j] = expf(p[j] - mx);
+    sum += p[j];
+  }
+  sum = block_sum(sum, red);  // its barriers also make p visible to every thread
+  if (threadIdx.x == 0) lse[(b * s.hq + h) * s.tq + i] = mx + logf(sum);
+  const float inv = 1.f / sum;
+  for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
+    float acc = 0.f;
+    for (int64_t j = 0; j < keys; j++) acc += p[j] * to_f32(v[row_of(b, j, kh, s.tk, s.hkv) * d + e]);
+    out[qrow + e] = from_f32<T>(acc * inv);
+  }
+}
+
+// delta[b, h, t] = sum_e dout[b, t, h, e] * out[b, t, h, e]: a warp per row.
+template <typename T>
+__global__ void delta_kernel(float* delta, const T* dout, const T* out, int64_t rows, int64_t seq, int64_t heads,
+                             int64_t d) {
+  const int lane = threadIdx.x & 31;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  float acc = 0.f;
+  for (int64_t e = lane; e < d; e += 32) acc += to_f32(dout[r * d + e]) * to_f32(out[r * d + e]);
+  acc = warp_sum(acc);
+  const int64_t h = r % heads, bt = r / heads, t = bt % seq, b = bt / seq;
+  if (lane == 0) delta[(b * heads + h) * seq + t] = acc;
+}
+
+// dq for one (query i, head h, batch b): recompute P and dP of the row, then dq = scale dS K.
+// Shared: q row [D], dout row [D], dS [i + 1].
+template <typename T>
+__global__ void ref_dq_kernel(T* dq, const T* dout, const T* q, const T* k, const T* v, const float* lse,
+                              const float* delta, AttentionShape s, float scale) {
+  extern __shared__ float smem[];
+  const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = s.d, t = s.tq;
+  const int64_t kh = h / (s.hq / s.hkv), keys = i + 1;
+  float *qs = smem, *dos = smem + d, *ds = smem + 2 * d;
+  const int64_t qrow = row_of(b, i, h, t, s.hq) * d;
+  for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
+    qs[e] = to_f32(q[qrow + e]);
+    dos[e] = to_f32(dout[qrow + e]);
+  }
+  __syncthreads();
+  const float l = lse[(b * s.hq + h) * t + i], dl = delta[(b * s.hq + h) * t + i];
+  for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
+    const int64_t kv = row_of(b, j, kh, t, s.hkv) * d;
+    const float p = expf(scale * dot_row(qs, k + kv, d) - l);
+    ds[j] = p * (dot_row(dos, v + kv, d) - dl);
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
+    float acc = 0.f;
+    for (int64_t j = 0; j < keys; j++) acc += ds[j] * to_f32(k[row_of(b, j, kh, t, s.hkv) * d + e]);
+    dq[qrow + e] = from_f32<T>(scale * acc);
+  }
+}
+
+// dk, dv for one (key j, kv head kh, batch b): every query head of the group and every query
+// i >= j, in (head, query) order. Shared: k row [D], v row [D], P and dS [group * (T - j)].
+template <typename T>
+__global__ void ref_dkdv_kernel(T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const float* lse,
+                                const float* delta, AttentionShape s, float scale) {
+  extern __shared__ float smem[];
+  const int64_t j = blockIdx.x, kh = blockIdx.y, b = blockIdx.z, d = s.d, t = s.tq;
+  const int64_t group = s.hq / s.hkv, span = t - j, terms = group * span;
+  float *ks = smem, *vs = smem + d, *pp = smem + 2 * d, *ds = pp + terms;
+  const int64_t kv = row_of(b, j, kh, t, s.hkv) * d;
+  for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
+    ks[e] = to_f32(k[kv + e]);
+    vs[e] = to_f32(v[kv + e]);
+  }
+  __syncthreads();
+  for (int64_t x = threadIdx.x; x < terms; x += blockDim.x) {
+    const int64_t h = kh * group + x / span, i = j + x % span;
+    const int64_t qrow = row_of(b, i, h, t, s.hq) * d, stat = (b * s.hq + h) * t + i;
+    const float p = expf(scale * dot_row(ks, q + qrow, d) - lse[stat]);
+    pp[x] = p;
+    ds[x] = p * (dot_row(vs, dout + qrow, d) - delta[stat]);
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
+    float acc_k = 0.f, acc_v = 0.f;
+    for (int64_t x = 0; x < terms; x++) {
+      const int64_t h = kh * group + x / span, i = j + x % span;
+      const int64_t qrow = row_of(b, i, h, t, s.hq) * d;
+      acc_v += pp[x] * to_f32(dout[qrow + e]);
+      acc_k += ds[x] * to_f32(q[qrow + e]);
+    }
+    dk[kv + e] = from_f32<T>(scale * acc_k);
+    dv[kv + e] = from_f32<T>(acc_v);
+  }
+}
+
+// Raises the kernel's dynamic shared-memory limit when it needs more than the default 48 KB.
+template <typename K>
+cudaError_t allow_smem(K kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
+
+template <typename T>
+cudaError_t ref_forward(void* out, float* lse, const void* q, const void* k, const void* v, const AttentionShape& s,
+                        float scale, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(s.d + s.kv_len) * sizeof(float);
+  if (cudaError_t e = allow_smem(ref_forward_kernel<T>, smem); e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>(s.tq), static_cast<unsigned>(s.hq), static_cast<unsigned>(s.batch));
+  ref_forward_kernel<T><<<grid, kThreads, smem, stream>>>(static_cast<T*>(out), lse, static_cast<const T*>(q),
+                                                          static_cast<const T*>(k), static_cast<const T*>(v), s,
+                                                          scale);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t ref_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k, const void* v,
+                         const float* lse, const float* delta, const AttentionShape& s, float scale,
+                         cudaStream_t stream) {
+  const int64_t t = s.tq, group = s.hq / s.hkv;
+  const size_t smem_q = static_cast<size_t>(2 * s.d + t) * sizeof(float);
+  const size_t smem_kv = static_cast<size_t>(2 * s.d + 2 * group * t) * sizeof(float);
+  if (cudaError_t e = allow_smem(ref_dq_kernel<T>, smem_q); e != cudaSuccess) return e;
+  if (cudaError_t e = allow_smem(ref_dkdv_kernel<T>, smem_kv); e != cudaSuccess) return e;
+  const dim3 grid_q(static_cast<unsigned>(t), static_cast<unsigned>(s.hq), static_cast<unsigned>(s.batch));
+  ref_dq_kernel<T><<<grid_q, kThreads, smem_q, stream>>>(static_cast<T*>(dq), static_cast<const T*>(dout),
+                                                         static_cast<const T*>(q), static_cast<const T*>(k),
+                                                         static_cast<const T*>(v), lse, delta, s, scale);
+  const dim3 grid_kv(static_cast<unsigned>(t), static_cast<unsigned>(s.hkv), static_cast<unsigned>(s.batch));
+  ref_dkdv_kernel<T><<<grid_kv, kThreads, smem_kv, stream>>>(
+      static_cast<T*>(dk), static_cast<T*>(dv), static_cast<const T*>(dout), static_cast<const T*>(q),
+      static_cast<const T*>(k), static_cast<const T*>(v), lse, delta, s, scale);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_delta(float* delta, const void* dout, const void* out, const AttentionShape& s,
+                         cudaStream_t stream) {
+  const int64_t rows = s.batch * s.tq * s.hq;
+  constexpr int kWarps = 8;
+  delta_kernel<T><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), 32 * kWarps, 0, stream>>>(
+      delta, static_cast<const T*>(dout), static_cast<const T*>(out), rows, s.tq, s.hq, s.d);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool attention_uses_flash(Elem t, const AttentionShape& s, const void* const* ptrs, int nptrs, bool reference_only) {
+  if (reference_only || t != Elem::BF16 || !flash_supports_head_dim(s.d)) return false;
+  for (int i = 0; i < nptrs; i++)
+    if (!aligned(ptrs[i], 16)) return false;
+  return true;
+}
+
+cudaError_t launch_attention_forward(Elem t, void* out, float* lse, const void* q, const void* k, const void* v,
+                                     const AttentionShape& s, float scale, bool reference_only, cudaStream_t stream) {
+  if (s.batch * s.tq * s.hq == 0) return cudaSuccess;
+  const void* ptrs[] = {out, q, k, v};
+  if (attention_uses_flash(t, s, ptrs, 4, reference_only))
+    return launch_flash_forward(static_cast<bf16_t*>(out), lse, static_cast<const bf16_t*>(q),
+                                static_cast<const bf16_t*>(k), static_cast<const bf16_t*>(v), s, scale, stream);
+  return t == Elem::BF16 ? ref_forward<bf16_t>(out, lse, q, k, v, s, scale, stream)
+                         : ref_forward<float>(out, lse, q, k, v, s, scale, stream);
+}
+
+size_t attention_backward_scratch_bytes(const AttentionShape& s) {
+  return static_cast<size_t>(s.batch * s.hq * s.tq) * sizeof(float);
+}
+
+cudaError_t launch_attention_backward(Elem t, void* dq, void* dk, void* dv, const void* dout, const void* q,
+                                      const void* k, const void* v, const void* out, const float* lse,
+                                      const AttentionShape& s, float scale, void* scratch, bool reference_only,
+                                      cudaStream_t stream) {
+  if (s.batch * s.tq * s.hq == 0) return cudaSuccess;
+  float* delta = static_cast<float*>(scratch);
+  cudaError_t e = t == Elem::BF16 ? launch_delta<bf16_t>(delta, dout, out, s, stream)
+                                  : launch_delta<float>(delta, dout, out, s, stream);
+  if (e != cudaSuccess) return e;
+  const void* ptrs[] = {dq, dk, dv, dout, q, k, v};
+  if (attention_uses_flash(t, s, ptrs, 7, reference_only))
+    return launch_flash_backward(static_cast<bf16_t*>(dq), static_cast<bf16_t*>(dk), static_cast<bf16_t*>(dv),
+                                 static_cast<const bf16_t*>(dout), static_cast<const bf16_t*>(q),
+                                 static_cast<const bf16_t*>(k), static_cast<const bf16_t*>(v), lse, delta, s, scale,
+                                 stream);
+  return t == Elem::BF16 ? ref_backward<bf16_t>(dq, dk, dv, dout, q, k, v, lse, delta, s, scale, stream)
+                         : ref_backward<float>(dq, dk, dv, dout, q, k, v, lse, delta, s, scale, stream);
+}
+
+}  // namespace nanoddp::ops::gpu

@@ -1,0 +1,30 @@
+// Causal attention with grouped-query heads (see ops.h for the layouts): q, out [B, Tq, Hq, D],
+// k, v [B, Tk, Hkv, D] of one element type, lse f32 [B, Hq, Tq]. Query t sits at position
+// kv_len - Tq + t and sees keys 0 ..= that position.
+#pragma once
+
+#include "ops/cuda/types.cuh"
+
+namespace nanoddp::ops::gpu {
+
+struct AttentionShape {
+  int64_t batch, tq, tk, hq, hkv, d, kv_len;
+};
+
+// Which kernels run: the tensor-core flash kernels (bf16, head_dim 64 or 128, 16-byte aligned
+// rows) or the reference kernels (any shape and type; also forced by `reference_only`).
+bool attention_uses_flash(Elem t, const AttentionShape& s, const void* const* ptrs, int nptrs, bool reference_only);
+
+cudaError_t launch_attention_forward(Elem t, void* out, float* lse, const void* q, const void* k, const void* v,
+                                     const AttentionShape& s, float scale, bool reference_only, cudaStream_t stream);
+
+// Device scratch of the backward: delta = rowsum(dout * out), f32 [B, Hq, T].
+size_t attention_backward_scratch_bytes(const AttentionShape& s);
+
+// Training form (Tq == Tk == kv_len); dq, dk, dv are overwritten. Deterministic: no atomics.
+cudaError_t launch_attention_backward(Elem t, void* dq, void* dk, void* dv, const void* dout, const void* q,
+                                      const void* k, const void* v, const void* out, const float* lse,
+                                      const AttentionShape& s, float scale, void* scratch, bool reference_only,
+                                      cudaStream_t stream);
+
+}  // namespace nanoddp::ops::gpu

@@ -1,0 +1,563 @@
+// Flash attention on the tensor cores (bf16 in, f32 accumulate), forward and backward, causal,
+// grouped-query heads, head_dim 64 or 128 (FlashAttention-2's algorithm, re-derived here).
+//
+// Tiles: a block of 4 warps; each warp owns 16 rows of the tile and computes with
+// mma.sync.m16n8k16 (bf16 x bf16 -> f32). Operands come from shared memory through ldmatrix;
+// rows are padded by 16 bytes so the 8 rows an ldmatrix reads fall in distinct banks. Global
+// tiles are copied with cp.async (16 bytes per thread, zero-filled past the end), overlapping the
+// next tile's load with the current tile's math.
+//
+// Forward (per block: 64 queries of one head): for each 64-key tile up to the causal limit,
+// S = Q K^T, masked and scaled by scale * log2(e); online softmax in base 2 (running row max m
+// and sum l, the output rescaled by 2^(m_old - m_new)); O += P V with P rounded to bf16. At the
+// end O /= l and lse = (m + log2 l) ln 2, the natural log-sum-exp of the scaled scores.
+//
+// Backward, deterministic (see Note [deterministic attention backward] below): two kernels that
+// each own their outputs, so nothing is added with atomics:
+//  - dk/dv: a block per 64 keys of one kv head loops over every query head of its group and every
+//    32-query tile at or after the diagonal: S^T = K Q^T, dP^T = V dO^T,
+//    P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta), dV += P^T dO, dK += dS^T Q.
+//  - dq: a block per 64 queries of one head loops over the key tiles up to the diagonal:
+//    S = Q K^T, dP = dO V^T, dS = P (dP - delta), dQ += dS K.
+// Note [deterministic attention backward]: FlashAttention-2 computes dq in the dk/dv loop and
+// adds it with atomics, whose order varies run to run. Recomputing S and dP in a separate dq
+// kernel costs 7 instead of 5 tile GEMMs per backward, and makes the backward bitwise
+// reproducible.
+#include "ops/cuda/attention_flash.cuh"
+#include "ops/cuda/common.cuh"
+
+namespace nanoddp::ops::gpu {
+
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps
+constexpr int kPad = 8;        // bf16 elements of padding per shared-memory row
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---- PTX wrappers ------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously; zero-filled when !valid (src is then not read).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16_t* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16_t* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+
+// d[16x8] += a[16x16] b[16x8], bf16 operands, f32 accumulators.
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as a bf16x2 register, the first in the low half (the lower column).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// The A operand of an m16n8k16 MMA from accumulators c[2kk], c[2kk+1] of two adjacent n-tiles:
+// the C layout of a 16x16 block equals the A layout of a 16x16 operand.
+__device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = pack_bf16(c0[0], c0[1]);
+  a[1] = pack_bf16(c0[2], c0[3]);
+  a[2] = pack_bf16(c1[0], c1[1]);
+  a[3] = pack_bf16(c1[2], c1[3]);
+}
+
+// ldmatrix row addresses inside a shared tile with row stride SD (elements):
+//  - a_frag: A operand (rows r0.., cols c0..), row-major storage [m][k];
+//  - b_frag: B operand of two n-tiles from storage [n][k] (rows n0.., cols k0..);
+//  - bt_frag: B operand of two n-tiles from storage [k][n] (rows k0.., cols n0..), with .trans.
+template <int SD>
+__device__ __forceinline__ const bf16_t* a_frag(const bf16_t* tile, int r0, int c0, int lane) {
+  return tile + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * SD + c0 + (lane >> 4) * 8;
+}
+template <int SD>
+__device__ __forceinline__ const bf16_t* b_frag(const bf16_t* tile, int n0, int k0, int lane) {
+  return tile + (n0 + (lane & 7) + (lane >> 4) * 8) * SD + k0 + ((lane >> 3) & 1) * 8;
+}
+template <int SD>
+__device__ __forceinline__ const bf16_t* bt_frag(const bf16_t* tile, int k0, int n0, int lane) {
+  return tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * SD + n0 + (lane >> 4) * 8;
+}
+
+// Rows [r0, r0 + R) of a head's [rows, HD] matrix (row stride `stride` elements) into a shared
+// tile [R, HD + kPad]; rows at or past `limit` are zero-filled.
+template <int R, int HD>
+__device__ __forceinline__ void load_tile(bf16_t* tile, const bf16_t* src, int64_t stride, int64_t r0,
+                                          int64_t limit) {
+  constexpr int kChunksPerRow = HD / 8, kChunks = R * kChunksPerRow;
+  for (int c = threadIdx.x; c < kChunks; c += kThreads) {
+    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+    const int64_t row = r0 + r;
+    const bool valid = row < limit;
+    cp_async_16(tile + r * (HD + kPad) + col, src + (valid ? row : 0) * stride + col, valid);
+  }
+}
+
+// Writes accumulator rows (this thread's rows `row` of a warp's 16-row tile, rr = 0: row g, rr =
+// 1: row g + 8) as bf16, times `mul`.
+template <int HD>
+__device__ __forceinline__ void store_rows(bf16_t* dst_row, const float (&acc)[HD / 8][4], int rr, int quad,
+                                           float mul) {
+#pragma unroll
+  for (int dt = 0; dt < HD / 8; dt++)
+    *reinterpret_cast<uint32_t*>(dst_row + dt * 8 + quad * 2) =
+        pack_bf16(acc[dt][rr * 2] * mul, acc[dt][rr * 2 + 1] * mul);
+}
+
+struct FwdParams {
+  const bf16_t *q, *k, *v;
+  bf16_t* out;
+  float* lse;
+  int64_t tq, tk, hq, hkv, kv_len, q_pos0;
+  int64_t group;
+  float scale_log2;
+};
+
+struct BwdParams {
+  const bf16_t *q, *k, *v, *dout;
+  bf16_t *dq, *dk, *dv;
+  const float *lse, *delta;
+  int64_t t, hq, hkv, group;
+  float scale, scale_log2;
+};
+
+// ---- forward -----------------------------------------------------------------------------------
+constexpr int kFwdM = 64, kFwdN = 64;
+
+template <int HD>
+constexpr size_t fwd_smem_bytes() {
+  return size_t(kFwdM + 2 * kFwdN) * (HD + kPad) * sizeof(bf16_t);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams p) {
+  constexpr int SD = HD + kPad, KSTEPS = HD / 16, DT = HD / 8, NT = kFwdN / 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16_t* sQ = reinterpret_cast<bf16_t*>(smem);  // [64 queries][SD]
+  bf16_t* sK = sQ + kFwdM * SD;                   // [64 keys][SD]
+  bf16_t* sV = sK + kFwdN * SD;                   // [64 keys][SD]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
+  // Heaviest (latest) query tiles first: causal rows near the end see the most keys.
+  const int64_t m_tiles = (p.tq + kFwdM - 1) / kFwdM;
+  const int64_t m0 = (m_tiles - 1 - blockIdx.x) * kFwdM, h = blockIdx.y, b = blockIdx.z, kh = h / p.group;
+  const int64_t q_stride = p.hq * HD, kv_stride = p.hkv * HD;
+  const int64_t q_off = (b * p.tq * p.hq + h) * HD, kv_off = (b * p.tk * p.hkv + kh) * HD;
+  const int64_t keys = min(p.q_pos0 + min(m0 + kFwdM, p.tq), p.kv_len);  // seen by the last row
+  const int n_tiles = static_cast<int>((keys + kFwdN - 1) / kFwdN);
+
+  load_tile<kFwdM, HD>(sQ, p.q + q_off, q_stride, m0, p.tq);
+  load_tile<kFwdN, HD>(sK, p.k + kv_off, kv_stride, 0, p.kv_len);
+  cp_async_commit();
+
+  uint32_t qf[KSTEPS][4];
+  float o[DT][4] = {};
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  const int64_t row_lo = m0 + warp * 16 + g;  // this thread's rows: row_lo, row_lo + 8
+
+  for (int nt = 0; nt < n_tiles; nt++) {
+    const int64_t n0 = int64_t(nt) * kFwdN;
+    cp_async_wait<0>();
+    __syncthreads();  // K[nt] landed; every warp is done with V[nt - 1]
+    if (nt == 0) {
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS; kk++) ldmatrix_x4(qf[kk], a_frag<SD>(sQ, warp * 16, kk * 16, lane));
+    }
+    load_tile<kFwdN, HD>(sV, p.v + kv_off, kv_stride, n0, p.kv_len);
+    cp_async_commit();
+
+    // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
+    float s[NT][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) {
+#pragma unroll
+      for (int np = 0; np < NT / 2; np++) {
+        uint32_t kf[4];
+        ldmatrix_x4(kf, b_frag<SD>(sK, np * 16, kk * 16, lane));
+        mma(s[2 * np], qf[kk], kf[0], kf[1]);
+        mma(s[2 * np + 1], qf[kk], kf[2], kf[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with K[nt]
+    const bool more = nt + 1 < n_tiles;
+    if (more) {
+      load_tile<kFwdN, HD>(sK, p.k + kv_off, kv_stride, n0 + kFwdN, p.kv_len);
+      cp_async_commit();
+    }
+
+    // Mask, scale to base 2, and fold the tile into the running max and sum of each row.
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+      const int64_t pos = p.q_pos0 + row_lo + rr * 8;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < NT; j++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const int64_t key = n0 + j * 8 + quad * 2 + e;
+          float& x = s[j][rr * 2 + e];
+          x = key <= pos && key < p.kv_len ? x * p.scale_log2 : -INFINITY;
+          mx = fmaxf(mx, x);
+        }
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      // Key 0 is visible to every row, so the max is finite from the first tile on.
+      const float new_max = fmaxf(row_max[rr], mx), corr = exp2f(row_max[rr] - new_max);
+      row_max[rr] = new_max;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < NT; j++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          float& x = s[j][rr * 2 + e];
+          x = exp2f(x - new_max);
+          sum += x;
+        }
+      }
+      row_sum[rr] = row_sum[rr] * corr + sum;
+#pragma unroll
+      for (int dt = 0; dt < DT; dt++) {
+        o[dt][rr * 2] *= corr;
+        o[dt][rr * 2 + 1] *= corr;
+      }
+    }
+
+    if (more)
+      cp_async_wait<1>();  // V[nt] landed; K[nt + 1] may still be in flight
+    else
+      cp_async_wait<0>();
+    __syncthreads();
+    // O += P V, P from the score registers.
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; kk++) {
+      uint32_t a[4];
+      c_to_a(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int dp = 0; dp < DT / 2; dp++) {
+        uint32_t vf[4];
+        ldmatrix_x4_trans(vf, bt_frag<SD>(sV, kk * 16, dp * 16, lane));
+        mma(o[2 * dp], a, vf[0], vf[1]);
+        mma(o[2 * dp + 1], a, vf[2], vf[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int rr = 0; rr < 2; rr++) {
+    float sum = row_sum[rr];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int64_t row = row_lo + rr * 8;
+    if (row < p.tq) {
+      store_rows<HD>(p.out + q_off + row * q_stride, o, rr, quad, 1.f / sum);
+      if (quad == 0) p.lse[(b * p.hq + h) * p.tq + row] = (row_max[rr] + log2f(sum)) * kLn2;
+    }
+  }
+}
+
+// ---- backward: dk, dv --------------------------------------------------------------------------
+constexpr int kKvN = 64, kKvM = 32;  // keys per block, queries per inner tile
+
+template <int HD>
+constexpr size_t dkdv_smem_bytes() {
+  return size_t(2 * kKvN + 4 * kKvM) * (HD + kPad) * sizeof(bf16_t) + 4 * kKvM * sizeof(float);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams p) {
+  constexpr int SD = HD + kPad, KSTEPS = HD / 16, DT = HD / 8, MT = kKvM / 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16_t* sK = reinterpret_cast<bf16_t*>(smem);  // [64 keys][SD]
+  bf16_t* sV = sK + kKvN * SD;                    // [64 keys][SD]
+  bf16_t* sQ = sV + kKvN * SD;                    // [2 buffers][32 queries][SD]
+  bf16_t* sO = sQ + 2 * kKvM * SD;                // [2][32][SD]: dout
+  float* sL = reinterpret_cast<float*>(sO + 2 * kKvM * SD);  // [2][32]: lse
+  float* sD = sL + 2 * kKvM;                                  // [2][32]: delta
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
+  const int64_t n0 = int64_t(blockIdx.x) * kKvN, kh = blockIdx.y, b = blockIdx.z;
+  const int64_t q_stride = p.hq * HD, kv_stride = p.hkv * HD, kv_off = (b * p.t * p.hkv + kh) * HD;
+  // Query tiles at or after the diagonal, for each query head of the group, in (head, tile) order.
+  const int64_t m_first = n0 / kKvM, per_head = (p.t + kKvM - 1) / kKvM - m_first;
+  const int64_t count = p.group * per_head;
+
+  auto issue = [&](int64_t it, int buf) {
+    const int64_t h = kh * p.group + it / per_head, m0 = (m_first + it % per_head) * kKvM;
+    const int64_t q_off = (b * p.t * p.hq + h) * HD, stat = (b * p.hq + h) * p.t;
+    load_tile<kKvM, HD>(sQ + buf * kKvM * SD, p.q + q_off, q_stride, m0, p.t);
+    load_tile<kKvM, HD>(sO + buf * kKvM * SD, p.dout + q_off, q_stride, m0, p.t);
+    const int i = threadIdx.x & (kKvM - 1);
+    const int64_t row = m0 + i;
+    const bool valid = row < p.t;
+    if (threadIdx.x < kKvM)
+      cp_async_4(sL + buf * kKvM + i, p.lse + stat + (valid ? row : 0), valid);
+    else if (threadIdx.x < 2 * kKvM)
+      cp_async_4(sD + buf * kKvM + i, p.delta + stat + (valid ? row : 0), valid);
+  };
+  load_tile<kKvN, HD>(sK, p.k + kv_off, kv_stride, n0, p.t);
+  load_tile<kKvN, HD>(sV, p.v + kv_off, kv_stride, n0, p.t);
+  issue(0, 0);
+  cp_async_commit();
+
+  float dk[DT][4] = {}, dv[DT][4] = {};
+  const int64_t key_lo = n0 + warp * 16 + g;  // this thread's keys: key_lo, key_lo + 8
+  for (int64_t it = 0; it < count; it++) {
+    const int buf = static_cast<int>(it & 1);
+    cp_async_wait<0>();
+    __syncthreads();  // tile `it` landed; every warp is done with tile it - 1 (the other buffer)
+    if (it + 1 < count) {
+      issue(it + 1, buf ^ 1);
+      cp_async_commit();
+    }
+    const int64_t m0 = (m_first + it % per_head) * kKvM;
+    const bf16_t* q_s = sQ + buf * kKvM * SD;
+    const bf16_t* o_s = sO + buf * kKvM * SD;
+    const float* l_s = sL + buf * kKvM;
+    const float* d_s = sD + buf * kKvM;
+
+    // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys and the tile's 32 queries.
+    float s[MT][4] = {}, dp[MT][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) {
+      uint32_t ka[4], va[4];
+      ldmatrix_x4(ka, a_frag<SD>(sK, warp * 16, kk * 16, lane));
+      ldmatrix_x4(va, a_frag<SD>(sV, warp * 16, kk * 16, lane));
+#pragma unroll
+      for (int np = 0; np < MT / 2; np++) {
+        uint32_t qb[4], ob[4];
+        ldmatrix_x4(qb, b_frag<SD>(q_s, np * 16, kk * 16, lane));
+        ldmatrix_x4(ob, b_frag<SD>(o_s, np * 16, kk * 16, lane));
+        mma(s[2 * np], ka, qb[0], qb[1]);
+        mma(s[2 * np + 1], ka, qb[2], qb[3]);
+        mma(dp[2 * np], va, ob[0], ob[1]);
+        mma(dp[2 * np + 1], va, ob[2], ob[3]);
+      }
+    }
+    // P^T = exp(scale S^T - lse) on the causal triangle (key <= query), dS^T = P^T (dP^T - delta).
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int64_t key = key_lo + (e >> 1) * 8;
+        const int qi = j * 8 + quad * 2 + (e & 1);
+        const int64_t query = m0 + qi;
+        const bool valid = key <= query && query < p.t;
+        const float pv = valid ? exp2f(s[j][e] * p.scale_log2 - l_s[qi] * kLog2e) : 0.f;
+        s[j][e] = pv;
+        dp[j][e] = pv * (dp[j][e] - d_s[qi]);
+      }
+    }
+    // dV += P^T dO and dK += dS^T Q, reducing over the tile's queries.
+#pragma unroll
+    for (int kk = 0; kk < MT / 2; kk++) {
+      uint32_t pa[4], da[4];
+      c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+      c_to_a(da, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+      for (int dpp = 0; dpp < DT / 2; dpp++) {
+        uint32_t ob[4], qb[4];
+        ldmatrix_x4_trans(ob, bt_frag<SD>(o_s, kk * 16, dpp * 16, lane));
+        ldmatrix_x4_trans(qb, bt_frag<SD>(q_s, kk * 16, dpp * 16, lane));
+        mma(dv[2 * dpp], pa, ob[0], ob[1]);
+        mma(dv[2 * dpp + 1], pa, ob[2], ob[3]);
+        mma(dk[2 * dpp], da, qb[0], qb[1]);
+        mma(dk[2 * dpp + 1], da, qb[2], qb[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int rr = 0; rr < 2; rr++) {
+    const int64_t key = key_lo + rr * 8;
+    if (key < p.t) {
+      store_rows<HD>(p.dk + kv_off + key * kv_stride, dk, rr, quad, p.scale);
+      store_rows<HD>(p.dv + kv_off + key * kv_stride, dv, rr, quad, 1.f);
+    }
+  }
+}
+
+// ---- backward: dq ------------------------------------------------------------------------------
+constexpr int kQM = 64, kQN = 64;  // queries per block, keys per inner tile
+
+template <int HD>
+constexpr size_t dq_smem_bytes() {
+  return size_t(2 * kQM + 4 * kQN) * (HD + kPad) * sizeof(bf16_t);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams p) {
+  constexpr int SD = HD + kPad, KSTEPS = HD / 16, DT = HD / 8, NT = kQN / 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16_t* sQ = reinterpret_cast<bf16_t*>(smem);  // [64 queries][SD]
+  bf16_t* sO = sQ + kQM * SD;                     // [64 queries][SD]: dout
+  bf16_t* sK = sO + kQM * SD;                     // [2 buffers][64 keys][SD]
+  bf16_t* sV = sK + 2 * kQN * SD;                 // [2][64][SD]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
+  const int64_t m_tiles = (p.t + kQM - 1) / kQM;
+  const int64_t m0 = (m_tiles - 1 - blockIdx.x) * kQM, h = blockIdx.y, b = blockIdx.z, kh = h / p.group;
+  const int64_t q_stride = p.hq * HD, kv_stride = p.hkv * HD;
+  const int64_t q_off = (b * p.t * p.hq + h) * HD, kv_off = (b * p.t * p.hkv + kh) * HD;
+  const int n_tiles = static_cast<int>((min(m0 + kQM, p.t) + kQN - 1) / kQN);
+
+  load_tile<kQM, HD>(sQ, p.q + q_off, q_stride, m0, p.t);
+  load_tile<kQM, HD>(sO, p.dout + q_off, q_stride, m0, p.t);
+  load_tile<kQN, HD>(sK, p.k + kv_off, kv_stride, 0, p.t);
+  load_tile<kQN, HD>(sV, p.v + kv_off, kv_stride, 0, p.t);
+  cp_async_commit();
+
+  const int64_t row_lo = m0 + warp * 16 + g;  // this thread's rows: row_lo, row_lo + 8
+  float lse_l2[2], delta[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; rr++) {
+    const int64_t row = row_lo + rr * 8, stat = (b * p.hq + h) * p.t + row;
+    lse_l2[rr] = row < p.t ? p.lse[stat] * kLog2e : 0.f;
+    delta[rr] = row < p.t ? p.delta[stat] : 0.f;
+  }
+  float dq[DT][4] = {};
+  for (int nt = 0; nt < n_tiles; nt++) {
+    const int buf = nt & 1;
+    cp_async_wait<0>();
+    __syncthreads();  // K, V[nt] landed; every warp is done with tile nt - 1 (the other buffer)
+    if (nt + 1 < n_tiles) {
+      load_tile<kQN, HD>(sK + (buf ^ 1) * kQN * SD, p.k + kv_off, kv_stride, int64_t(nt + 1) * kQN, p.t);
+      load_tile<kQN, HD>(sV + (buf ^ 1) * kQN * SD, p.v + kv_off, kv_stride, int64_t(nt + 1) * kQN, p.t);
+      cp_async_commit();
+    }
+    const int64_t n0 = int64_t(nt) * kQN;
+    const bf16_t* k_s = sK + buf * kQN * SD;
+    const bf16_t* v_s = sV + buf * kQN * SD;
+
+    // S = Q K^T and dP = dO V^T for this warp's 16 queries and the tile's 64 keys.
+    float s[NT][4] = {}, dpv[NT][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) {
+      uint32_t qa[4], oa[4];
+      ldmatrix_x4(qa, a_frag<SD>(sQ, warp * 16, kk * 16, lane));
+      ldmatrix_x4(oa, a_frag<SD>(sO, warp * 16, kk * 16, lane));
+#pragma unroll
+      for (int np = 0; np < NT / 2; np++) {
+        uint32_t kb[4], vb[4];
+        ldmatrix_x4(kb, b_frag<SD>(k_s, np * 16, kk * 16, lane));
+        ldmatrix_x4(vb, b_frag<SD>(v_s, np * 16, kk * 16, lane));
+        mma(s[2 * np], qa, kb[0], kb[1]);
+        mma(s[2 * np + 1], qa, kb[2], kb[3]);
+        mma(dpv[2 * np], oa, vb[0], vb[1]);
+        mma(dpv[2 * np + 1], oa, vb[2], vb[3]);
+      }
+    }
+    // dS = P (dP - delta) on the causal triangle, into s.
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int rr = e >> 1;
+        const int64_t row = row_lo + rr * 8, key = n0 + j * 8 + quad * 2 + (e & 1);
+        const bool valid = key <= row && row < p.t;
+        const float pv = valid ? exp2f(s[j][e] * p.scale_log2 - lse_l2[rr]) : 0.f;
+        s[j][e] = pv * (dpv[j][e] - delta[rr]);
+      }
+    }
+    // dQ += dS K, reducing over the tile's keys.
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; kk++) {
+      uint32_t a[4];
+      c_to_a(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int dpp = 0; dpp < DT / 2; dpp++) {
+        uint32_t kb[4];
+        ldmatrix_x4_trans(kb, bt_frag<SD>(k_s, kk * 16, dpp * 16, lane));
+        mma(dq[2 * dpp], a, kb[0], kb[1]);
+        mma(dq[2 * dpp + 1], a, kb[2], kb[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int rr = 0; rr < 2; rr++) {
+    const int64_t row = row_lo + rr * 8;
+    if (row < p.t) store_rows<HD>(p.dq + q_off + row * q_stride, dq, rr, quad, p.scale);
+  }
+}
+
+// ---- launchers ---------------------------------------------------------------------------------
+template <typename K>
+cudaError_t set_smem(K kernel, size_t bytes) {
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
+
+template <int HD>
+cudaError_t forward_hd(const FwdParams& p, int64_t batch, cudaStream_t stream) {
+  constexpr size_t smem = fwd_smem_bytes<HD>();
+  if (cudaError_t e = set_smem(flash_forward_kernel<HD>, smem); e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((p.tq + kFwdM - 1) / kFwdM), static_cast<unsigned>(p.hq),
+                  static_cast<unsigned>(batch));
+  flash_forward_kernel<HD><<<grid, kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int HD>
+cudaError_t backward_hd(const BwdParams& p, int64_t batch, cudaStream_t stream) {
+  constexpr size_t smem_kv = dkdv_smem_bytes<HD>(), smem_q = dq_smem_bytes<HD>();
+  if (cudaError_t e = set_smem(flash_dkdv_kernel<HD>, smem_kv); e != cudaSuccess) return e;
+  if (cudaError_t e = set_smem(flash_dq_kernel<HD>, smem_q); e != cudaSuccess) return e;
+  const dim3 grid_kv(static_cast<unsigned>((p.t + kKvN - 1) / kKvN), static_cast<unsigned>(p.hkv),
+                     static_cast<unsigned>(batch));
+  flash_dkdv_kernel<HD><<<grid_kv, kThreads, smem_kv, stream>>>(p);
+  const dim3 grid_q(static_cast<unsigned>((p.t + kQM - 1) / kQM), static_cast<unsigned>(p.hq),
+                    static_cast<unsigned>(batch));
+  flash_dq_kernel<HD><<<grid_q, kThreads, smem_q, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool flash_supports_head_dim(int64_t d) { return d == 64 || d == 128; }
+
+cudaError_t launch_flash_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                 const __nv_bfloat16* v, const AttentionShape& s, float scale, cudaStream_t stream) {
+  const FwdParams p{q, k, v, out, lse, s.tq, s.tk, s.hq, s.hkv, s.kv_len, s.kv_len - s.tq, s.hq / s.hkv,
+                    scale * kLog2e};
+  return s.d == 128 ? forward_hd<128>(p, s.batch, stream) : forward_hd<64>(p, s.batch, stream);
+}
+
+cudaError_t launch_flash_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
+                                  const __nv_bfloat16* dout, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                  const __nv_bfloat16* v, const float* lse, const float* delta,
+                                  const AttentionShape& s, float scale, cudaStream_t stream) {
+  const BwdParams p{q, k, v, dout, dq, dk, dv, lse, delta, s.tq, s.hq, s.hkv, s.hq / s.hkv, scale, scale * kLog2e};
+  return s.d == 128 ? backward_hd<128>(p, s.batch, stream) : backward_hd<64>(p, s.batch, stream);
+}
+
+}  // namespace nanoddp::ops::gpu

@@ -1,0 +1,276 @@
+// The CUDA backend: unpacks tensors and launches the kernels of ops/cuda on the device's compute
+// stream (core/cuda_util.h). No op synchronises with the host; scratch buffers come from the
+// device's caching allocator, and since every op runs on the one compute stream, a scratch block
+// freed here is only reused by work queued after this op.
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "core/cuda_util.h"
+#include "ops/backend.h"
+#include "ops/cuda/attention.cuh"
+#include "ops/cuda/cross_entropy.cuh"
+#include "ops/cuda/elementwise.cuh"
+#include "ops/cuda/embedding.cuh"
+#include "ops/cuda/matmul.h"
+#include "ops/cuda/newton_schulz.cuh"
+#include "ops/cuda/optimizer.cuh"
+#include "ops/cuda/rmsnorm.cuh"
+#include "ops/cuda/rotary.cuh"
+
+namespace nanoddp::ops {
+
+namespace {
+
+using gpu::Elem;
+
+Elem elem(const Tensor& t) {
+  NANODDP_ASSERT(t.dtype() == DType::F32 || t.dtype() == DType::BF16, "CUDA kernels take f32 or bf16, got {}",
+                 dtype_name(t.dtype()));
+  return t.dtype() == DType::BF16 ? Elem::BF16 : Elem::F32;
+}
+
+void same_dtype(const Tensor& a, const Tensor& b) {
+  NANODDP_ASSERT(a.dtype() == b.dtype(), "dtypes {} and {} differ", dtype_name(a.dtype()), dtype_name(b.dtype()));
+}
+
+// NANODDP_CUDA_ATTENTION=reference selects the reference attention kernels (for debugging the
+// flash kernels on a new GPU); anything else keeps the flash kernels.
+bool reference_attention_requested() {
+  const char* v = std::getenv("NANODDP_CUDA_ATTENTION");
+  return v != nullptr && std::strcmp(v, "reference") == 0;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device)
+      : device_(device), stream_(nanoddp::cuda::compute_stream(device)), gemm_(device),
+        reference_attention_(reference_attention_requested()) {
+    nanoddp::cuda::set_device(device);
+    NANODDP_CUDA_CHECK(cudaHostAlloc(&errors_, sizeof(gpu::ErrorRecord), cudaHostAllocMapped));
+    std::memset(errors_, 0, sizeof(gpu::ErrorRecord));
+    NANODDP_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&errors_dev_), errors_, 0));
+  }
+
+  void matmul(const Tensor& out, const Tensor& a, bool ta, const Tensor& b, bool tb, float alpha,
+              float beta) override {
+    cudaStream_t s = begin();
+    const int64_t m = out.dim(0), n = out.dim(1), k = ta ? a.dim(0) : a.dim(1);
+    gemm_.run(s, m, n, k, alpha, {a.raw(), elem(a), a.dim(1), ta}, {b.raw(), elem(b), b.dim(1), tb}, beta,
+              out.raw(), elem(out), n);
+  }
+
+  void fill(const Tensor& x, float value) override {
+    cudaStream_t s = begin();
+    NANODDP_CUDA_CHECK(gpu::launch_fill(elem(x), x.raw(), x.numel(), value, s));
+  }
+
+  void scale(const Tensor& x, float v) override {
+    cudaStream_t s = begin();
+    NANODDP_CUDA_CHECK(gpu::launch_scale(elem(x), x.raw(), x.numel(), v, s));
+  }
+
+  void axpy(const Tensor& y, const Tensor& x, float alpha) override {
+    cudaStream_t s = begin();
+    NANODDP_CUDA_CHECK(gpu::launch_axpy(elem(y), y.raw(), x.raw(), y.numel(), alpha, s));
+  }
+
+  void cast(const Tensor& dst, const Tensor& src) override {
+    cudaStream_t s = begin();
+    NANODDP_CUDA_CHECK(gpu::launch_cast(elem(dst), dst.raw(), elem(src), src.raw(), dst.numel(), s));
+  }
+
+  void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) override {
+    cudaStream_t s = begin();
+    same_dtype(out, table);
+    NANODDP_CUDA_CHECK(gpu::launch_embedding_forward(elem(out), out.raw(), table.raw(), ids.data<int32_t>(),
+                                                     ids.numel(), table.dim(0), table.dim(1), errors_dev_, s));
+  }
+
+  void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) override {
+    cudaStream_t s = begin();
+    const int64_t n = ids.numel(), c = dtable.dim(1);
+    const size_t bytes = gpu::embedding_backward_scratch_bytes(n, c);
+    Tensor scratch = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, dtable.device());
+    NANODDP_CUDA_CHECK(gpu::launch_embedding_backward(elem(dout), dtable.data<float>(), dout.raw(),
+                                                      ids.data<int32_t>(), n, dtable.dim(0), c, scratch.raw(), bytes,
+                                                      s));
+  }
+
+  void rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, float eps) override {
+    cudaStream_t s = begin();
+    same_dtype(y, x);
+    const int64_t c = x.dim(-1);
+    NANODDP_CUDA_CHECK(gpu::launch_rmsnorm_forward(elem(x), y.raw(), rstd.data<float>(), x.raw(), x.numel() / c, c,
+                                                   eps, s));
+  }
+
+  void rmsnorm_backward(const Tensor& dx, const Tensor& dy, const Tensor& y, const Tensor& rstd,
+                        bool accumulate) override {
+    cudaStream_t s = begin();
+    same_dtype(dx, dy);
+    same_dtype(dy, y);
+    const int64_t c = y.dim(-1);
+    NANODDP_CUDA_CHECK(gpu::launch_rmsnorm_backward(elem(y), dx.raw(), dy.raw(), y.raw(), rstd.data<float>(),
+                                                    y.numel() / c, c, accumulate, s));
+  }
+
+  void rotary(const Tensor& y, const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t pos0,
+              bool inverse) override {
+    cudaStream_t s = begin();
+    same_dtype(y, x);
+    NANODDP_CUDA_CHECK(gpu::launch_rotary(elem(x), y.raw(), x.raw(), cos.data<float>(), sin.data<float>(), x.dim(0),
+                                          x.dim(1), x.dim(2), x.dim(3), pos0, inverse, s));
+  }
+
+  void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                         int64_t kv_len, float scale) override {
+    cudaStream_t s = begin();
+    same_dtype(out, q);
+    same_dtype(q, k);
+    same_dtype(k, v);
+    const gpu::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), kv_len};
+    NANODDP_CUDA_CHECK(gpu::launch_attention_forward(elem(q), out.raw(), lse.data<float>(), q.raw(), k.raw(),
+                                                     v.raw(), shape, scale, reference_attention_, s));
+  }
+
+  void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                          float scale) override {
+    cudaStream_t s = begin();
+    for (const Tensor* t : {&dq, &dk, &dv, &dout, &k, &v, &out}) same_dtype(*t, q);
+    const gpu::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dim(1)};
+    const size_t bytes = gpu::attention_backward_scratch_bytes(shape);
+    Tensor scratch = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, q.device());
+    NANODDP_CUDA_CHECK(gpu::launch_attention_backward(elem(q), dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(),
+                                                      k.raw(), v.raw(), out.raw(), lse.data<float>(), shape, scale,
+                                                      scratch.raw(), reference_attention_, s));
+  }
+
+  void relu2_forward(const Tensor& y, const Tensor& x) override {
+    cudaStream_t s = begin();
+    same_dtype(y, x);
+    NANODDP_CUDA_CHECK(gpu::launch_relu2_forward(elem(x), y.raw(), x.raw(), x.numel(), s));
+  }
+
+  void relu2_backward(const Tensor& dx, const Tensor& dy, const Tensor& x) override {
+    cudaStream_t s = begin();
+    same_dtype(dx, dy);
+    same_dtype(dy, x);
+    NANODDP_CUDA_CHECK(gpu::launch_relu2_backward(elem(x), dx.raw(), dy.raw(), x.raw(), x.numel(), s));
+  }
+
+  void softcap_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab,
+                             float softcap, float grad_scale) override {
+    cudaStream_t s = begin();
+    NANODDP_CUDA_CHECK(gpu::launch_softcap_cross_entropy(elem(logits), losses.data<float>(), logits.raw(),
+                                                         targets.data<int32_t>(), logits.dim(0), logits.dim(1), vocab,
+                                                         softcap, grad_scale, errors_dev_, s));
+  }
+
+  void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                    const AdamWStep& st) override {
+    cudaStream_t s = begin();
+    // The scalars exactly as the CPU kernel (ops/cpu/optimizer.cpp) computes them.
+    const double bc1 = 1.0 - std::pow(double(st.beta1), double(st.step));
+    const double bc2 = 1.0 - std::pow(double(st.beta2), double(st.step));
+    const gpu::AdamWScalars sc{static_cast<float>(st.lr / bc1), static_cast<float>(std::sqrt(bc2)),
+                               1.f - st.lr * st.weight_decay, st.beta1, st.beta2, st.eps};
+    NANODDP_CUDA_CHECK(gpu::launch_adamw(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(),
+                                         p.numel(), sc, s));
+  }
+
+  void muon_momentum(const Tensor& g, const Tensor& buf, float momentum) override {
+    cudaStream_t s = begin();
+    NANODDP_CUDA_CHECK(gpu::launch_muon_momentum(g.data<float>(), buf.data<float>(), g.numel(), momentum, s));
+  }
+
+  void newton_schulz(const Tensor& x, int steps, bool bf16) override;
+
+  void synchronize() override {
+    begin();
+    NANODDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    raise_kernel_error();
+  }
+
+ private:
+  // Every op: make the device current on this thread, report bad input an earlier kernel found.
+  cudaStream_t begin() {
+    nanoddp::cuda::set_device(device_);
+    raise_kernel_error();
+    return stream_;
+  }
+
+  // Kernels cannot throw: they leave bad ids in the ErrorRecord, which this turns into an Error
+  // at the next op (or synchronize) after the kernel has run.
+  void raise_kernel_error() {
+    const int kind = *reinterpret_cast<volatile int*>(&errors_->kind);
+    if (kind == gpu::kNoError) return;
+    const gpu::ErrorRecord r = *errors_;
+    std::memset(errors_, 0, sizeof(gpu::ErrorRecord));
+    const char* what = kind == gpu::kTokenIdOutOfRange ? "token id" : "target id";
+    NANODDP_FAIL("{} {} at position {} is outside [0, {}) (found by a CUDA kernel of an earlier op on cuda:{}): "
+                 "check the data's vocabulary against the model's vocab_size",
+                 what, r.value, r.index, r.limit, device_);
+  }
+
+  int device_;
+  cudaStream_t stream_;
+  gpu::CublasLtGemm gemm_;
+  bool reference_attention_;
+  gpu::ErrorRecord* errors_ = nullptr;      // pinned host memory, mapped
+  gpu::ErrorRecord* errors_dev_ = nullptr;  // its device address
+};
+
+// Newton-Schulz (ops.h) in the storage type of its mode: X [m, n] (m <= n, x transposed when it
+// has more rows than columns), A, cA, B [m, m], BX [m, n]. GEMMs on cuBLASLt accumulate in f32
+// and round once into that type; the elementwise stages round as the CPU kernel does, so bf16
+// mode follows nanochat's bf16 tensor arithmetic step for step.
+void CudaBackend::newton_schulz(const Tensor& x, int steps, bool bf16) {
+  cudaStream_t s = begin();
+  constexpr float a = 3.4445f, b = -4.7750f, c = 2.0315f;
+  const int64_t rows = x.dim(0), cols = x.dim(1);
+  const bool tr = rows > cols;
+  const int64_t m = tr ? cols : rows, n = tr ? rows : cols;
+  const Elem t = bf16 ? Elem::BF16 : Elem::F32;
+  const DType dt = bf16 ? DType::BF16 : DType::F32;
+  const Device dev = x.device();
+  Tensor X = Tensor::empty({m, n}, dt, dev), A = Tensor::empty({m, m}, dt, dev), cA = Tensor::empty({m, m}, dt, dev);
+  Tensor B = Tensor::empty({m, m}, dt, dev), BX = Tensor::empty({m, n}, dt, dev);
+  Tensor norm = Tensor::empty({static_cast<int64_t>(gpu::ns_normalise_scratch_bytes())}, DType::U8, dev);
+  NANODDP_CUDA_CHECK(gpu::launch_ns_load(t, X.raw(), x.data<float>(), rows, cols, tr, s));
+  NANODDP_CUDA_CHECK(gpu::launch_ns_normalise(t, X.raw(), m * n, norm.raw(), s));
+  for (int i = 0; i < steps; i++) {
+    gemm_.run(s, m, m, n, 1.f, {X.raw(), t, n, false}, {X.raw(), t, n, true}, 0.f, A.raw(), t, m);  // A = X X^T
+    NANODDP_CUDA_CHECK(gpu::launch_ns_scale(t, cA.raw(), A.raw(), m * m, c, s));
+    gemm_.run(s, m, m, m, 1.f, {cA.raw(), t, m, false}, {A.raw(), t, m, false}, 0.f, B.raw(), t, m);  // (cA) A
+    NANODDP_CUDA_CHECK(gpu::launch_ns_combine(t, B.raw(), A.raw(), B.raw(), m * m, b, s));  // B = bA + (cA)A
+    gemm_.run(s, m, n, m, 1.f, {B.raw(), t, m, false}, {X.raw(), t, n, false}, 0.f, BX.raw(), t, n);  // B X
+    NANODDP_CUDA_CHECK(gpu::launch_ns_combine(t, X.raw(), X.raw(), BX.raw(), m * n, a, s));  // X = aX + BX
+  }
+  NANODDP_CUDA_CHECK(gpu::launch_ns_store(t, x.data<float>(), X.raw(), rows, cols, tr, s));
+}
+
+}  // namespace
+
+// One backend per device, created on first use and never destroyed (like the device allocators:
+// tearing down cuBLASLt after the CUDA runtime at exit is not safe).
+Backend& cuda_backend(int device) {
+  constexpr int kMaxDevices = 16;
+  static std::array<std::atomic<CudaBackend*>, kMaxDevices> backends{};
+  static std::mutex mu;
+  if (device >= 0 && device < kMaxDevices) {
+    if (CudaBackend* b = backends[device].load(std::memory_order_acquire)) return *b;
+  }
+  const int count = cuda_device_count();
+  NANODDP_CHECK(device >= 0 && device < count && device < kMaxDevices, "CUDA device {} does not exist ({} visible): "
+                "use --device cuda:N with N < {}, or check CUDA_VISIBLE_DEVICES", device, count, count);
+  std::lock_guard lock(mu);
+  if (backends[device].load() == nullptr) backends[device].store(new CudaBackend(device), std::memory_order_release);
+  return *backends[device].load();
+}
+
+}  // namespace nanoddp::ops

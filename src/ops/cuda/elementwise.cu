@@ -1,0 +1,160 @@
+// Elementwise kernels through one grid-stride "map" kernel: out[i] = f(out[i], a[i], b[i]),
+// computed in f32 and stored in the output's type. When every pointer is 16-byte aligned each
+// thread moves 16 bytes per access (the vector path); otherwise one element (views at odd
+// offsets). Memory-bound: one read of each input and one write, nothing more.
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/elementwise.cuh"
+
+#include <type_traits>
+
+namespace nanoddp::ops::gpu {
+
+namespace {
+
+// Functors: kArity inputs besides the output; kReadsOut when the old output value is used.
+struct FillOp {
+  static constexpr int kArity = 0;
+  static constexpr bool kReadsOut = false;
+  float value;
+  __device__ float operator()(float, float, float) const { return value; }
+};
+struct ScaleOp {
+  static constexpr int kArity = 0;
+  static constexpr bool kReadsOut = true;
+  float s;
+  __device__ float operator()(float o, float, float) const { return o * s; }
+};
+struct AxpyOp {
+  static constexpr int kArity = 1;
+  static constexpr bool kReadsOut = true;
+  float alpha;
+  __device__ float operator()(float o, float a, float) const { return o + alpha * a; }
+};
+struct CopyOp {
+  static constexpr int kArity = 1;
+  static constexpr bool kReadsOut = false;
+  __device__ float operator()(float, float a, float) const { return a; }
+};
+// max(x, 0) written as std::max does it, so that NaN propagates as on the CPU.
+__device__ __forceinline__ float relu(float x) { return x < 0.f ? 0.f : x; }
+struct Relu2Op {
+  static constexpr int kArity = 1;
+  static constexpr bool kReadsOut = false;
+  __device__ float operator()(float, float x, float) const {
+    const float r = relu(x);
+    return r * r;
+  }
+};
+struct Relu2GradOp {  // a = dy, b = x
+  static constexpr int kArity = 2;
+  static constexpr bool kReadsOut = false;
+  __device__ float operator()(float, float dy, float x) const { return dy * 2.f * relu(x); }
+};
+
+template <typename TO, typename TA, typename TB, int V, typename F>
+__device__ __forceinline__ void map_one(TO* out, const TA* a, const TB* b, int64_t i, const F& f) {
+  Pack<TO, V> o;
+  Pack<TA, V> x;
+  Pack<TB, V> y;
+  if constexpr (F::kReadsOut) o = load_pack<TO, V>(out + i);
+  if constexpr (F::kArity >= 1) x = load_pack<TA, V>(a + i);
+  if constexpr (F::kArity >= 2) y = load_pack<TB, V>(b + i);
+#pragma unroll
+  for (int j = 0; j < V; j++) {
+    float ov = 0.f, av = 0.f, bv = 0.f;
+    if constexpr (F::kReadsOut) ov = to_f32(o.v[j]);
+    if constexpr (F::kArity >= 1) av = to_f32(x.v[j]);
+    if constexpr (F::kArity >= 2) bv = to_f32(y.v[j]);
+    o.v[j] = from_f32<TO>(f(ov, av, bv));
+  }
+  store_pack<TO, V>(out + i, o);
+}
+
+// Packs of V elements over [0, n / V * V), then single elements for the remainder.
+template <typename TO, typename TA, typename TB, int V, typename F>
+__global__ void map_kernel(TO* out, const TA* a, const TB* b, int64_t n, F f) {
+  const int64_t packs = n / V, stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t p = tid; p < packs; p += stride) map_one<TO, TA, TB, V>(out, a, b, p * V, f);
+  if (tid < n - packs * V) map_one<TO, TA, TB, 1>(out, a, b, packs * V + tid, f);
+}
+
+template <typename TO, typename TA, typename TB, typename F>
+cudaError_t launch_map(TO* out, const TA* a, const TB* b, int64_t n, F f, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  constexpr size_t kMax = sizeof(TO) > sizeof(TA) ? (sizeof(TO) > sizeof(TB) ? sizeof(TO) : sizeof(TB))
+                                                  : (sizeof(TA) > sizeof(TB) ? sizeof(TA) : sizeof(TB));
+  constexpr int V = static_cast<int>(16 / kMax);
+  const bool vec = aligned(out, sizeof(TO) * V) && (F::kArity < 1 || aligned(a, sizeof(TA) * V)) &&
+                   (F::kArity < 2 || aligned(b, sizeof(TB) * V));
+  constexpr int kThreads = 256;
+  if (vec) {
+    map_kernel<TO, TA, TB, V><<<grid_for(n / V + 1, kThreads, 8192), kThreads, 0, stream>>>(out, a, b, n, f);
+  } else {
+    map_kernel<TO, TA, TB, 1><<<grid_for(n, kThreads, 8192), kThreads, 0, stream>>>(out, a, b, n, f);
+  }
+  return cudaGetLastError();
+}
+
+// Calls fn with a null pointer of the storage type of `t` (for type dispatch).
+template <typename Fn>
+cudaError_t with_type(Elem t, Fn&& fn) {
+  if (t == Elem::BF16) return fn(static_cast<bf16_t*>(nullptr));
+  return fn(static_cast<float*>(nullptr));
+}
+
+}  // namespace
+
+cudaError_t launch_fill(Elem t, void* x, int64_t n, float value, cudaStream_t stream) {
+  return with_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return launch_map(static_cast<T*>(x), static_cast<const T*>(nullptr), static_cast<const T*>(nullptr), n,
+                      FillOp{value}, stream);
+  });
+}
+
+cudaError_t launch_scale(Elem t, void* x, int64_t n, float s, cudaStream_t stream) {
+  return with_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return launch_map(static_cast<T*>(x), static_cast<const T*>(nullptr), static_cast<const T*>(nullptr), n,
+                      ScaleOp{s}, stream);
+  });
+}
+
+cudaError_t launch_axpy(Elem t, void* y, const void* x, int64_t n, float alpha, cudaStream_t stream) {
+  return with_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return launch_map(static_cast<T*>(y), static_cast<const T*>(x), static_cast<const T*>(nullptr), n,
+                      AxpyOp{alpha}, stream);
+  });
+}
+
+cudaError_t launch_cast(Elem dst_t, void* dst, Elem src_t, const void* src, int64_t n, cudaStream_t stream) {
+  if (dst_t == src_t) {
+    const size_t bytes = static_cast<size_t>(n) * (dst_t == Elem::BF16 ? 2 : 4);
+    return dst == src || n == 0 ? cudaSuccess : cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+  }
+  if (dst_t == Elem::BF16)
+    return launch_map(static_cast<bf16_t*>(dst), static_cast<const float*>(src), static_cast<const float*>(nullptr),
+                      n, CopyOp{}, stream);
+  return launch_map(static_cast<float*>(dst), static_cast<const bf16_t*>(src), static_cast<const bf16_t*>(nullptr),
+                    n, CopyOp{}, stream);
+}
+
+cudaError_t launch_relu2_forward(Elem t, void* y, const void* x, int64_t n, cudaStream_t stream) {
+  return with_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return launch_map(static_cast<T*>(y), static_cast<const T*>(x), static_cast<const T*>(nullptr), n, Relu2Op{},
+                      stream);
+  });
+}
+
+cudaError_t launch_relu2_backward(Elem t, void* dx, const void* dy, const void* x, int64_t n, cudaStream_t stream) {
+  return with_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return launch_map(static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), n, Relu2GradOp{},
+                      stream);
+  });
+}
+
+}  // namespace nanoddp::ops::gpu

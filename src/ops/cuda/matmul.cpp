@@ -1,0 +1,132 @@
+// cuBLASLt GEMM. Note [row-major GEMM on a column-major library]: a row-major matrix [r, c] with
+// row stride ld is, read column-major, its transpose [c, r] with leading dimension ld. So
+//   C[m, n] = op(A)[m, k] op(B)[k, n]   (row-major)
+// is computed as the column-major product
+//   C^T[n, m] = op(B)^T[n, k] op(A)^T[k, m],
+// i.e. cuBLASLt's first operand is B (transposed iff trans_b), its second is A (transposed iff
+// trans_a), with problem size (n, m, k) and every leading dimension the row stride we were given.
+// No data moves.
+#include "ops/cuda/matmul.h"
+
+#include <cuda_runtime.h>
+
+#include "core/cuda_util.h"
+#include "ops/cuda/gemm_fallback.cuh"
+
+#define NANODDP_CUBLAS_CHECK(expr)                                                                        \
+  do {                                                                                                    \
+    cublasStatus_t st_ = (expr);                                                                          \
+    if (st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]] {                                                      \
+      NANODDP_FAIL("cuBLASLt error {} ({}) in {} at {}:{}", static_cast<int>(st_), cublasLtGetStatusString(st_), \
+                   #expr, __FILE__, __LINE__);                                                            \
+    }                                                                                                     \
+  } while (0)
+
+namespace nanoddp::ops::gpu {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // NVIDIA's recommendation for Hopper
+
+cudaDataType_t cuda_type(Elem t) { return t == Elem::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// The largest power of two (up to 256) dividing the address: what the heuristic may assume.
+int alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  int align = 256;
+  while (align > 1 && (a % align) != 0) align /= 2;
+  return align;
+}
+
+// Column-major layout of a row-major matrix [rows, cols] with row stride ld: [cols, rows], ld.
+cublasLtMatrixLayout_t layout(Elem t, int64_t rows, int64_t cols, int64_t ld) {
+  cublasLtMatrixLayout_t l = nullptr;
+  NANODDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, cuda_type(t), static_cast<uint64_t>(cols),
+                                                  static_cast<uint64_t>(rows), ld));
+  return l;
+}
+
+}  // namespace
+
+CublasLtGemm::CublasLtGemm(int device) : device_(device) {
+  nanoddp::cuda::set_device(device);
+  NANODDP_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  workspace_ = Tensor::empty({static_cast<int64_t>(kWorkspaceBytes)}, DType::U8, Device::cuda(device));
+}
+
+CublasLtGemm::~CublasLtGemm() {
+  for (auto& [key, p] : plans_) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.c);
+    cublasLtMatmulDescDestroy(p.op);
+  }
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  const auto [m, n, k, ta, tb, ab_t, c_t, lda, ldb, ldc, align_a, align_b, align_c] = key;
+  Plan p;
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // Note [row-major GEMM on a column-major library]: cuBLASLt's A is our b, its B is our a.
+  const cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
+  NANODDP_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
+  // Stored shapes (row-major): b is [k, n] or [n, k] (trans_b); a is [m, k] or [k, m] (trans_a).
+  p.a = layout(ab_t, tb ? n : k, tb ? k : n, ldb);
+  p.b = layout(ab_t, ta ? k : m, ta ? m : k, lda);
+  p.c = layout(c_t, m, n, ldc);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kWorkspaceBytes;
+  const uint32_t al_first = static_cast<uint32_t>(align_b), al_second = static_cast<uint32_t>(align_a),
+                 al_c = static_cast<uint32_t>(align_c);
+  NANODDP_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                            &al_first, sizeof al_first));
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                            &al_second, sizeof al_second));
+  NANODDP_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
+  NANODDP_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  // NOT_SUPPORTED means no algorithm fits (e.g. an odd stride); anything else is an error.
+  if (st != CUBLAS_STATUS_NOT_SUPPORTED) NANODDP_CUBLAS_CHECK(st);
+  p.has_algo = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+  if (p.has_algo) p.algo = result.algo;
+  return plans_.emplace(key, p).first->second;
+}
+
+void CublasLtGemm::run(cudaStream_t stream, int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a,
+                       const GemmOperand& b, float beta, void* c, Elem c_type, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  NANODDP_ASSERT(a.type == b.type, "GEMM operands of different types");
+  // cuBLASLt has no f32 x f32 -> bf16 GEMM, and no k = 0; both go to the fallback kernel.
+  const bool lt_types = !(a.type == Elem::F32 && c_type == Elem::BF16) && k > 0;
+  const Plan* p = nullptr;
+  if (lt_types) {
+    const Key key{m, n, k, a.trans, b.trans, a.type, c_type, a.ld, b.ld, ldc,
+                  alignment_of(a.ptr), alignment_of(b.ptr), alignment_of(c)};
+    std::lock_guard lock(mu_);
+    p = &plan(key);
+  }
+  if (p != nullptr && p->has_algo) {
+    NANODDP_CUBLAS_CHECK(cublasLtMatmul(handle_, p->op, &alpha, b.ptr, p->a, a.ptr, p->b, &beta, c, p->c, c, p->c,
+                                        &p->algo, workspace_.raw(), kWorkspaceBytes, stream));
+    return;
+  }
+  NANODDP_CUDA_CHECK(launch_gemm_fallback(a.trans, b.trans, m, n, k, alpha, a.type, a.ptr, a.ld, b.ptr, b.ld, beta,
+                                          c_type, c, ldc, stream));
+}
+
+}  // namespace nanoddp::ops::gpu

@@ -1,0 +1,56 @@
+// GEMM on cuBLASLt for one device: bf16 or f32 operands, f32 or bf16 output, f32 accumulation,
+// row-major like ops::matmul. The handle and a 32 MiB workspace are created once per device;
+// the algorithm for each problem (shapes, strides, types, pointer alignment) is chosen once by
+// cuBLASLt's heuristic and cached with its descriptors.
+#pragma once
+
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/tensor.h"
+#include "ops/cuda/types.cuh"
+
+namespace nanoddp::ops::gpu {
+
+// One row-major operand: `ld` is the row stride in elements of the matrix as stored.
+struct GemmOperand {
+  const void* ptr;
+  Elem type;
+  int64_t ld;
+  bool trans;
+};
+
+class CublasLtGemm {
+ public:
+  explicit CublasLtGemm(int device);
+  ~CublasLtGemm();
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+
+  // c[m, n] (row stride ldc, type c_type) = alpha op(a)[m, k] op(b)[k, n] + beta c, on `stream`.
+  void run(cudaStream_t stream, int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a,
+           const GemmOperand& b, float beta, void* c, Elem c_type, int64_t ldc);
+
+ private:
+  // Everything the heuristic's answer depends on.
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, Elem, Elem, int64_t, int64_t, int64_t, int, int, int>;
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool has_algo = false;  // false: cuBLASLt offered nothing, use the fallback kernel
+  };
+  Plan& plan(const Key& key);
+
+  int device_;
+  cublasLtHandle_t handle_ = nullptr;
+  Tensor workspace_;  // u8 [kWorkspaceBytes] on the device
+  std::mutex mu_;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace nanoddp::ops::gpu

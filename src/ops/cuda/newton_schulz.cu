@@ -1,0 +1,169 @@
+// The elementwise stages of Newton-Schulz, with the rounding of the CPU kernel (ops/cpu/
+// optimizer.cpp): in bf16 mode every stage's result is rounded to bf16 once, scalars are f32.
+// The matrices are at most a few million elements, so these kernels are simple; the transposes
+// go through 32x32 shared-memory tiles so that both sides stay coalesced.
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/newton_schulz.cuh"
+
+#include <type_traits>
+
+namespace nanoddp::ops::gpu {
+
+namespace {
+
+constexpr int kTile = 32;
+constexpr int kNormBlocks = 256;  // fixed, so that the sum order never changes
+constexpr int kThreads = 256;
+
+// dst [c, r] = src [r, c]^T through a tile (r, c: rows and columns of src), converting types.
+template <typename TD, typename TS>
+__global__ void transpose_kernel(TD* dst, const TS* src, int64_t r, int64_t c) {
+  __shared__ float tile[kTile][kTile + 1];
+  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
+    const int64_t rr = r0 + i, cc = c0 + threadIdx.x;
+    if (rr < r && cc < c) tile[i][threadIdx.x] = to_f32(src[rr * c + cc]);
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
+    const int64_t cc = c0 + i, rr = r0 + threadIdx.x;
+    if (rr < r && cc < c) dst[cc * r + rr] = from_f32<TD>(tile[threadIdx.x][i]);
+  }
+}
+
+template <typename TD, typename TS>
+__global__ void convert_kernel(TD* dst, const TS* src, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = from_f32<TD>(to_f32(src[i]));
+}
+
+template <typename TD, typename TS>
+void convert(TD* dst, const TS* src, int64_t r, int64_t c, bool transpose, cudaStream_t stream) {
+  if (transpose) {
+    const dim3 grid(static_cast<unsigned>((c + kTile - 1) / kTile), static_cast<unsigned>((r + kTile - 1) / kTile));
+    transpose_kernel<TD, TS><<<grid, dim3(kTile, 8), 0, stream>>>(dst, src, r, c);
+  } else {
+    convert_kernel<TD, TS><<<grid_for(r * c, kThreads), kThreads, 0, stream>>>(dst, src, r * c);
+  }
+}
+
+// partial[block] = sum of X^2 over the block's grid-stride share, in f64.
+template <typename T>
+__global__ void sum_squares_kernel(double* partial, const T* X, int64_t n) {
+  __shared__ double scratch[32];
+  double acc = 0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const double v = to_f32(X[i]);
+    acc += v * v;
+  }
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+// denom = round(round(sqrt(sum partial)) + 1e-7), as the CPU kernel rounds it.
+template <typename T>
+__global__ void norm_kernel(float* denom, const double* partial) {
+  __shared__ double scratch[32];
+  double acc = 0;
+  for (int i = threadIdx.x; i < kNormBlocks; i += blockDim.x) acc += partial[i];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) {
+    const float norm = round_to<T>(static_cast<float>(sqrt(acc)));
+    *denom = round_to<T>(norm + 1e-7f);
+  }
+}
+
+template <typename T>
+__global__ void divide_kernel(T* X, int64_t n, const float* denom) {
+  const float d = *denom;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    X[i] = from_f32<T>(to_f32(X[i]) / d);
+}
+
+template <typename T>
+__global__ void scale_kernel(T* out, const T* in, int64_t n, float s) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = from_f32<T>(s * to_f32(in[i]));
+}
+
+template <typename T>
+__global__ void combine_kernel(T* out, const T* a, const T* b, int64_t n, float s) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = from_f32<T>(round_to<T>(s * to_f32(a[i])) + to_f32(b[i]));
+}
+
+template <typename Fn>
+void with_type(Elem t, Fn&& fn) {
+  if (t == Elem::BF16)
+    fn(static_cast<bf16_t*>(nullptr));
+  else
+    fn(static_cast<float*>(nullptr));
+}
+
+}  // namespace
+
+cudaError_t launch_ns_load(Elem t, void* X, const float* x, int64_t rows, int64_t cols, bool transpose,
+                           cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  with_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    convert(static_cast<T*>(X), x, rows, cols, transpose, stream);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_ns_store(Elem t, float* x, const void* X, int64_t rows, int64_t cols, bool transpose,
+                            cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  // X is [cols, rows] when transposed: transposing it back gives x [rows, cols].
+  with_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if (transpose)
+      convert(x, static_cast<const T*>(X), cols, rows, true, stream);
+    else
+      convert(x, static_cast<const T*>(X), rows, cols, false, stream);
+  });
+  return cudaGetLastError();
+}
+
+size_t ns_normalise_scratch_bytes() { return kNormBlocks * sizeof(double) + 256; }
+
+cudaError_t launch_ns_normalise(Elem t, void* X, int64_t n, void* scratch, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  double* partial = static_cast<double*>(scratch);
+  float* denom = reinterpret_cast<float*>(static_cast<char*>(scratch) + kNormBlocks * sizeof(double));
+  with_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    sum_squares_kernel<T><<<kNormBlocks, kThreads, 0, stream>>>(partial, static_cast<const T*>(X), n);
+    norm_kernel<T><<<1, kThreads, 0, stream>>>(denom, partial);
+    divide_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(X), n, denom);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_ns_scale(Elem t, void* out, const void* in, int64_t n, float s, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  with_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    scale_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(out),
+                                                                     static_cast<const T*>(in), n, s);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_ns_combine(Elem t, void* out, const void* a, const void* b, int64_t n, float s,
+                              cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  with_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    combine_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n, s);
+  });
+  return cudaGetLastError();
+}
+
+}  // namespace nanoddp::ops::gpu

@@ -1,0 +1,88 @@
+// AdamW and Muon momentum: one thread per element (four with 16-byte accesses when aligned),
+// reading and writing each state buffer once.
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/optimizer.cuh"
+
+namespace nanoddp::ops::gpu {
+
+namespace {
+
+// torch.optim.AdamW's order of operations (as the CPU kernel): decay, moments, then the step.
+__device__ __forceinline__ void adamw_one(float& p, float g, float& m, float& v, const AdamWScalars& s) {
+  m = m * s.beta1 + (1.f - s.beta1) * g;
+  v = v * s.beta2 + (1.f - s.beta2) * g * g;
+  p = p * s.decay - s.step_size * m / (sqrtf(v) / s.bc2_sqrt + s.eps);
+}
+
+template <int V>
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, AdamWScalars s) {
+  const int64_t packs = n / V, stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t i = tid; i < packs; i += stride) {
+    Pack<float, V> pp = load_pack<float, V>(p + i * V), gg = load_pack<float, V>(g + i * V);
+    Pack<float, V> mm = load_pack<float, V>(m + i * V), vv = load_pack<float, V>(v + i * V);
+#pragma unroll
+    for (int j = 0; j < V; j++) adamw_one(pp.v[j], gg.v[j], mm.v[j], vv.v[j], s);
+    store_pack<float, V>(p + i * V, pp);
+    store_pack<float, V>(m + i * V, mm);
+    store_pack<float, V>(v + i * V, vv);
+  }
+  const int64_t i = packs * V + tid;
+  if (i < n) adamw_one(p[i], g[i], m[i], v[i], s);
+}
+
+// torch.lerp: a + w (b - a) for w < 0.5, else b - (b - a)(1 - w). Written with explicitly
+// rounded operations so that nvcc does not contract them into FMAs: the result is then the one
+// the CPU kernel computes, bit for bit.
+__device__ __forceinline__ float torch_lerp(float a, float b, float w) {
+  const float d = __fsub_rn(b, a);
+  return w < 0.5f ? __fadd_rn(a, __fmul_rn(w, d)) : __fsub_rn(b, __fmul_rn(d, __fsub_rn(1.f, w)));
+}
+
+template <int V>
+__global__ void muon_momentum_kernel(float* g, float* buf, int64_t n, float w_buf, float momentum) {
+  const int64_t packs = n / V, stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t i = tid; i < packs; i += stride) {
+    Pack<float, V> gg = load_pack<float, V>(g + i * V), bb = load_pack<float, V>(buf + i * V);
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+      bb.v[j] = torch_lerp(bb.v[j], gg.v[j], w_buf);
+      gg.v[j] = torch_lerp(gg.v[j], bb.v[j], momentum);
+    }
+    store_pack<float, V>(g + i * V, gg);
+    store_pack<float, V>(buf + i * V, bb);
+  }
+  const int64_t i = packs * V + tid;
+  if (i < n) {
+    buf[i] = torch_lerp(buf[i], g[i], w_buf);
+    g[i] = torch_lerp(g[i], buf[i], momentum);
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s,
+                         cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  constexpr int kThreads = 256;
+  if (aligned(p, 16) && aligned(g, 16) && aligned(m, 16) && aligned(v, 16))
+    adamw_kernel<4><<<grid_for(n / 4 + 1, kThreads, 8192), kThreads, 0, stream>>>(p, g, m, v, n, s);
+  else
+    adamw_kernel<1><<<grid_for(n, kThreads, 8192), kThreads, 0, stream>>>(p, g, m, v, n, s);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_muon_momentum(float* g, float* buf, int64_t n, float momentum, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  constexpr int kThreads = 256;
+  const float w_buf = 1.f - momentum;  // the CPU kernel's weight for buf, rounded the same way
+  if (aligned(g, 16) && aligned(buf, 16))
+    muon_momentum_kernel<4><<<grid_for(n / 4 + 1, kThreads, 8192), kThreads, 0, stream>>>(g, buf, n, w_buf,
+                                                                                           momentum);
+  else
+    muon_momentum_kernel<1><<<grid_for(n, kThreads, 8192), kThreads, 0, stream>>>(g, buf, n, w_buf, momentum);
+  return cudaGetLastError();
+}
+
+}  // namespace nanoddp::ops::gpu

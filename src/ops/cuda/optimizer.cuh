@@ -1,0 +1,23 @@
+// Optimizer updates on f32 buffers [n]: AdamW and Muon's Nesterov momentum (see ops.h).
+#pragma once
+
+#include "ops/cuda/types.cuh"
+
+namespace nanoddp::ops::gpu {
+
+// The per-call scalars of AdamW, computed on the host exactly as the CPU kernel computes them.
+struct AdamWScalars {
+  float step_size;  // lr / (1 - beta1^step)
+  float bc2_sqrt;   // sqrt(1 - beta2^step)
+  float decay;      // 1 - lr * weight_decay
+  float beta1, beta2, eps;
+};
+
+// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p = p decay - step_size m / (sqrt(v) / bc2_sqrt + eps)
+cudaError_t launch_adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s,
+                         cudaStream_t stream);
+
+// buf = lerp(buf, g, 1 - momentum); g = lerp(g, buf, momentum), torch.lerp's two-sided formula.
+cudaError_t launch_muon_momentum(float* g, float* buf, int64_t n, float momentum, cudaStream_t stream);
+
+}  // namespace nanoddp::ops::gpu

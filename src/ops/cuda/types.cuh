@@ -1,0 +1,27 @@
+// What the kernel launchers of ops/cuda exchange with the host backend (backend_cuda.cpp): the
+// element type of an activation buffer, and the record through which kernels report bad input.
+// Host-compilable: no device code here.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace nanoddp::ops::gpu {
+
+// Storage type of an activation tensor (ops.h: f32, or bf16 for mixed precision).
+enum class Elem : uint8_t { F32, BF16 };
+
+// Bad input a kernel found (an id outside its range), written by the first kernel thread that
+// finds one. It lives in pinned, mapped host memory so the host reads it without a CUDA call
+// (see CudaBackend::raise_kernel_error).
+struct ErrorRecord {
+  int claimed;   // 0 until a thread claims the record (atomicCAS)
+  int kind;      // 0 none; then what was found (set last, after the fields below)
+  int64_t index; // position of the bad element
+  int64_t value; // the bad value
+  int64_t limit; // the range it had to be in: [0, limit)
+};
+enum ErrorKind : int { kNoError = 0, kTokenIdOutOfRange = 1, kTargetOutOfRange = 2 };
+
+}  // namespace nanoddp::ops::gpu
