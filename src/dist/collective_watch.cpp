@@ -56,14 +56,7 @@ CollectiveWatch::~CollectiveWatch() {
   thread_.join();
 }
 
-void CollectiveWatch::issued(uint64_t seq) {
-  issued_.store(seq, std::memory_order_relaxed);
-  // Wake the heartbeat only on the first issue since its last publish: a burst costs one wake-up.
-  if (!dirty_.exchange(true, std::memory_order_acq_rel)) stop_cv_.notify_one();
-}
-
 bool CollectiveWatch::publish() {
-  dirty_.store(false, std::memory_order_release);
   std::string value = fmt::format("{} {}", issued_.load(std::memory_order_relaxed), ++beat_);
   try {
     store_->set(progress_key(rank_), Bytes(value.begin(), value.end()));
@@ -76,8 +69,7 @@ bool CollectiveWatch::publish() {
 void CollectiveWatch::heartbeat_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
-    // A wake-up lost between the check and the wait only delays the publish by one interval.
-    stop_cv_.wait_for(lock, interval_, [&] { return stopping_ || dirty_.load(std::memory_order_acquire); });
+    stop_cv_.wait_for(lock, interval_, [&] { return stopping_; });
     if (stopping_) return;
     // A store that is gone stays gone (its host exited): stop rather than retry connecting.
     if (!publish()) return;

@@ -1,16 +1,15 @@
 // Note [collective progress]: when a collective times out, the rank that waited can only see that
 // data did not arrive. To say *which* rank is missing, every rank publishes its progress to the
 // rendezvous store: a heartbeat thread writes "progress/<rank>" = "<last issued seq> <beat>" every
-// heartbeat interval (a small fraction of the collective timeout, at most 2 s), and as soon as the
-// program issues a collective. Issuing only bumps an atomic counter and wakes the thread when it
-// sleeps, so the training thread never waits for the store.
+// heartbeat interval (a small fraction of the collective timeout, at most 2 s). Issuing a collective
+// only stores an atomic counter: publishing on every collective cost a store round trip and two
+// thread wake-ups per collective, which measured as +30 us per small allreduce on 2 cores.
 //
-// On a failure, diagnose(seq) waits one interval (so that every live rank has published), then reads
-// every rank's entry: ranks whose last issued collective is below seq had not reached it. It then
-// watches their beat for a few intervals more: a beat that stops
-// means the process is gone or frozen; a beat that advances means it is alive but stalled (busy,
-// blocked, or on a different code path). If every rank had reached the collective, the fault is in
-// the network between them.
+// On a failure, diagnose(seq) waits one and a half intervals (every live rank publishes meanwhile),
+// then reads every rank's entry: ranks whose last issued collective is below seq had not reached
+// it. It then watches their beat for a few intervals more: a beat that stops means the process is
+// gone or frozen; a beat that advances means it is alive but stalled (busy, blocked, or on a
+// different code path). If every rank had reached the collective, the fault is in the network.
 #pragma once
 
 #include <atomic>
@@ -34,7 +33,7 @@ class CollectiveWatch {
   CollectiveWatch& operator=(const CollectiveWatch&) = delete;
 
   // The program on this rank has issued collective `seq` (1-based, in issue order).
-  void issued(uint64_t seq);
+  void issued(uint64_t seq) { issued_.store(seq, std::memory_order_relaxed); }
 
   // For collective `seq` that failed on this rank: which ranks had not reached it and what to do,
   // as the tail of a one-line error ("rank 1 had not reached it (...): rank 1 may have crashed or
@@ -51,7 +50,6 @@ class CollectiveWatch {
   int rank_, size_;
   std::chrono::milliseconds interval_;
   std::atomic<uint64_t> issued_{0};
-  std::atomic<bool> dirty_{false};  // issued_ changed since the last publish
   uint64_t beat_ = 0;  // heartbeat thread (and diagnose, under mu_)
   std::mutex mu_;
   std::condition_variable stop_cv_;

@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -89,9 +92,41 @@ struct MpiGroup::State {
   std::unique_ptr<CollectiveWatch> watch;
   std::atomic<uint64_t> seq{0};
   std::atomic<bool> failed{false};
-  std::string failure;  // worker thread writes it before setting `failed`
-  WorkQueue queue;      // declared last: destroyed first
+  std::string failure;  // written before `failed` is set
+
+  // What the worker is inside, for the watchdog (under mu).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool busy = false;
+  CollectiveInfo current;
+  Clock::time_point started;
+  bool stopping = false;
+  std::thread watchdog;
+
+  WorkQueue queue;  // declared last: destroyed first
+
+  void watchdog_loop(milliseconds timeout, int rank);
 };
+
+// Fails the collective the worker has been inside for longer than the timeout. MPI cannot cancel
+// it, so the queue is closed: that work, and every later one, fails with the diagnosis at once.
+void MpiGroup::State::watchdog_loop(milliseconds timeout, int rank) {
+  const milliseconds tick = std::clamp(timeout / 20, milliseconds(5), milliseconds(200));
+  std::unique_lock lock(mu);
+  while (!stopping) {
+    cv.wait_for(lock, tick);
+    if (!busy || Clock::now() - started <= timeout) continue;
+    CollectiveInfo info = current;
+    lock.unlock();
+    std::string message = fmt::format("{} timed out after {:g} s on rank {}", info.describe(), timeout.count() / 1000.0,
+                                      rank);
+    message += ": " + watch->diagnose(info.seq);
+    failure = message;
+    failed = true;
+    queue.close_with_error(std::make_exception_ptr(Error(message)));
+    return;
+  }
+}
 
 MpiGroup::WorldInfo MpiGroup::init_mpi() {
   int initialized = 0, finalized = 0;
@@ -130,22 +165,30 @@ MpiGroup::MpiGroup(WorldInfo world, MpiGroupOptions options)
                                  : store_through_mpi(state_->comm, rank(), options_.timeout, state_->server);
   state_->watch = std::make_unique<CollectiveWatch>(std::make_shared<PrefixStore>("mpi/watch", state_->store), rank(),
                                                     size(), options_.timeout);
+  state_->watchdog = std::thread([st = state_.get(), t = options_.timeout, r = rank()] { st->watchdog_loop(t, r); });
 }
 
 MpiGroup::~MpiGroup() {
   State& st = *state_;
-  st.queue.enqueue([] {})->wait();
+  // Finish what is queued, then leave together, so that rank 0 keeps serving the store until every
+  // rank is done with it. Both end within the timeout (the watchdog fails them at worst).
+  try {
+    st.queue.enqueue([] {})->wait();
+    if (!st.failed) barrier()->wait();
+  } catch (const Error&) {
+  }
   if (st.failed) {
-    // A collective is still pending inside MPI and can never finish: MPI_Finalize would hang.
+    // The worker is stuck in a collective that can never finish; MPI_Finalize would hang too.
     std::fprintf(stderr, "nanoddp: error: [rank %d] %s\n", rank(), st.failure.c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  // Leave together, so that rank 0 keeps serving the store until every rank is done with it.
-  try {
-    barrier()->wait();
-  } catch (const Error&) {
+  {
+    std::lock_guard lock(st.mu);
+    st.stopping = true;
   }
+  st.cv.notify_all();
+  st.watchdog.join();
   st.watch.reset();
   MPI_Comm_free(&st.comm);
   if (--g_live_groups == 0 && g_we_initialized) MPI_Finalize();
@@ -154,43 +197,34 @@ MpiGroup::~MpiGroup() {
 MPI_Comm MpiGroup::comm() const { return state_->comm; }
 const std::shared_ptr<Store>& MpiGroup::store() const { return state_->store; }
 
-WorkPtr MpiGroup::submit(const char* name, const Tensor& t, const char* op, std::function<int(MPI_Request*)> start,
+WorkPtr MpiGroup::submit(const char* name, const Tensor& t, const char* op, std::function<int()> call,
                          std::function<void()> after) {
   CollectiveInfo info{name, ++state_->seq, t.defined() ? t.nbytes() : 0, t.dtype(), op, t.defined()};
   state_->watch->issued(info.seq);
   State* st = state_.get();
-  milliseconds timeout = options_.timeout;
   int rank = this->rank();
-  return st->queue.enqueue([st, info, timeout, rank, start = std::move(start), after = std::move(after)] {
+  return st->queue.enqueue([st, info, rank, call = std::move(call), after = std::move(after)] {
     NANODDP_CHECK(!st->failed, "{} was not run because this process group failed earlier ({}); restart the job",
                   info.describe(), st->failure);
-    MPI_Request request = MPI_REQUEST_NULL;
-    int rc = start(&request);
-    NANODDP_CHECK(rc == MPI_SUCCESS, "{} could not start on rank {}: {}", info.describe(), rank, mpi_error_text(rc));
-    // Poll: spin while the collective is likely to finish soon (small messages), then back off so
-    // a long wait does not burn a core the training thread needs. Each MPI_Test also drives MPI's
-    // progress engine, which nonblocking collectives depend on.
-    auto start_time = Clock::now(), deadline = start_time + timeout;
-    int done = 0;
-    for (uint64_t polls = 0;; polls++) {
-      rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS || done) break;
-      if (polls < 2000) continue;
-      auto now = Clock::now();
-      if (now > deadline) break;
-      std::this_thread::sleep_for(now - start_time < milliseconds(100) ? std::chrono::microseconds(20)
-                                                                       : std::chrono::microseconds(200));
+    {
+      std::lock_guard lock(st->mu);
+      st->busy = true;
+      st->current = info;
+      st->started = Clock::now();
     }
-    if (rc == MPI_SUCCESS && done) {
-      if (after) after();
-      return;
+    int rc = call();
+    {
+      std::lock_guard lock(st->mu);
+      st->busy = false;
     }
-    std::string what = rc != MPI_SUCCESS ? fmt::format("failed ({})", mpi_error_text(rc))
-                                         : fmt::format("timed out after {:g} s", timeout.count() / 1000.0);
-    st->failure = fmt::format("{} {} on rank {}", info.describe(), what, rank);
-    st->failure += ": " + st->watch->diagnose(info.seq);
-    st->failed = true;
-    throw Error(st->failure);
+    if (st->failed) return;  // the watchdog has already failed this work
+    if (rc != MPI_SUCCESS) {
+      std::string message = fmt::format("{} failed on rank {} ({})", info.describe(), rank, mpi_error_text(rc));
+      st->failure = message + ": " + st->watch->diagnose(info.seq);
+      st->failed = true;
+      throw Error(st->failure);
+    }
+    if (after) after();
   });
 }
 
@@ -201,9 +235,9 @@ WorkPtr MpiGroup::allreduce(const Tensor& t, ReduceOp op) {
   int world = size();
   return submit(
       "allreduce", t, reduce_op_name(op),
-      [this, t, op, count](MPI_Request* req) {
-        if (count == 0) return MPI_Ibarrier(state_->comm, req);  // keeps the ranks in step, moves nothing
-        return MPI_Iallreduce(MPI_IN_PLACE, t.raw(), count, mpi_type(t.dtype()), mpi_op(op), state_->comm, req);
+      [this, t, op, count] {
+        if (count == 0) return MPI_SUCCESS;
+        return MPI_Allreduce(MPI_IN_PLACE, t.raw(), count, mpi_type(t.dtype()), mpi_op(op), state_->comm);
       },
       [t, op, count, world] {
         if (op == ReduceOp::Avg) divide_in_place(t.raw(), size_t(count), t.dtype(), world);
@@ -223,10 +257,10 @@ WorkPtr MpiGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp o
   int world = size();
   return submit(
       "reduce_scatter", in, reduce_op_name(op),
-      [this, in, target, op, count](MPI_Request* req) {
-        if (count == 0) return MPI_Ibarrier(state_->comm, req);
-        return MPI_Ireduce_scatter_block(in.raw(), target.raw(), count, mpi_type(in.dtype()), mpi_op(op),
-                                         state_->comm, req);
+      [this, in, target, op, count] {
+        if (count == 0) return MPI_SUCCESS;
+        return MPI_Reduce_scatter_block(in.raw(), target.raw(), count, mpi_type(in.dtype()), mpi_op(op),
+                                        state_->comm);
       },
       [out, target, op, count, world, overlaps] {
         if (overlaps) copy(out, target);
@@ -239,10 +273,10 @@ WorkPtr MpiGroup::all_gather(const Tensor& out, const Tensor& in) {
   NANODDP_CHECK(in.device().is_cpu() && out.device().is_cpu(), "the mpi backend takes CPU tensors");
   int bytes = mpi_count(in.nbytes(), "all_gather");
   bool in_place = in.raw() == static_cast<char*>(out.raw()) + size_t(rank()) * in.nbytes();
-  return submit("all_gather", out, nullptr, [this, out, in, bytes, in_place](MPI_Request* req) {
-    if (bytes == 0) return MPI_Ibarrier(state_->comm, req);
-    return MPI_Iallgather(in_place ? MPI_IN_PLACE : in.raw(), bytes, MPI_BYTE, out.raw(), bytes, MPI_BYTE,
-                          state_->comm, req);
+  return submit("all_gather", out, nullptr, [this, out, in, bytes, in_place] {
+    if (bytes == 0) return MPI_SUCCESS;
+    return MPI_Allgather(in_place ? MPI_IN_PLACE : in.raw(), bytes, MPI_BYTE, out.raw(), bytes, MPI_BYTE,
+                         state_->comm);
   });
 }
 
@@ -250,14 +284,14 @@ WorkPtr MpiGroup::broadcast(const Tensor& t, int root) {
   check_root(root, size());
   NANODDP_CHECK(t.device().is_cpu(), "the mpi backend takes CPU tensors, not {}", t.device().str());
   int bytes = mpi_count(t.nbytes(), "broadcast");
-  return submit("broadcast", t, nullptr, [this, t, root, bytes](MPI_Request* req) {
-    if (bytes == 0) return MPI_Ibarrier(state_->comm, req);
-    return MPI_Ibcast(t.raw(), bytes, MPI_BYTE, root, state_->comm, req);
+  return submit("broadcast", t, nullptr, [this, t, root, bytes] {
+    if (bytes == 0) return MPI_SUCCESS;
+    return MPI_Bcast(t.raw(), bytes, MPI_BYTE, root, state_->comm);
   });
 }
 
 WorkPtr MpiGroup::barrier() {
-  return submit("barrier", Tensor(), nullptr, [this](MPI_Request* req) { return MPI_Ibarrier(state_->comm, req); });
+  return submit("barrier", Tensor(), nullptr, [this] { return MPI_Barrier(state_->comm); });
 }
 
 }  // namespace nanoddp::dist
