@@ -59,6 +59,14 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
   return p;
 }
 
+// "1h02m", "3m07s", "12s"
+std::string format_duration(double seconds) {
+  const int64_t s = std::llround(std::max(0.0, seconds));
+  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
 class Trainer {
  public:
   Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device device);
@@ -270,6 +278,7 @@ TrainResult Trainer::run() {
               "| peak {:.1f} GFLOP/s per rank | optimizer {} zero {}", plan_.tokens_per_step, group_.size(),
               opts_.device_batch_size, opts_.max_seq_len, plan_.grad_accum, n, ops::cpu_threads(),
               peak_flops_ / 1e9, opts_.optimizer, opts_.zero);
+  double train_seconds = 0;  // time in training steps, for the ETA
   for (int64_t step = start_step_;; step++) {
     const bool last = step == stop;
     if (last || (opts_.eval_every > 0 && step % opts_.eval_every == 0)) evaluate_and_log(step);
@@ -280,8 +289,10 @@ TrainResult Trainer::run() {
     const double dt = sw.seconds(), tok_s = plan_.tokens_per_step / dt;
     const double mfu = flops_per_token * tok_s / (peak_flops_ * group_.size());
     const double lr = lr_multiplier(step, n, opts_.warmup_ratio, opts_.warmdown_ratio, opts_.final_lr_frac);
-    log::print0("step {:05d}/{:05d} | loss {:.6f} | lrm {:.3f} | dt {:.0f}ms | tok/s {:.0f} | mfu {:.1f}%", step + 1,
-                n, loss, lr, dt * 1000, tok_s, 100 * mfu);
+    train_seconds += dt;
+    const double eta = train_seconds / static_cast<double>(step + 1 - start_step_) * static_cast<double>(stop - step - 1);
+    log::print0("step {:05d}/{:05d} | loss {:.6f} | lrm {:.3f} | dt {:.0f}ms | tok/s {:.0f} | mfu {:.1f}% | eta {}",
+                step + 1, n, loss, lr, dt * 1000, tok_s, 100 * mfu, format_duration(eta));
     metrics_->write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"tokens_per_s", tok_s}, {"mfu", mfu},
                      {"dt_ms", dt * 1000}, {"tokens", (step + 1) * plan_.tokens_per_step}});
     result_.last_loss = loss;
@@ -300,18 +311,20 @@ TrainResult run_training(const TrainOptions& opts, dist::ProcessGroup& group, De
 }
 
 double measure_cpu_matmul_flops() {
-  const int64_t n = 512;
-  Tensor a = Tensor::zeros({n, n}, DType::F32), b = Tensor::zeros({n, n}, DType::F32),
-         c = Tensor::zeros({n, n}, DType::F32);
+  // The best of a few runs of a GEMM the size of a transformer layer's (2048 x 1024 x 256): the
+  // minimum time filters out other load on the machine.
+  const int64_t m = 2048, n = 1024, k = 256;
+  Tensor a = Tensor::zeros({m, k}, DType::F32), b = Tensor::zeros({n, k}, DType::F32),
+         c = Tensor::zeros({m, n}, DType::F32);
   ops::fill(a, 0.5f);
   ops::fill(b, 0.25f);
   double best = 1e30;
-  for (int i = 0; i < 8; i++) {
+  for (int i = 0; i < 10; i++) {
     Stopwatch sw;
     ops::matmul(c, a, false, b, true);
     best = std::min(best, sw.seconds());
   }
-  return 2.0 * n * n * n / best;
+  return 2.0 * m * n * k / best;
 }
 
 }  // namespace nanoddp::train
