@@ -1,0 +1,84 @@
+// Helpers of the CUDA tests: moving tensors between the host and the GPU in either activation
+// dtype, inputs rounded as a bf16 tensor holds them, NaN-poisoned outputs, error measures.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "ops/backend.h"
+#include "ops/ops.h"
+#include "test_util.h"
+
+namespace nanoddp::testing {
+
+// Every CUDA test starts with this: the suite runs (and reports skips) on machines without a GPU.
+#define NANODDP_REQUIRE_GPU()                                                   \
+  do {                                                                          \
+    if (::nanoddp::cuda_device_count() == 0) GTEST_SKIP() << "skipped: no GPU"; \
+  } while (0)
+
+inline Device gpu() { return Device::cuda(0); }
+
+// bf16's unit roundoff: a value rounded to bf16 is within kBf16Eps / 2 of itself, relatively.
+constexpr double kBf16Eps = 1.0 / 256;
+
+inline std::string dtype_label(DType t) { return t == DType::BF16 ? "bf16" : "f32"; }
+
+// A host f32 tensor on the GPU in dtype `dt` (rounded to nearest even for bf16).
+inline Tensor to_gpu(const Tensor& host, DType dt) {
+  Tensor f = host.copy_to(gpu());
+  if (dt == DType::F32) return f;
+  Tensor b = Tensor::empty(host.shape(), DType::BF16, gpu());
+  ops::cast(b, f);
+  return b;
+}
+
+// f32 host copy of any float tensor.
+inline Tensor to_host(const Tensor& t) {
+  auto v = to_vector(t);
+  Tensor h = Tensor::empty(t.shape(), DType::F32);
+  std::memcpy(h.data<float>(), v.data(), v.size() * sizeof(float));
+  return h;
+}
+
+// The values a `dt` tensor holds for host f32 data: the CPU reference's inputs.
+inline Tensor rounded(const Tensor& host, DType dt) {
+  Tensor r = Tensor::empty(host.shape(), DType::F32);
+  for (int64_t i = 0; i < host.numel(); i++)
+    r.data<float>()[i] = dt == DType::BF16 ? round_to_bf16(host.data<float>()[i]) : host.data<float>()[i];
+  return r;
+}
+
+// A GPU tensor full of NaN: an element a kernel forgets to write fails every comparison.
+inline Tensor poisoned(const Shape& shape, DType dt) {
+  Tensor t = Tensor::empty(shape, dt, gpu());
+  ops::fill(t, NAN);
+  return t;
+}
+
+// ||got - want|| / ||want|| over all elements (NaN anywhere gives infinity).
+inline double rel_l2(const std::vector<double>& got, const std::vector<double>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); i++) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  if (std::isnan(num)) return INFINITY;
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// The raw bytes of a tensor (for bitwise comparisons).
+inline std::vector<uint8_t> bytes_of(const Tensor& t) {
+  Tensor h = t.device().is_cpu() ? t : t.copy_to(Device::cpu());
+  const auto* p = static_cast<const uint8_t*>(h.raw());
+  return {p, p + h.nbytes()};
+}
+
+}  // namespace nanoddp::testing
