@@ -12,9 +12,7 @@
 namespace nanoddp::dist {
 
 OutputRouting OutputRouting::from_flags(int redirects, int tee, const std::string& log_dir) {
-  NANODDP_CHECK(redirects >= 0 && redirects <= 3, "--redirects {} is not one of 0 (none), 1 (stdout), 2 (stderr), 3 (both)",
-                redirects);
-  NANODDP_CHECK(tee >= 0 && tee <= 3, "--tee {} is not one of 0 (none), 1 (stdout), 2 (stderr), 3 (both)", tee);
+  NANODDP_ASSERT(redirects >= 0 && redirects <= 3 && tee >= 0 && tee <= 3, "unchecked --redirects / --tee");
   OutputRouting r;
   r.log_dir = log_dir;
   // --log_dir with neither flag: keep everything on the console and in the files.
@@ -29,6 +27,8 @@ OutputRouting OutputRouting::from_flags(int redirects, int tee, const std::strin
 }
 
 void write_fully(int fd, const std::string& text) {
+  // Straight to the descriptor: stdio would hold lines back when the console is a pipe or a file,
+  // and could split one line across two writes.
   size_t done = 0;
   while (done < text.size()) {
     ssize_t k = ::write(fd, text.data() + done, text.size() - done);
@@ -42,6 +42,7 @@ void launcher_say(const std::string& text) { write_fully(STDERR_FILENO, "nanoddp
 
 WorkerOutput::WorkerOutput(int rank, const OutputRouting& routing, const std::string& log_path)
     : prefix_("[rank " + std::to_string(rank) + "]: "), routing_(routing) {
+  // One file per rank and attempt for both streams, truncated: a restart writes attempt_N+1.
   if (routing_.any_file()) {
     file_fd_ = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     NANODDP_CHECK(file_fd_ >= 0, "cannot create the log file {}: {}: check --log_dir", log_path, std::strerror(errno));
@@ -61,6 +62,7 @@ void WorkerOutput::emit(Stream stream, std::string& batch_console, std::string& 
   if (tail_.size() > kTailLines) tail_.pop_front();
 }
 
+// Writes the batches: one write() per destination for everything one read() delivered.
 void WorkerOutput::flush(Stream stream, std::string& batch_console, std::string& batch_file) {
   if (!batch_console.empty()) write_fully(stream == Stream::Out ? STDOUT_FILENO : STDERR_FILENO, batch_console);
   if (!batch_file.empty()) write_fully(file_fd_, batch_file);
@@ -77,7 +79,7 @@ void WorkerOutput::feed(Stream stream, const char* data, size_t n) {
       pending.append(in);
       break;
     }
-    if (pending.empty()) {
+    if (pending.empty()) {  // the common case: the line came whole in this read
       emit(stream, batch_console, batch_file, in.substr(0, nl));
     } else {
       pending.append(in.substr(0, nl));

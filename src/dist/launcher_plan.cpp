@@ -113,6 +113,8 @@ std::string find_program(const std::string& name) {
   };
   if (name.empty()) return "";
   if (name.find('/') != std::string::npos) return runnable(name) ? name : "";
+  // The PATH search of execvp(), done here so that a missing program is an error before any worker
+  // starts (an empty PATH entry means the working directory).
   const char* path = std::getenv("PATH");
   std::string_view dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
   while (true) {
@@ -126,12 +128,17 @@ std::string find_program(const std::string& name) {
 }
 
 LaunchPlan make_launch_plan(const LaunchOptions& o) {
+  // Who this node is.
   LaunchPlan p;
   p.nproc = resolve_nproc_per_node(o.nproc_per_node);
   p.nnodes = parse_nnodes(o.nnodes);
   p.node_rank = o.node_rank;
   NANODDP_CHECK(p.node_rank >= 0 && p.node_rank < p.nnodes, "--node_rank {} is out of range for --nnodes {}: use 0..{}",
                 o.node_rank, p.nnodes, p.nnodes - 1);
+  p.host = this_host();
+
+  // Where the store is: --rdzv_endpoint overrides --master_addr/--master_port; --standalone
+  // overrides both with loopback and a port node 0 picks.
   p.standalone = o.standalone;
   p.master_addr = o.master_addr;
   p.master_port = o.master_port;
@@ -146,16 +153,23 @@ LaunchPlan make_launch_plan(const LaunchOptions& o) {
                   p.master_port);
     NANODDP_CHECK(!p.master_addr.empty(), "--master_addr is empty: give node 0's address");
   }
+
+  // Timing and restarts.
   p.max_restarts = o.max_restarts;
   NANODDP_CHECK(p.max_restarts >= 0, "--max_restarts {} must be zero or more", o.max_restarts);
   p.monitor_interval = seconds_flag(o.monitor_interval, "monitor_interval", false);
   p.rdzv_timeout = seconds_flag(o.rdzv_timeout, "rdzv_timeout", false);
   p.stop_timeout = seconds_flag(o.stop_timeout, "stop_timeout", true);
 
+  // Output; the temporary directory is made only once every flag has been checked.
+  for (auto [flag, value] : {std::pair{"redirects", o.redirects}, std::pair{"tee", o.tee}})
+    NANODDP_CHECK(value >= 0 && value <= 3, "--{} {} is not one of 0 (none), 1 (stdout), 2 (stderr), 3 (both)", flag,
+                  value);
   std::string log_dir = o.log_dir;
   if (log_dir.empty() && (o.redirects != 0 || o.tee != 0)) log_dir = temporary_log_dir();
   p.routing = OutputRouting::from_flags(o.redirects, o.tee, log_dir);
-  p.host = this_host();
+
+  // Threads: torchrun's guard against nproc workers each starting one OpenMP thread per core.
   if (std::getenv("OMP_NUM_THREADS") == nullptr) p.omp_threads = std::max(1, usable_cores() / p.nproc);
 
   // One node: nobody else needs to know the store's token, so make one up to keep other local
@@ -169,6 +183,7 @@ LaunchPlan make_launch_plan(const LaunchOptions& o) {
 }
 
 std::vector<std::pair<std::string, std::string>> worker_variables(const LaunchPlan& plan, const WorkerIdentity& id) {
+  // torchrun's names, so that programs written for torchrun run unchanged, plus nanoddp's own.
   auto s = [](auto v) { return fmt::format("{}", v); };
   std::vector<std::pair<std::string, std::string>> vars = {
       {"RANK", s(id.rank)},
@@ -193,6 +208,8 @@ std::vector<std::pair<std::string, std::string>> worker_variables(const LaunchPl
 
 std::vector<std::string> merge_environment(const std::vector<std::string>& base,
                                            const std::vector<std::pair<std::string, std::string>>& vars) {
+  // Entries of `base` whose name `vars` sets are dropped (execve would keep both, and which one a
+  // program sees depends on its libc), then `vars` are appended.
   std::set<std::string> replaced;
   for (auto& [name, value] : vars) replaced.insert(name);
   std::vector<std::string> out;

@@ -24,6 +24,7 @@ Bytes to_bytes(const json& j) {
   return Bytes(s.begin(), s.end());
 }
 
+// Parses a record; anything but a JSON object means a foreign program wrote the key.
 json from_bytes(const Bytes& b, const std::string& key) {
   json j = json::parse(b.begin(), b.end(), nullptr, /*allow_exceptions=*/false);
   NANODDP_CHECK(j.is_object(), "malformed launcher record '{}' in the rendezvous store: is another program using "
@@ -37,6 +38,7 @@ NodeRecord node_from_json(const json& j) {
   return {j.value("nnodes", 0), j.value("nproc", 0), j.value("host", std::string("?")), j.value("pid", 0)};
 }
 
+// Records are JSON objects, read with defaults so that a missing field never throws.
 json failure_to_json(const FailureReport& f) {
   return {{"node", f.node}, {"host", f.host}, {"rank", f.rank}, {"local_rank", f.local_rank}, {"pid", f.pid},
           {"what", f.what}, {"tail", f.tail}, {"restartable", f.restartable}, {"node_lost", f.node_lost}};
@@ -62,6 +64,7 @@ int Membership::world_size() const {
   return std::accumulate(nodes.begin(), nodes.end(), 0, [](int s, const NodeRecord& n) { return s + n.nproc; });
 }
 
+// Global ranks are handed out node by node: node K's first rank is the sum of nproc below K.
 int Membership::first_rank(int node) const {
   int r = 0;
   for (int k = 0; k < node; k++) r += nodes[size_t(k)].nproc;
@@ -111,6 +114,7 @@ Membership LauncherRendezvous::join(int attempt, const NodeRecord& self) {
     std::this_thread::sleep_for(kPollEvery);
   }
 
+  // Everyone is in: read every record and check that the nodes describe the same job.
   Membership m;
   for (int k = 0; k < nnodes_; k++) {
     NodeRecord n = node_from_json(from_bytes(store_->get(keys[size_t(k)]), keys[size_t(k)]));
@@ -122,6 +126,7 @@ Membership LauncherRendezvous::join(int attempt, const NodeRecord& self) {
   return m;
 }
 
+// compare_set from "missing" makes the first report the one every node reads back.
 FailureReport LauncherRendezvous::report_failure(int attempt, const FailureReport& mine) {
   std::string key = fmt::format("attempt{}/failed", attempt);
   return failure_from_json(from_bytes(store_->compare_set(key, {}, to_bytes(failure_to_json(mine))), key));
@@ -147,6 +152,7 @@ std::vector<int64_t> LauncherRendezvous::heartbeats(int attempt) {
   return beats;
 }
 
+// Node 0's wait is bounded: a node that died without leaving must not keep it (and its store) alive.
 void LauncherRendezvous::leave(milliseconds timeout, int lost) {
   if (node_rank_ != 0) {
     store_->add("left", 1);

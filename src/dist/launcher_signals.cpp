@@ -22,8 +22,9 @@ std::atomic<bool> g_workers_running{false};
 
 constexpr int kHandled[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
 
+// Only async-signal-safe calls here: atomics, write() and _exit().
 void on_signal(int sig) {
-  int saved_errno = errno;
+  int saved_errno = errno;  // the interrupted code may be about to read errno
   if (sig != SIGCHLD) {
     if (!g_workers_running.load()) {
       // Nothing to clean up: leave now, even from inside a blocking rendezvous call.
@@ -48,6 +49,8 @@ void LauncherSignals::install() {
   NANODDP_ASSERT(g_pipe[0] < 0, "LauncherSignals::install called twice");
   NANODDP_CHECK(::pipe2(g_pipe, O_CLOEXEC | O_NONBLOCK) == 0, "nanoddp run: cannot create a pipe: {}",
                 std::strerror(errno));
+  // SA_RESTART: interrupted reads and writes resume instead of failing with EINTR (poll() still
+  // returns EINTR; the store's socket code and the launcher's loop retry it).
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -58,6 +61,7 @@ void LauncherSignals::install() {
 
 int LauncherSignals::wake_fd() { return g_pipe[0]; }
 
+// The bytes carry no information beyond "look again": the state is in the atomics.
 void LauncherSignals::drain() {
   char buf[256];
   while (::read(g_pipe[0], buf, sizeof buf) > 0) {

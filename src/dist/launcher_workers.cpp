@@ -21,6 +21,7 @@ namespace nanoddp::dist {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// Signals by name (SIGKILL, SIGSEGV): what a user searches for, unlike the number.
 std::string WorkerStatus::describe() const {
   switch (state) {
     case State::NotStarted: return "was not started";
@@ -109,6 +110,7 @@ void WorkerGroup::spawn(Worker& w) {
   for (int fd : w.fds) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+// Non-blocking reads until the pipe is empty (EAGAIN), at end of file, or `max_bytes` were read.
 void WorkerGroup::read_stream(Worker& w, int s, size_t max_bytes) {
   char buf[64 * 1024];
   size_t total = 0;
@@ -191,6 +193,8 @@ bool WorkerGroup::any_pipe_open() const {
   return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.fds[0] >= 0 || w.fds[1] >= 0; });
 }
 
+// A worker that just died may have written its last lines after the last poll: read them first,
+// since they are usually the ones that explain the failure.
 std::vector<std::string> WorkerGroup::tail(size_t i) {
   Worker& w = workers_[i];
   for (int s = 0; s < 2; s++) read_stream(w, s, 4 << 20);
