@@ -126,7 +126,8 @@ TEST_P(ModelGrad, ForwardAndEveryParameterGradientMatchTheDoubleReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Heads, ModelGrad, ::testing::Values(2, 1));  // multi-head, grouped-query
+INSTANTIATE_TEST_SUITE_P(Heads, ModelGrad, ::testing::Values(2, 1),  // multi-head, grouped-query
+                         [](const auto& info) { return "kv" + std::to_string(info.param); });
 
 TEST(Backward, AccumulationSumsScaledMicroBatches) {
   const auto c = tiny_config();

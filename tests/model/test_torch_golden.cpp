@@ -89,7 +89,7 @@ TEST_P(TorchGolden, LogitsLossGradientsAndOneOptimizerStep) {
   Tensor inputs = testing::randint({b, t}, 100, 0, c.vocab_size), targets = testing::randint({b, t}, 101, 0, c.vocab_size);
   targets.data<int32_t>()[5] = targets.data<int32_t>()[20] = -1;
 
-  testing::ScratchDir dir("torch_golden_" + std::to_string(n_kv_head));
+  testing::ScratchDir dir("torch_golden_" + std::to_string(n_head) + "_" + std::to_string(n_kv_head));
   SafetensorsWriter w;
   for (auto& p : gpt.parameters()) w.add(p.name, p.data);
   w.add("inputs", inputs);
@@ -150,7 +150,10 @@ TEST_P(TorchGolden, LogitsLossGradientsAndOneOptimizerStep) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Heads, TorchGolden, ::testing::Values(GoldenCase{2, 2}, GoldenCase{4, 2}));
+INSTANTIATE_TEST_SUITE_P(Heads, TorchGolden, ::testing::Values(GoldenCase{2, 2}, GoldenCase{4, 2}),
+                         [](const auto& info) {
+                           return "q" + std::to_string(info.param.n_head) + "_kv" + std::to_string(info.param.n_kv_head);
+                         });
 
 }  // namespace
 }  // namespace nanoddp

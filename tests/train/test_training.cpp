@@ -53,7 +53,7 @@ train::TrainOptions tiny(const std::string& out) {
 
 train::TrainResult train_single(const train::TrainOptions& o) {
   auto group = dist::make_single_rank_group(Device::cpu());
-  return train::run_training(o, *group);
+  return train::run_training(o, *group, Device::cpu());
 }
 
 // step -> loss of every training line in OUT/metrics.jsonl.
@@ -85,7 +85,7 @@ TEST(Training, ValidationLossFalls) {
   o.total_batch_size = -1;
   auto group = dist::make_single_rank_group(Device::cpu());
   auto before = train::run_training([&] { auto z = o; z.num_iterations = 1; z.out = out.str("zero"); return z; }(),
-                                    *group);
+                                    *group, Device::cpu());
   auto after = train_single(o);
   ASSERT_TRUE(before.eval && after.eval);
   // bytes at init: ~ln(265) = 5.6 nats; the grammar is learnt to well under 2.
