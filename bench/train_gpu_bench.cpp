@@ -1,0 +1,119 @@
+// Single-GPU training throughput of nanoddp: nanochat's GPT (vocab 65,536) at one depth, bf16
+// activations, Muon + AdamW, one micro-step per optimizer step, random tokens. Measures, in the
+// same process, the bf16 GEMM rate of this GPU through cuBLASLt (the MFU denominator), then
+// prints one JSON line: tokens/s, MFU, peak device memory and memory per token. bench/gpu_bench.sh
+// runs it next to bench/torch_gpu_bench.py (PyTorch) on the same GPU.
+//   build/bench/bench_train_gpu --depth 20 --seq 2048 --batch 16
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/allocator.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "ddp/optimizer.h"
+#include "ddp/reducer.h"
+#include "dist/process_group.h"
+#include "model/gpt.h"
+#include "ops/backend.h"
+#include "ops/ops.h"
+
+namespace {
+
+using namespace nanoddp;
+
+struct Args {
+  int depth = 20, seq = 2048, batch = 16, steps = 10, warmup = 3, vocab = 65536;
+  int gemm_n = 8192;
+};
+
+// The best of several bf16 GEMMs [n, n] x [n, n]^T -> bf16 (f32 accumulation), as the model's
+// Linear layers run them: the peak this GPU reaches through cuBLASLt.
+double bf16_gemm_peak(int64_t n, ops::Backend& be) {
+  const Device dev = Device::cuda(0);
+  Tensor a = Tensor::empty({n, n}, DType::BF16, dev), b = Tensor::empty({n, n}, DType::BF16, dev),
+         c = Tensor::empty({n, n}, DType::BF16, dev);
+  Tensor ha = Tensor::empty({n, n}, DType::F32);
+  Rng rng(1);
+  for (int64_t i = 0; i < ha.numel(); i++) ha.data<float>()[i] = rng.normal();  // not zeros: see METHOD.md
+  Tensor da = ha.copy_to(dev);
+  ops::cast(a, da);
+  ops::cast(b, da);
+  double best = 0;
+  for (int rep = 0; rep < 12; rep++) {
+    be.synchronize();
+    Stopwatch sw;
+    for (int i = 0; i < 5; i++) ops::matmul(c, a, false, b, true);
+    be.synchronize();
+    if (rep >= 2) best = std::max(best, 5 * 2.0 * n * n * n / sw.seconds());
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"nanoddp single-GPU training throughput (bf16), one JSON line"};
+  app.add_option("--depth", a.depth);
+  app.add_option("--seq", a.seq);
+  app.add_option("--batch", a.batch, "Rows per micro-batch (device_batch_size)");
+  app.add_option("--steps", a.steps, "Timed optimizer steps");
+  app.add_option("--warmup", a.warmup, "Untimed steps first");
+  app.add_option("--vocab", a.vocab);
+  app.add_option("--gemm_n", a.gemm_n, "Size of the square GEMM that measures the peak");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    NANODDP_CHECK(cuda_device_count() > 0, "no GPU visible: this benchmark needs one");
+    const Device dev = Device::cuda(0);
+    ops::Backend& be = ops::backend(dev);
+    const double peak = bf16_gemm_peak(a.gemm_n, be);
+
+    const auto config = model::GPTConfig::from_depth(a.depth, a.vocab, a.seq);
+    model::GPT gpt(config, dev, DType::BF16);
+    gpt.init_weights(1);
+    auto group = dist::make_single_rank_group(dev);
+    ddp::Reducer reducer(gpt, *group, {0, true, 1.0, 25.0});
+    ddp::Optimizer opt(gpt, reducer, ddp::OptimizerConfig{});
+    Tensor x = Tensor::empty({a.batch, a.seq}, DType::I32), y = Tensor::empty({a.batch, a.seq}, DType::I32);
+    Rng rng(3);
+    for (int64_t i = 0; i < x.numel(); i++) {
+      x.data<int32_t>()[i] = static_cast<int32_t>(rng.next_u64() % a.vocab);
+      y.data<int32_t>()[i] = static_cast<int32_t>(rng.next_u64() % a.vocab);
+    }
+    double loss = 0;
+    auto step = [&] {
+      loss = gpt.forward_backward(x, y, 1.f, false, reducer.sync_hook());
+      reducer.finish();
+      opt.step(1.0, 0.95);
+    };
+    for (int i = 0; i < a.warmup; i++) step();
+    be.synchronize();
+    Stopwatch sw;
+    for (int i = 0; i < a.steps; i++) step();
+    be.synchronize();
+    const double dt = sw.seconds();
+    const double tokens_per_s = double(a.batch) * a.seq * a.steps / dt;
+    const double flops_per_token = config.flops_per_token(a.seq);
+    const AllocatorStats mem = allocator_for(dev).stats();
+    nlohmann::json j{{"impl", "nanoddp"},
+                     {"depth", a.depth},
+                     {"seq", a.seq},
+                     {"batch", a.batch},
+                     {"params", config.num_params()},
+                     {"tokens_per_s", tokens_per_s},
+                     {"step_ms", 1e3 * dt / a.steps},
+                     {"gemm_tflops", peak / 1e12},
+                     {"mfu", flops_per_token * tokens_per_s / peak},
+                     {"peak_mem_gib", mem.peak_live_bytes / double(1 << 30)},
+                     {"reserved_mem_gib", mem.system_bytes / double(1 << 30)},
+                     {"mem_per_token_kib", mem.peak_live_bytes / 1024.0 / (double(a.batch) * a.seq)},
+                     {"last_loss", loss}};
+    fmt::print("{}\n", j.dump());
+  } catch (const Error& e) {
+    fmt::print(stderr, "bench_train_gpu: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
