@@ -1,0 +1,295 @@
+// Distributed training as users run it: the nanoddp binary, several processes, Gloo over TCP.
+//  - 2 ranks x 1 micro-step equal 1 rank x 2 micro-steps, step by step;
+//  - kill -9 of a rank mid-run: without restarts the launcher names it and nothing is left; with
+//    --max_restarts 1 the job resumes from its checkpoint and ends exactly like a straight run;
+//  - a rank that stalls makes the others fail with the collective timeout naming it;
+//  - two hosts (network namespaces) train like two processes on one host;
+//  - bad input: mismatched flags across ranks, a batch the world size does not divide, a resume
+//    with another world size, a port in use, an unreachable master.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "core/safetensors.h"
+#include "corpus.h"
+#include "subprocess.h"
+#include "test_util.h"
+#include "two_hosts.h"
+
+namespace nanoddp {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using testing::Proc;
+using testing::ScratchDir;
+
+const std::string& dataset() {
+  static ScratchDir dir("dist_train_dataset");
+  static bool made = false;
+  if (!made) {
+    testing::make_byte_dataset(dir.str(), 200, 11);
+    made = true;
+  }
+  static std::string path = dir.str("data");
+  return path;
+}
+
+// `nanoddp train` flags of a tiny model; the caller adds batch, steps and output.
+std::vector<std::string> train_flags(const std::string& out, int64_t total_batch, int steps) {
+  return {"train", "--data", dataset(), "--out", out, "--depth", "2", "--aspect_ratio", "32", "--head_dim", "32",
+          "--max_seq_len", "32", "--device_batch_size", "4", "--total_batch_size", std::to_string(total_batch),
+          "--num_iterations", std::to_string(steps), "--eval_every", "4", "--eval_tokens", "512", "--threads", "1",
+          "--peak_flops", "1e9", "--timeout", "20"};
+}
+
+std::vector<std::string> launch(int nproc, std::vector<std::string> extra, const std::vector<std::string>& train) {
+  std::vector<std::string> argv = {testing::nanoddp_binary(), "run", "--standalone", "--nproc_per_node",
+                                   std::to_string(nproc)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.insert(argv.end(), train.begin(), train.end());
+  return argv;
+}
+
+std::vector<std::string> single(const std::vector<std::string>& train) {
+  std::vector<std::string> argv = {testing::nanoddp_binary()};
+  argv.insert(argv.end(), train.begin(), train.end());
+  return argv;
+}
+
+std::map<int64_t, double> losses(const std::string& out) {
+  std::map<int64_t, double> m;
+  std::ifstream in(out + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) m[j["step"]] = j["loss"];
+  }
+  return m;
+}
+
+std::vector<float> final_weights(const std::string& out, int step) {
+  SafetensorsFile f(fmt::format("{}/checkpoints/step_{:06d}/model.safetensors", out, step));
+  std::vector<float> all;
+  for (const auto& name : f.names()) {
+    auto v = testing::to_vector(f.read(name));
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+// The pid of the worker with RANK=rank among the launcher's children.
+pid_t worker_pid(pid_t launcher, int rank) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (ppid != launcher) continue;
+    std::ifstream env(entry.path() / "environ");
+    std::string var;
+    while (std::getline(env, var, '\0'))
+      if (var == "RANK=" + std::to_string(rank)) return std::stoi(name);
+  }
+  return -1;
+}
+
+bool alive(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
+
+struct Mode {
+  int zero;
+  std::string optimizer;
+};
+
+class TwoRanks : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(TwoRanks, EqualOneRankWithTwoAccumulationSteps) {
+  auto [zero, opt] = GetParam();
+  ScratchDir one(fmt::format("dist_equiv_one_{}_{}", zero, opt)), two(fmt::format("dist_equiv_two_{}_{}", zero, opt));
+  // f32 Newton-Schulz: bf16 turns reduction-order differences into percents (test_torch_golden).
+  const std::vector<std::string> mode = {"--zero", std::to_string(zero), "--optimizer", opt, "--muon_precision", "f32"};
+  auto a = train_flags(one.str(), 4 * 32 * 2, 8), b = train_flags(two.str(), 4 * 32 * 2, 8);
+  a.insert(a.end(), mode.begin(), mode.end());
+  b.insert(b.end(), mode.begin(), mode.end());
+  Proc p1(single(a)), p2(launch(2, {}, b));
+  ASSERT_EQ(p1.wait_exit(120s), 0) << p1.all();
+  ASSERT_EQ(p2.wait_exit(120s), 0) << p2.all();
+  auto la = losses(one.str()), lb = losses(two.str());
+  ASSERT_EQ(la.size(), 8u);
+  ASSERT_EQ(lb.size(), 8u);
+  for (auto& [step, loss] : la) EXPECT_NEAR(lb[step], loss, 1e-5 * loss) << "step " << step;
+  EXPECT_NE(p2.out().find("2 ranks x 4 rows x 32 tokens x 1 accumulation"), std::string::npos) << p2.out();
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, TwoRanks,
+                         ::testing::Values(Mode{0, "muon"}, Mode{1, "adamw"}, Mode{2, "muon"}, Mode{2, "adamw"}),
+                         [](const auto& info) { return "zero" + std::to_string(info.param.zero) + "_" + info.param.optimizer; });
+
+TEST(Failure, KillNineOfARankEndsTheJobOrRestartsItExactly) {
+  ScratchDir straight("dist_kill_straight"), killed("dist_kill_restart"), fatal("dist_kill_fatal");
+  const int steps = 24;
+  auto flags = [&](const std::string& out) {
+    auto f = train_flags(out, 4 * 32 * 2, steps);
+    f.insert(f.end(), {"--save_every", "3"});
+    return f;
+  };
+  Proc reference(launch(2, {}, flags(straight.str())));
+  ASSERT_EQ(reference.wait_exit(180s), 0) << reference.all();
+
+  // Without restarts: the launcher stops the job within 10 s, names rank 1, leaves nothing behind.
+  {
+    Proc job(launch(2, {}, flags(fatal.str())));
+    ASSERT_TRUE(job.wait_for_text("step 00005/", 120s)) << job.all();
+    const pid_t r0 = worker_pid(job.pid(), 0), r1 = worker_pid(job.pid(), 1);
+    ASSERT_GT(r1, 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    ::kill(r1, SIGKILL);
+    auto status = job.wait_exit(10s);
+    ASSERT_TRUE(status.has_value()) << "the launcher did not exit within 10 s\n" << job.all();
+    EXPECT_NE(*status, 0);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+    EXPECT_NE(job.err().find("rank 1"), std::string::npos) << job.err();
+    EXPECT_NE(job.err().find("SIGKILL"), std::string::npos) << job.err();
+    EXPECT_FALSE(alive(r0)) << "rank 0 survived the launcher";
+  }
+
+  // With --max_restarts 1: the group restarts, resumes from the newest checkpoint, and ends with
+  // the straight run's weights and losses, bit for bit, whenever the kill landed.
+  Proc job(launch(2, {"--max_restarts", "1"}, flags(killed.str())));
+  ASSERT_TRUE(job.wait_for_text("step 00007/", 120s)) << job.all();
+  ::kill(worker_pid(job.pid(), 1), SIGKILL);
+  ASSERT_EQ(job.wait_exit(180s), 0) << job.all();
+  EXPECT_NE(job.all().find("resumed from"), std::string::npos) << job.all();
+  EXPECT_EQ(final_weights(killed.str(), steps), final_weights(straight.str(), steps));
+  auto want = losses(straight.str()), got = losses(killed.str());
+  EXPECT_EQ(got, want);
+}
+
+TEST(Failure, AStalledRankMakesTheOthersFailWithTheTimeout) {
+  ScratchDir out("dist_stall");
+  auto f = train_flags(out.str(), 4 * 32 * 2, 200);
+  f.back() = "3";  // --timeout 3
+  Proc job(launch(2, {}, f));
+  ASSERT_TRUE(job.wait_for_text("step 00003/", 120s)) << job.all();
+  const pid_t r1 = worker_pid(job.pid(), 1);
+  ::kill(r1, SIGSTOP);  // a real stall: the process is alive but does nothing
+  auto status = job.wait_exit(60s);
+  ASSERT_TRUE(status.has_value()) << job.all();
+  EXPECT_NE(*status, 0);
+  const std::string all = job.all();
+  EXPECT_NE(all.find("timed out after 3 s"), std::string::npos) << all;
+  EXPECT_NE(all.find("rank 1"), std::string::npos) << all;
+  EXPECT_NE(all.find("had not reached it"), std::string::npos) << all;
+  EXPECT_FALSE(alive(r1)) << "the stalled rank was left behind";
+}
+
+class TwoHostTraining : public testing::TwoHosts {};
+
+TEST_F(TwoHostTraining, TrainsLikeTwoProcessesOnOneHost) {
+  ScratchDir local("dist_two_hosts_local"), hosts("dist_two_hosts");
+  Proc reference(launch(2, {}, train_flags(local.str(), 4 * 32 * 2, 6)));
+  ASSERT_EQ(reference.wait_exit(120s), 0) << reference.all();
+  auto node = [&](int i) {
+    std::vector<std::string> argv = {testing::nanoddp_binary(), "run", "--nnodes", "2", "--node_rank",
+                                     std::to_string(i), "--nproc_per_node", "1", "--master_addr", addr(0),
+                                     "--master_port", "29631"};
+    auto t = train_flags(hosts.str(), 4 * 32 * 2, 6);
+    argv.insert(argv.end(), t.begin(), t.end());
+    return on_host(i, argv);
+  };
+  Proc n0(node(0)), n1(node(1));
+  ASSERT_EQ(n0.wait_exit(120s), 0) << n0.all();
+  ASSERT_EQ(n1.wait_exit(120s), 0) << n1.all();
+  EXPECT_EQ(losses(hosts.str()), losses(local.str()));
+  EXPECT_EQ(final_weights(hosts.str(), 6), final_weights(local.str(), 6));
+}
+
+// Two ranks started by hand (no launcher): rank 0 hosts the store.
+std::vector<std::string> env_of(int rank, int port) {
+  return {"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(rank),
+          "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
+}
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(BadInput, RanksStartedWithDifferentDepthsRefuseToTrain) {
+  ScratchDir out("dist_bad_depth");
+  const int port = free_port();
+  auto f0 = train_flags(out.str(), -1, 4), f1 = f0;
+  f1[6] = "3";  // --depth 3 on rank 1
+  ASSERT_EQ(f1[5], "--depth");
+  Proc r0(single(f0), env_of(0, port)), r1(single(f1), env_of(1, port));
+  EXPECT_EQ(r0.wait_exit(60s), 1) << r0.all();
+  EXPECT_EQ(r1.wait_exit(60s), 1) << r1.all();
+  EXPECT_NE(r1.err().find("--depth is 3 on rank 1 but 2 on rank 0"), std::string::npos) << r1.err();
+  EXPECT_NE(r0.err().find("rank 1"), std::string::npos) << r0.err();
+}
+
+TEST(BadInput, WorldSizeThatDoesNotDivideTheBatch) {
+  ScratchDir out("dist_bad_world");
+  Proc job(launch(3, {}, train_flags(out.str(), 4 * 32 * 2, 4)));  // 256 tokens over 3 x 128
+  EXPECT_NE(job.wait_exit(60s).value_or(0), 0);
+  EXPECT_NE(job.all().find("is not a multiple of device_batch_size x max_seq_len x world size = 4 x 32 x 3"),
+            std::string::npos)
+      << job.all();
+}
+
+TEST(BadInput, ResumeWithAnotherWorldSize) {
+  ScratchDir out("dist_bad_resume");
+  Proc two(launch(2, {}, train_flags(out.str(), 4 * 32 * 2, 2)));
+  ASSERT_EQ(two.wait_exit(60s), 0) << two.all();
+  auto f = train_flags(out.str(), 4 * 32 * 2, 4);
+  f.insert(f.end(), {"--resume", "latest"});
+  Proc one(single(f));
+  EXPECT_EQ(one.wait_exit(60s), 1) << one.all();
+  EXPECT_NE(one.err().find("was written by 2 rank(s) but this run has 1"), std::string::npos) << one.err();
+}
+
+TEST(BadInput, PortInUseAndUnreachableMaster) {
+  ScratchDir out("dist_bad_port");
+  // Rank 0 hosts the store: a port someone else holds is a clear error.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ::listen(fd, 1);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int held = ntohs(a.sin_port);
+  Proc r0(single(train_flags(out.str(), -1, 2)), env_of(0, held));
+  EXPECT_EQ(r0.wait_exit(60s), 1) << r0.all();
+  EXPECT_NE(r0.err().find("already in use"), std::string::npos) << r0.err();
+  ::close(fd);
+  // Rank 1 alone: nobody serves the store.
+  auto f = train_flags(out.str(), -1, 2);
+  f.back() = "2";  // --timeout 2
+  Proc r1(single(f), env_of(1, free_port()));
+  EXPECT_EQ(r1.wait_exit(60s), 1) << r1.all();
+  EXPECT_NE(r1.err().find("could not reach the rendezvous store"), std::string::npos) << r1.err();
+}
+
+}  // namespace
+}  // namespace nanoddp
