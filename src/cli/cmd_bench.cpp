@@ -191,6 +191,7 @@ void add_bench_command(CLI::App& root) {
   auto* bench = root.add_subcommand("bench", "Benchmarks, each against a baseline measured in the same run");
   bench->require_subcommand(1);
   add_bench_allreduce(*bench);
+  add_bench_train(*bench);  // cmd_bench_train.cpp
 }
 
 }  // namespace nanoddp::cli

@@ -1,0 +1,137 @@
+// nanoddp bench train: data-parallel training throughput of the CPU benchmark model (ANCHORS §4:
+// nanochat's GPT at depth 4, vocab 4096, T 128, global batch 16 rows), under any launcher:
+//   nanoddp bench train                                        (one process)
+//   nanoddp run --standalone --nproc_per_node 2 bench train    (two ranks, global batch kept)
+// Besides tokens/s it measures how much of the gradient communication the backward hides:
+// exposed = the time the step waits in Reducer::finish after its backward, alone = the same bucket
+// collectives run back to back without compute; hidden = 1 - exposed / alone.
+// bench/ddp_cpu_bench.sh runs it at 1 and 2 ranks next to PyTorch 1.13 DDP on the same model.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/option_flags.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "ddp/optimizer.h"
+#include "ddp/reducer.h"
+#include "dist/init.h"
+#include "model/gpt.h"
+#include "ops/backend.h"
+
+namespace nanoddp::cli {
+
+namespace {
+
+struct BenchTrainOptions {
+  int64_t depth = 4, vocab = 4096, seq = 128, global_batch = 16;
+  int steps = 20, warmup = 3;
+  std::string optimizer = "adamw";
+  int zero = 0;
+  std::string device = "cpu";
+  std::string backend = "auto";
+
+  template <typename V>
+  void visit(V&& v) {
+    v(depth, "depth", "model depth");
+    v(vocab, "vocab", "vocabulary size");
+    v(seq, "seq", "sequence length");
+    v(global_batch, "global_batch", "rows per step over all ranks (each rank takes global_batch / world)");
+    v(steps, "steps", "timed steps");
+    v(warmup, "warmup", "untimed steps first");
+    v(optimizer, "optimizer", "adamw or muon");
+    v(zero, "zero", "optimizer sharding 0, 1 or 2");
+    v(device, "device", "cpu or cuda");
+    v(backend, "backend", "process group backend");
+  }
+};
+
+struct Timing {
+  double step = 0, exposed = 0;  // seconds, summed over timed steps
+};
+
+void run(const BenchTrainOptions& o) {
+  const Device device = dist::local_device(o.device, dist::discover_environment());
+  dist::DistOptions d;
+  d.backend = o.backend;
+  auto ctx = dist::init_distributed(d, device);
+  dist::ProcessGroup& group = *ctx->group;
+  const int world = group.size();
+  NANODDP_CHECK(o.global_batch % world == 0, "--global_batch {} does not divide over {} ranks", o.global_batch, world);
+  const int64_t batch = o.global_batch / world;
+  auto config = model::GPTConfig::from_depth(o.depth, o.vocab, o.seq);
+  model::GPT gpt(config, device, device.is_cuda() ? DType::BF16 : DType::F32);
+  gpt.init_weights(1);
+  ddp::Reducer reducer(gpt, group, {o.zero, o.optimizer == "muon", 1.0, 25.0});
+  reducer.broadcast_parameters();
+  ddp::OptimizerConfig oc;
+  oc.optimizer = o.optimizer;
+  ddp::Optimizer opt(gpt, reducer, oc);
+  Tensor x = Tensor::empty({batch, o.seq}, DType::I32), y = Tensor::empty({batch, o.seq}, DType::I32);
+  Rng rng(7, static_cast<uint64_t>(group.rank()));
+  for (int64_t i = 0; i < x.numel(); i++) {
+    x.data<int32_t>()[i] = static_cast<int32_t>(rng.next_u64() % o.vocab);
+    y.data<int32_t>()[i] = static_cast<int32_t>(rng.next_u64() % o.vocab);
+  }
+  Timing t;
+  for (int i = 0; i < o.warmup + o.steps; i++) {
+    if (i == o.warmup) t = {};
+    Stopwatch step;
+    gpt.forward_backward(x, y, 1.f, false, reducer.sync_hook());
+    Stopwatch wait;
+    reducer.finish();
+    t.exposed += wait.seconds();
+    opt.step(1.0, 0.9);
+    t.step += step.seconds();
+  }
+  // The same bucket collectives alone, back to back (what the backward had to hide).
+  double alone = 0;
+  if (world > 1) {
+    alone = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+      group.barrier()->wait();
+      Stopwatch sw;
+      std::vector<dist::WorkPtr> works;
+      for (size_t b = 0; b < reducer.layout().buckets.size(); b++)
+        works.push_back(group.allreduce(reducer.grads(static_cast<int>(b)), dist::ReduceOp::Avg));
+      for (auto& w : works) w->wait();
+      alone = std::min(alone, sw.seconds());
+    }
+  }
+  // The slowest rank sets the pace.
+  std::vector<double> v{t.step / o.steps, t.exposed / o.steps, alone};
+  if (world > 1) {
+    Tensor vt = Tensor::wrap(v.data(), {3}, DType::F64);
+    group.allreduce(vt, dist::ReduceOp::Max)->wait();
+  }
+  const double step_s = v[0], exposed = v[1];
+  alone = v[2];
+  const double tok_s = static_cast<double>(o.global_batch * o.seq) / step_s;
+  const double hidden = world > 1 && alone > 0 ? std::clamp(1.0 - exposed / alone, 0.0, 1.0) : 0.0;
+  log::print0("nanoddp bench train: {} rank(s) x {} rows x {} tokens, {} threads/rank, {} ({:.2f}M params), "
+              "optimizer {} zero {}", world, batch, o.seq, ops::cpu_threads(), ctx->backend,
+              config.num_params() / 1e6, o.optimizer, o.zero);
+  log::print0("  step {:.1f} ms | {:.0f} tok/s | comm alone {:.2f} ms/step | exposed {:.2f} ms/step | hidden {:.0f}%",
+              step_s * 1e3, tok_s, alone * 1e3, exposed * 1e3, 100 * hidden);
+  log::print0("{}", nlohmann::json{{"world", world},
+                                   {"tokens_per_s", tok_s},
+                                   {"step_ms", step_s * 1e3},
+                                   {"comm_alone_ms", alone * 1e3},
+                                   {"exposed_ms", exposed * 1e3},
+                                   {"hidden", hidden}}
+                        .dump());
+}
+
+}  // namespace
+
+void add_bench_train(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand("train", "Data-parallel training throughput and communication hidden by backward");
+  auto opts = std::make_shared<BenchTrainOptions>();
+  add_option_flags(*cmd, *opts);
+  cmd->callback([opts] { run(*opts); });
+}
+
+}  // namespace nanoddp::cli
