@@ -52,7 +52,9 @@ class CudaBackend final : public Backend {
     nanoddp::cuda::set_device(device);
     NANODDP_CUDA_CHECK(cudaHostAlloc(&errors_, sizeof(gpu::ErrorRecord), cudaHostAllocMapped));
     std::memset(errors_, 0, sizeof(gpu::ErrorRecord));
-    NANODDP_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&errors_dev_), errors_, 0));
+    NANODDP_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&sink_.record), errors_, 0));
+    claim_ = Tensor::zeros({1}, DType::I32, Device::cuda(device));
+    sink_.claim = claim_.data<int32_t>();
   }
 
   void matmul(const Tensor& out, const Tensor& a, bool ta, const Tensor& b, bool tb, float alpha,
@@ -87,7 +89,7 @@ class CudaBackend final : public Backend {
     cudaStream_t s = begin();
     same_dtype(out, table);
     NANODDP_CUDA_CHECK(gpu::launch_embedding_forward(elem(out), out.raw(), table.raw(), ids.data<int32_t>(),
-                                                     ids.numel(), table.dim(0), table.dim(1), errors_dev_, s));
+                                                     ids.numel(), table.dim(0), table.dim(1), sink_, s));
   }
 
   void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) override {
@@ -168,7 +170,7 @@ class CudaBackend final : public Backend {
     cudaStream_t s = begin();
     NANODDP_CUDA_CHECK(gpu::launch_softcap_cross_entropy(elem(logits), losses.data<float>(), logits.raw(),
                                                          targets.data<int32_t>(), logits.dim(0), logits.dim(1), vocab,
-                                                         softcap, grad_scale, errors_dev_, s));
+                                                         softcap, grad_scale, sink_, s));
   }
 
   void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
@@ -211,6 +213,7 @@ class CudaBackend final : public Backend {
     if (kind == gpu::kNoError) return;
     const gpu::ErrorRecord r = *errors_;
     std::memset(errors_, 0, sizeof(gpu::ErrorRecord));
+    NANODDP_CUDA_CHECK(cudaMemsetAsync(claim_.raw(), 0, sizeof(int32_t), stream_));
     const char* what = kind == gpu::kTokenIdOutOfRange ? "token id" : "target id";
     NANODDP_FAIL("{} {} at position {} is outside [0, {}) (found by a CUDA kernel of an earlier op on cuda:{}): "
                  "check the data's vocabulary against the model's vocab_size",
@@ -221,8 +224,9 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_;
   gpu::CublasLtGemm gemm_;
   bool reference_attention_;
-  gpu::ErrorRecord* errors_ = nullptr;      // pinned host memory, mapped
-  gpu::ErrorRecord* errors_dev_ = nullptr;  // its device address
+  gpu::ErrorRecord* errors_ = nullptr;  // pinned host memory, mapped
+  Tensor claim_;                        // i32 [1] on the device
+  gpu::ErrorSink sink_{};               // what kernels get: the record's device address and claim_
 };
 
 // Newton-Schulz (ops.h) in the storage type of its mode: X [m, n] (m <= n, x transposed when it

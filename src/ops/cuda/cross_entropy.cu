@@ -27,7 +27,7 @@ struct Row {
 };
 
 template <typename T, int V>
-__global__ void softcap_ce_kernel(float* losses, T* logits, const int32_t* targets, Row r, ErrorRecord* err) {
+__global__ void softcap_ce_kernel(float* losses, T* logits, const int32_t* targets, Row r, ErrorSink err) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   T* l = logits + row * r.vpad;
@@ -83,7 +83,7 @@ __global__ void softcap_ce_kernel(float* losses, T* logits, const int32_t* targe
 
 cudaError_t launch_softcap_cross_entropy(Elem t, float* losses, void* logits, const int32_t* targets, int64_t n,
                                          int64_t vpad, int64_t vocab, float softcap, float grad_scale,
-                                         ErrorRecord* err, cudaStream_t stream) {
+                                         ErrorSink err, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const Row r{softcap, 1.f / softcap, grad_scale, vocab, vpad};
   auto go = [&](auto* tag) {

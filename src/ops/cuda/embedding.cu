@@ -31,7 +31,7 @@ constexpr int kGroup = 4;               // entries whose loads are issued togeth
 // ---- forward: a warp per row ----------------------------------------------------------------
 template <typename T, int V>
 __global__ void embedding_forward_kernel(T* out, const T* table, const int32_t* ids, int64_t n, int64_t vocab,
-                                         int64_t c, ErrorRecord* err) {
+                                         int64_t c, ErrorSink err) {
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (row >= n) return;
@@ -199,7 +199,7 @@ __global__ void finish_runs_kernel(float* dtable, const uint32_t* keys, int64_t 
 
 template <typename T>
 cudaError_t embedding_forward_typed(void* out, const void* table, const int32_t* ids, int64_t n, int64_t vocab,
-                                    int64_t c, ErrorRecord* err, cudaStream_t stream) {
+                                    int64_t c, ErrorSink err, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
   constexpr int V = kVec16<T>;
   if (c % V == 0 && aligned(out, 16) && aligned(table, 16))
@@ -214,7 +214,7 @@ cudaError_t embedding_forward_typed(void* out, const void* table, const int32_t*
 }  // namespace
 
 cudaError_t launch_embedding_forward(Elem t, void* out, const void* table, const int32_t* ids, int64_t n,
-                                     int64_t vocab, int64_t c, ErrorRecord* err, cudaStream_t stream) {
+                                     int64_t vocab, int64_t c, ErrorSink err, cudaStream_t stream) {
   if (n == 0 || c == 0) return cudaSuccess;
   return t == Elem::BF16 ? embedding_forward_typed<bf16_t>(out, table, ids, n, vocab, c, err, stream)
                          : embedding_forward_typed<float>(out, table, ids, n, vocab, c, err, stream);

@@ -8,7 +8,7 @@ namespace nanoddp::ops::gpu {
 
 // Ids outside [0, vocab) give zero rows and are reported through `err`.
 cudaError_t launch_embedding_forward(Elem t, void* out, const void* table, const int32_t* ids, int64_t n,
-                                     int64_t vocab, int64_t c, ErrorRecord* err, cudaStream_t stream);
+                                     int64_t vocab, int64_t c, ErrorSink err, cudaStream_t stream);
 
 // Device scratch the backward needs for n tokens of c channels (sort buffers and partial sums).
 size_t embedding_backward_scratch_bytes(int64_t n, int64_t c);

@@ -5,14 +5,14 @@
 
 namespace nanoddp::ops::gpu {
 
-__device__ __forceinline__ void report_error(ErrorRecord* rec, int kind, int64_t index, int64_t value,
-                                             int64_t limit) {
-  if (rec == nullptr || atomicCAS(&rec->claimed, 0, 1) != 0) return;
+__device__ __forceinline__ void report_error(ErrorSink sink, int kind, int64_t index, int64_t value, int64_t limit) {
+  if (sink.record == nullptr || atomicCAS(sink.claim, 0, 1) != 0) return;
+  volatile ErrorRecord* rec = sink.record;
   rec->index = index;
   rec->value = value;
   rec->limit = limit;
-  __threadfence_system();  // the fields are visible to the host before the kind is
-  *reinterpret_cast<volatile int*>(&rec->kind) = kind;
+  __threadfence_system();  // the fields reach the host before the kind does
+  rec->kind = kind;
 }
 
 }  // namespace nanoddp::ops::gpu

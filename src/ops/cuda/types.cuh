@@ -16,12 +16,19 @@ enum class Elem : uint8_t { F32, BF16 };
 // finds one. It lives in pinned, mapped host memory so the host reads it without a CUDA call
 // (see CudaBackend::raise_kernel_error).
 struct ErrorRecord {
-  int claimed;   // 0 until a thread claims the record (atomicCAS)
-  int kind;      // 0 none; then what was found (set last, after the fields below)
-  int64_t index; // position of the bad element
-  int64_t value; // the bad value
-  int64_t limit; // the range it had to be in: [0, limit)
+  int kind;       // 0 none; else what was found (written last, after the fields below)
+  int64_t index;  // position of the bad element
+  int64_t value;  // the bad value
+  int64_t limit;  // the range it had to be in: [0, limit)
 };
 enum ErrorKind : int { kNoError = 0, kTokenIdOutOfRange = 1, kTargetOutOfRange = 2 };
+
+// Where kernels report: the record, and a flag in device memory that the first reporting thread
+// claims with atomicCAS (atomics on mapped host memory are not atomic over PCIe). The host clears
+// both after reading the record.
+struct ErrorSink {
+  ErrorRecord* record;  // device address of the mapped host record
+  int* claim;           // device memory, 0 when unclaimed
+};
 
 }  // namespace nanoddp::ops::gpu
