@@ -11,6 +11,8 @@
 // or: mpirun -np 2 nanoddp bench allreduce
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <functional>
 
@@ -99,16 +101,31 @@ RawAllreduce raw_allreduce_for(dist::ProcessGroup& pg) {
   return nullptr;
 }
 
-// Seconds per call of `fn`, as the slowest rank saw it: `iters` calls between barriers.
-double time_per_call(dist::ProcessGroup& pg, int iters, const std::function<void()>& fn) {
+// CPU seconds this process has used (every thread: caller, worker, Gloo's I/O thread).
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+struct Timing {
+  double wall = 1e30;  // seconds per call, as the slowest rank saw it
+  double cpu = 1e30;   // CPU seconds per call, averaged over ranks
+};
+
+// `iters` calls of `fn` between barriers; keeps the better of `best` and this round, per measure.
+void time_round(dist::ProcessGroup& pg, int iters, const std::function<void()>& fn, Timing& best) {
   pg.barrier()->wait();
+  double cpu0 = process_cpu_seconds();
   Stopwatch sw;
   for (int i = 0; i < iters; i++) fn();
-  double mine = sw.seconds() / iters;
-  Tensor t = Tensor::empty({1}, DType::F64);
-  t.data<double>()[0] = mine;
-  pg.allreduce(t, dist::ReduceOp::Max)->wait();
-  return t.data<double>()[0];
+  Tensor wall = Tensor::empty({1}, DType::F64), cpu = Tensor::empty({1}, DType::F64);
+  wall.data<double>()[0] = sw.seconds() / iters;
+  cpu.data<double>()[0] = (process_cpu_seconds() - cpu0) / iters;
+  pg.allreduce(wall, dist::ReduceOp::Max)->wait();
+  pg.allreduce(cpu, dist::ReduceOp::Avg)->wait();
+  best.wall = std::min(best.wall, wall.data<double>()[0]);
+  best.cpu = std::min(best.cpu, cpu.data<double>()[0]);
 }
 
 // After timing: each rank contributes rank+1 everywhere; every element must be the sum.
@@ -143,8 +160,8 @@ void run_allreduce_bench(const AllreduceBenchOptions& o, const dist::DistOptions
   log::print0("# baseline: {}", raw ? (ctx->backend == "gloo" ? "gloo::allreduce (ring) on the group's context"
                                                               : "MPI_Allreduce on the group's communicator")
                                     : "none for this backend");
-  log::print0("# {:>11} {:>10} {:>10} {:>8} {:>8} | {:>10} {:>8} | {:>8}", "size(B)", "count", "time(us)",
-              "algbw", "busbw", "raw(us)", "busbw", "overhead");
+  log::print0("# {:>11} {:>10} {:>10} {:>8} {:>8} {:>8} | {:>10} {:>8} {:>8} | {:>8}", "size(B)", "count",
+              "time(us)", "algbw", "busbw", "cpu(us)", "raw(us)", "busbw", "cpu(us)", "overhead");
   for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
     const int64_t count = std::max<int64_t>(1, bytes / int64_t(dtype_size(dtype)));
     Tensor t = buffer.region(0, {count});
@@ -155,25 +172,27 @@ void run_allreduce_bench(const AllreduceBenchOptions& o, const dist::DistOptions
       if (raw) library();
     }
     // Alternate rounds so that both see the same machine conditions; keep each one's best.
-    double best = 1e30, best_raw = 1e30;
+    Timing best, best_raw;
     for (int r = 0; r < o.rounds; r++) {
-      best = std::min(best, time_per_call(pg, o.iters, ours));
-      if (raw) best_raw = std::min(best_raw, time_per_call(pg, o.iters, library));
+      time_round(pg, o.iters, ours, best);
+      if (raw) time_round(pg, o.iters, library, best_raw);
     }
     check_result(pg, t);
     const double size = double(t.nbytes());
-    const double algbw = size / best / 1e9, busbw = algbw * bus_factor;
+    const double algbw = size / best.wall / 1e9, busbw = algbw * bus_factor;
     if (raw) {
-      log::print0("  {:>11} {:>10} {:>10.1f} {:>8.3f} {:>8.3f} | {:>10.1f} {:>8.3f} | {:>7.1f}%", t.nbytes(), count,
-                  best * 1e6, algbw, busbw, best_raw * 1e6, size / best_raw / 1e9 * bus_factor,
-                  (best / best_raw - 1) * 100);
+      log::print0("  {:>11} {:>10} {:>10.1f} {:>8.3f} {:>8.3f} {:>8.1f} | {:>10.1f} {:>8.3f} {:>8.1f} | {:>7.1f}%",
+                  t.nbytes(), count, best.wall * 1e6, algbw, busbw, best.cpu * 1e6, best_raw.wall * 1e6,
+                  size / best_raw.wall / 1e9 * bus_factor, best_raw.cpu * 1e6, (best.wall / best_raw.wall - 1) * 100);
     } else {
-      log::print0("  {:>11} {:>10} {:>10.1f} {:>8.3f} {:>8.3f} | {:>10} {:>8} | {:>8}", t.nbytes(), count, best * 1e6,
-                  algbw, busbw, "-", "-", "-");
+      log::print0("  {:>11} {:>10} {:>10.1f} {:>8.3f} {:>8.3f} {:>8.1f} | {:>10} {:>8} {:>8} | {:>8}", t.nbytes(),
+                  count, best.wall * 1e6, algbw, busbw, best.cpu * 1e6, "-", "-", "-", "-");
     }
     if (bytes > o.max_bytes / o.factor) break;  // the next size would overflow past max_bytes
   }
-  log::print0("# algbw = size / time; busbw = algbw x 2(n-1)/n (GB/s, 1e9 bytes); overhead = our time / raw time - 1");
+  log::print0("# time: wall-clock per call, slowest rank; cpu: CPU time per call of the whole process (all threads),");
+  log::print0("# rank average; algbw = size / time; busbw = algbw x 2(n-1)/n (GB/s, 1e9 bytes);");
+  log::print0("# overhead = our time / raw time - 1");
 }
 
 void add_bench_allreduce(CLI::App& bench) {

@@ -12,6 +12,7 @@
 #include <gloo/types.h>
 
 #include <atomic>
+#include <csignal>
 
 #include "core/error.h"
 #include "dist/collective.h"
@@ -133,12 +134,18 @@ struct GlooGroup::State {
   std::string failure;  // the first failure; later collectives refuse to run
   Tensor ring_scratch;  // [2, n] bytes of the largest ring reduce_scatter so far
 
-  WorkQueue queue;  // declared last: destroyed first, after running what is queued
+  WorkQueue queue{true};  // Note [caller runs] in dist/work.h; declared last: destroyed first
 };
 
 GlooGroup::GlooGroup(std::shared_ptr<Store> store, int rank, int size, GlooGroupOptions options)
     : ProcessGroup(rank, size), options_(std::move(options)), state_(std::make_unique<State>()) {
   NANODDP_CHECK(size >= 1 && rank >= 0 && rank < size, "gloo: rank {} is not in [0, {})", rank, size);
+  // Gloo writes to its sockets without MSG_NOSIGNAL: when a peer dies, the next write would kill
+  // this rank with SIGPIPE (seen in the crash test) before it could report which rank died. Ignore
+  // SIGPIPE, so that the write fails with EPIPE and the collective with a diagnosis. Only when the
+  // program has not installed a handler of its own.
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
   state_->store = std::move(store);
   state_->address = !options_.bind_address.empty()
                         ? options_.bind_address

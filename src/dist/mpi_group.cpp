@@ -103,7 +103,7 @@ struct MpiGroup::State {
   bool stopping = false;
   std::thread watchdog;
 
-  WorkQueue queue;  // declared last: destroyed first
+  WorkQueue queue{false};  // no caller runs (Note [caller runs]); declared last: destroyed first
 
   void watchdog_loop(milliseconds timeout, int rank);
 };

@@ -6,14 +6,19 @@
 // AsyncWork done, with the job's exception if it threw. The caller overlaps its own computation
 // with communication until it calls wait().
 //
-// A watchdog that finds a job stuck inside a library call (dist/mpi_group.*) closes the queue with
-// an error: the stuck job's work and every queued one fail with it at once, and so does every job
-// enqueued later, so no wait() blocks on a worker that will never come back.
+// Note [caller runs]: handing a job to the worker and the result back costs two thread wake-ups.
+// On an idle machine that is ~7 us per collective, but when other processes keep the cores busy
+// each wake-up can wait a scheduler slice: measured here with ranks as threads under load, a 1 KiB
+// Gloo allreduce took 1.5-2 ms through the worker against 0.4 ms called directly. So when a queue
+// allows it, wait() on a job the worker has not started yet runs it on the calling thread (with
+// every job queued before it, in order; never two jobs at once), which is what an immediate
+// wait() after a small collective does. Jobs waited for later still run on the worker, overlapped.
+// The MPI group does not allow it: its watchdog must be able to give up on a call stuck inside MPI,
+// which only works on the worker (dist/mpi_group.h).
 //
-// Waiting sleeps on a condition variable: an enqueue + wait round trip of an empty job costs ~7 us
-// here. Spinning on both sides first brought that to ~3 us in isolation, but made a 1 KiB MPI
-// allreduce 100-200 us instead of 9 us when ranks share cores: MPI busy-polls inside its calls,
-// and a spinning waiter takes the core it needs.
+// A watchdog that finds a job stuck inside a library call closes the queue with an error: the
+// stuck job's work and every queued one fail with it at once, and so does every job enqueued
+// later, so no wait() blocks on a worker that will never come back.
 #pragma once
 
 #include <atomic>
@@ -21,12 +26,15 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
 #include "dist/process_group.h"
 
 namespace nanoddp::dist {
+
+class WorkQueue;
 
 class AsyncWork final : public Work {
  public:
@@ -37,6 +45,9 @@ class AsyncWork final : public Work {
   void finish(std::exception_ptr error);
 
  private:
+  friend class WorkQueue;
+  struct QueueCore;
+  std::weak_ptr<QueueCore> queue_;  // set when the caller may run the job (Note [caller runs])
   std::mutex mu_;
   std::condition_variable done_cv_;
   std::atomic<bool> done_{false};
@@ -52,7 +63,8 @@ class CompletedWork final : public Work {
 
 class WorkQueue {
  public:
-  WorkQueue();
+  // callers_may_run: see Note [caller runs].
+  explicit WorkQueue(bool callers_may_run);
   // Runs the jobs still queued, then stops the worker.
   ~WorkQueue();
   WorkQueue(const WorkQueue&) = delete;
@@ -65,18 +77,10 @@ class WorkQueue {
   void close_with_error(std::exception_ptr error);
 
  private:
-  void run();
+  void run_worker();
 
-  struct Job {
-    std::function<void()> fn;
-    std::shared_ptr<AsyncWork> work;
-  };
-  std::mutex mu_;
-  std::condition_variable has_job_;
-  std::deque<Job> jobs_;
-  std::shared_ptr<AsyncWork> running_;  // the work of the job the worker is running
-  std::exception_ptr closed_;           // set by close_with_error
-  bool stopping_ = false;
+  bool callers_may_run_;
+  std::shared_ptr<AsyncWork::QueueCore> core_;
   std::thread worker_;
 };
 
