@@ -35,8 +35,8 @@ struct CopyOp {
   static constexpr bool kReadsOut = false;
   __device__ float operator()(float, float a, float) const { return a; }
 };
-// max(x, 0) written as std::max does it, so that NaN propagates as on the CPU.
-__device__ __forceinline__ float relu(float x) { return x < 0.f ? 0.f : x; }
+// max(x, 0) written as the CPU kernel writes it (ops/cpu/elementwise.cpp), NaN included.
+__device__ __forceinline__ float relu(float x) { return x > 0.f ? x : 0.f; }
 struct Relu2Op {
   static constexpr int kArity = 1;
   static constexpr bool kReadsOut = false;
