@@ -37,8 +37,7 @@ void softcap_cross_entropy(const Tensor& losses, const Tensor& logits, const Ten
         continue;
       }
       float mx = -INFINITY;
-      // A local and a ternary, not std::max(mx, z[j]): reading back the stored z[j] through a
-      // reference keeps GCC 12 from vectorising this reduction (10x slower).
+      // A local and a ternary, not std::max (Note [vectorised max] in elementwise.cpp): 10x faster.
 #pragma omp simd reduction(max : mx)
       for (int64_t j = 0; j < vocab; j++) {
         const float zj = softcap * fast_tanh(row[j] * inv_cap);
