@@ -4,7 +4,8 @@
 //    stated bf16 tolerances, on a config whose attention runs the flash kernels (head_dim 128,
 //    grouped-query);
 //  - a 200-step training run (Muon + AdamW, bf16 Newton-Schulz) on both: matching loss curves;
-//  - two GPU runs of the same training: the same bits.
+//  - two GPU runs of the same training: the same bits;
+//  - KV-cache inference on the GPU against the CPU.
 #include <cmath>
 
 #include "cuda_test_util.h"
@@ -97,6 +98,21 @@ TEST(CudaModel, Bf16OnTheGpuMatchesTheCpuWithinBf16Tolerance) {
   const Batch batch = random_batch(2, 128, 300, 12);
   compare(run_model(testing::gpu(), DType::BF16, batch), run_model(Device::cpu(), DType::F32, batch), 3e-2, 1e-2,
           6e-2);
+}
+
+// Inference with a KV cache: a 5-token prompt, then single tokens, each step's last-position
+// logits against the CPU (exercises the decode form of attention: Tq < kv_len, offset queries).
+TEST(CudaModel, KvCacheInferenceMatchesTheCpu) {
+  NANODDP_REQUIRE_GPU();
+  GPT g(small_config(), testing::gpu(), DType::BF16), c(small_config(), Device::cpu(), DType::F32);
+  randomise(g, 7);
+  randomise(c, 7);
+  model::KVCache gc(g, 2), cc(c, 2);
+  Tensor ids = testing::randint({2, 5}, 21, 0, 300);
+  for (int step = 0; step < 4; step++) {
+    EXPECT_LT(rel_l2(to_double(g.forward_next(ids, gc)), to_double(c.forward_next(ids, cc))), 3e-2) << step;
+    ids = testing::randint({2, 1}, 22 + step, 0, 300);
+  }
 }
 
 // ---- training ----------------------------------------------------------------------------------

@@ -113,17 +113,25 @@ void CublasLtGemm::run(cudaStream_t stream, int64_t m, int64_t n, int64_t k, flo
   NANODDP_ASSERT(a.type == b.type, "GEMM operands of different types");
   // cuBLASLt has no f32 x f32 -> bf16 GEMM, and no k = 0; both go to the fallback kernel.
   const bool lt_types = !(a.type == Elem::F32 && c_type == Elem::BF16) && k > 0;
-  const Plan* p = nullptr;
+  Plan* plan_ref = nullptr;
+  Plan p;  // a copy taken under the lock: descriptors are immutable once made
   if (lt_types) {
     const Key key{m, n, k, a.trans, b.trans, a.type, c_type, a.ld, b.ld, ldc,
                   alignment_of(a.ptr), alignment_of(b.ptr), alignment_of(c)};
     std::lock_guard lock(mu_);
-    p = &plan(key);
+    plan_ref = &plan(key);  // std::map: the reference stays valid as plans are added
+    p = *plan_ref;
   }
-  if (p != nullptr && p->has_algo) {
-    NANODDP_CUBLAS_CHECK(cublasLtMatmul(handle_, p->op, &alpha, b.ptr, p->a, a.ptr, p->b, &beta, c, p->c, c, p->c,
-                                        &p->algo, workspace_.raw(), kWorkspaceBytes, stream));
-    return;
+  if (plan_ref != nullptr && p.has_algo) {
+    const cublasStatus_t st = cublasLtMatmul(handle_, p.op, &alpha, b.ptr, p.a, a.ptr, p.b, &beta, c, p.c, c, p.c,
+                                             &p.algo, workspace_.raw(), kWorkspaceBytes, stream);
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
+      NANODDP_CUBLAS_CHECK(st);
+      return;
+    }
+    // The heuristic offered an algorithm the problem cannot run with: use the fallback from now on.
+    std::lock_guard lock(mu_);
+    plan_ref->has_algo = false;
   }
   NANODDP_CUDA_CHECK(launch_gemm_fallback(a.trans, b.trans, m, n, k, alpha, a.type, a.ptr, a.ld, b.ptr, b.ld, beta,
                                           c_type, c, ldc, stream));
