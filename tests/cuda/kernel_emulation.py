@@ -1,0 +1,405 @@
+#!/usr/bin/python3
+"""CPU emulation of the index arithmetic of ops/cuda, checked against plain numpy references, so
+that what can be verified without a GPU is verified in every build with CUDA:
+
+ 1. attention_flash.cu: forward, dk/dv and dq kernels emulated lane by lane, warp by warp, tile by
+    tile, with the ldmatrix (.trans) and mma.m16n8k16 fragment layouts of the PTX ISA, the same
+    address helpers (a_frag, b_frag, bt_frag), masks, online softmax and C->A register reuse.
+    Padding columns of the shared tiles hold NaN, so reading them would show. In f64 the result
+    must equal exact attention to rounding; with P and dS rounded to bf16 (as the kernels do) the
+    error must sit well inside the tolerances tests/cuda/test_cuda_ops.cpp uses.
+ 2. matmul.cpp: the row-major -> column-major cuBLASLt mapping (layouts, ops, problem size).
+ 3. embedding.cu: the chunked deterministic scatter (every run summed once, into the right row).
+
+The emulation follows the kernels' code structure; a change to a kernel's tiling or fragment
+arithmetic must be mirrored here. Runs with Debian's python3-numpy (/usr/bin/python3).
+"""
+import itertools
+import math
+import random
+
+import numpy as np
+
+# ---- one warp's lanes and the PTX fragment layouts ---------------------------------------------
+lane = np.arange(32)
+g = lane // 4  # groupID
+t = lane % 4   # thread in group
+PAD = 8        # kPad: bf16 elements of padding per shared row
+
+# ldmatrix.x4: lanes 8i..8i+7 address the rows of matrix i; register i of lane L holds matrix i's
+# (row L/4, cols 2(L%4), +1), or with .trans its (rows 2(L%4), +1; col L/4).
+def ldm(smem, rows, cols, trans):
+    regs = np.zeros((4, 32, 2))
+    for i in range(4):
+        M = np.array([smem[rows[8*i + r], cols[8*i + r]:cols[8*i + r] + 8] for r in range(8)])
+        assert M.shape == (8, 8)
+        if not trans:
+            regs[i, :, 0] = M[g, 2*t]; regs[i, :, 1] = M[g, 2*t + 1]
+        else:
+            regs[i, :, 0] = M[2*t, g]; regs[i, :, 1] = M[2*t + 1, g]
+    return regs
+
+# mma.m16n8k16: rebuild A [16x16] and B [16x8] from the fragments, accumulate D into c.
+def mma(c, a, b0, b1):
+    A = np.full((16, 16), np.nan); B = np.full((16, 8), np.nan)
+    for i in range(4):
+        r = g + 8*(i % 2); col = 2*t + 8*(i // 2)
+        A[r, col] = a[i][:, 0]; A[r, col + 1] = a[i][:, 1]
+    B[2*t, g] = b0[:, 0]; B[2*t + 1, g] = b0[:, 1]; B[2*t + 8, g] = b1[:, 0]; B[2*t + 9, g] = b1[:, 1]
+    assert not np.isnan(A).any() and not np.isnan(B).any()
+    D = A @ B
+    c[:, 0] += D[g, 2*t]; c[:, 1] += D[g, 2*t + 1]; c[:, 2] += D[g + 8, 2*t]; c[:, 3] += D[g + 8, 2*t + 1]
+
+# attention_flash.cu's address helpers, per lane (row, col).
+def a_frag(r0, c0): return r0 + (lane & 7) + ((lane >> 3) & 1) * 8, c0 + (lane >> 4) * 8
+def b_frag(n0, k0): return n0 + (lane & 7) + (lane >> 4) * 8, k0 + ((lane >> 3) & 1) * 8
+def bt_frag(k0, n0): return k0 + (lane & 7) + ((lane >> 3) & 1) * 8, n0 + (lane >> 4) * 8
+
+def c_to_a(c0, c1):
+    a = np.zeros((4, 32, 2))
+    a[0, :, 0], a[0, :, 1] = c0[:, 0], c0[:, 1]
+    a[1, :, 0], a[1, :, 1] = c0[:, 2], c0[:, 3]
+    a[2, :, 0], a[2, :, 1] = c1[:, 0], c1[:, 1]
+    a[3, :, 0], a[3, :, 1] = c1[:, 2], c1[:, 3]
+    return a
+
+def load_tile(R, HD, src, r0, limit):  # src: [rows, HD] of one head
+    tile = np.zeros((R, HD + PAD))
+    for r in range(R):
+        if r0 + r < limit: tile[r, :HD] = src[r0 + r]
+    tile[:, HD:] = np.nan  # padding must never be read
+    return tile
+
+def quad_max(x):  # x [32]
+    for o in (1, 2): x = np.maximum(x, x[lane ^ o])
+    return x
+def quad_sum(x):
+    for o in (1, 2): x = x + x[lane ^ o]
+    return x
+
+LOG2E = 1.4426950408889634
+
+# ---- flash_forward_kernel (batch 1; q [tq, hq, HD], k, v [tk, hkv, HD]) -------------------------
+def forward(q, k, v, kv_len, scale, HD):
+    # q [tq, hq, HD], k, v [tk, hkv, HD] (batch 1)
+    tq, hq, _ = q.shape; tk, hkv, _ = k.shape; group = hq // hkv; q_pos0 = kv_len - tq
+    out = np.full(q.shape, np.nan); lse = np.full((hq, tq), np.nan)
+    M, N = 64, 64; KSTEPS, DT, NT = HD // 16, HD // 8, N // 8
+    m_tiles = (tq + M - 1) // M
+    for bx in range(m_tiles):
+        for h in range(hq):
+            m0 = (m_tiles - 1 - bx) * M; kh = h // group
+            keys = min(q_pos0 + min(m0 + M, tq), kv_len); n_tiles = (keys + N - 1) // N
+            sQ = load_tile(M, HD, q[:, h], m0, tq)
+            for warp in range(4):
+                qf = [ldm(sQ, *a_frag(warp*16, kk*16), False) for kk in range(KSTEPS)]
+                o = np.zeros((DT, 32, 4)); row_max = [np.full(32, -np.inf)]*2; row_sum = [np.zeros(32)]*2
+                row_max = list(row_max); row_sum = list(row_sum)
+                row_lo = m0 + warp*16 + g
+                for nt in range(n_tiles):
+                    n0 = nt * N
+                    sK = load_tile(N, HD, k[:, kh], n0, kv_len); sV = load_tile(N, HD, v[:, kh], n0, kv_len)
+                    s = np.zeros((NT, 32, 4))
+                    for kk in range(KSTEPS):
+                        for np_ in range(NT // 2):
+                            kf = ldm(sK, *b_frag(np_*16, kk*16), False)
+                            mma(s[2*np_], qf[kk], kf[0], kf[1]); mma(s[2*np_ + 1], qf[kk], kf[2], kf[3])
+                    for rr in range(2):
+                        pos = q_pos0 + row_lo + rr*8
+                        mx = np.full(32, -np.inf)
+                        for j in range(NT):
+                            for e in range(2):
+                                key = n0 + j*8 + t*2 + e
+                                x = s[j, :, rr*2 + e]
+                                x = np.where((key <= pos) & (key < kv_len), x * scale * LOG2E, -np.inf)
+                                s[j, :, rr*2 + e] = x; mx = np.maximum(mx, x)
+                        mx = quad_max(mx)
+                        new_max = np.maximum(row_max[rr], mx); corr = np.exp2(row_max[rr] - new_max)
+                        row_max[rr] = new_max; ssum = np.zeros(32)
+                        for j in range(NT):
+                            for e in range(2):
+                                x = np.exp2(s[j, :, rr*2 + e] - new_max); s[j, :, rr*2 + e] = x; ssum += x
+                        row_sum[rr] = row_sum[rr] * corr + ssum
+                        o[:, :, rr*2] *= corr; o[:, :, rr*2 + 1] *= corr
+                    for kk in range(NT // 2):
+                        a = c_to_a(s[2*kk], s[2*kk + 1])
+                        for dp in range(DT // 2):
+                            vf = ldm(sV, *bt_frag(kk*16, dp*16), True)
+                            mma(o[2*dp], a, vf[0], vf[1]); mma(o[2*dp + 1], a, vf[2], vf[3])
+                for rr in range(2):
+                    ssum = quad_sum(row_sum[rr]); row = row_lo + rr*8
+                    for L in range(32):
+                        if row[L] < tq:
+                            for dt in range(DT):
+                                out[row[L], h, dt*8 + t[L]*2] = o[dt, L, rr*2] / ssum[L]
+                                out[row[L], h, dt*8 + t[L]*2 + 1] = o[dt, L, rr*2 + 1] / ssum[L]
+                            if t[L] == 0: lse[h, row[L]] = (row_max[rr][L] + math.log2(ssum[L])) * math.log(2)
+    return out, lse
+
+# ---- flash_dkdv_kernel ---------------------------------------------------------------------------
+def dkdv(q, k, v, dout, lse, delta, scale, HD):
+    T, hq, _ = q.shape; hkv = k.shape[1]; group = hq // hkv
+    dk = np.full(k.shape, np.nan); dv = np.full(v.shape, np.nan)
+    N, M = 64, 32; KSTEPS, DT, MT = HD // 16, HD // 8, M // 8
+    for bx in range((T + N - 1) // N):
+        for kh in range(hkv):
+            n0 = bx * N; m_first = n0 // M; per_head = (T + M - 1) // M - m_first; count = group * per_head
+            sK = load_tile(N, HD, k[:, kh], n0, T); sV = load_tile(N, HD, v[:, kh], n0, T)
+            for warp in range(4):
+                dkacc = np.zeros((DT, 32, 4)); dvacc = np.zeros((DT, 32, 4)); key_lo = n0 + warp*16 + g
+                for it in range(count):
+                    h = kh*group + it // per_head; m0 = (m_first + it % per_head) * M
+                    q_s = load_tile(M, HD, q[:, h], m0, T); o_s = load_tile(M, HD, dout[:, h], m0, T)
+                    l_s = np.array([lse[h, m0 + i] if m0 + i < T else 0 for i in range(M)])
+                    d_s = np.array([delta[h, m0 + i] if m0 + i < T else 0 for i in range(M)])
+                    s = np.zeros((MT, 32, 4)); dp = np.zeros((MT, 32, 4))
+                    for kk in range(KSTEPS):
+                        ka = ldm(sK, *a_frag(warp*16, kk*16), False); va = ldm(sV, *a_frag(warp*16, kk*16), False)
+                        for np_ in range(MT // 2):
+                            qb = ldm(q_s, *b_frag(np_*16, kk*16), False); ob = ldm(o_s, *b_frag(np_*16, kk*16), False)
+                            mma(s[2*np_], ka, qb[0], qb[1]); mma(s[2*np_ + 1], ka, qb[2], qb[3])
+                            mma(dp[2*np_], va, ob[0], ob[1]); mma(dp[2*np_ + 1], va, ob[2], ob[3])
+                    for j in range(MT):
+                        for e in range(4):
+                            key = key_lo + (e >> 1) * 8; qi = j*8 + t*2 + (e & 1); query = m0 + qi
+                            valid = (key <= query) & (query < T)
+                            pv = np.where(valid, np.exp2(s[j, :, e] * scale * LOG2E - l_s[qi] * LOG2E), 0.0)
+                            s[j, :, e] = pv; dp[j, :, e] = pv * (dp[j, :, e] - d_s[qi])
+                    for kk in range(MT // 2):
+                        pa = c_to_a(s[2*kk], s[2*kk + 1]); da = c_to_a(dp[2*kk], dp[2*kk + 1])
+                        for dpp in range(DT // 2):
+                            ob = ldm(o_s, *bt_frag(kk*16, dpp*16), True); qb = ldm(q_s, *bt_frag(kk*16, dpp*16), True)
+                            mma(dvacc[2*dpp], pa, ob[0], ob[1]); mma(dvacc[2*dpp + 1], pa, ob[2], ob[3])
+                            mma(dkacc[2*dpp], da, qb[0], qb[1]); mma(dkacc[2*dpp + 1], da, qb[2], qb[3])
+                for rr in range(2):
+                    key = key_lo + rr*8
+                    for L in range(32):
+                        if key[L] < T:
+                            for dt in range(DT):
+                                for e in range(2):
+                                    dk[key[L], kh, dt*8 + t[L]*2 + e] = dkacc[dt, L, rr*2 + e] * scale
+                                    dv[key[L], kh, dt*8 + t[L]*2 + e] = dvacc[dt, L, rr*2 + e]
+    return dk, dv
+
+# ---- flash_dq_kernel -----------------------------------------------------------------------------
+def dq_kernel(q, k, v, dout, lse, delta, scale, HD):
+    T, hq, _ = q.shape; hkv = k.shape[1]; group = hq // hkv
+    dq = np.full(q.shape, np.nan)
+    M, N = 64, 64; KSTEPS, DT, NT = HD // 16, HD // 8, N // 8
+    m_tiles = (T + M - 1) // M
+    for bx in range(m_tiles):
+        for h in range(hq):
+            m0 = (m_tiles - 1 - bx) * M; kh = h // group; n_tiles = (min(m0 + M, T) + N - 1) // N
+            sQ = load_tile(M, HD, q[:, h], m0, T); sO = load_tile(M, HD, dout[:, h], m0, T)
+            for warp in range(4):
+                row_lo = m0 + warp*16 + g
+                lse_l2 = [np.where(row_lo + rr*8 < T, lse[h, np.minimum(row_lo + rr*8, T - 1)] * LOG2E, 0) for rr in range(2)]
+                dl = [np.where(row_lo + rr*8 < T, delta[h, np.minimum(row_lo + rr*8, T - 1)], 0) for rr in range(2)]
+                dqacc = np.zeros((DT, 32, 4))
+                for nt in range(n_tiles):
+                    n0 = nt * N
+                    k_s = load_tile(N, HD, k[:, kh], n0, T); v_s = load_tile(N, HD, v[:, kh], n0, T)
+                    s = np.zeros((NT, 32, 4)); dpv = np.zeros((NT, 32, 4))
+                    for kk in range(KSTEPS):
+                        qa = ldm(sQ, *a_frag(warp*16, kk*16), False); oa = ldm(sO, *a_frag(warp*16, kk*16), False)
+                        for np_ in range(NT // 2):
+                            kb = ldm(k_s, *b_frag(np_*16, kk*16), False); vb = ldm(v_s, *b_frag(np_*16, kk*16), False)
+                            mma(s[2*np_], qa, kb[0], kb[1]); mma(s[2*np_ + 1], qa, kb[2], kb[3])
+                            mma(dpv[2*np_], oa, vb[0], vb[1]); mma(dpv[2*np_ + 1], oa, vb[2], vb[3])
+                    for j in range(NT):
+                        for e in range(4):
+                            rr = e >> 1; row = row_lo + rr*8; key = n0 + j*8 + t*2 + (e & 1)
+                            valid = (key <= row) & (row < T)
+                            pv = np.where(valid, np.exp2(s[j, :, e] * scale * LOG2E - lse_l2[rr]), 0.0)
+                            s[j, :, e] = pv * (dpv[j, :, e] - dl[rr])
+                    for kk in range(NT // 2):
+                        a = c_to_a(s[2*kk], s[2*kk + 1])
+                        for dpp in range(DT // 2):
+                            kb = ldm(k_s, *bt_frag(kk*16, dpp*16), True)
+                            mma(dqacc[2*dpp], a, kb[0], kb[1]); mma(dqacc[2*dpp + 1], a, kb[2], kb[3])
+                for rr in range(2):
+                    row = row_lo + rr*8
+                    for L in range(32):
+                        if row[L] < T:
+                            for dt in range(DT):
+                                for e in range(2):
+                                    dq[row[L], h, dt*8 + t[L]*2 + e] = dqacc[dt, L, rr*2 + e] * scale
+    return dq
+
+# ---- exact references ----------------------------------------------------------------------------
+def reference(q, k, v, kv_len, scale):
+    tq, hq, D = q.shape; hkv = k.shape[1]; group = hq // hkv; q_pos0 = kv_len - tq
+    out = np.zeros(q.shape); lse = np.zeros((hq, tq)); P = {}
+    for h in range(hq):
+        kh = h // group
+        S = q[:, h] @ k[:kv_len, kh].T * scale
+        for i in range(tq): S[i, q_pos0 + i + 1:] = -np.inf
+        mx = S.max(1, keepdims=True); E = np.exp(S - mx); l = E.sum(1, keepdims=True)
+        P[h] = E / l; out[:, h] = P[h] @ v[:kv_len, kh]; lse[h] = (mx + np.log(l))[:, 0]
+    return out, lse, P
+
+def ref_backward(q, k, v, dout, scale):
+    T, hq, D = q.shape; hkv = k.shape[1]; group = hq // hkv
+    out, lse, P = reference(q, k, v, T, scale)
+    dq = np.zeros(q.shape); dk = np.zeros(k.shape); dv = np.zeros(v.shape)
+    for h in range(hq):
+        kh = h // group
+        dv[:, kh] += P[h].T @ dout[:, h]
+        dP = dout[:, h] @ v[:, kh].T
+        dS = P[h] * (dP - (dP * P[h]).sum(1, keepdims=True))
+        dq[:, h] = dS @ k[:, kh] * scale; dk[:, kh] += dS.T @ q[:, h] * scale
+    delta = np.stack([(dout[:, h] * out[:, h]).sum(1) for h in range(hq)])
+    return out, lse, delta, dq, dk, dv
+
+def rel(a, b): return np.abs(a - b).max() / np.abs(b).max()
+
+
+
+def bf16(x):
+    a = np.asarray(x, dtype=np.float32).copy().view(np.uint32)
+    a = (a + np.uint32(0x7fff) + ((a >> 16) & np.uint32(1))) & np.uint32(0xffff0000)
+    return a.view(np.float32).astype(np.float64)
+
+
+def rel_l2(a, b):
+    return np.sqrt(((a - b) ** 2).sum() / (b ** 2).sum())
+
+
+def check_attention():
+    rng = np.random.default_rng(0)
+    for (tq, tk, kv_len, hq, hkv, hd) in [(70, 100, 90, 2, 1, 128), (130, 130, 130, 4, 2, 64), (1, 64, 40, 2, 2, 64),
+                                          (64, 64, 64, 1, 1, 128)]:
+        q, k, v = (rng.standard_normal(s) for s in [(tq, hq, hd), (tk, hkv, hd), (tk, hkv, hd)])
+        scale = 1 / math.sqrt(hd)
+        o, l = forward(q, k, v, kv_len, scale, hd)
+        ro, rl, _ = reference(q, k, v, kv_len, scale)
+        assert rel(o, ro) < 1e-12 and rel(l, rl) < 1e-12, ("forward", tq, tk, kv_len, hq, hkv, hd)
+    for (t, hq, hkv, hd) in [(130, 4, 2, 64), (70, 2, 1, 128)]:
+        q, k, v, dout = (rng.standard_normal(s) for s in [(t, hq, hd), (t, hkv, hd), (t, hkv, hd), (t, hq, hd)])
+        scale = 1 / math.sqrt(hd)
+        out, lse, delta, rdq, rdk, rdv = ref_backward(q, k, v, dout, scale)
+        dk, dv = dkdv(q, k, v, dout, lse, delta, scale, hd)
+        dq = dq_kernel(q, k, v, dout, lse, delta, scale, hd)
+        for name, a, b in [("dq", dq, rdq), ("dk", dk, rdk), ("dv", dv, rdv)]:
+            assert rel(a, b) < 1e-12, ("backward", name, t, hq, hkv, hd)
+
+
+def check_bf16_error_against_test_tolerances():
+    # test_cuda_ops.cpp: forward max 4 eps; backward max 8 eps and dq l2 2 eps (eps = 2^-8).
+    global c_to_a
+    exact = c_to_a
+    c_to_a = lambda c0, c1: bf16(exact(c0, c1))  # P and dS enter their GEMMs as bf16
+    try:
+        rng = np.random.default_rng(1)
+        eps = 1 / 256
+        for (t, hq, hkv, hd) in [(130, 4, 2, 64), (70, 2, 1, 128)]:
+            q, k, v, dout = (bf16(rng.standard_normal(s)) for s in [(t, hq, hd), (t, hkv, hd), (t, hkv, hd),
+                                                                     (t, hq, hd)])
+            scale = 1 / math.sqrt(hd)
+            o, l = forward(q, k, v, t, scale, hd)
+            o = bf16(o)
+            ro, _, _ = reference(q, k, v, t, scale)
+            assert rel(o, ro) < 2 * eps, ("bf16 forward", rel(o, ro) / eps)
+            delta = np.stack([(dout[:, h] * o[:, h]).sum(1) for h in range(hq)])
+            _, _, _, rdq, rdk, rdv = ref_backward(q, k, v, dout, scale)
+            dk, dv = dkdv(q, k, v, dout, l, delta, scale, hd)
+            dq = bf16(dq_kernel(q, k, v, dout, l, delta, scale, hd))
+            for name, a, b in [("dq", dq, rdq), ("dk", bf16(dk), rdk), ("dv", bf16(dv), rdv)]:
+                assert rel(a, b) < 4 * eps, ("bf16 backward max", name, rel(a, b) / eps)
+            assert rel_l2(dq, rdq) < eps, ("bf16 dq l2", rel_l2(dq, rdq) / eps)
+    finally:
+        c_to_a = exact
+
+
+def check_gemm_mapping():
+    rng = np.random.default_rng(2)
+
+    def cm_read(buf, rows, cols, ld):  # a column-major matrix as cuBLASLt reads it
+        return np.array([[buf[i + j * ld] for j in range(cols)] for i in range(rows)])
+
+    def layout(rows_rm, cols_rm, ld):  # matmul.cpp's layout()
+        return cols_rm, rows_rm, ld
+
+    for m, n, k in [(7, 5, 3), (4, 9, 6)]:
+        for ta, tb in itertools.product([False, True], repeat=2):
+            a = rng.standard_normal((k, m) if ta else (m, k))
+            b = rng.standard_normal((n, k) if tb else (k, n))
+            want = (a.T if ta else a) @ (b.T if tb else b)
+            first = layout(n if tb else k, k if tb else n, b.shape[1])   # cuBLASLt's A: our b
+            second = layout(k if ta else m, m if ta else k, a.shape[1])  # cuBLASLt's B: our a
+            c = layout(m, n, n)
+            op_a = cm_read(b.reshape(-1), *first)
+            op_b = cm_read(a.reshape(-1), *second)
+            d = (op_a.T if tb else op_a) @ (op_b.T if ta else op_b)
+            out = np.zeros(m * n)
+            for i in range(c[0]):
+                for j in range(c[1]):
+                    out[i + j * c[2]] = d[i, j]
+            assert np.allclose(out.reshape(m, n), want), ("gemm", m, n, k, ta, tb)
+
+
+def check_embedding_chunks():
+    chunk = 64
+    random.seed(1)
+    for trial in range(300):
+        vocab, n = random.choice([1, 2, 5, 11, 100]), random.choice([1, 3, 63, 64, 65, 128, 200, 700])
+        ids = [random.randrange(vocab) for _ in range(n)]
+        if random.random() < 0.3:  # a long run of one id
+            lo = random.randrange(n)
+            for i in range(lo, random.randrange(lo, n + 1)):
+                ids[i] = 0
+        if random.random() < 0.2:
+            ids[random.randrange(n)] = -3  # out of range: sorts last as u32, skipped
+        dout = [random.randint(-5, 5) for _ in range(n)]
+        order = sorted(range(n), key=lambda i: (ids[i] & 0xffffffff, i))  # stable radix sort
+        keys = [ids[i] & 0xffffffff for i in order]
+        chunks = (n + chunk - 1) // chunk
+        head, tail, table, adds = [None] * chunks, [None] * chunks, [0] * vocab, [0] * vocab
+
+        def add(row, value):
+            if row < vocab:
+                table[row] += value
+                adds[row] += 1
+
+        for q in range(chunks):  # chunk_runs_kernel
+            e0, e1 = q * chunk, min(n, q * chunk + chunk)
+            acc, cur, first = 0, keys[e0], True
+            for e in range(e0, e1):
+                if keys[e] != cur:
+                    if first:
+                        head[q] = acc
+                    else:
+                        add(cur, acc)
+                    acc, cur, first = 0, keys[e], False
+                acc += dout[order[e]]
+            if first:
+                head[q] = acc
+            else:
+                tail[q] = acc
+        for q in range(chunks):  # finish_runs_kernel
+            e0, e1 = q * chunk, min(n, q * chunk + chunk)
+
+            def finish(row, slot):
+                acc, r = slot, q + 1
+                while r < chunks and keys[r * chunk] == row:
+                    acc, r = acc + head[r], r + 1
+                add(row, acc)
+
+            if e0 == 0 or keys[e0 - 1] != keys[e0]:
+                finish(keys[e0], head[q])
+            if keys[e0] != keys[e1 - 1]:
+                finish(keys[e1 - 1], tail[q])
+        want = [0] * vocab
+        for i in range(n):
+            if 0 <= ids[i] < vocab:
+                want[ids[i]] += dout[i]
+        assert table == want, ("embedding", trial)
+        assert all(a <= 1 for a in adds), ("a row added twice", trial)
+
+
+if __name__ == "__main__":
+    checks = [check_attention, check_bf16_error_against_test_tolerances, check_gemm_mapping, check_embedding_chunks]
+    for check in checks:
+        check()
+        print(check.__name__, "ok", flush=True)
+    print(f"{len(checks)} passed, 0 failed")
