@@ -75,8 +75,11 @@ Device local_device(const std::string& requested, const DistEnv& env) {
 std::string resolve_backend(const std::string& requested, Device device, const DistEnv& env) {
   std::string b = requested;
   if (b == "auto") {
-    bool mpi_launch = env.launcher == Launcher::Mpirun || env.launcher == Launcher::Srun;
-    b = device.is_cuda() ? "nccl" : (mpi_launch && !env.master_from_env && NANODDP_HAVE_MPI) ? "mpi" : "gloo";
+    // mpirun tells a rank nothing about where a store could live, so MPI itself connects the ranks.
+    // srun names the nodes: the store runs on the first one (Gloo), which works whether or not
+    // Open MPI was built with Slurm's PMI; --backend mpi still selects MPI there.
+    const bool mpirun = env.launcher == Launcher::Mpirun && !env.master_from_env;
+    b = device.is_cuda() ? "nccl" : (mpirun && NANODDP_HAVE_MPI) ? "mpi" : "gloo";
   }
   NANODDP_CHECK(b == "gloo" || b == "mpi" || b == "nccl", "unknown backend '{}': use auto, gloo, mpi or nccl",
                 requested);

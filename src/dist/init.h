@@ -6,8 +6,8 @@
 //    MASTER_PORT and every rank (rank 0 included) connects. Keys of each restart attempt live under
 //    their own prefix, so a restarted job never reads its predecessor's keys. The MPI backend
 //    without MASTER_ADDR makes its own store (dist/mpi_group.h).
-//  - Backend "auto": nccl for a CUDA device; mpi when mpirun or srun started the process and no
-//    MASTER_ADDR was set; gloo otherwise. "gloo", "mpi", "nccl" force one (an error if this build
+//  - Backend "auto": nccl for a CUDA device; mpi when mpirun started the process and no MASTER_ADDR
+//    was set; gloo otherwise (under srun the store runs on the first host of the node list). "gloo", "mpi", "nccl" force one (an error if this build
 //    lacks it).
 //  - World size 1: the single-rank group and an in-memory store, no sockets (unless the launcher's
 //    store is announced).

@@ -275,9 +275,9 @@ TrainResult Trainer::run() {
               plan_.config.n_layer, plan_.config.n_embd, plan_.config.n_head, plan_.config.n_kv_head,
               plan_.config.vocab_size, plan_.config.padded_vocab(), plan_.config.num_params() / 1e6);
   log::print0("batch: {} tokens/step = {} ranks x {} rows x {} tokens x {} accumulation | {} steps | {} threads/rank "
-              "| peak {:.1f} GFLOP/s per rank | optimizer {} zero {}", plan_.tokens_per_step, group_.size(),
-              opts_.device_batch_size, opts_.max_seq_len, plan_.grad_accum, n, ops::cpu_threads(),
-              peak_flops_ / 1e9, opts_.optimizer, opts_.zero);
+              "| peak {:.1f} GFLOP/s per rank | optimizer {} zero {} | backend {}", plan_.tokens_per_step,
+              group_.size(), opts_.device_batch_size, opts_.max_seq_len, plan_.grad_accum, n, ops::cpu_threads(),
+              peak_flops_ / 1e9, opts_.optimizer, opts_.zero, group_.backend_name());
   double train_seconds = 0;  // time in training steps, for the ETA
   for (int64_t step = start_step_;; step++) {
     const bool last = step == stop;

@@ -93,6 +93,9 @@ TEST(Init, BackendSelection) {
   EXPECT_EQ(resolve_backend("auto", Device::cpu(), torchrun), "gloo");
   EXPECT_EQ(resolve_backend("auto", Device::cpu(), mpirun), NANODDP_HAVE_MPI ? "mpi" : "gloo");
   EXPECT_EQ(resolve_backend("auto", Device::cpu(), srun_with_master), "gloo");
+  DistEnv srun = srun_with_master;  // the store on the first host of the node list
+  srun.master_from_env = false;
+  EXPECT_EQ(resolve_backend("auto", Device::cpu(), srun), "gloo");
   EXPECT_THROW(resolve_backend("nccl", Device::cpu(), torchrun), Error);
   EXPECT_THROW(resolve_backend("smoke-signals", Device::cpu(), torchrun), Error);
   EXPECT_THROW(resolve_backend("gloo", Device::cuda(0), torchrun), Error);

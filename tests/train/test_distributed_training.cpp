@@ -7,6 +7,7 @@
 //  - bad input: mismatched flags across ranks, a batch the world size does not divide, a resume
 //    with another world size, a port in use, an unreachable master.
 #include <gtest/gtest.h>
+#include <cstdio>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -216,12 +217,6 @@ TEST_F(TwoHostTraining, TrainsLikeTwoProcessesOnOneHost) {
   EXPECT_EQ(final_weights(hosts.str(), 6), final_weights(local.str(), 6));
 }
 
-// Two ranks started by hand (no launcher): rank 0 hosts the store.
-std::vector<std::string> env_of(int rank, int port) {
-  return {"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(rank),
-          "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
-}
-
 int free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -233,6 +228,55 @@ int free_port() {
   ::close(fd);
   return ntohs(a.sin_port);
 }
+
+// Other launchers: Open MPI's mpirun (the MPI backend) and Slurm's srun (simulated here by the
+// variables srun sets; Gloo with the store on the first host of the node list).
+TEST(OtherLaunchers, MpirunAndSrunTrainLikeOneRankWithTwoAccumulationSteps) {
+  ScratchDir one("dist_launchers_one"), mpi("dist_launchers_mpi"), slurm("dist_launchers_srun");
+  Proc ref(single(train_flags(one.str(), 4 * 32 * 2, 6)));
+  ASSERT_EQ(ref.wait_exit(120s), 0) << ref.all();
+  const auto want = losses(one.str());
+  ASSERT_EQ(want.size(), 6u);
+
+  auto which = testing::run_command("command -v mpirun");
+  if (which.status == 0) {
+    std::vector<std::string> argv = {which.output.substr(0, which.output.find('\n')), "--allow-run-as-root",
+                                     "--oversubscribe", "-np", "2", testing::nanoddp_binary()};
+    auto t = train_flags(mpi.str(), 4 * 32 * 2, 6);
+    argv.insert(argv.end(), t.begin(), t.end());
+    Proc job(argv, {"MASTER_ADDR", "MASTER_PORT", "OMPI_MCA_plm_rsh_agent="});
+    ASSERT_EQ(job.wait_exit(120s), 0) << job.all();
+    EXPECT_NE(job.all().find("| backend mpi"), std::string::npos) << job.all();
+    const auto got = losses(mpi.str());
+    ASSERT_EQ(got.size(), want.size());
+    for (auto& [step, loss] : want) EXPECT_NEAR(got.at(step), loss, 1e-5 * loss) << "mpirun, step " << step;
+  } else {
+    std::printf("mpirun not installed (openmpi-bin): its part is skipped\n");
+  }
+
+  const std::string port = std::to_string(free_port());
+  auto srun_env = [&](int rank) {
+    return std::vector<std::string>{"SLURM_PROCID=" + std::to_string(rank), "SLURM_NTASKS=2",
+                                    "SLURM_LOCALID=" + std::to_string(rank), "SLURM_NTASKS_PER_NODE=2",
+                                    "SLURM_NODEID=0", "SLURM_JOB_NODELIST=localhost", "MASTER_PORT=" + port,
+                                    "MASTER_ADDR"};
+  };
+  Proc r0(single(train_flags(slurm.str(), 4 * 32 * 2, 6)), srun_env(0));
+  Proc r1(single(train_flags(slurm.str(), 4 * 32 * 2, 6)), srun_env(1));
+  ASSERT_EQ(r0.wait_exit(120s), 0) << r0.all();
+  ASSERT_EQ(r1.wait_exit(120s), 0) << r1.all();
+  EXPECT_NE(r0.all().find("| backend gloo"), std::string::npos) << r0.all();
+  const auto got = losses(slurm.str());
+  ASSERT_EQ(got.size(), want.size());
+  for (auto& [step, loss] : want) EXPECT_NEAR(got.at(step), loss, 1e-5 * loss) << "srun, step " << step;
+}
+
+// Two ranks started by hand (no launcher): rank 0 hosts the store.
+std::vector<std::string> env_of(int rank, int port) {
+  return {"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(rank),
+          "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
+}
+
 
 TEST(BadInput, RanksStartedWithDifferentDepthsRefuseToTrain) {
   ScratchDir out("dist_bad_depth");
