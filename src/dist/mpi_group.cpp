@@ -98,12 +98,13 @@ struct MpiGroup::State {
   std::mutex mu;
   std::condition_variable cv;
   bool busy = false;
+  bool on_worker = false;  // the call runs on the queue's worker (else on a waiting caller)
   CollectiveInfo current;
   Clock::time_point started;
   bool stopping = false;
   std::thread watchdog;
 
-  WorkQueue queue{false};  // no caller runs (Note [caller runs]); declared last: destroyed first
+  WorkQueue queue{true};  // Note [caller runs] in dist/work.h; declared last: destroyed first
 
   void watchdog_loop(milliseconds timeout, int rank);
 };
@@ -117,12 +118,20 @@ void MpiGroup::State::watchdog_loop(milliseconds timeout, int rank) {
     cv.wait_for(lock, tick);
     if (!busy || Clock::now() - started <= timeout) continue;
     CollectiveInfo info = current;
+    bool stuck_caller = !on_worker;
     lock.unlock();
     std::string message = fmt::format("{} timed out after {:g} s on rank {}", info.describe(), timeout.count() / 1000.0,
                                       rank);
     message += ": " + watch->diagnose(info.seq);
     failure = message;
     failed = true;
+    if (stuck_caller) {
+      // The call runs on the thread that would receive the error, inside MPI for good: report
+      // here and end the job, as the destructor would (Note [caller runs] in dist/work.h).
+      std::fprintf(stderr, "nanoddp: error: [rank %d] %s\n", rank, message.c_str());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     queue.close_with_error(std::make_exception_ptr(Error(message)));
     return;
   }
@@ -209,6 +218,7 @@ WorkPtr MpiGroup::submit(const char* name, const Tensor& t, const char* op, std:
     {
       std::lock_guard lock(st->mu);
       st->busy = true;
+      st->on_worker = st->queue.on_worker_thread();
       st->current = info;
       st->started = Clock::now();
     }

@@ -6,12 +6,14 @@
 // nonblocking collectives with MPI_Test instead; measured in one run here (Open MPI 4.1.4, 2 ranks,
 // f32 sum), MPI_Iallreduce is served by libnbc rather than the tuned algorithms and took 75 us
 // against MPI_Allreduce's 55 us at 256 KiB and 294 us against 186 us at 1 MiB, which no polling
-// can win back. The watchdog detects a timeout just as well: when the worker has been inside one
-// call for longer than the timeout, it fails that work and every later one at once (wait() throws
-// the one-line error naming the collective and the ranks that had not reached it, see Note
-// [collective progress] in dist/collective_watch.h). MPI cannot cancel the call, so the job is
-// over: when the group is destroyed after such a failure it prints that line and calls MPI_Abort,
-// which ends every rank instead of hanging in MPI_Finalize.
+// can win back. The watchdog detects a timeout just as well: when a call has been running for longer
+// than the timeout, it fails that work and every later one at once (wait() throws the one-line
+// error naming the collective and the ranks that had not reached it, see Note [collective
+// progress] in dist/collective_watch.h). MPI cannot cancel the call, so the job is over: when the
+// group is destroyed after such a failure it prints that line and calls MPI_Abort, which ends every
+// rank instead of hanging in MPI_Finalize. A call that a waiting caller runs itself (Note [caller
+// runs] in dist/work.h) keeps that thread inside MPI, so there the watchdog prints the line and
+// calls MPI_Abort at once.
 //
 // The progress reports need a store. Without one, rank 0 serves a TcpStore on a free port and
 // tells the other ranks its address with MPI_Bcast.

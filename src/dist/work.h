@@ -13,8 +13,8 @@
 // allows it, wait() on a job the worker has not started yet runs it on the calling thread (with
 // every job queued before it, in order; never two jobs at once), which is what an immediate
 // wait() after a small collective does. Jobs waited for later still run on the worker, overlapped.
-// The MPI group does not allow it: its watchdog must be able to give up on a call stuck inside MPI,
-// which only works on the worker (dist/mpi_group.h).
+// (A job stuck for good inside a library call on a caller's thread cannot hand that thread an
+// error; the MPI group's watchdog reports it and ends the job instead, see dist/mpi_group.h.)
 //
 // A watchdog that finds a job stuck inside a library call closes the queue with an error: the
 // stuck job's work and every queued one fail with it at once, and so does every job enqueued
@@ -64,7 +64,7 @@ class CompletedWork final : public Work {
 class WorkQueue {
  public:
   // callers_may_run: see Note [caller runs].
-  explicit WorkQueue(bool callers_may_run);
+  explicit WorkQueue(bool callers_may_run = true);
   // Runs the jobs still queued, then stops the worker.
   ~WorkQueue();
   WorkQueue(const WorkQueue&) = delete;
@@ -75,6 +75,9 @@ class WorkQueue {
   // Fails the running job's work and every queued one with `error`, and every job enqueued from
   // now on. The worker itself stays wherever it is; destroying the queue waits for it to return.
   void close_with_error(std::exception_ptr error);
+
+  // Whether the calling thread is this queue's worker (false in a job run by a waiting caller).
+  bool on_worker_thread() const { return std::this_thread::get_id() == worker_.get_id(); }
 
  private:
   void run_worker();
