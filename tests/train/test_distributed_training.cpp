@@ -20,6 +20,7 @@
 #include "core/safetensors.h"
 #include "corpus.h"
 #include "subprocess.h"
+#include "run_outputs.h"
 #include "test_util.h"
 #include "two_hosts.h"
 
@@ -64,24 +65,10 @@ std::vector<std::string> single(const std::vector<std::string>& train) {
   return argv;
 }
 
-std::map<int64_t, double> losses(const std::string& out) {
-  std::map<int64_t, double> m;
-  std::ifstream in(out + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) m[j["step"]] = j["loss"];
-  }
-  return m;
-}
+std::map<int64_t, double> losses(const std::string& out) { return testing::training_losses(out); }
 
 std::vector<float> final_weights(const std::string& out, int step) {
-  SafetensorsFile f(fmt::format("{}/checkpoints/step_{:06d}/model.safetensors", out, step));
-  std::vector<float> all;
-  for (const auto& name : f.names()) {
-    auto v = testing::to_vector(f.read(name));
-    all.insert(all.end(), v.begin(), v.end());
-  }
-  return all;
+  return testing::checkpoint_weights(fmt::format("{}/checkpoints/step_{:06d}", out, step));
 }
 
 // The pid of the worker with RANK=rank among the launcher's children.

@@ -10,6 +10,7 @@
 #include "core/safetensors.h"
 #include "corpus.h"
 #include "dist/process_group.h"
+#include "run_outputs.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/model_io.h"
@@ -56,26 +57,9 @@ train::TrainResult train_single(const train::TrainOptions& o) {
   return train::run_training(o, *group, Device::cpu());
 }
 
-// step -> loss of every training line in OUT/metrics.jsonl.
-std::map<int64_t, double> losses(const std::string& out) {
-  std::map<int64_t, double> m;
-  std::ifstream in(out + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) m[j["step"]] = j["loss"];
-  }
-  return m;
-}
+using testing::training_losses;
 
-std::vector<float> weights(const std::string& checkpoint) {
-  SafetensorsFile f(checkpoint + "/model.safetensors");
-  std::vector<float> all;
-  for (const auto& name : f.names()) {
-    auto v = testing::to_vector(f.read(name));
-    all.insert(all.end(), v.begin(), v.end());
-  }
-  return all;
-}
+std::vector<float> weights(const std::string& checkpoint) { return testing::checkpoint_weights(checkpoint); }
 
 TEST(Training, ValidationLossFalls) {
   testing::ScratchDir out("train_loss_falls");
@@ -111,7 +95,7 @@ TEST_P(BitwiseResume, StopAndResumeEqualsStraightRun) {
   s.resume = "latest";
   train_single(s);
 
-  auto a = losses(straight.str()), b = losses(split.str());
+  auto a = training_losses(straight.str()), b = training_losses(split.str());
   ASSERT_EQ(a.size(), 12u);
   ASSERT_EQ(b.size(), 12u);
   for (auto& [step, loss] : a) EXPECT_EQ(loss, b[step]) << "step " << step;  // to the last bit

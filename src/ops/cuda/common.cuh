@@ -8,9 +8,21 @@
 
 #include <cstdint>
 
+#include "ops/cuda/types.cuh"
+
 namespace nanoddp::ops::gpu {
 
 using bf16_t = __nv_bfloat16;
+
+// Calls f with a null pointer of the element type `t` names (bf16_t* or float*): the dtype dispatch
+// of the kernel launchers, which take the type from the pointer.
+template <typename F>
+void with_elem_type(Elem t, F&& f) {
+  if (t == Elem::BF16)
+    f(static_cast<bf16_t*>(nullptr));
+  else
+    f(static_cast<float*>(nullptr));
+}
 
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(bf16_t x) { return __bfloat162float(x); }

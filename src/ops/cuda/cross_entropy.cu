@@ -95,10 +95,7 @@ cudaError_t launch_softcap_cross_entropy(Elem t, float* losses, void* logits, co
     else
       softcap_ce_kernel<T, 1><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(losses, l, targets, r, err);
   };
-  if (t == Elem::BF16)
-    go(static_cast<bf16_t*>(nullptr));
-  else
-    go(static_cast<float*>(nullptr));
+  with_elem_type(t, go);
   return cudaGetLastError();
 }
 

@@ -96,10 +96,7 @@ cudaError_t launch_rmsnorm_forward(Elem t, void* y, float* rstd, const void* x, 
       rmsnorm_forward_kernel<T, 1><<<blocks, threads, 0, stream>>>(static_cast<T*>(y), rstd,
                                                                    static_cast<const T*>(x), rows, c, eps);
   };
-  if (t == Elem::BF16)
-    go(static_cast<bf16_t*>(nullptr));
-  else
-    go(static_cast<float*>(nullptr));
+  with_elem_type(t, go);
   return cudaGetLastError();
 }
 
@@ -117,10 +114,7 @@ cudaError_t launch_rmsnorm_backward(Elem t, void* dx, const void* dy, const void
       rmsnorm_backward_kernel<T, 1><<<blocks, threads, 0, stream>>>(
           static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(y), rstd, rows, c, accumulate);
   };
-  if (t == Elem::BF16)
-    go(static_cast<bf16_t*>(nullptr));
-  else
-    go(static_cast<float*>(nullptr));
+  with_elem_type(t, go);
   return cudaGetLastError();
 }
 

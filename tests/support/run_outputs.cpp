@@ -1,0 +1,31 @@
+#include "run_outputs.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/safetensors.h"
+#include "test_util.h"
+
+namespace nanoddp::testing {
+
+std::map<int64_t, double> training_losses(const std::string& out) {
+  std::map<int64_t, double> m;
+  std::ifstream in(out + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) m[j["step"]] = j["loss"];
+  }
+  return m;
+}
+
+std::vector<float> checkpoint_weights(const std::string& checkpoint_dir) {
+  SafetensorsFile f(checkpoint_dir + "/model.safetensors");
+  std::vector<float> all;
+  for (const auto& name : f.names()) {
+    auto v = to_vector(f.read(name));
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+}  // namespace nanoddp::testing
