@@ -149,6 +149,50 @@ TEST(MultiProcess, MismatchedArgumentsStopEveryRank) {
   EXPECT_NE(logs[2].find("rank 1 has settings that differ from rank 0's"), std::string::npos) << logs[2];
 }
 
+// Two network namespaces joined by a veth pair act as two hosts with their own addresses: the
+// ranks must find each other through MASTER_ADDR, with Gloo bound to the address that leads there
+// (not loopback). Needs root and `ip netns`; skipped with the reason otherwise.
+TEST(MultiProcess, GlooAcrossTwoNetworkNamespaces) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
+  const int id = int(getpid() % 200) + 20;
+  const std::string ns_a = fmt::format("nddp{}a", getpid()), ns_b = fmt::format("nddp{}b", getpid());
+  const std::string veth_a = fmt::format("nda{}", getpid() % 100000), veth_b = fmt::format("ndb{}", getpid() % 100000);
+  const std::string addr_a = fmt::format("10.124.{}.1", id), addr_b = fmt::format("10.124.{}.2", id);
+  auto sh = [](const std::string& cmd) { return testing::run_command(cmd); };
+  auto setup = sh(fmt::format(
+      "ip netns add {a} && ip netns add {b} && ip link add {va} type veth peer name {vb} && "
+      "ip link set {va} netns {a} && ip link set {vb} netns {b} && "
+      "ip -n {a} addr add {aa}/24 dev {va} && ip -n {b} addr add {ab}/24 dev {vb} && "
+      "ip -n {a} link set {va} up && ip -n {b} link set {vb} up && "
+      "ip -n {a} link set lo up && ip -n {b} link set lo up",
+      fmt::arg("a", ns_a), fmt::arg("b", ns_b), fmt::arg("va", veth_a), fmt::arg("vb", veth_b),
+      fmt::arg("aa", addr_a), fmt::arg("ab", addr_b)));
+  if (setup.status != 0) {
+    sh(fmt::format("ip netns del {} 2>/dev/null; ip netns del {} 2>/dev/null", ns_a, ns_b));
+    GTEST_SKIP() << "could not create two network namespaces: " << setup.output;
+  }
+  testing::ScratchDir dir("mp_netns");
+  std::vector<Proc> procs;
+  for (int r = 0; r < 2; r++) {
+    std::map<std::string, std::string> env{{"RANK", std::to_string(r)},      {"WORLD_SIZE", "2"},
+                                           {"LOCAL_RANK", "0"},              {"LOCAL_WORLD_SIZE", "1"},
+                                           {"GROUP_RANK", std::to_string(r)}, {"MASTER_ADDR", addr_a},
+                                           {"MASTER_PORT", "29400"},         {"NANODDP_TEST_TIMEOUT", "60"}};
+    procs.push_back(spawn({"/usr/sbin/ip", "netns", "exec", r == 0 ? ns_a : ns_b, NANODDP_DIST_WORKER, "collectives",
+                           "gloo"},
+                          env, dir.str(fmt::format("rank{}.log", r))));
+  }
+  for (int r = 0; r < 2; r++) {
+    wait_for(procs[r], 120s);
+    std::string log = read_file(procs[r].log);
+    EXPECT_EQ(procs[r].status, 0) << log;
+    EXPECT_NE(log.find(fmt::format("rank {}: ok (gloo, rank {} of 2 (local 0 of 1, node {})", r, r, r)),
+              std::string::npos)
+        << log;
+  }
+  sh(fmt::format("ip netns del {}; ip netns del {}", ns_a, ns_b));
+}
+
 #endif  // NANODDP_HAVE_GLOO
 
 #if NANODDP_HAVE_MPI
