@@ -2,11 +2,11 @@
 # The main job on the bundled data: install and build, export the Brown corpus, train a BPE
 # tokenizer (vocab 4096), prepare token shards, train a depth-4 GPT on the CPU with 2 processes for
 # a few minutes, report validation bits per byte, and sample text from it.
-# Environment: NANODDP_WORK (default runs/brown), NANODDP_STEPS (default 250).
+# Environment: NANODDP_WORK (default runs/brown), NANODDP_STEPS (default 400).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${NANODDP_WORK:-runs/brown}"
-steps="${NANODDP_STEPS:-250}"
+steps="${NANODDP_STEPS:-400}"
 stage() { printf '\n== [%s/5] %s\n' "$1" "$2"; }
 
 stage 1 "install and build (scripts/setup.sh)"

@@ -31,6 +31,7 @@ struct BenchTrainOptions {
   int steps = 20, warmup = 3;
   std::string optimizer = "adamw";
   int zero = 0;
+  double bucket_cap_mb = 25, first_bucket_mb = 1;
   std::string device = "cpu";
   std::string backend = "auto";
 
@@ -44,6 +45,8 @@ struct BenchTrainOptions {
     v(warmup, "warmup", "untimed steps first");
     v(optimizer, "optimizer", "adamw or muon");
     v(zero, "zero", "optimizer sharding 0, 1 or 2");
+    v(bucket_cap_mb, "bucket_cap_mb", "gradient bucket cap in MiB (PyTorch DDP: 25)");
+    v(first_bucket_mb, "first_bucket_mb", "first gradient bucket in MiB (PyTorch DDP: 1)");
     v(device, "device", "cpu or cuda");
     v(backend, "backend", "process group backend");
   }
@@ -65,7 +68,7 @@ void run(const BenchTrainOptions& o) {
   auto config = model::GPTConfig::from_depth(o.depth, o.vocab, o.seq);
   model::GPT gpt(config, device, device.is_cuda() ? DType::BF16 : DType::F32);
   gpt.init_weights(1);
-  ddp::Reducer reducer(gpt, group, {o.zero, o.optimizer == "muon", 1.0, 25.0});
+  ddp::Reducer reducer(gpt, group, {o.zero, o.optimizer == "muon", o.first_bucket_mb, o.bucket_cap_mb});
   reducer.broadcast_parameters();
   ddp::OptimizerConfig oc;
   oc.optimizer = o.optimizer;
@@ -112,8 +115,8 @@ void run(const BenchTrainOptions& o) {
   const double tok_s = static_cast<double>(o.global_batch * o.seq) / step_s;
   const double hidden = world > 1 && alone > 0 ? std::clamp(1.0 - exposed / alone, 0.0, 1.0) : 0.0;
   log::print0("nanoddp bench train: {} rank(s) x {} rows x {} tokens, {} threads/rank, {} ({:.2f}M params), "
-              "optimizer {} zero {}", world, batch, o.seq, ops::cpu_threads(), ctx->backend,
-              config.num_params() / 1e6, o.optimizer, o.zero);
+              "optimizer {} zero {}, {} buckets", world, batch, o.seq, ops::cpu_threads(), ctx->backend,
+              config.num_params() / 1e6, o.optimizer, o.zero, reducer.layout().buckets.size());
   log::print0("  step {:.1f} ms | {:.0f} tok/s | comm alone {:.2f} ms/step | exposed {:.2f} ms/step | hidden {:.0f}%",
               step_s * 1e3, tok_s, alone * 1e3, exposed * 1e3, 100 * hidden);
   log::print0("{}", nlohmann::json{{"world", world},

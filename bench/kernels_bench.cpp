@@ -1,0 +1,84 @@
+// The CPU kernels that are not GEMMs, on the depth-4 benchmark model's sizes (2048 tokens,
+// model_dim 256, hidden 1024, vocab 4096, 2 heads of 128), one thread, Gaussian inputs:
+//   OMP_NUM_THREADS=1 build/bench/bench_kernels
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+
+#include "core/rng.h"
+#include "ops/backend.h"
+#include "ops/ops.h"
+
+namespace {
+
+using namespace nanoddp;
+
+Tensor gaussian(const Shape& shape, uint64_t seed, float std = 1.f) {
+  Tensor t = Tensor::empty(shape, DType::F32);
+  Rng rng(seed);
+  for (int64_t i = 0; i < t.numel(); i++) t.data<float>()[i] = std * rng.normal();
+  return t;
+}
+
+void BM_softcap_cross_entropy(benchmark::State& state) {
+  const int64_t n = 2048, v = 4096;
+  Tensor logits = gaussian({n, v}, 1, 3.f), work = Tensor::empty({n, v}, DType::F32);
+  Tensor targets = Tensor::zeros({n}, DType::I32), losses = Tensor::empty({n}, DType::F32);
+  for (auto _ : state) {
+    state.PauseTiming();
+    copy(work, logits);
+    state.ResumeTiming();
+    ops::softcap_cross_entropy(losses, work, targets, v, 15.f, 1.f / n);
+  }
+  state.counters["ns/logit"] = benchmark::Counter(double(n * v), benchmark::Counter::kIsIterationInvariantRate |
+                                                                     benchmark::Counter::kInvert);
+}
+
+void BM_relu2_forward(benchmark::State& state) {
+  Tensor x = gaussian({2048, 1024}, 2), y = Tensor::empty({2048, 1024}, DType::F32);
+  for (auto _ : state) ops::relu2_forward(y, x);
+  state.SetBytesProcessed(state.iterations() * x.nbytes() * 2);
+}
+
+void BM_rmsnorm_forward(benchmark::State& state) {
+  Tensor x = gaussian({2048, 256}, 3), y = Tensor::empty({2048, 256}, DType::F32),
+         rstd = Tensor::empty({2048}, DType::F32);
+  for (auto _ : state) ops::rmsnorm_forward(y, rstd, x, 1.1920929e-07f);
+  state.SetBytesProcessed(state.iterations() * x.nbytes() * 2);
+}
+
+void BM_attention(benchmark::State& state) {
+  const bool backward = state.range(0) != 0;
+  const int64_t b = 16, t = 128, h = 2, d = 128;
+  Tensor q = gaussian({b, t, h, d}, 4), k = gaussian({b, t, h, d}, 5), v = gaussian({b, t, h, d}, 6);
+  Tensor out = Tensor::empty(q.shape(), DType::F32), lse = Tensor::empty({b, h, t}, DType::F32);
+  Tensor dq = Tensor::empty(q.shape(), DType::F32), dk = Tensor::empty(q.shape(), DType::F32),
+         dv = Tensor::empty(q.shape(), DType::F32);
+  const float scale = 1.f / std::sqrt(float(d));
+  ops::attention_forward(out, lse, q, k, v, t, scale);
+  for (auto _ : state) {
+    if (backward)
+      ops::attention_backward(dq, dk, dv, out, q, k, v, out, lse, scale);
+    else
+      ops::attention_forward(out, lse, q, k, v, t, scale);
+  }
+  state.SetLabel(backward ? "backward" : "forward");
+}
+
+void BM_adamw(benchmark::State& state) {
+  const int64_t n = 5242880;  // every parameter of the depth-4 model
+  Tensor p = gaussian({n}, 7), g = gaussian({n}, 8), m = Tensor::zeros({n}, DType::F32), v = Tensor::zeros({n}, DType::F32);
+  int64_t step = 0;
+  for (auto _ : state) ops::adamw_update(p, g, m, v, {1e-3f, 0.8f, 0.95f, 1e-10f, 0.f, ++step});
+  state.SetBytesProcessed(state.iterations() * p.nbytes() * 7);
+}
+
+BENCHMARK(BM_softcap_cross_entropy)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_relu2_forward)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_rmsnorm_forward)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_attention)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_adamw)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
