@@ -3,7 +3,9 @@
 
 Reads DIR/input.safetensors (weights under nanochat's state-dict names, plus `inputs` and
 `targets` int32 [B, T]) and DIR/config.json (model config and optimizer settings) written by the
-C++ test, and writes DIR/golden.safetensors with:
+C++ test, and writes DIR/golden.safetensors with the results below. With --weights FILE the
+weights and the model config come from FILE instead, a file written by `nanoddp export`: the
+check that an export loads into a PyTorch model under nanochat's names.
   logits        soft-capped logits of every position [B*T, vocab]
   loss          mean cross-entropy over targets != -1 [1]
   grad.<name>   the gradient of every parameter
@@ -162,12 +164,21 @@ def optimizer_step(w, grads, cfg):
     return new
 
 
-def main(directory):
+def read_metadata(path):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(n)).get("__metadata__", {})
+
+
+def main(directory, weights_file=None):
     torch.manual_seed(0)
     inp = load_safetensors(f"{directory}/input.safetensors")
     with open(f"{directory}/config.json") as f:
         cfg = json.load(f)
     idx, targets = inp.pop("inputs"), inp.pop("targets")
+    if weights_file:
+        inp = load_safetensors(weights_file)
+        cfg.update(json.loads(read_metadata(weights_file)["nanoddp.model_config"]))
     w = {n: t.requires_grad_(True) for n, t in inp.items()}
     logits = forward(w, cfg, idx)
     loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1).long(), ignore_index=-1)
@@ -186,4 +197,4 @@ def main(directory):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--weights" else None)

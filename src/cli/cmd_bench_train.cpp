@@ -119,12 +119,20 @@ void run(const BenchTrainOptions& o) {
               config.num_params() / 1e6, o.optimizer, o.zero, reducer.layout().buckets.size());
   log::print0("  step {:.1f} ms | {:.0f} tok/s | comm alone {:.2f} ms/step | exposed {:.2f} ms/step | hidden {:.0f}%",
               step_s * 1e3, tok_s, alone * 1e3, exposed * 1e3, 100 * hidden);
+  // Optimizer state on the largest rank: about 1/W of the replicated state with --zero 1 or 2.
+  std::vector<double> state{static_cast<double>(opt.state_bytes())};
+  if (world > 1) {
+    Tensor st = Tensor::wrap(state.data(), {1}, DType::F64);
+    group.allreduce(st, dist::ReduceOp::Max)->wait();
+  }
+  log::print0("  optimizer state: {:.2f} MiB on the largest rank", state[0] / 1048576.0);
   log::print0("{}", nlohmann::json{{"world", world},
                                    {"tokens_per_s", tok_s},
                                    {"step_ms", step_s * 1e3},
                                    {"comm_alone_ms", alone * 1e3},
                                    {"exposed_ms", exposed * 1e3},
-                                   {"hidden", hidden}}
+                                   {"hidden", hidden},
+                                   {"optimizer_state_mib", state[0] / 1048576.0}}
                         .dump());
 }
 

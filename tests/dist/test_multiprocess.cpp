@@ -113,7 +113,9 @@ void expect_diagnosed(const std::string& scenario, const std::string& state) {
   constexpr int kWorld = 3;
   testing::ScratchDir dir("mp_" + scenario);
   auto start = Clock::now();
-  auto procs = launch(kWorld, scenario, "gloo", dir, 2.0);
+  // A 5 s timeout: the diagnosis watches the heartbeats for 3 intervals (timeout / 10 each), and
+  // with 2 s a heartbeat thread starved for 0.6 s by parallel tests read as "stopped".
+  auto procs = launch(kWorld, scenario, "gloo", dir, 5.0);
   for (int r = 0; r + 1 < kWorld; r++) {
     wait_for(procs[r], 30s);
     std::string log = read_file(procs[r].log);

@@ -13,6 +13,8 @@
 #include "kernel_test_util.h"
 #include "model/gpt.h"
 #include "ops/ops.h"
+#include "train/checkpoint.h"
+#include "train/model_io.h"
 
 namespace nanoddp {
 namespace {
@@ -148,6 +150,43 @@ TEST_P(TorchGolden, LogitsLossGradientsAndOneOptimizerStep) {
     // new - old cancels the weight's leading digits: ulp(|w| ~ 1) / lr ~ 1e-5.
     EXPECT_LT(max_rel_error(ours, want), 5e-5) << p.name;
   }
+}
+
+// `nanoddp export` writes what a PyTorch implementation of nanochat loads by name: the logits
+// PyTorch computes from the exported file alone (weights and config) are ours.
+TEST(TorchGoldenExport, ExportedFileLoadsIntoPyTorch) {
+  SKIP_WITHOUT_TORCH();
+  model::GPTConfig c;
+  c.vocab_size = 200;  // padded to 256
+  c.n_layer = 2;
+  c.n_embd = 64;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.max_seq_len = 32;
+  model::GPT gpt(c, Device::cpu());
+  uint64_t seed = 50;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (auto& p : gpt.parameters()) {
+    copy(p.data, testing::randn(p.data.shape(), seed++, 0.3f));
+    tensors.emplace_back(p.name, p.data);
+  }
+  testing::ScratchDir dir("torch_golden_export");
+  train::write_model_checkpoint(dir.str("run"), 0, tensors, {{"model_config", c.to_json()}});
+  train::export_safetensors(train::resolve_checkpoint(dir.str("run")), dir.str("exported.safetensors"));
+
+  Tensor inputs = testing::randint({2, 16}, 60, 0, c.vocab_size), targets = testing::randint({2, 16}, 61, 0, c.vocab_size);
+  SafetensorsWriter w;
+  w.add("inputs", inputs);
+  w.add("targets", targets);
+  w.write(dir.str("input.safetensors"));
+  nlohmann::json cfg = {{"optimizer", {{"embedding_lr", 0.2}, {"unembedding_lr", 0.004}, {"matrix_lr", 0.02},
+                                       {"ns_steps", 5}, {"momentum", 0.85}, {"ns_bf16", false}}}};
+  std::ofstream(dir.str("config.json")) << cfg.dump();
+  auto run = testing::run_command("/usr/bin/python3 " NANODDP_SOURCE_DIR "/tools/torch_golden.py " + dir.str() +
+                                  " --weights " + dir.str("exported.safetensors"));
+  ASSERT_EQ(run.status, 0) << run.output;
+  SafetensorsFile golden(dir.str("golden.safetensors"));
+  EXPECT_LT(max_rel_error(gpt.forward_logits(inputs), golden.read("logits")), 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, TorchGolden, ::testing::Values(GoldenCase{2, 2}, GoldenCase{4, 2}),

@@ -11,6 +11,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -33,7 +35,8 @@ using testing::Proc;
 using testing::ScratchDir;
 
 const std::string& dataset() {
-  static ScratchDir dir("dist_train_dataset");
+  // One per process: ctest runs the test cases of this file as parallel processes.
+  static ScratchDir dir("dist_train_dataset_" + std::to_string(::getpid()));
   static bool made = false;
   if (!made) {
     testing::make_byte_dataset(dir.str(), 200, 11);

@@ -3,6 +3,8 @@
 // ignored, export/import round-trips, and bad input ends in a clear error.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,7 +25,8 @@ namespace fs = std::filesystem;
 
 // A dataset shared by the tests of this file (prepared once).
 const std::string& dataset() {
-  static testing::ScratchDir dir("train_dataset");
+  // One per process: ctest runs the test cases of this file as parallel processes.
+  static testing::ScratchDir dir("train_dataset_" + std::to_string(::getpid()));
   static bool made = false;
   if (!made) {
     testing::make_byte_dataset(dir.str(), 200, 7);
