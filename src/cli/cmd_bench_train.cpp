@@ -90,7 +90,8 @@ void run(const BenchTrainOptions& o) {
     opt.step(1.0, 0.9);
     t.step += step.seconds();
   }
-  // The same bucket collectives alone, back to back (what the backward had to hide).
+  // The same bucket collectives alone, back to back (what the backward had to hide): allreduce, or
+  // with --zero 2 reduce_scatter, as the Reducer issues them.
   double alone = 0;
   if (world > 1) {
     alone = 1e30;
@@ -98,8 +99,13 @@ void run(const BenchTrainOptions& o) {
       group.barrier()->wait();
       Stopwatch sw;
       std::vector<dist::WorkPtr> works;
-      for (size_t b = 0; b < reducer.layout().buckets.size(); b++)
-        works.push_back(group.allreduce(reducer.grads(static_cast<int>(b)), dist::ReduceOp::Avg));
+      for (size_t b = 0; b < reducer.layout().buckets.size(); b++) {
+        const Tensor& g = reducer.grads(static_cast<int>(b));
+        const ddp::Bucket& bk = reducer.layout().buckets[b];
+        const int64_t lo = bk.shard_begin(group.rank(), world), hi = bk.shard_end(group.rank(), world);
+        works.push_back(o.zero == 2 ? group.reduce_scatter(g.region(lo, {hi - lo}), g, dist::ReduceOp::Avg)
+                                    : group.allreduce(g, dist::ReduceOp::Avg));
+      }
       for (auto& w : works) w->wait();
       alone = std::min(alone, sw.seconds());
     }
