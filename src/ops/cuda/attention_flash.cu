@@ -112,6 +112,31 @@ __device__ __forceinline__ const bf16_t* bt_frag(const bf16_t* tile, int k0, int
   return tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * SD + n0 + (lane >> 4) * 8;
 }
 
+// Two products at once for one warp, as the backward needs them: acc1 += A1 B1^T, acc2 += A2 B2^T,
+// where A1, A2 are rows [a_row, a_row + 16) of [m][SD] shared tiles and B1, B2 rows [0, 8 N8) of
+// [n][SD] shared tiles, over KSTEPS k-steps of 16. Sharing the loop shares the k-step's A loads.
+template <int SD, int KSTEPS, int N8>
+__device__ __forceinline__ void warp_mma_pair(float (&acc1)[N8][4], float (&acc2)[N8][4], const bf16_t* a1,
+                                              const bf16_t* a2, int a_row, const bf16_t* b1, const bf16_t* b2,
+                                              int lane) {
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS; kk++) {
+    uint32_t x1[4], x2[4];
+    ldmatrix_x4(x1, a_frag<SD>(a1, a_row, kk * 16, lane));
+    ldmatrix_x4(x2, a_frag<SD>(a2, a_row, kk * 16, lane));
+#pragma unroll
+    for (int np = 0; np < N8 / 2; np++) {
+      uint32_t y1[4], y2[4];
+      ldmatrix_x4(y1, b_frag<SD>(b1, np * 16, kk * 16, lane));
+      ldmatrix_x4(y2, b_frag<SD>(b2, np * 16, kk * 16, lane));
+      mma(acc1[2 * np], x1, y1[0], y1[1]);
+      mma(acc1[2 * np + 1], x1, y1[2], y1[3]);
+      mma(acc2[2 * np], x2, y2[0], y2[1]);
+      mma(acc2[2 * np + 1], x2, y2[2], y2[3]);
+    }
+  }
+}
+
 // Rows [r0, r0 + R) of a head's [rows, HD] matrix (row stride `stride` elements) into a shared
 // tile [R, HD + kPad]; rows at or past `limit` are zero-filled.
 template <int R, int HD>
@@ -349,22 +374,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams p) {
 
     // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys and the tile's 32 queries.
     float s[MT][4] = {}, dp[MT][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < KSTEPS; kk++) {
-      uint32_t ka[4], va[4];
-      ldmatrix_x4(ka, a_frag<SD>(sK, warp * 16, kk * 16, lane));
-      ldmatrix_x4(va, a_frag<SD>(sV, warp * 16, kk * 16, lane));
-#pragma unroll
-      for (int np = 0; np < MT / 2; np++) {
-        uint32_t qb[4], ob[4];
-        ldmatrix_x4(qb, b_frag<SD>(q_s, np * 16, kk * 16, lane));
-        ldmatrix_x4(ob, b_frag<SD>(o_s, np * 16, kk * 16, lane));
-        mma(s[2 * np], ka, qb[0], qb[1]);
-        mma(s[2 * np + 1], ka, qb[2], qb[3]);
-        mma(dp[2 * np], va, ob[0], ob[1]);
-        mma(dp[2 * np + 1], va, ob[2], ob[3]);
-      }
-    }
+    warp_mma_pair<SD, KSTEPS, MT>(s, dp, sK, sV, warp * 16, q_s, o_s, lane);
     // P^T = exp(scale S^T - lse) on the causal triangle (key <= query), dS^T = P^T (dP^T - delta).
 #pragma unroll
     for (int j = 0; j < MT; j++) {
@@ -461,22 +471,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams p) {
 
     // S = Q K^T and dP = dO V^T for this warp's 16 queries and the tile's 64 keys.
     float s[NT][4] = {}, dpv[NT][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < KSTEPS; kk++) {
-      uint32_t qa[4], oa[4];
-      ldmatrix_x4(qa, a_frag<SD>(sQ, warp * 16, kk * 16, lane));
-      ldmatrix_x4(oa, a_frag<SD>(sO, warp * 16, kk * 16, lane));
-#pragma unroll
-      for (int np = 0; np < NT / 2; np++) {
-        uint32_t kb[4], vb[4];
-        ldmatrix_x4(kb, b_frag<SD>(k_s, np * 16, kk * 16, lane));
-        ldmatrix_x4(vb, b_frag<SD>(v_s, np * 16, kk * 16, lane));
-        mma(s[2 * np], qa, kb[0], kb[1]);
-        mma(s[2 * np + 1], qa, kb[2], kb[3]);
-        mma(dpv[2 * np], oa, vb[0], vb[1]);
-        mma(dpv[2 * np + 1], oa, vb[2], vb[3]);
-      }
-    }
+    warp_mma_pair<SD, KSTEPS, NT>(s, dpv, sQ, sO, warp * 16, k_s, v_s, lane);
     // dS = P (dP - delta) on the causal triangle, into s.
 #pragma unroll
     for (int j = 0; j < NT; j++) {
