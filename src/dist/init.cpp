@@ -1,6 +1,8 @@
 #include "dist/init.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -54,9 +56,19 @@ std::shared_ptr<Store> connect_store(const DistEnv& env, const DistOptions& opti
 }  // namespace
 
 DistContext::DistContext() = default;
+// Note [store linger]: the rank that hosts the store (rank 0 without a launcher) must not take it
+// down while other ranks still use it: after a failed collective each rank reads the others'
+// progress from the store to name the ranks that did not arrive, and one that finishes its
+// diagnosis first would otherwise cut the others off mid-diagnosis. So the host serves on until
+// every other rank has disconnected, at most store_linger (a few heartbeat intervals).
 DistContext::~DistContext() {
   group.reset();
-  store.reset();
+  store.reset();  // this rank's own connections close here, so the server counts only the others
+  if (store_server) {
+    const auto deadline = std::chrono::steady_clock::now() + store_linger;
+    while (store_server->client_count() > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   store_server.reset();
 }
 
@@ -101,6 +113,9 @@ std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device
   NANODDP_CHECK(options.collective_timeout > 0 && options.rendezvous_timeout > 0,
                 "collective_timeout and rendezvous_timeout must be positive");
   const milliseconds timeout = to_ms(options.collective_timeout);
+  // Five heartbeat intervals (collective_watch.h: timeout / 10, at most 2 s): longer than another
+  // rank's diagnosis takes after its own timeout (Note [store linger]).
+  ctx->store_linger = 5 * std::clamp(timeout / 10, milliseconds(20), milliseconds(2000));
   const std::string attempt = fmt::format("attempt{}", env.restart_count);
 
   if (env.world_size == 1 && options.backend != "mpi") {

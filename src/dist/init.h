@@ -13,6 +13,7 @@
 //    store is announced).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -47,6 +48,9 @@ struct DistContext {
   std::unique_ptr<TcpStoreServer> store_server;  // set on the rank hosting the store
   std::shared_ptr<Store> store;                  // this attempt's namespace of the job's store
   std::unique_ptr<ProcessGroup> group;
+  // How long the rank hosting the store keeps serving, at the end, while other ranks are still
+  // connected (see ~DistContext).
+  std::chrono::milliseconds store_linger{0};
 
   DistContext();
   ~DistContext();
