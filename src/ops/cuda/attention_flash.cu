@@ -112,6 +112,26 @@ __device__ __forceinline__ const bf16_t* bt_frag(const bf16_t* tile, int k0, int
   return tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * SD + n0 + (lane >> 4) * 8;
 }
 
+// acc += C B for one warp, where C is a product the warp holds in registers (N8 n-tiles of 8, fed
+// back as bf16 A fragments: P in O += P V, dS in dQ += dS K) and B rows [0, 8 N8) x columns
+// [0, 8 D8) of a [k][SD] shared tile, read transposed.
+template <int SD, int N8, int D8>
+__device__ __forceinline__ void warp_mma_registers_by_tile(float (&acc)[D8][4], const float (&c)[N8][4],
+                                                           const bf16_t* tile, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < N8 / 2; kk++) {
+    uint32_t a[4];
+    c_to_a(a, c[2 * kk], c[2 * kk + 1]);
+#pragma unroll
+    for (int dp = 0; dp < D8 / 2; dp++) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, bt_frag<SD>(tile, kk * 16, dp * 16, lane));
+      mma(acc[2 * dp], a, b[0], b[1]);
+      mma(acc[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
 // Two products at once for one warp, as the backward needs them: acc1 += A1 B1^T, acc2 += A2 B2^T,
 // where A1, A2 are rows [a_row, a_row + 16) of [m][SD] shared tiles and B1, B2 rows [0, 8 N8) of
 // [n][SD] shared tiles, over KSTEPS k-steps of 16. Sharing the loop shares the k-step's A loads.
@@ -286,18 +306,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams p) {
       cp_async_wait<0>();
     __syncthreads();
     // O += P V, P from the score registers.
-#pragma unroll
-    for (int kk = 0; kk < NT / 2; kk++) {
-      uint32_t a[4];
-      c_to_a(a, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-      for (int dp = 0; dp < DT / 2; dp++) {
-        uint32_t vf[4];
-        ldmatrix_x4_trans(vf, bt_frag<SD>(sV, kk * 16, dp * 16, lane));
-        mma(o[2 * dp], a, vf[0], vf[1]);
-        mma(o[2 * dp + 1], a, vf[2], vf[3]);
-      }
-    }
+    warp_mma_registers_by_tile<SD, NT, DT>(o, s, sV, lane);
   }
 
 #pragma unroll
@@ -485,18 +494,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams p) {
       }
     }
     // dQ += dS K, reducing over the tile's keys.
-#pragma unroll
-    for (int kk = 0; kk < NT / 2; kk++) {
-      uint32_t a[4];
-      c_to_a(a, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-      for (int dpp = 0; dpp < DT / 2; dpp++) {
-        uint32_t kb[4];
-        ldmatrix_x4_trans(kb, bt_frag<SD>(k_s, kk * 16, dpp * 16, lane));
-        mma(dq[2 * dpp], a, kb[0], kb[1]);
-        mma(dq[2 * dpp + 1], a, kb[2], kb[3]);
-      }
-    }
+    warp_mma_registers_by_tile<SD, NT, DT>(dq, s, k_s, lane);
   }
 
 #pragma unroll
