@@ -21,6 +21,7 @@
 #include "dist/init.h"
 #include "model/gpt.h"
 #include "ops/backend.h"
+#include "train/evaluate.h"
 
 namespace nanoddp::cli {
 
@@ -112,10 +113,7 @@ void run(const BenchTrainOptions& o) {
   }
   // The slowest rank sets the pace.
   std::vector<double> v{t.step / o.steps, t.exposed / o.steps, alone};
-  if (world > 1) {
-    Tensor vt = Tensor::wrap(v.data(), {3}, DType::F64);
-    group.allreduce(vt, dist::ReduceOp::Max)->wait();
-  }
+  train::allreduce_scalars(group, device, v, dist::ReduceOp::Max);
   const double step_s = v[0], exposed = v[1];
   alone = v[2];
   const double tok_s = static_cast<double>(o.global_batch * o.seq) / step_s;
@@ -127,10 +125,7 @@ void run(const BenchTrainOptions& o) {
               step_s * 1e3, tok_s, alone * 1e3, exposed * 1e3, 100 * hidden);
   // Optimizer state on the largest rank: about 1/W of the replicated state with --zero 1 or 2.
   std::vector<double> state{static_cast<double>(opt.state_bytes())};
-  if (world > 1) {
-    Tensor st = Tensor::wrap(state.data(), {1}, DType::F64);
-    group.allreduce(st, dist::ReduceOp::Max)->wait();
-  }
+  train::allreduce_scalars(group, device, state, dist::ReduceOp::Max);
   log::print0("  optimizer state: {:.2f} MiB on the largest rank", state[0] / 1048576.0);
   log::print0("{}", nlohmann::json{{"world", world},
                                    {"tokens_per_s", tok_s},

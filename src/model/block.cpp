@@ -11,8 +11,6 @@ namespace nanoddp::model {
 
 namespace {
 
-constexpr float kNormEps = 1.1920929e-07f;  // f32 machine epsilon, PyTorch's rms_norm default
-
 // y[N, out] = x[N, in] W^T
 void linear(const Tensor& y, const Tensor& x, const Parameter& w) { ops::matmul(y, x, false, w.compute, true); }
 

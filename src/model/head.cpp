@@ -10,7 +10,6 @@
 namespace nanoddp::model {
 
 double GPT::head_forward_backward(Workspace& ws, float grad_scale, bool accumulate, Tensor* losses_out) {
-  constexpr float kNormEps = 1.1920929e-07f;
   const bool train = grad_scale != 0.f;
   Parameter& head = params_[lm_head_];
   ops::rmsnorm_forward(ws.xf, ws.rstd_f, ws.x, kNormEps);

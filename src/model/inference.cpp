@@ -37,7 +37,6 @@ Tensor GPT::forward_logits(const Tensor& inputs) {
   Workspace& ws = workspace(train_ws_, inputs.dim(0), inputs.dim(1));
   load_batch(ws, inputs, nullptr);
   forward_trunk(ws);
-  constexpr float kNormEps = 1.1920929e-07f;
   ops::rmsnorm_forward(ws.xf, ws.rstd_f, ws.x, kNormEps);
   Tensor logits = Tensor::empty({ws.tokens, config_.padded_vocab()}, act_dtype_, device_);
   ops::matmul(logits, ws.xf, false, params_[lm_head_].compute, true);
@@ -55,7 +54,6 @@ Tensor GPT::forward_next(const Tensor& ids, KVCache& cache) {
   cache.length_ += t;
 
   // Only the last position of each row needs logits.
-  constexpr float kNormEps = 1.1920929e-07f;
   ops::rmsnorm_forward(ws.xf, ws.rstd_f, ws.x, kNormEps);
   const int64_t c = config_.n_embd;
   Tensor last = Tensor::empty({batch, c}, act_dtype_, device_);

@@ -9,6 +9,9 @@
 
 namespace nanoddp::model {
 
+// RMSNorm's eps: f32 machine epsilon, PyTorch's F.rms_norm default (ANCHORS §1).
+inline constexpr float kNormEps = 1.1920929e-07f;
+
 // What one block keeps for its backward.
 struct LayerActs {
   Tensor xn1, rstd1;  // norm(x) entering attention [N, C] act; rstd f32 [N]

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include "core/log.h"
 #include "core/options.h"
@@ -168,12 +167,7 @@ int64_t Trainer::resume_step() {
 
 void Trainer::restore(int64_t step) {
   const std::string dir = checkpoint_dir(opts_.out, step);
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(std::ifstream(dir + "/meta.json"));
-  } catch (const nlohmann::json::exception& e) {
-    NANODDP_FAIL("checkpoint {} has an unreadable meta.json: {}", dir, e.what());
-  }
+  const nlohmann::json meta = read_checkpoint_meta(dir);
   const int saved_world = meta.at("world_size");
   NANODDP_CHECK(saved_world == group_.size(), "checkpoint {} was written by {} rank(s) but this run has {}: resume "
                 "with the same world size (resharding is not supported)", dir, saved_world, group_.size());
