@@ -75,7 +75,7 @@ class Trainer {
   int64_t resume_step();
   void restore(int64_t step);
   void save(int64_t step);
-  double train_step(int64_t step);
+  double train_step(int64_t step, double lr_mult);
   void evaluate_and_log(int64_t step);
   void sample();
 
@@ -211,7 +211,7 @@ void Trainer::save(int64_t step) {
 }
 
 // One optimizer step: grad_accum micro-steps, gradients synchronised during the last backward.
-double Trainer::train_step(int64_t step) {
+double Trainer::train_step(int64_t step, double lr_mult) {
   double loss = 0;
   const float scale = 1.f / static_cast<float>(plan_.grad_accum);
   for (int64_t m = 0; m < plan_.grad_accum; m++) {
@@ -220,9 +220,7 @@ double Trainer::train_step(int64_t step) {
     loss += model_->forward_backward(inputs_, targets_, scale, m > 0, last ? reducer_->sync_hook() : nullptr);
   }
   reducer_->finish();
-  const double mult = lr_multiplier(step, plan_.num_iterations, opts_.warmup_ratio, opts_.warmdown_ratio,
-                                    opts_.final_lr_frac);
-  optimizer_->step(mult, muon_momentum(step));
+  optimizer_->step(lr_mult, muon_momentum(step));
   std::vector<double> mean{loss / static_cast<double>(plan_.grad_accum)};
   allreduce_scalars(group_, device_, mean, dist::ReduceOp::Avg);
   return mean[0];
@@ -278,11 +276,11 @@ TrainResult Trainer::run() {
     if (last || (opts_.eval_every > 0 && step % opts_.eval_every == 0)) evaluate_and_log(step);
     if (last || (opts_.save_every > 0 && step % opts_.save_every == 0 && step > start_step_)) save(step);
     if (last) break;
+    const double lr = lr_multiplier(step, n, opts_.warmup_ratio, opts_.warmdown_ratio, opts_.final_lr_frac);
     Stopwatch sw;
-    const double loss = train_step(step);
+    const double loss = train_step(step, lr);
     const double dt = sw.seconds(), tok_s = plan_.tokens_per_step / dt;
     const double mfu = flops_per_token * tok_s / (peak_flops_ * group_.size());
-    const double lr = lr_multiplier(step, n, opts_.warmup_ratio, opts_.warmdown_ratio, opts_.final_lr_frac);
     train_seconds += dt;
     const double eta = train_seconds / static_cast<double>(step + 1 - start_step_) * static_cast<double>(stop - step - 1);
     log::print0("step {:05d}/{:05d} | loss {:.6f} | lrm {:.3f} | dt {:.0f}ms | tok/s {:.0f} | mfu {:.1f}% | eta {}",
