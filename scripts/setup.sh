@@ -15,10 +15,12 @@ for arg in "$@"; do
   esac
 done
 
+# libdnnl-dev only recommends ocl-icd-opencl-dev, yet oneDNN's CMake package calls
+# find_package(OpenCL): without it configure fails on a bare machine (we install without recommends).
 packages=(
   build-essential cmake pkg-config git ca-certificates
   libgtest-dev libgmock-dev libbenchmark-dev
-  libdnnl-dev libopenblas-dev libomp-dev
+  libdnnl-dev ocl-icd-opencl-dev libopenblas-dev libomp-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev
   libgloo-dev libopenmpi-dev openmpi-bin
   python3-torch python3-numpy
@@ -68,6 +70,14 @@ fi
 if [ "$build" = 1 ]; then
   bdir="${NANODDP_BUILD_DIR:-build}"
   jobs="${NANODDP_JOBS:-$(nproc)}"
-  cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release ${NANODDP_CMAKE_ARGS:-} >/dev/null
+  mkdir -p "$bdir"
+  # Configure output goes to a log; the engines line (which optional engines AUTO found, and why any
+  # is off) is printed, and the whole log when configure fails.
+  if ! cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release ${NANODDP_CMAKE_ARGS:-} >"$bdir/configure.log" 2>&1; then
+    cat "$bdir/configure.log" >&2
+    echo "setup.sh: configure failed (log above, also in $bdir/configure.log)" >&2
+    exit 1
+  fi
+  grep -h "nanoddp engines:" "$bdir/configure.log" | sed 's/^-- /setup.sh: /'
   cmake --build "$bdir" -j "$jobs"
 fi

@@ -9,7 +9,6 @@
 
 #if NANODDP_HAVE_CUDA
 #include <cuda_runtime.h>
-#include <cudnn.h>
 
 #include "core/cuda_util.h"
 #endif
@@ -140,8 +139,6 @@ Fields build_fingerprint() {
   if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0)
     f.emplace_back("cuda driver", fmt::format("{}.{}", driver / 1000, driver % 1000 / 10));
   cudaGetLastError();
-  size_t cudnn = cudnnGetVersion();
-  f.emplace_back("cudnn", fmt::format("{}.{}.{}", cudnn / 10000, cudnn % 10000 / 100, cudnn % 100));
 #endif
 #if NANODDP_HAVE_NCCL
   int nccl = 0;

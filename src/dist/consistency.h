@@ -25,7 +25,7 @@ void check_consistent(ProcessGroup& pg, const Fields& fields,
                       std::string_view remedy = "start every rank with the same arguments");
 
 // What this binary was built with and runs on: nanoddp version, compiler, build type, and where
-// present Gloo, MPI, CUDA runtime and driver, NCCL and cuDNN versions. Compare it across ranks with
+// present Gloo, MPI, CUDA runtime and driver and NCCL versions. Compare it across ranks with
 // check_consistent(pg, build_fingerprint(), "install the same nanoddp build on every node").
 Fields build_fingerprint();
 
