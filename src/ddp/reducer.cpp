@@ -1,6 +1,7 @@
 #include "ddp/reducer.h"
 
 #include "core/error.h"
+#include "ops/ops.h"
 
 namespace nanoddp::ddp {
 
@@ -49,7 +50,9 @@ void Reducer::broadcast_parameters() {
   model_.refresh_compute_weights();
 }
 
-model::GradReadyFn Reducer::sync_hook() {
+model::GradReadyFn Reducer::sync_hook(int micro_steps) {
+  NANODDP_ASSERT(micro_steps >= 1, "micro_steps must be positive (got {})", micro_steps);
+  micro_scale_ = 1.f / static_cast<float>(micro_steps);
   for (size_t b = 0; b < layout_.buckets.size(); b++)
     pending_[b] = static_cast<int>(layout_.buckets[b].entries.size());
   next_launch_ = 0;
@@ -66,8 +69,9 @@ void Reducer::on_ready(int param) {
 }
 
 void Reducer::launch(int b) {
-  if (group_.size() == 1) return;  // nothing to average with
   const Tensor& g = grads_[b];
+  if (micro_scale_ != 1.f) ops::scale(g, micro_scale_);  // the mean over this rank's micro-steps
+  if (group_.size() == 1) return;  // nothing to average with
   if (opts_.zero == 2) {
     const Bucket& bk = layout_.buckets[b];
     const int r = group_.rank(), w = group_.size();

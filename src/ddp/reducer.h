@@ -35,8 +35,11 @@ class Reducer {
 
   // Rank 0's parameters to every rank (after initialisation or loading a checkpoint).
   void broadcast_parameters();
-  // The hook for the backward of the micro-step whose gradients are to be synchronised.
-  model::GradReadyFn sync_hook();
+  // The hook for the backward of the micro-step whose gradients are to be synchronised. The
+  // gradients then hold the sum of `micro_steps` micro-batch gradients, each of the unscaled mean
+  // loss; every bucket is divided by micro_steps before its collective averages it over the ranks,
+  // so W ranks with one micro-step equal one rank with W (Note [accumulation order], model/gpt.cpp).
+  model::GradReadyFn sync_hook(int micro_steps = 1);
   // Waits for every bucket's collective. Throws if a parameter never reported its gradient.
   void finish();
 
@@ -59,6 +62,7 @@ class Reducer {
   std::vector<Tensor> params_, grads_;
   std::vector<int> pending_;  // gradients each bucket still waits for in this backward
   int next_launch_ = 0;
+  float micro_scale_ = 1.f;  // 1 / micro_steps of the current sync_hook()
   std::vector<dist::WorkPtr> works_;
 };
 

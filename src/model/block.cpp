@@ -1,6 +1,7 @@
 // The transformer block's two sublayers, forward and backward, and the embedding's forward.
-// Buffers are described in workspace.h. Weight gradients are accumulated with GEMM beta = 1
-// (beta = 0 on the first micro-step), and each is announced through `ready` as soon as it is final.
+// Buffers are described in workspace.h. Each weight gradient is written by one GEMM (beta = 0),
+// into .grad or, when accumulating, into a scratch added to .grad after (Note [accumulation order]
+// in gpt.cpp), and is announced through `ready` as soon as it is final.
 #include <cmath>
 
 #include "model/gpt.h"
@@ -14,10 +15,16 @@ namespace {
 // y[N, out] = x[N, in] W^T
 void linear(const Tensor& y, const Tensor& x, const Parameter& w) { ops::matmul(y, x, false, w.compute, true); }
 
+
+}  // namespace
+
 // grad(W)[out, in] (+)= dy[N, out]^T x[N, in]
-void linear_weight_grad(Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate) {
-  ops::matmul(w.grad, dy, true, x, false, 1.f, accumulate ? 1.f : 0.f);
+void GPT::linear_weight_grad(Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate) {
+  ops::matmul(micro_grad(w, accumulate), dy, true, x, false);
+  add_micro_grad(w, accumulate);
 }
+
+namespace {
 
 // Per-head RMSNorm: rows of head_dim.
 Tensor heads_as_rows(const Tensor& t) { return t.view({t.numel() / t.dim(-1), t.dim(-1)}); }

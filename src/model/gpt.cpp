@@ -2,6 +2,7 @@
 // The sublayers live in block.cpp, the LM head and loss in head.cpp, inference in inference.cpp.
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -168,6 +169,38 @@ void GPT::forward_trunk(Workspace& ws, KVCache* cache) {
   }
 }
 
+// Note [accumulation order]
+// Gradient accumulation must equal data parallelism: W ranks with one micro-batch each, averaged
+// by an all-reduce, should train like one rank accumulating the same W micro-batches. Two ranks
+// compute (g1 + g2) / 2 per element: one addition, one division. Accumulating straight into .grad
+// (GEMM beta = 1, the chunked LM head, the embedding scatter-add) would instead start the second
+// micro-step's partial sums from g1, (g1 + a) + b rather than g1 + (a + b), and where a kernel
+// splits its reduction depends on the CPU (oneDNN blocks differently on AMX than on Zen 5). AdamW
+// then turns such last-bit differences of near-zero gradient elements into full-size updates
+// (m / sqrt(v) is about their sign), which is how a 2-rank run drifted 1.8e-5 from its 1-rank twin
+// in six steps on one CPU kind and not on the other. So:
+//  - a micro-step's gradient is computed whole (into a scratch when accumulating) and added to
+//    .grad once, as PyTorch's autograd adds a fresh gradient;
+//  - every micro-step uses the unscaled mean loss (the same gradient a rank computes), and the
+//    reducer divides the sum by the number of micro-steps (ddp::Reducer::sync_hook).
+// Two ranks then equal one rank with two micro-steps bit for bit on any CPU: both compute g1 + g2
+// and halve it exactly. With three or more, the collective sums in its own order, which the tests
+// bound from the summation error. The cost: one extra pass over the gradients per accumulated
+// micro-step, one over the buckets per step, and a scratch the size of the largest parameter.
+Tensor GPT::micro_grad(const Parameter& p, bool accumulate) {
+  if (!accumulate) return p.grad;
+  if (!grad_scratch_.defined()) {
+    int64_t largest = 0;
+    for (const auto& q : params_) largest = std::max(largest, q.grad.numel());
+    grad_scratch_ = Tensor::empty({largest}, DType::F32, device_);
+  }
+  return grad_scratch_.region(0, p.grad.shape());
+}
+
+void GPT::add_micro_grad(Parameter& p, bool accumulate) {
+  if (accumulate) ops::axpy(p.grad, grad_scratch_.region(0, p.grad.shape()), 1.f);
+}
+
 double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float loss_scale, bool accumulate,
                              const GradReadyFn& on_grad_ready) {
   NANODDP_ASSERT(inputs.ndim() == 2 && inputs.shape() == targets.shape() && inputs.dtype() == DType::I32);
@@ -188,9 +221,10 @@ double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float 
   }
   // x = norm(wte[ids]): through the norm, then scatter into the embedding rows.
   ops::rmsnorm_backward(ws.dxn, ws.dx, ws.emb, ws.rstd_e, false);
-  Tensor& dwte = params_[wte_].grad;
-  if (!accumulate) ops::fill(dwte, 0.f);
+  const Tensor dwte = micro_grad(params_[wte_], accumulate);
+  ops::fill(dwte, 0.f);
   ops::embedding_backward(dwte, ws.dxn, ws.ids);
+  add_micro_grad(params_[wte_], accumulate);
   ready(wte_);
   return valid > 0 ? loss_sum / static_cast<double>(valid) : 0.0;
 }

@@ -57,6 +57,8 @@ class GPT {
   // One micro-step: forward, loss, backward. inputs, targets: i32 [B, T] on the host; target -1
   // is ignored. Gradients of loss_scale * mean(loss) are added to each grad (written over it
   // when accumulate is false). Returns the micro-batch's mean loss in nats.
+  // See Note [accumulation order]: with accumulate, each parameter's micro-step gradient is
+  // computed whole, then added to .grad in one addition per element.
   double forward_backward(const Tensor& inputs, const Tensor& targets, float loss_scale, bool accumulate,
                           const GradReadyFn& on_grad_ready = {});
 
@@ -90,6 +92,11 @@ class GPT {
   // Final norm, LM head and loss in row chunks; with a gradient, also the LM head's backward.
   double head_forward_backward(Workspace& ws, float grad_scale, bool accumulate, Tensor* losses_out);
   void forward_trunk(Workspace& ws, KVCache* cache = nullptr);
+  // Where this micro-step's gradient of `p` is written: p.grad itself, or with accumulate a
+  // scratch of p's shape that add_micro_grad() then adds into p.grad (Note [accumulation order]).
+  Tensor micro_grad(const Parameter& p, bool accumulate);
+  void add_micro_grad(Parameter& p, bool accumulate);
+  void linear_weight_grad(Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate);
 
   GPTConfig config_;
   Device device_;
@@ -100,6 +107,7 @@ class GPT {
   Tensor rope_cos_, rope_sin_;  // f32 [rotary_rows, head_dim / 2], values rounded to bf16
   std::unique_ptr<Workspace> train_ws_;  // training and evaluation
   std::unique_ptr<Workspace> infer_ws_;  // forward_next
+  Tensor grad_scratch_;  // f32 [numel of the largest parameter], made on the first accumulation
 };
 
 // Keys and values of past positions, per layer: [B, max_seq_len, n_kv_head, head_dim] each.

@@ -13,6 +13,7 @@ double GPT::head_forward_backward(Workspace& ws, float grad_scale, bool accumula
   const bool train = grad_scale != 0.f;
   Parameter& head = params_[lm_head_];
   ops::rmsnorm_forward(ws.xf, ws.rstd_f, ws.x, kNormEps);
+  const Tensor dhead = train ? micro_grad(head, accumulate) : Tensor();
   for (int64_t r0 = 0; r0 < ws.tokens; r0 += ws.head_rows) {
     const int64_t r1 = std::min(ws.tokens, r0 + ws.head_rows);
     const Tensor logits = ws.logits.rows(0, r1 - r0), xf = ws.xf.rows(r0, r1);
@@ -21,10 +22,13 @@ double GPT::head_forward_backward(Workspace& ws, float grad_scale, bool accumula
                                config_.softcap, grad_scale);
     if (!train) continue;
     // logits now hold dlogits: dW_head (+)= dlogits^T xf; dxf = dlogits W_head (into dxn).
-    ops::matmul(head.grad, logits, true, xf, false, 1.f, (accumulate || r0 > 0) ? 1.f : 0.f);
+    ops::matmul(dhead, logits, true, xf, false, 1.f, r0 > 0 ? 1.f : 0.f);
     ops::matmul(ws.dxn.rows(r0, r1), logits, false, head.compute, false);
   }
-  if (train) ops::rmsnorm_backward(ws.dx, ws.dxn, ws.xf, ws.rstd_f, false);
+  if (train) {
+    add_micro_grad(head, accumulate);
+    ops::rmsnorm_backward(ws.dx, ws.dxn, ws.xf, ws.rstd_f, false);
+  }
 
   const Tensor losses = ws.losses.device().is_cpu() ? ws.losses : ws.losses.copy_to(Device::cpu());
   if (losses_out != nullptr) copy(*losses_out, losses);

@@ -213,11 +213,13 @@ void Trainer::save(int64_t step) {
 // One optimizer step: grad_accum micro-steps, gradients synchronised during the last backward.
 double Trainer::train_step(int64_t step, double lr_mult) {
   double loss = 0;
-  const float scale = 1.f / static_cast<float>(plan_.grad_accum);
-  for (int64_t m = 0; m < plan_.grad_accum; m++) {
+  // Micro-batch gradients of the unscaled loss are summed; the reducer divides by grad_accum
+  // (Note [accumulation order] in model/gpt.cpp).
+  const int accum = static_cast<int>(plan_.grad_accum);
+  for (int m = 0; m < accum; m++) {
     loader_->next(inputs_, targets_);
-    const bool last = m == plan_.grad_accum - 1;
-    loss += model_->forward_backward(inputs_, targets_, scale, m > 0, last ? reducer_->sync_hook() : nullptr);
+    const bool last = m == accum - 1;
+    loss += model_->forward_backward(inputs_, targets_, 1.f, m > 0, last ? reducer_->sync_hook(accum) : nullptr);
   }
   reducer_->finish();
   optimizer_->step(lr_mult, muon_momentum(step));
