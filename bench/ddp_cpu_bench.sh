@@ -10,15 +10,16 @@ cd "$(dirname "$0")/.."
 build="${1:-build}"
 steps="${2:-30}"
 bin="$build/nanoddp"
+bench="$build/bench/bench_train_ddp"
 json() { grep -o '{.*}' | tail -1; }
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 
 export OMP_NUM_THREADS=1
-ours1=$("$bin" bench train --steps "$steps" | json)
-ours2=$("$bin" run --standalone --nproc_per_node 2 bench train --steps "$steps" | json)
+ours1=$("$bench" --steps "$steps" | json)
+ours2=$("$bin" run --standalone --nproc_per_node 2 "$bench" --steps "$steps" | json)
 # Smaller buckets: more of the allreduce can start during the backward (PyTorch's 25 MiB cap puts
 # everything but lm_head into one bucket that completes with wte, the backward's last gradient).
-ours2s=$("$bin" run --standalone --nproc_per_node 2 bench train --steps "$steps" --bucket_cap_mb 4 | json)
+ours2s=$("$bin" run --standalone --nproc_per_node 2 "$bench" --steps "$steps" --bucket_cap_mb 4 | json)
 torchrun=(/usr/bin/python3 -m torch.distributed.run --standalone --redirects 1 --tee 1)
 theirs1=$("${torchrun[@]}" --nproc_per_node 1 tools/torch_ddp_bench.py --steps "$steps" | json)
 theirs2=$("${torchrun[@]}" --nproc_per_node 2 tools/torch_ddp_bench.py --steps "$steps" | json)

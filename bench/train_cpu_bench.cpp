@@ -10,15 +10,12 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "core/rng.h"
+#include "comm/process_group.h"
 #include "core/timer.h"
-#include "ddp/optimizer.h"
-#include "ddp/reducer.h"
-#include "dist/process_group.h"
-#include "model/gpt.h"
 #include "ops/backend.h"
 #include "ops/ops.h"
 #include "ops/profile.h"
+#include "step_harness.h"
 
 namespace {
 
@@ -55,25 +52,10 @@ struct Result {
 };
 
 Result run_nanoddp(const Args& a) {
-  auto config = model::GPTConfig::from_depth(a.depth, a.vocab, a.seq);
-  model::GPT gpt(config, Device::cpu());
-  gpt.init_weights(1);
   auto group = dist::make_single_rank_group(Device::cpu());
-  ddp::Reducer reducer(gpt, *group, {0, a.optimizer == "muon", 1.0, 25.0});
-  ddp::OptimizerConfig oc;
-  oc.optimizer = a.optimizer;
-  ddp::Optimizer opt(gpt, reducer, oc);
-  Tensor x = Tensor::empty({a.batch, a.seq}, DType::I32), y = Tensor::empty({a.batch, a.seq}, DType::I32);
-  Rng rng(3);
-  for (int64_t i = 0; i < x.numel(); i++) {
-    x.data<int32_t>()[i] = static_cast<int32_t>(rng.next_u64() % a.vocab);
-    y.data<int32_t>()[i] = static_cast<int32_t>(rng.next_u64() % a.vocab);
-  }
-  auto step = [&] {
-    gpt.forward_backward(x, y, 1.f, false, reducer.sync_hook());
-    reducer.finish();
-    opt.step(1.0, 0.9);
-  };
+  bench::StepBench run({.depth = a.depth, .vocab = a.vocab, .seq = a.seq, .batch = a.batch, .optimizer = a.optimizer},
+                       *group);
+  auto step = [&] { run.step(); };
   for (int i = 0; i < a.warmup; i++) step();
   ops::reset_profile();
   ops::set_profiling(true);

@@ -10,14 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/allocator.h"
+#include "comm/process_group.h"
 #include "core/rng.h"
 #include "core/timer.h"
-#include "ddp/optimizer.h"
-#include "ddp/reducer.h"
-#include "dist/process_group.h"
-#include "model/gpt.h"
 #include "ops/backend.h"
 #include "ops/ops.h"
+#include "step_harness.h"
 
 namespace {
 
@@ -71,23 +69,18 @@ int main(int argc, char** argv) {
     const double peak = bf16_gemm_peak(a.gemm_n, be);
 
     const auto config = model::GPTConfig::from_depth(a.depth, a.vocab, a.seq);
-    model::GPT gpt(config, dev, DType::BF16);
-    gpt.init_weights(1);
     auto group = dist::make_single_rank_group(dev);
-    ddp::Reducer reducer(gpt, *group, {0, true, 1.0, 25.0});
-    ddp::Optimizer opt(gpt, reducer, ddp::OptimizerConfig{});
-    Tensor x = Tensor::empty({a.batch, a.seq}, DType::I32), y = Tensor::empty({a.batch, a.seq}, DType::I32);
-    Rng rng(3);
-    for (int64_t i = 0; i < x.numel(); i++) {
-      x.data<int32_t>()[i] = static_cast<int32_t>(rng.next_u64() % a.vocab);
-      y.data<int32_t>()[i] = static_cast<int32_t>(rng.next_u64() % a.vocab);
-    }
+    bench::StepBench run({.depth = a.depth,
+                          .vocab = a.vocab,
+                          .seq = a.seq,
+                          .batch = a.batch,
+                          .device = dev,
+                          .act_dtype = DType::BF16,
+                          .optimizer = "muon",
+                          .muon_momentum = 0.95},
+                         *group);
     double loss = 0;
-    auto step = [&] {
-      loss = gpt.forward_backward(x, y, 1.f, false, reducer.sync_hook());
-      reducer.finish();
-      opt.step(1.0, 0.95);
-    };
+    auto step = [&] { loss = run.step(); };
     for (int i = 0; i < a.warmup; i++) step();
     be.synchronize();
     Stopwatch sw;

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch 1.13 DDP baseline of `nanoddp bench train` (bench/ddp_cpu_bench.sh): the same model
+"""PyTorch 1.13 DDP baseline of bench/train_ddp_bench.cpp (build/bench/bench_train_ddp) (bench/ddp_cpu_bench.sh): the same model
 (tools/torch_golden.py's forward as an nn.Module), the same global batch split over the ranks,
 torch.nn.parallel.DistributedDataParallel over Gloo (default 25 MiB buckets), AdamW. Run under
 torchrun; rank 0 prints one JSON line."""

@@ -10,7 +10,7 @@
 #include "cli/commands.h"
 #include "cli/option_flags.h"
 #include "core/error.h"
-#include "dist/launcher.h"
+#include "launch/launcher.h"
 
 namespace nanoddp::cli {
 

@@ -1,8 +1,8 @@
 // nanoddp train: nanochat's base_train as one command. Works as a single process, under
-// `nanoddp run`, torchrun-style environments, mpirun and srun (see dist/init.h).
+// `nanoddp run`, torchrun-style environments, mpirun and srun (see comm/init.h).
 #include "cli/commands.h"
 #include "cli/option_flags.h"
-#include "dist/init.h"
+#include "comm/init.h"
 #include "train/trainer.h"
 
 namespace nanoddp::cli {

@@ -12,8 +12,6 @@ void add_export_commands(CLI::App& root);    // nanoddp export / import
 void add_data_command(CLI::App& root);       // nanoddp data prepare
 void add_tokenizer_command(CLI::App& root);  // nanoddp tokenizer train|encode|decode
 void add_run_command(CLI::App& root);        // nanoddp run (the launcher)
-void add_bench_command(CLI::App& root);      // nanoddp bench ...
-void add_bench_train(CLI::App& bench);      // nanoddp bench train (cmd_bench_train.cpp)
 void add_info_command(CLI::App& root);       // nanoddp info
 
 }  // namespace nanoddp::cli

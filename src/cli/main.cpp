@@ -13,7 +13,6 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", NANODDP_VERSION);
   using namespace nanoddp::cli;
   add_info_command(app);
-  add_bench_command(app);
   add_train_command(app);
   add_sample_command(app);
   add_export_commands(app);

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "ddp/bucket_layout.h"
-#include "dist/process_group.h"
+#include "comm/process_group.h"
 #include "model/gpt.h"
 
 namespace nanoddp::ddp {

@@ -1,9 +1,12 @@
 #include "ops/profile.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
 #include "core/timer.h"
+#include "ops/backend.h"
+#include "ops/ops.h"
 
 namespace nanoddp::ops {
 
@@ -37,6 +40,23 @@ OpTimer::~OpTimer() {
   s.seconds += dt;
   s.flops += flops_;
   s.calls++;
+}
+
+double measure_matmul_flops(Device device) {
+  // 2048 x 1024 x 256: the shape of a small transformer layer's GEMM.
+  const int64_t m = 2048, n = 1024, k = 256;
+  Tensor a = Tensor::zeros({m, k}, DType::F32, device), b = Tensor::zeros({n, k}, DType::F32, device),
+         c = Tensor::zeros({m, n}, DType::F32, device);
+  fill(a, 0.5f);
+  fill(b, 0.25f);
+  double best = 1e30;
+  for (int i = 0; i < 10; i++) {
+    Stopwatch sw;
+    matmul(c, a, false, b, true);
+    backend(device).synchronize();
+    best = std::min(best, sw.seconds());
+  }
+  return 2.0 * m * n * k / best;
 }
 
 }  // namespace nanoddp::ops

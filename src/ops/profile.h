@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 
+#include "core/device.h"
+
 namespace nanoddp::ops {
 
 struct OpStats {
@@ -17,6 +19,10 @@ struct OpStats {
 void set_profiling(bool on);
 void reset_profile();
 std::map<std::string, OpStats> profile_snapshot();
+
+// FLOP/s of an f32 GEMM the size of a transformer layer's on `device` with the current thread
+// count: the best of a few runs (~0.1 s on a CPU), so other load on the machine is filtered out.
+double measure_matmul_flops(Device device);
 
 // RAII timer used by ops.cpp.
 class OpTimer {

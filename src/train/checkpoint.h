@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "dist/process_group.h"
+#include "comm/process_group.h"
 
 namespace nanoddp::train {
 

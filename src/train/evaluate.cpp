@@ -4,22 +4,10 @@
 #include <cmath>
 #include <numbers>
 
+#include "comm/consistency.h"
 #include "data/loader.h"
 
 namespace nanoddp::train {
-
-void allreduce_scalars(dist::ProcessGroup& group, Device device, std::vector<double>& values, dist::ReduceOp op) {
-  if (group.size() == 1) return;
-  const int64_t n = static_cast<int64_t>(values.size());
-  Tensor host = Tensor::wrap(values.data(), {n}, DType::F64);
-  if (device.is_cpu()) {
-    group.allreduce(host, op)->wait();
-    return;
-  }
-  Tensor dev = host.copy_to(device);
-  group.allreduce(dev, op)->wait();
-  copy(host, dev);
-}
 
 EvalResult evaluate(model::GPT& model, const std::string& data_dir, int64_t batch, int64_t seq,
                     int64_t micro_batches, const std::vector<int32_t>& token_bytes, dist::ProcessGroup& group) {
@@ -49,7 +37,7 @@ EvalResult evaluate(model::GPT& model, const std::string& data_dir, int64_t batc
       sums[3] += 1;
     }
   }
-  allreduce_scalars(group, model.device(), sums, dist::ReduceOp::Sum);
+  dist::allreduce_scalars(group, sums, dist::ReduceOp::Sum);
   EvalResult r;
   r.tokens = static_cast<int64_t>(sums[3]);
   r.loss = sums[3] > 0 ? sums[2] / sums[3] : 0.0;

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/process_group.h"
+#include "comm/process_group.h"
 #include "model/gpt.h"
 
 namespace nanoddp::train {
@@ -21,9 +21,5 @@ struct EvalResult {
 // Evaluates `micro_batches` micro-batches of the val split on every rank (rank-strided rows).
 EvalResult evaluate(model::GPT& model, const std::string& data_dir, int64_t batch, int64_t seq,
                     int64_t micro_batches, const std::vector<int32_t>& token_bytes, dist::ProcessGroup& group);
-
-// Sums (or averages, or maxes) a few doubles over the ranks of `group`, through a tensor on
-// `device` (NCCL reduces device memory only).
-void allreduce_scalars(dist::ProcessGroup& group, Device device, std::vector<double>& values, dist::ReduceOp op);
 
 }  // namespace nanoddp::train

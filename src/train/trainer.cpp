@@ -9,7 +9,7 @@
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "data/loader.h"
-#include "dist/consistency.h"
+#include "comm/consistency.h"
 #include "ddp/optimizer.h"
 #include "ddp/reducer.h"
 #include "model/generate.h"
@@ -17,11 +17,16 @@
 #include "nanoddp/build_config.h"
 #include "ops/backend.h"
 #include "ops/ops.h"
+#include "ops/profile.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/schedule.h"
 
 namespace nanoddp::train {
+
+// The H100 SXM's dense bf16 tensor-core peak (NVIDIA's datasheet figure without sparsity), the MFU
+// denominator nanochat and llm.c report against on any GPU unless --peak_flops says otherwise.
+constexpr double kH100DenseBf16Flops = 989e12;
 
 namespace {
 
@@ -139,7 +144,10 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
   loader_ = std::make_unique<data::TokenLoader>(opts.data, "train", lo);
   inputs_ = Tensor::empty({opts.device_batch_size, opts.max_seq_len}, DType::I32);
   targets_ = Tensor::empty({opts.device_batch_size, opts.max_seq_len}, DType::I32);
-  peak_flops_ = opts.peak_flops > 0 ? opts.peak_flops : (device_.is_cpu() ? measure_cpu_matmul_flops() : 989e12);
+  // MFU's denominator: the user's --peak_flops, else on the CPU a layer-sized GEMM measured now,
+  // else the H100's dense bf16 peak (the figure nanochat and PyTorch users quote MFU against).
+  peak_flops_ = opts.peak_flops > 0 ? opts.peak_flops
+                                    : (device_.is_cpu() ? ops::measure_matmul_flops(device_) : kH100DenseBf16Flops);
 }
 
 // The step to resume from, or -1 for a fresh run (see --resume; a launcher restart implies auto).
@@ -224,7 +232,7 @@ double Trainer::train_step(int64_t step, double lr_mult) {
   reducer_->finish();
   optimizer_->step(lr_mult, muon_momentum(step));
   std::vector<double> mean{loss / static_cast<double>(plan_.grad_accum)};
-  allreduce_scalars(group_, device_, mean, dist::ReduceOp::Avg);
+  dist::allreduce_scalars(group_, mean, dist::ReduceOp::Avg);
   return mean[0];
 }
 
@@ -304,21 +312,5 @@ TrainResult run_training(const TrainOptions& opts, dist::ProcessGroup& group, De
   return trainer.run();
 }
 
-double measure_cpu_matmul_flops() {
-  // The best of a few runs of a GEMM the size of a transformer layer's (2048 x 1024 x 256): the
-  // minimum time filters out other load on the machine.
-  const int64_t m = 2048, n = 1024, k = 256;
-  Tensor a = Tensor::zeros({m, k}, DType::F32), b = Tensor::zeros({n, k}, DType::F32),
-         c = Tensor::zeros({m, n}, DType::F32);
-  ops::fill(a, 0.5f);
-  ops::fill(b, 0.25f);
-  double best = 1e30;
-  for (int i = 0; i < 10; i++) {
-    Stopwatch sw;
-    ops::matmul(c, a, false, b, true);
-    best = std::min(best, sw.seconds());
-  }
-  return 2.0 * m * n * k / best;
-}
 
 }  // namespace nanoddp::train

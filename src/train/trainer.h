@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "dist/process_group.h"
+#include "comm/process_group.h"
 #include "train/evaluate.h"
 #include "train/options.h"
 
@@ -21,10 +21,8 @@ struct TrainResult {
 
 // Runs `opts` on `group` (one rank per process; a single-rank group without a launcher) with this
 // rank computing on `device`. First checks that every rank has the same options, dataset and
-// build (dist/consistency.h).
+// build (comm/consistency.h).
 TrainResult run_training(const TrainOptions& opts, dist::ProcessGroup& group, Device device);
 
-// FLOP/s of f32 GEMM on this CPU with the current thread count, measured in ~0.1 s.
-double measure_cpu_matmul_flops();
 
 }  // namespace nanoddp::train

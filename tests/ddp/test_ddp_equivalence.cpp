@@ -12,9 +12,9 @@
 
 #include "ddp/optimizer.h"
 #include "ddp/reducer.h"
-#include "dist/gloo_group.h"
-#include "dist/hash_store.h"
-#include "dist/prefix_store.h"
+#include "comm/gloo_group.h"
+#include "rendezvous/hash_store.h"
+#include "rendezvous/prefix_store.h"
 #include "model/gpt.h"
 #include "test_util.h"
 

@@ -11,7 +11,7 @@
 
 #include "core/safetensors.h"
 #include "corpus.h"
-#include "dist/process_group.h"
+#include "comm/process_group.h"
 #include "run_outputs.h"
 #include "test_util.h"
 #include "train/checkpoint.h"

@@ -1,0 +1,39 @@
+#include "step_harness.h"
+
+#include "core/rng.h"
+#include "core/timer.h"
+
+namespace nanoddp::bench {
+
+StepBench::StepBench(const StepBenchConfig& c, dist::ProcessGroup& group)
+    : config_(model::GPTConfig::from_depth(c.depth, c.vocab, c.seq)), muon_momentum_(c.muon_momentum) {
+  model_ = std::make_unique<model::GPT>(config_, c.device, c.act_dtype);
+  model_->init_weights(1);
+  reducer_ = std::make_unique<ddp::Reducer>(*model_, group,
+                                            ddp::ReducerOptions{.zero = c.zero,
+                                                                .whole_matrices = c.optimizer == "muon",
+                                                                .first_bucket_mb = c.first_bucket_mb,
+                                                                .bucket_cap_mb = c.bucket_cap_mb});
+  reducer_->broadcast_parameters();
+  ddp::OptimizerConfig oc;
+  oc.optimizer = c.optimizer;
+  optimizer_ = std::make_unique<ddp::Optimizer>(*model_, *reducer_, oc);
+  x_ = Tensor::empty({c.batch, c.seq}, DType::I32);
+  y_ = Tensor::empty({c.batch, c.seq}, DType::I32);
+  Rng rng(c.data_seed, static_cast<uint64_t>(group.rank()));
+  for (int64_t i = 0; i < x_.numel(); i++) {
+    x_.data<int32_t>()[i] = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(c.vocab));
+    y_.data<int32_t>()[i] = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(c.vocab));
+  }
+}
+
+double StepBench::step(double* exposed) {
+  const double loss = model_->forward_backward(x_, y_, 1.f, false, reducer_->sync_hook());
+  Stopwatch wait;
+  reducer_->finish();
+  if (exposed != nullptr) *exposed += wait.seconds();
+  optimizer_->step(1.0, muon_momentum_);
+  return loss;
+}
+
+}  // namespace nanoddp::bench

@@ -1,0 +1,51 @@
+// One training step of nanochat's GPT on random tokens, shared by the training benchmarks
+// (bench_train_cpu, bench_train_gpu, bench_train_ddp): the model, its Reducer and Optimizer over a
+// process group, a fixed random micro-batch, and the step as the trainer runs it (forward and
+// backward with the Reducer's hook, finish, optimizer step). Each benchmark adds only its timing
+// and its baseline.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/process_group.h"
+#include "ddp/optimizer.h"
+#include "ddp/reducer.h"
+#include "model/gpt.h"
+
+namespace nanoddp::bench {
+
+struct StepBenchConfig {
+  int64_t depth = 4, vocab = 4096, seq = 128;
+  int64_t batch = 16;  // rows of this rank's micro-batch
+  Device device = Device::cpu();
+  DType act_dtype = DType::F32;
+  std::string optimizer = "adamw";  // adamw (AdamW everywhere) or muon (nanochat: Muon + AdamW)
+  int zero = 0;
+  double first_bucket_mb = 1.0, bucket_cap_mb = 25.0;  // PyTorch DDP's defaults
+  double muon_momentum = 0.9;
+  uint64_t data_seed = 3;  // tokens drawn from Rng(data_seed, rank)
+};
+
+class StepBench {
+ public:
+  StepBench(const StepBenchConfig& c, dist::ProcessGroup& group);
+  // One optimizer step; returns the micro-batch loss. With `exposed`, adds the seconds the step
+  // waited in Reducer::finish after its backward (communication the backward did not hide).
+  double step(double* exposed = nullptr);
+
+  const model::GPTConfig& config() const { return config_; }
+  model::GPT& model() { return *model_; }
+  ddp::Reducer& reducer() { return *reducer_; }
+  ddp::Optimizer& optimizer() { return *optimizer_; }
+
+ private:
+  model::GPTConfig config_;
+  std::unique_ptr<model::GPT> model_;
+  std::unique_ptr<ddp::Reducer> reducer_;
+  std::unique_ptr<ddp::Optimizer> optimizer_;
+  Tensor x_, y_;  // i32 [batch, seq] on the host
+  double muon_momentum_;
+};
+
+}  // namespace nanoddp::bench

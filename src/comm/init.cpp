@@ -1,0 +1,169 @@
+#include "comm/init.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "rendezvous/hash_store.h"
+#include "rendezvous/prefix_store.h"
+#include "rendezvous/tcp_store.h"
+#include "nanoddp/build_config.h"
+
+#if NANODDP_HAVE_GLOO
+#include "comm/gloo_group.h"
+#endif
+#if NANODDP_HAVE_MPI
+#include "comm/mpi_group.h"
+#endif
+#if NANODDP_HAVE_NCCL
+#include "comm/nccl_group.h"
+#endif
+
+namespace nanoddp::dist {
+
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr int kDefaultMasterPort = 29500;  // torchrun's
+
+milliseconds to_ms(double seconds) { return milliseconds(int64_t(seconds * 1000)); }
+
+bool agent_hosts_store() {
+  const char* v = std::getenv("NANODDP_AGENT_STORE");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// The job's store: the launcher's, or rank 0's in-process server.
+std::shared_ptr<Store> connect_store(const DistEnv& env, const DistOptions& options, DistContext& ctx) {
+  NANODDP_CHECK(!env.master_addr.empty(),
+                "MASTER_ADDR is not set: launch with `nanoddp run`, or set MASTER_ADDR and MASTER_PORT (rank 0's "
+                "host and a free port) on every rank");
+  TcpStoreOptions client;
+  client.host = env.master_addr;
+  client.port = env.master_port > 0 ? env.master_port : kDefaultMasterPort;
+  client.connect_timeout = to_ms(options.rendezvous_timeout);
+  client.timeout = to_ms(options.rendezvous_timeout);
+  if (!agent_hosts_store() && env.rank == 0) {
+    ctx.store_server = std::make_unique<TcpStoreServer>(TcpStoreServerOptions{"", client.port, store_token_from_env()});
+    client.host = "127.0.0.1";  // the server listens on every interface, loopback included
+  }
+  return std::make_shared<TcpStore>(client);
+}
+
+}  // namespace
+
+DistContext::DistContext() = default;
+// Note [store linger]: the rank that hosts the store (rank 0 without a launcher) must not take it
+// down while other ranks still use it: after a failed collective each rank reads the others'
+// progress from the store to name the ranks that did not arrive, and one that finishes its
+// diagnosis first would otherwise cut the others off mid-diagnosis. So the host serves on until
+// every other rank has disconnected, at most store_linger (a few heartbeat intervals).
+DistContext::~DistContext() {
+  group.reset();
+  store.reset();  // this rank's own connections close here, so the server counts only the others
+  if (store_server) {
+    const auto deadline = std::chrono::steady_clock::now() + store_linger;
+    while (store_server->client_count() > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  store_server.reset();
+}
+
+Device local_device(const std::string& requested, const DistEnv& env) {
+  if (requested != "cuda") return parse_device(requested);
+  int count = cuda_device_count();
+  NANODDP_CHECK(count > 0, "--device cuda but no GPU is visible to rank {} (check nvidia-smi and "
+                "CUDA_VISIBLE_DEVICES), or use --device cpu", env.rank);
+  NANODDP_CHECK(env.local_rank < count,
+                "rank {} has LOCAL_RANK {} but only {} GPU(s) are visible on this node: start at most {} processes "
+                "per node (--nproc_per_node), or check CUDA_VISIBLE_DEVICES",
+                env.rank, env.local_rank, count, count);
+  return Device::cuda(env.local_rank);
+}
+
+std::string resolve_backend(const std::string& requested, Device device, const DistEnv& env) {
+  std::string b = requested;
+  if (b == "auto") {
+    // mpirun tells a rank nothing about where a store could live, so MPI itself connects the ranks.
+    // srun names the nodes: the store runs on the first one (Gloo), which works whether or not
+    // Open MPI was built with Slurm's PMI; --backend mpi still selects MPI there.
+    const bool mpirun = env.launcher == Launcher::Mpirun && !env.master_from_env;
+    b = device.is_cuda() ? "nccl" : (mpirun && NANODDP_HAVE_MPI) ? "mpi" : "gloo";
+  }
+  NANODDP_CHECK(b == "gloo" || b == "mpi" || b == "nccl", "unknown backend '{}': use auto, gloo, mpi or nccl",
+                requested);
+  NANODDP_CHECK(b != "gloo" || NANODDP_HAVE_GLOO,
+                "this build has no Gloo: install libgloo-dev (scripts/setup.sh) and rebuild, or use another backend");
+  NANODDP_CHECK(b != "mpi" || NANODDP_HAVE_MPI,
+                "this build has no MPI: install libopenmpi-dev (scripts/setup.sh) and rebuild, or set MASTER_ADDR "
+                "and MASTER_PORT to use gloo");
+  NANODDP_CHECK(b != "nccl" || NANODDP_HAVE_NCCL, "this build has no NCCL: build with CUDA and NCCL, or use gloo");
+  NANODDP_CHECK(b != "nccl" || device.is_cuda(), "the nccl backend needs a CUDA device: use --device cuda, or gloo");
+  NANODDP_CHECK(b == "nccl" || device.is_cpu(),
+                "the {} backend reduces CPU tensors but the device is {}: use the nccl backend", b, device.str());
+  return b;
+}
+
+std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device device, const DistEnv& env) {
+  auto ctx = std::make_unique<DistContext>();
+  ctx->env = env;
+  NANODDP_CHECK(options.collective_timeout > 0 && options.rendezvous_timeout > 0,
+                "collective_timeout and rendezvous_timeout must be positive");
+  const milliseconds timeout = to_ms(options.collective_timeout);
+  // Five heartbeat intervals (collective_watch.h: timeout / 10, at most 2 s): longer than another
+  // rank's diagnosis takes after its own timeout (Note [store linger]).
+  ctx->store_linger = 5 * std::clamp(timeout / 10, milliseconds(20), milliseconds(2000));
+  const std::string attempt = fmt::format("attempt{}", env.restart_count);
+
+  if (env.world_size == 1 && options.backend != "mpi") {
+    ctx->backend = "single";
+    ctx->store = agent_hosts_store() ? std::make_shared<PrefixStore>(attempt, connect_store(env, options, *ctx))
+                                     : std::shared_ptr<Store>(std::make_shared<HashStore>());
+    ctx->group = make_single_rank_group(device);
+    log::set_rank(0, 1);
+    return ctx;
+  }
+
+  ctx->backend = resolve_backend(options.backend, device, env);
+  if (ctx->backend == "mpi") {
+#if NANODDP_HAVE_MPI
+    MpiGroupOptions o;
+    o.timeout = timeout;
+    if (!env.master_addr.empty() && env.master_from_env)
+      o.store = std::make_shared<PrefixStore>(attempt, connect_store(env, options, *ctx));
+    auto group = std::make_unique<MpiGroup>(o);
+    NANODDP_CHECK(env.launcher == Launcher::None || (group->rank() == env.rank && group->size() == env.world_size),
+                  "MPI says rank {} of {} but the environment says rank {} of {}: start the job with one launcher",
+                  group->rank(), group->size(), env.rank, env.world_size);
+    ctx->store = group->store();
+    ctx->group = std::move(group);
+#endif
+  } else {
+    ctx->store = std::make_shared<PrefixStore>(attempt, connect_store(env, options, *ctx));
+    ctx->store->set_timeout(to_ms(options.rendezvous_timeout));
+    auto group_store = std::make_shared<PrefixStore>("pg0", ctx->store);
+    if (ctx->backend == "gloo") {
+#if NANODDP_HAVE_GLOO
+      GlooGroupOptions o;
+      o.timeout = timeout;
+      o.master_addr = env.master_addr;
+      o.master_port = env.master_port > 0 ? env.master_port : kDefaultMasterPort;
+      ctx->group = std::make_unique<GlooGroup>(group_store, env.rank, env.world_size, o);
+#endif
+    } else {
+#if NANODDP_HAVE_NCCL
+      NcclGroupOptions o;
+      o.timeout = timeout;
+      ctx->group = std::make_unique<NcclGroup>(group_store, env.rank, env.world_size, device, o);
+#endif
+    }
+  }
+  NANODDP_ASSERT(ctx->group != nullptr, "backend {} resolved but not built", ctx->backend);
+  log::set_rank(ctx->group->rank(), ctx->group->size());
+  return ctx;
+}
+
+}  // namespace nanoddp::dist

@@ -1,0 +1,307 @@
+#include "comm/mpi_group.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "core/error.h"
+#include "comm/collective.h"
+#include "comm/collective_watch.h"
+#include "rendezvous/prefix_store.h"
+#include "rendezvous/tcp_store.h"
+#include "comm/work.h"
+
+namespace nanoddp::dist {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+std::atomic<int> g_live_groups{0};
+bool g_we_initialized = false;  // MPI_Init_thread was ours, so MPI_Finalize is too
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return std::string(text, size_t(len));
+}
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I32: return MPI_INT32_T;
+    case DType::I64: return MPI_INT64_T;
+    default: NANODDP_ASSERT(false, "mpi_type({})", dtype_name(dtype));
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
+
+// MPI counts are ints; larger tensors would need derived types.
+int mpi_count(size_t count, const char* collective) {
+  NANODDP_CHECK(count <= size_t(INT_MAX), "{} of {} elements exceeds MPI's int count limit: split the tensor",
+                collective, count);
+  return int(count);
+}
+
+// Rank 0 serves a store on a free port; every rank learns "host:port" through MPI_Bcast.
+std::shared_ptr<Store> store_through_mpi(MPI_Comm comm, int rank, milliseconds timeout,
+                                         std::unique_ptr<TcpStoreServer>& server) {
+  // All ranks on one host (the common single-node case) use loopback; otherwise rank 0's hostname.
+  MPI_Comm local;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  int local_size = 0, world_size = 0;
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_size(comm, &world_size);
+  MPI_Comm_free(&local);
+  char endpoint[512] = {};
+  if (rank == 0) {
+    server = std::make_unique<TcpStoreServer>(TcpStoreServerOptions{"", 0, store_token_from_env()});
+    char host[256] = "127.0.0.1";
+    if (local_size != world_size) gethostname(host, sizeof host - 1);
+    std::snprintf(endpoint, sizeof endpoint, "%s %d", host, server->port());
+  }
+  MPI_Bcast(endpoint, sizeof endpoint, MPI_CHAR, 0, comm);
+  char host[256] = {};
+  int port = 0;
+  NANODDP_ASSERT(std::sscanf(endpoint, "%255s %d", host, &port) == 2, "bad store endpoint '{}'", endpoint);
+  TcpStoreOptions o;
+  o.host = host;
+  o.port = port;
+  o.timeout = timeout;
+  return std::make_shared<TcpStore>(o);
+}
+
+}  // namespace
+
+struct MpiGroup::State {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::unique_ptr<TcpStoreServer> server;  // rank 0, when no store was given
+  std::shared_ptr<Store> store;
+  std::unique_ptr<CollectiveWatch> watch;
+  std::atomic<uint64_t> seq{0};
+  std::atomic<bool> failed{false};
+  std::string failure;  // written before `failed` is set
+
+  // What the worker is inside, for the watchdog (under mu).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool busy = false;
+  bool on_worker = false;  // the call runs on the queue's worker (else on a waiting caller)
+  CollectiveInfo current;
+  Clock::time_point started;
+  bool stopping = false;
+  std::thread watchdog;
+
+  WorkQueue queue{true};  // Note [caller runs] in comm/work.h; declared last: destroyed first
+
+  void watchdog_loop(milliseconds timeout, int rank);
+};
+
+// Fails the collective the worker has been inside for longer than the timeout. MPI cannot cancel
+// it, so the queue is closed: that work, and every later one, fails with the diagnosis at once.
+void MpiGroup::State::watchdog_loop(milliseconds timeout, int rank) {
+  const milliseconds tick = std::clamp(timeout / 20, milliseconds(5), milliseconds(200));
+  std::unique_lock lock(mu);
+  while (!stopping) {
+    cv.wait_for(lock, tick);
+    if (!busy || Clock::now() - started <= timeout) continue;
+    CollectiveInfo info = current;
+    bool stuck_caller = !on_worker;
+    lock.unlock();
+    std::string message = fmt::format("{} timed out after {:g} s on rank {}", info.describe(), timeout.count() / 1000.0,
+                                      rank);
+    message += ": " + watch->diagnose(info.seq);
+    failure = message;
+    failed = true;
+    if (stuck_caller) {
+      // The call runs on the thread that would receive the error, inside MPI for good: report
+      // here and end the job, as the destructor would (Note [caller runs] in comm/work.h).
+      std::fprintf(stderr, "nanoddp: error: [rank %d] %s\n", rank, message.c_str());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    queue.close_with_error(std::make_exception_ptr(Error(message)));
+    return;
+  }
+}
+
+MpiGroup::WorldInfo MpiGroup::init_mpi() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  NANODDP_CHECK(!finalized, "MPI was already finalized in this process: create the MPI group once");
+  if (!initialized) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    NANODDP_CHECK(provided >= MPI_THREAD_SERIALIZED,
+                  "this MPI library gives thread level {} but nanoddp needs MPI_THREAD_SERIALIZED: use a "
+                  "thread-enabled MPI build",
+                  provided);
+    g_we_initialized = true;
+  } else {
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    NANODDP_CHECK(provided >= MPI_THREAD_SERIALIZED,
+                  "MPI was initialised with thread level {}; initialise it with MPI_THREAD_SERIALIZED or higher",
+                  provided);
+  }
+  WorldInfo w{};
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+  return w;
+}
+
+MpiGroup::MpiGroup(MpiGroupOptions options) : MpiGroup(init_mpi(), std::move(options)) {}
+
+MpiGroup::MpiGroup(WorldInfo world, MpiGroupOptions options)
+    : ProcessGroup(world.rank, world.size), options_(std::move(options)), state_(std::make_unique<State>()) {
+  g_live_groups++;
+  MPI_Comm_dup(MPI_COMM_WORLD, &state_->comm);
+  MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN);
+  state_->store = options_.store ? options_.store
+                                 : store_through_mpi(state_->comm, rank(), options_.timeout, state_->server);
+  state_->watch = std::make_unique<CollectiveWatch>(std::make_shared<PrefixStore>("mpi/watch", state_->store), rank(),
+                                                    size(), options_.timeout);
+  state_->watchdog = std::thread([st = state_.get(), t = options_.timeout, r = rank()] { st->watchdog_loop(t, r); });
+}
+
+MpiGroup::~MpiGroup() {
+  State& st = *state_;
+  // Finish what is queued, then leave together, so that rank 0 keeps serving the store until every
+  // rank is done with it. Both end within the timeout (the watchdog fails them at worst).
+  try {
+    st.queue.enqueue([] {})->wait();
+    if (!st.failed) barrier()->wait();
+  } catch (const Error&) {
+  }
+  if (st.failed) {
+    // The worker is stuck in a collective that can never finish; MPI_Finalize would hang too.
+    std::fprintf(stderr, "nanoddp: error: [rank %d] %s\n", rank(), st.failure.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  {
+    std::lock_guard lock(st.mu);
+    st.stopping = true;
+  }
+  st.cv.notify_all();
+  st.watchdog.join();
+  st.watch.reset();
+  MPI_Comm_free(&st.comm);
+  if (--g_live_groups == 0 && g_we_initialized) MPI_Finalize();
+}
+
+MPI_Comm MpiGroup::comm() const { return state_->comm; }
+const std::shared_ptr<Store>& MpiGroup::store() const { return state_->store; }
+
+WorkPtr MpiGroup::submit(const char* name, const Tensor& t, const char* op, std::function<int()> call,
+                         std::function<void()> after) {
+  CollectiveInfo info{name, ++state_->seq, t.defined() ? t.nbytes() : 0, t.dtype(), op, t.defined()};
+  state_->watch->issued(info.seq);
+  State* st = state_.get();
+  int rank = this->rank();
+  return st->queue.enqueue([st, info, rank, call = std::move(call), after = std::move(after)] {
+    NANODDP_CHECK(!st->failed, "{} was not run because this process group failed earlier ({}); restart the job",
+                  info.describe(), st->failure);
+    {
+      std::lock_guard lock(st->mu);
+      st->busy = true;
+      st->on_worker = st->queue.on_worker_thread();
+      st->current = info;
+      st->started = Clock::now();
+    }
+    int rc = call();
+    {
+      std::lock_guard lock(st->mu);
+      st->busy = false;
+    }
+    if (st->failed) return;  // the watchdog has already failed this work
+    if (rc != MPI_SUCCESS) {
+      std::string message = fmt::format("{} failed on rank {} ({})", info.describe(), rank, mpi_error_text(rc));
+      st->failure = message + ": " + st->watch->diagnose(info.seq);
+      st->failed = true;
+      throw Error(st->failure);
+    }
+    if (after) after();
+  });
+}
+
+WorkPtr MpiGroup::allreduce(const Tensor& t, ReduceOp op) {
+  check_reducible("allreduce", "mpi", t.dtype());
+  NANODDP_CHECK(t.device().is_cpu(), "the mpi backend takes CPU tensors, not {}", t.device().str());
+  int count = mpi_count(size_t(t.numel()), "allreduce");
+  int world = size();
+  return submit(
+      "allreduce", t, reduce_op_name(op),
+      [this, t, op, count] {
+        if (count == 0) return MPI_SUCCESS;
+        return MPI_Allreduce(MPI_IN_PLACE, t.raw(), count, mpi_type(t.dtype()), mpi_op(op), state_->comm);
+      },
+      [t, op, count, world] {
+        if (op == ReduceOp::Avg) divide_in_place(t.raw(), size_t(count), t.dtype(), world);
+      });
+}
+
+WorkPtr MpiGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
+  check_reducible("reduce_scatter", "mpi", in.dtype());
+  check_reduce_scatter_shapes(out, in, size());
+  NANODDP_CHECK(in.device().is_cpu() && out.device().is_cpu(), "the mpi backend takes CPU tensors");
+  int count = mpi_count(size_t(in.numel()), "reduce_scatter") / size();
+  // MPI forbids the output overlapping the input: reduce into scratch, then copy.
+  const char* in_begin = static_cast<const char*>(in.raw());
+  const char* out_begin = static_cast<const char*>(out.raw());
+  bool overlaps = out.nbytes() > 0 && out_begin < in_begin + in.nbytes() && in_begin < out_begin + out.nbytes();
+  Tensor target = overlaps ? Tensor::empty(out.shape(), out.dtype()) : out;
+  int world = size();
+  return submit(
+      "reduce_scatter", in, reduce_op_name(op),
+      [this, in, target, op, count] {
+        if (count == 0) return MPI_SUCCESS;
+        return MPI_Reduce_scatter_block(in.raw(), target.raw(), count, mpi_type(in.dtype()), mpi_op(op),
+                                        state_->comm);
+      },
+      [out, target, op, count, world, overlaps] {
+        if (overlaps) copy(out, target);
+        if (op == ReduceOp::Avg) divide_in_place(out.raw(), size_t(count), out.dtype(), world);
+      });
+}
+
+WorkPtr MpiGroup::all_gather(const Tensor& out, const Tensor& in) {
+  check_all_gather_shapes(out, in, size());
+  NANODDP_CHECK(in.device().is_cpu() && out.device().is_cpu(), "the mpi backend takes CPU tensors");
+  int bytes = mpi_count(in.nbytes(), "all_gather");
+  bool in_place = in.raw() == static_cast<char*>(out.raw()) + size_t(rank()) * in.nbytes();
+  return submit("all_gather", out, nullptr, [this, out, in, bytes, in_place] {
+    if (bytes == 0) return MPI_SUCCESS;
+    return MPI_Allgather(in_place ? MPI_IN_PLACE : in.raw(), bytes, MPI_BYTE, out.raw(), bytes, MPI_BYTE,
+                         state_->comm);
+  });
+}
+
+WorkPtr MpiGroup::broadcast(const Tensor& t, int root) {
+  check_root(root, size());
+  NANODDP_CHECK(t.device().is_cpu(), "the mpi backend takes CPU tensors, not {}", t.device().str());
+  int bytes = mpi_count(t.nbytes(), "broadcast");
+  return submit("broadcast", t, nullptr, [this, t, root, bytes] {
+    if (bytes == 0) return MPI_SUCCESS;
+    return MPI_Bcast(t.raw(), bytes, MPI_BYTE, root, state_->comm);
+  });
+}
+
+WorkPtr MpiGroup::barrier() {
+  return submit("barrier", Tensor(), nullptr, [this] { return MPI_Barrier(state_->comm); });
+}
+
+}  // namespace nanoddp::dist

@@ -1,0 +1,304 @@
+// The launcher's main loop: host or reach the store, then run attempts until one succeeds, the
+// restarts run out, or a signal ends the job.
+//
+// Note [launcher rounds]
+// The job runs in attempts 0, 1, ..., max_restarts; NANODDP_RESTART_COUNT is the attempt's number.
+// Every attempt is a round that all launchers go through together, coordinated by keys in node 0's
+// store (launcher_rendezvous.h):
+//  1. Join: each launcher registers (nproc, host) under attempt<A>/node<K> and waits for all nodes;
+//     global ranks are prefix sums of nproc in node order. No node starts attempt A's workers before
+//     every node has stopped attempt A-1's, because it registers for A only after stopping them.
+//  2. Run: each launcher starts its workers and watches them. Its own workers' exits wake it at once
+//     (SIGCHLD); every --monitor_interval it also reads the attempt's outcome keys. Nodes other than
+//     0 count a heartbeat each interval; node 0 declares a node lost (a cause that is not
+//     restartable: the node is gone) when its count stalls for max(5 s, 20 intervals).
+//  3. End: the first launcher to see a worker fail publishes the root cause (compare_set, so the
+//     first report wins) under attempt<A>/failed. Every launcher that reads it stops its workers
+//     (SIGTERM, SIGKILL after --stop_timeout) and prints the cause. If the cause is restartable and
+//     restarts remain, all go to step 1 with A+1; otherwise all exit 1. When all of a node's workers
+//     succeed it counts itself in attempt<A>/done; the attempt succeeds when all nodes have.
+//  4. Leave: node 0 hosts the store, so it waits (bounded) for the others to count themselves out
+//     before it exits.
+// A launcher interrupted by SIGINT / SIGTERM publishes a cause that is not restartable, so the
+// other nodes stop too instead of restarting without it.
+#include "launch/launcher.h"
+
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "launch/launcher_output.h"
+#include "launch/launcher_plan.h"
+#include "launch/launcher_rendezvous.h"
+#include "launch/launcher_signals.h"
+#include "launch/launcher_workers.h"
+#include "rendezvous/prefix_store.h"
+#include "rendezvous/tcp_store.h"
+
+extern char** environ;
+
+namespace nanoddp::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+struct AttemptResult {
+  enum class End { Succeeded, Failed, Interrupted } end = End::Failed;
+  std::optional<FailureReport> cause;  // Failed
+  int signal = 0;                      // Interrupted
+};
+
+// Marks workers as possibly running for the signal handlers while it lives.
+struct WorkersRunning {
+  WorkersRunning() { LauncherSignals::set_workers_running(true); }
+  ~WorkersRunning() { LauncherSignals::set_workers_running(false); }
+};
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
+}
+
+// This node's workers for one attempt: identity, environment and log file of each.
+std::vector<WorkerSpec> make_specs(const LaunchPlan& plan, const Membership& m, int attempt, int store_port) {
+  std::vector<std::string> base;
+  for (char** e = environ; *e != nullptr; e++) base.emplace_back(*e);
+  std::string attempt_dir;
+  if (plan.routing.any_file()) {
+    attempt_dir = fmt::format("{}/attempt_{}", plan.routing.log_dir, attempt);
+    std::error_code ec;
+    std::filesystem::create_directories(attempt_dir, ec);
+    NANODDP_CHECK(!ec, "cannot create the log directory {}: {}: check --log_dir", attempt_dir, ec.message());
+  }
+  std::vector<WorkerSpec> specs;
+  for (int local = 0; local < plan.nproc; local++) {
+    WorkerIdentity id{m.first_rank(plan.node_rank) + local, local, m.world_size(), plan.nproc, attempt,
+                      plan.master_addr, store_port};
+    WorkerSpec s;
+    s.rank = id.rank;
+    s.local_rank = local;
+    s.env = merge_environment(base, worker_variables(plan, id));
+    if (!attempt_dir.empty()) s.log_path = fmt::format("{}/rank_{}.log", attempt_dir, id.rank);
+    specs.push_back(std::move(s));
+  }
+  return specs;
+}
+
+// Node 0's view of the other launchers' heartbeats: a node whose count stops changing for
+// `timeout` is taken as lost (its launcher was killed, or its host is cut off).
+class HeartbeatWatch {
+ public:
+  HeartbeatWatch(int nnodes, milliseconds timeout)
+      : timeout_(timeout), last_(size_t(nnodes), -1), changed_(size_t(nnodes), Clock::now()) {}
+  // The first node whose count has not moved for the timeout, or -1.
+  int stale(const std::vector<int64_t>& beats) {
+    auto now = Clock::now();
+    for (size_t k = 1; k < beats.size(); k++) {
+      if (beats[k] != last_[k]) {
+        last_[k] = beats[k];
+        changed_[k] = now;
+      } else if (now - changed_[k] > timeout_) {
+        return int(k);
+      }
+    }
+    return -1;
+  }
+  milliseconds timeout() const { return timeout_; }
+
+ private:
+  milliseconds timeout_;
+  std::vector<int64_t> last_;
+  std::vector<Clock::time_point> changed_;
+};
+
+// One attempt on this node (steps 2-3 of Note [launcher rounds]): starts the workers, then wakes for
+// their output and exits, signals, and every monitor interval for the attempt's state in the store,
+// until the attempt ends on every node. Returns with every worker stopped and reaped.
+class Attempt {
+ public:
+  Attempt(const LaunchPlan& plan, const WorkerProgram& program, LauncherRendezvous& rdzv, const Membership& m,
+          int attempt, int store_port)
+      : plan_(plan),
+        rdzv_(rdzv),
+        membership_(m),
+        attempt_(attempt),
+        group_(program, make_specs(plan, m, attempt, store_port), plan.routing),
+        // Generous next to the interval: a launcher has little else to do, so a silence this long
+        // means it is gone, not busy.
+        heartbeats_(plan.nnodes, std::max(milliseconds(5000), 20 * plan.monitor_interval)) {}
+
+  AttemptResult run() {
+    group_.start();
+    auto next_check = Clock::now();
+    try {
+      for (;;) {
+        group_.pump(std::chrono::duration_cast<milliseconds>(std::max(next_check - Clock::now(), Clock::duration(0))));
+        if (int sig = LauncherSignals::termination_signal()) return interrupted(sig);
+        bool check_now = report_local_changes() || Clock::now() >= next_check;
+        if (!check_now) continue;
+        next_check = Clock::now() + plan_.monitor_interval;
+        if (auto result = check_store()) return *result;
+      }
+    } catch (const Error& e) {
+      // The store is gone (node 0 exited) or misbehaves: nothing can coordinate this attempt now.
+      group_.stop(plan_.stop_timeout);
+      NANODDP_FAIL("{} (node {} stopped its workers)", e.what(), plan_.node_rank);
+    }
+  }
+
+ private:
+  // Publishes a local failure or success; true when it did (the store is worth a look at once).
+  bool report_local_changes() {
+    if (int f = group_.first_failure(); f >= 0 && !failure_reported_) {
+      const WorkerSpec& s = group_.spec(size_t(f));
+      std::vector<std::string> tail = group_.tail(size_t(f));
+      for (std::string& line : tail)
+        if (line.size() > kMaxReportedLine) line = line.substr(0, kMaxReportedLine) + " [...]";
+      rdzv_.report_failure(attempt_, FailureReport{plan_.node_rank, plan_.host, s.rank, s.local_rank,
+                                                   int(group_.pid(size_t(f))), group_.status(size_t(f)).describe(),
+                                                   tail, true});
+      return failure_reported_ = true;
+    }
+    if (!done_reported_ && group_.all_succeeded()) {
+      rdzv_.report_done(attempt_);
+      return done_reported_ = true;
+    }
+    return false;
+  }
+
+  // Heartbeats, then the attempt's outcome as the store records it; nullopt while it goes on.
+  std::optional<AttemptResult> check_store() {
+    if (plan_.node_rank != 0) {
+      rdzv_.heartbeat(attempt_);
+    } else if (int lost = heartbeats_.stale(rdzv_.heartbeats(attempt_)); lost > 0) {
+      std::string what = fmt::format("sent no heartbeat for {} s: it was killed or its host is unreachable",
+                                      std::chrono::duration<double>(heartbeats_.timeout()).count());
+      rdzv_.report_failure(attempt_, FailureReport{lost, membership_.nodes[size_t(lost)].host, -1, -1,
+                                                   membership_.nodes[size_t(lost)].pid, what, {}, false, true});
+    }
+    if (auto cause = rdzv_.failure(attempt_)) {
+      group_.stop(plan_.stop_timeout);
+      return AttemptResult{AttemptResult::End::Failed, cause, 0};
+    }
+    if (done_reported_ && rdzv_.all_done(attempt_)) {
+      group_.stop(plan_.stop_timeout);  // no worker runs: this passes on their last output, ends leftovers
+      return AttemptResult{AttemptResult::End::Succeeded, std::nullopt, 0};
+    }
+    return std::nullopt;
+  }
+
+  AttemptResult interrupted(int sig) {
+    launcher_say(fmt::format("received {}; stopping {} worker(s)", signal_name(sig), plan_.nproc));
+    FailureReport why{plan_.node_rank, plan_.host, -1, -1, int(::getpid()),
+                      fmt::format("was interrupted by {}", signal_name(sig)), {}, false};
+    try {
+      rdzv_.report_failure(attempt_, why);  // so that the other nodes stop instead of waiting
+    } catch (const Error&) {
+    }
+    group_.stop(plan_.stop_timeout);
+    return {AttemptResult::End::Interrupted, std::nullopt, sig};
+  }
+
+  // A line of a failure report is cut to this many bytes (the report travels through the store).
+  static constexpr size_t kMaxReportedLine = 2000;
+
+  const LaunchPlan& plan_;
+  LauncherRendezvous& rdzv_;
+  const Membership& membership_;
+  int attempt_;
+  WorkerGroup group_;
+  HeartbeatWatch heartbeats_;
+  bool failure_reported_ = false, done_reported_ = false;
+};
+
+void print_failure(const FailureReport& cause) {
+  launcher_say(cause.headline());
+  if (cause.tail.empty()) return;
+  std::string text = fmt::format("nanoddp run: last {} line(s) of rank {}'s output:\n", cause.tail.size(), cause.rank);
+  for (const std::string& line : cause.tail) text += fmt::format("  [rank {}]: {}\n", cause.rank, line);
+  write_fully(STDERR_FILENO, text);
+}
+
+void announce(const LaunchPlan& plan, const Membership& m, int store_port) {
+  int first = m.first_rank(plan.node_rank);
+  launcher_say(fmt::format("node {} of {} on {}: ranks {}-{} of {}, rendezvous store at {}:{}", plan.node_rank,
+                           plan.nnodes, plan.host, first, first + plan.nproc - 1, m.world_size(), plan.master_addr,
+                           store_port));
+  if (plan.omp_threads && plan.nproc > 1)
+    launcher_say(fmt::format("setting OMP_NUM_THREADS={} for each worker ({} cores / {} workers) so they do not "
+                             "oversubscribe the CPU; set OMP_NUM_THREADS yourself to choose",
+                             *plan.omp_threads, usable_cores(), plan.nproc));
+  if (plan.routing.any_file()) launcher_say(fmt::format("writing worker logs under {}", plan.routing.log_dir));
+}
+
+// Node 0 hosts the store on every interface (a single node only on loopback); every launcher,
+// node 0's included, talks to it as a client at MASTER_ADDR:MASTER_PORT, the way the workers will.
+struct StoreConnection {
+  std::unique_ptr<TcpStoreServer> server;  // node 0 only
+  std::shared_ptr<TcpStore> client;
+  int port = 0;
+};
+
+StoreConnection open_store(const LaunchPlan& plan) {
+  StoreConnection c;
+  c.port = plan.master_port;
+  if (plan.node_rank == 0) {
+    c.server = std::make_unique<TcpStoreServer>(
+        TcpStoreServerOptions{plan.standalone ? "127.0.0.1" : "", plan.master_port, plan.store_token});
+    c.port = c.server->port();
+  }
+  c.client = std::make_shared<TcpStore>(
+      TcpStoreOptions{plan.master_addr, c.port, plan.rdzv_timeout, plan.rdzv_timeout, plan.store_token});
+  return c;
+}
+
+}  // namespace
+
+int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
+  LaunchPlan plan = make_launch_plan(options);
+  LauncherSignals::install();
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // what workers leave behind comes back to us to reap
+  StoreConnection store = open_store(plan);
+  LauncherRendezvous rdzv(std::make_shared<PrefixStore>("nanoddp_run", store.client), plan.node_rank, plan.nnodes,
+                          plan.rdzv_timeout);
+  // Long enough for the other launchers to see the outcome and stop their workers.
+  milliseconds leave_within = plan.stop_timeout + 10 * plan.monitor_interval + std::chrono::seconds(5);
+
+  for (int attempt = 0;; attempt++) {
+    Membership m = rdzv.join(attempt, NodeRecord{plan.nnodes, plan.nproc, plan.host, int(::getpid())});
+    if (attempt == 0) announce(plan, m, store.port);
+    AttemptResult r;
+    {
+      WorkersRunning running;
+      r = Attempt(plan, program, rdzv, m, attempt, store.port).run();
+    }
+    if (r.end == AttemptResult::End::Succeeded) {
+      rdzv.leave(leave_within);
+      return 0;
+    }
+    if (r.end == AttemptResult::End::Interrupted) {
+      try {
+        rdzv.leave(leave_within);
+      } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
+      }
+      return 128 + r.signal;
+    }
+    print_failure(*r.cause);
+    if (r.cause->restartable && attempt < plan.max_restarts) {
+      launcher_say(fmt::format("restarting every worker (restart {} of --max_restarts {})", attempt + 1,
+                               plan.max_restarts));
+      continue;
+    }
+    launcher_say(r.cause->restartable
+                     ? fmt::format("job failed after {} attempt(s) (--max_restarts {})", attempt + 1, plan.max_restarts)
+                     : "job stopped");
+    rdzv.leave(leave_within, r.cause->node_lost ? 1 : 0);
+    return 1;
+  }
+}
+
+}  // namespace nanoddp::dist

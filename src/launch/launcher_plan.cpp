@@ -1,0 +1,224 @@
+#include "launch/launcher_plan.h"
+
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <set>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "rendezvous/tcp_store.h"
+
+namespace nanoddp::dist {
+
+namespace {
+
+std::optional<int> parse_int(std::string_view text) {
+  int v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+std::chrono::milliseconds seconds_flag(double seconds, const char* flag, bool allow_zero) {
+  NANODDP_CHECK(seconds > 0 || (allow_zero && seconds == 0), "--{} {} must be {} seconds", flag, seconds,
+                allow_zero ? "zero or more" : "more than zero");
+  return std::chrono::milliseconds(int64_t(seconds * 1000 + 0.5));
+}
+
+// "HOST", "HOST:PORT" or "[V6ADDR]:PORT" into host and port (port unchanged when absent).
+void parse_endpoint(const std::string& endpoint, std::string* host, int* port) {
+  std::string h = endpoint, p;
+  if (h.starts_with("[")) {
+    size_t close = h.find(']');
+    NANODDP_CHECK(close != std::string::npos, "--rdzv_endpoint '{}': missing ']'", endpoint);
+    p = h.substr(close + 1);
+    h = h.substr(1, close - 1);
+    NANODDP_CHECK(p.empty() || p.starts_with(":"), "--rdzv_endpoint '{}': expected [ADDR]:PORT", endpoint);
+    if (!p.empty()) p = p.substr(1);
+  } else if (size_t colon = h.rfind(':'); colon != std::string::npos && h.find(':') == colon) {
+    p = h.substr(colon + 1);
+    h = h.substr(0, colon);
+  }
+  NANODDP_CHECK(!h.empty(), "--rdzv_endpoint '{}' names no host", endpoint);
+  *host = h;
+  if (!p.empty()) {
+    auto v = parse_int(p);
+    NANODDP_CHECK(v && *v > 0 && *v < 65536, "--rdzv_endpoint '{}': '{}' is not a port", endpoint, p);
+    *port = *v;
+  }
+}
+
+std::string random_token() {
+  std::random_device rd;
+  return fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd());
+}
+
+std::string this_host() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
+  return name;
+}
+
+// --redirects / --tee without --log_dir: like torchrun, write the files to a fresh temporary dir.
+std::string temporary_log_dir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/nanoddp_run_XXXXXX";
+  NANODDP_CHECK(::mkdtemp(templ.data()) != nullptr, "cannot create a log directory {}: give --log_dir", templ);
+  return templ;
+}
+
+}  // namespace
+
+int usable_cores() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? int(n) : 1;
+}
+
+int resolve_nproc_per_node(const std::string& spec) {
+  if (spec == "auto") return std::max(1, cuda_device_count());
+  if (spec == "cpu") return usable_cores();
+  if (spec == "gpu") {
+    int gpus = cuda_device_count();
+    NANODDP_CHECK(gpus > 0, "--nproc_per_node gpu, but this build or machine has no CUDA device: give a number, "
+                  "auto or cpu");
+    return gpus;
+  }
+  auto n = parse_int(spec);
+  NANODDP_CHECK(n && *n >= 1, "--nproc_per_node '{}' is not a positive number, auto, gpu or cpu", spec);
+  return *n;
+}
+
+int parse_nnodes(const std::string& spec) {
+  size_t colon = spec.find(':');
+  auto lo = parse_int(std::string_view(spec).substr(0, colon));
+  auto hi = colon == std::string::npos ? lo : parse_int(std::string_view(spec).substr(colon + 1));
+  NANODDP_CHECK(lo && hi && *lo >= 1, "--nnodes '{}' is not a positive number (or N:N)", spec);
+  NANODDP_CHECK(*lo == *hi, "--nnodes {}: elastic membership (MIN:MAX with MIN < MAX) is not supported; give one "
+                "number", spec);
+  return *lo;
+}
+
+std::string find_program(const std::string& name) {
+  auto runnable = [](const std::string& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+  };
+  if (name.empty()) return "";
+  if (name.find('/') != std::string::npos) return runnable(name) ? name : "";
+  // The PATH search of execvp(), done here so that a missing program is an error before any worker
+  // starts (an empty PATH entry means the working directory).
+  const char* path = std::getenv("PATH");
+  std::string_view dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  while (true) {
+    size_t colon = dirs.find(':');
+    std::string dir(dirs.substr(0, colon));
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (runnable(candidate)) return candidate;
+    if (colon == std::string_view::npos) return "";
+    dirs.remove_prefix(colon + 1);
+  }
+}
+
+LaunchPlan make_launch_plan(const LaunchOptions& o) {
+  // Who this node is.
+  LaunchPlan p;
+  p.nproc = resolve_nproc_per_node(o.nproc_per_node);
+  p.nnodes = parse_nnodes(o.nnodes);
+  p.node_rank = o.node_rank;
+  NANODDP_CHECK(p.node_rank >= 0 && p.node_rank < p.nnodes, "--node_rank {} is out of range for --nnodes {}: use 0..{}",
+                o.node_rank, p.nnodes, p.nnodes - 1);
+  p.host = this_host();
+
+  // Where the store is: --rdzv_endpoint overrides --master_addr/--master_port; --standalone
+  // overrides both with loopback and a port node 0 picks.
+  p.standalone = o.standalone;
+  p.master_addr = o.master_addr;
+  p.master_port = o.master_port;
+  if (!o.rdzv_endpoint.empty()) parse_endpoint(o.rdzv_endpoint, &p.master_addr, &p.master_port);
+  if (p.standalone) {
+    NANODDP_CHECK(p.nnodes == 1, "--standalone runs one node, but --nnodes is {}: drop --standalone and give "
+                  "--master_addr", p.nnodes);
+    p.master_addr = "127.0.0.1";
+    p.master_port = 0;
+  } else {
+    NANODDP_CHECK(p.master_port > 0 && p.master_port < 65536, "--master_port {} is not a port (1..65535)",
+                  p.master_port);
+    NANODDP_CHECK(!p.master_addr.empty(), "--master_addr is empty: give node 0's address");
+  }
+
+  // Timing and restarts.
+  p.max_restarts = o.max_restarts;
+  NANODDP_CHECK(p.max_restarts >= 0, "--max_restarts {} must be zero or more", o.max_restarts);
+  p.monitor_interval = seconds_flag(o.monitor_interval, "monitor_interval", false);
+  p.rdzv_timeout = seconds_flag(o.rdzv_timeout, "rdzv_timeout", false);
+  p.stop_timeout = seconds_flag(o.stop_timeout, "stop_timeout", true);
+
+  // Output; the temporary directory is made only once every flag has been checked.
+  for (auto [flag, value] : {std::pair{"redirects", o.redirects}, std::pair{"tee", o.tee}})
+    NANODDP_CHECK(value >= 0 && value <= 3, "--{} {} is not one of 0 (none), 1 (stdout), 2 (stderr), 3 (both)", flag,
+                  value);
+  std::string log_dir = o.log_dir;
+  if (log_dir.empty() && (o.redirects != 0 || o.tee != 0)) log_dir = temporary_log_dir();
+  p.routing = OutputRouting::from_flags(o.redirects, o.tee, log_dir);
+
+  // Threads: torchrun's guard against nproc workers each starting one OpenMP thread per core.
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) p.omp_threads = std::max(1, usable_cores() / p.nproc);
+
+  // One node: nobody else needs to know the store's token, so make one up to keep other local
+  // processes out of the job's store. Several nodes share the user's NANODDP_STORE_TOKEN, if any.
+  p.store_token = store_token_from_env();
+  if (p.store_token.empty() && p.nnodes == 1) {
+    p.store_token = random_token();
+    p.store_token_generated = true;
+  }
+  return p;
+}
+
+std::vector<std::pair<std::string, std::string>> worker_variables(const LaunchPlan& plan, const WorkerIdentity& id) {
+  // torchrun's names, so that programs written for torchrun run unchanged, plus nanoddp's own.
+  auto s = [](auto v) { return fmt::format("{}", v); };
+  std::vector<std::pair<std::string, std::string>> vars = {
+      {"RANK", s(id.rank)},
+      {"LOCAL_RANK", s(id.local_rank)},
+      {"WORLD_SIZE", s(id.world_size)},
+      {"LOCAL_WORLD_SIZE", s(id.local_world_size)},
+      {"GROUP_RANK", s(plan.node_rank)},
+      {"GROUP_WORLD_SIZE", s(plan.nnodes)},
+      {"ROLE_RANK", s(id.rank)},
+      {"ROLE_WORLD_SIZE", s(id.world_size)},
+      {"MASTER_ADDR", id.master_addr},
+      {"MASTER_PORT", s(id.master_port)},
+      {"NANODDP_RESTART_COUNT", s(id.attempt)},
+      {"TORCHELASTIC_RESTART_COUNT", s(id.attempt)},
+      {"TORCHELASTIC_MAX_RESTARTS", s(plan.max_restarts)},
+      {"NANODDP_AGENT_STORE", "1"},
+  };
+  if (plan.omp_threads) vars.emplace_back("OMP_NUM_THREADS", s(*plan.omp_threads));
+  if (plan.store_token_generated) vars.emplace_back("NANODDP_STORE_TOKEN", plan.store_token);
+  return vars;
+}
+
+std::vector<std::string> merge_environment(const std::vector<std::string>& base,
+                                           const std::vector<std::pair<std::string, std::string>>& vars) {
+  // Entries of `base` whose name `vars` sets are dropped (execve would keep both, and which one a
+  // program sees depends on its libc), then `vars` are appended.
+  std::set<std::string> replaced;
+  for (auto& [name, value] : vars) replaced.insert(name);
+  std::vector<std::string> out;
+  for (const std::string& entry : base) {
+    std::string name = entry.substr(0, entry.find('='));
+    if (!replaced.count(name)) out.push_back(entry);
+  }
+  for (auto& [name, value] : vars) out.push_back(name + "=" + value);
+  return out;
+}
+
+}  // namespace nanoddp::dist

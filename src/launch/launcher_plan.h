@@ -1,0 +1,55 @@
+// The launcher's flags checked and resolved into what this node will do (LaunchPlan), and the
+// environment each worker gets from it. Everything here runs before any process is started, so a
+// bad flag ends the launcher with one clear line and nothing to clean up.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launch/launcher.h"
+#include "launch/launcher_output.h"
+
+namespace nanoddp::dist {
+
+struct LaunchPlan {
+  int nproc = 1;       // workers on this node
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr;
+  int master_port = 0;  // 0 with --standalone: node 0 picks one
+  bool standalone = false;
+  int max_restarts = 0;
+  std::chrono::milliseconds monitor_interval{500}, rdzv_timeout{300000}, stop_timeout{5000};
+  OutputRouting routing;
+  std::string host;                  // this machine's name, for reports
+  std::optional<int> omp_threads;    // OMP_NUM_THREADS for the workers when the user set none
+  std::string store_token;           // NANODDP_STORE_TOKEN of the job ("" = none)
+  bool store_token_generated = false;  // made up by this launcher: the workers must be given it
+};
+
+// Checks the flags and resolves them. Throws nanoddp::Error naming the flag that is wrong.
+LaunchPlan make_launch_plan(const LaunchOptions& options);
+
+// Who one worker is, for its environment.
+struct WorkerIdentity {
+  int rank = 0, local_rank = 0, world_size = 1, local_world_size = 1;
+  int attempt = 0;  // restart count
+  std::string master_addr;
+  int master_port = 0;
+};
+
+// The variables the launcher sets for a worker, as (name, value) pairs (the contract in
+// docs/launcher.md).
+std::vector<std::pair<std::string, std::string>> worker_variables(const LaunchPlan& plan, const WorkerIdentity& id);
+
+// `base` ("KEY=VALUE" entries, e.g. the launcher's environ) with `vars` set, replacing any entry of
+// the same name.
+std::vector<std::string> merge_environment(const std::vector<std::string>& base,
+                                           const std::vector<std::pair<std::string, std::string>>& vars);
+
+// Cores this process may run on (its CPU affinity), at least 1.
+int usable_cores();
+
+}  // namespace nanoddp::dist

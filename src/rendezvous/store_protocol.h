@@ -1,0 +1,81 @@
+// The wire format between TcpStore clients and the TcpStoreServer (rendezvous/tcp_store.h).
+//
+// Every message, both ways, is a frame:
+//   u32 payload length (big-endian) | payload
+// and a payload is a sequence of fields: u8 opcodes/flags, i64 integers (big-endian), and byte
+// strings written as u32 length + bytes. Requests start with an Op; replies with a Status.
+//
+// A connection opens with kHello (magic, protocol version, token); the server answers kOk or closes
+// the connection after an error reply. Frames larger than kMaxFrameBytes are refused on both sides,
+// so a confused or hostile peer cannot make the server allocate without bound.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nanoddp::dist::wire {
+
+using Bytes = std::vector<uint8_t>;
+
+inline constexpr std::string_view kMagic = "nanoddp-store";
+inline constexpr int64_t kVersion = 1;
+
+// Limits, enforced by the client before sending and by the server on receipt.
+inline constexpr size_t kMaxKeyBytes = 4 << 10;             // 4 KiB per key
+inline constexpr size_t kMaxValueBytes = 16 << 20;          // 16 MiB per value
+inline constexpr size_t kMaxKeysPerRequest = 1 << 16;
+inline constexpr size_t kMaxFrameBytes = kMaxValueBytes * 2 + (1 << 20);
+
+enum class Op : uint8_t {
+  Hello = 1,       // magic, version, token                -> Ok | Error
+  Set = 2,         // key, value                           -> Ok
+  Get = 3,         // key, timeout_ms                      -> Value value | Timeout
+  Add = 4,         // key, delta                           -> Int value | Error (not an integer)
+  CompareSet = 5,  // key, expected, desired               -> Value value
+  Erase = 6,       // key                                  -> Int existed
+  Check = 7,       // n, keys...                           -> Int all_present
+  Wait = 8,        // n, keys..., timeout_ms               -> Ok | Timeout missing_n, missing...
+};
+
+enum class Status : uint8_t { Ok = 0, Value = 1, Int = 2, Timeout = 3, Error = 4 };
+
+// Builds one frame.
+class Writer {
+ public:
+  Writer() { buf_.resize(4); }  // room for the length prefix
+  Writer& u8(uint8_t v);
+  Writer& i64(int64_t v);
+  Writer& bytes(const uint8_t* data, size_t n);
+  Writer& bytes(const Bytes& b) { return bytes(b.data(), b.size()); }
+  Writer& str(std::string_view s) { return bytes(reinterpret_cast<const uint8_t*>(s.data()), s.size()); }
+  // The finished frame: the length prefix filled in. The writer is left empty.
+  Bytes take();
+
+ private:
+  Bytes buf_;
+};
+
+// Reads the fields of one payload (without its length prefix); throws nanoddp::Error on a
+// truncated or malformed payload.
+class Reader {
+ public:
+  Reader(const uint8_t* data, size_t n) : p_(data), end_(data + n) {}
+  uint8_t u8();
+  int64_t i64();
+  Bytes bytes(size_t limit);
+  std::string str(size_t limit);
+  bool done() const { return p_ == end_; }
+
+ private:
+  void need(size_t n);
+  const uint8_t* p_;
+  const uint8_t* end_;
+};
+
+// Frame length prefix helpers.
+uint32_t read_u32_be(const uint8_t* p);
+void write_u32_be(uint8_t* p, uint32_t v);
+
+}  // namespace nanoddp::dist::wire

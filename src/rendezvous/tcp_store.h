@@ -1,0 +1,98 @@
+// The rendezvous store over TCP, like PyTorch's TCPStore: one TcpStoreServer (hosted by rank 0,
+// or by the launcher `nanoddp run` on node 0) and a TcpStore client in every rank.
+//
+// Safety and bounds: keys, values and frames have size limits (rendezvous/store_protocol.h) checked on
+// both sides; every wait has a timeout; and when NANODDP_STORE_TOKEN is set, the server accepts
+// only clients presenting the same token (a client with a wrong or missing token gets a clear
+// error). The token keeps stray processes from joining a job; it is not encryption.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rendezvous/net.h"
+#include "rendezvous/store.h"
+
+namespace nanoddp::dist {
+
+// The token from the environment (NANODDP_STORE_TOKEN), or "" when unset.
+std::string store_token_from_env();
+
+struct TcpStoreServerOptions {
+  std::string host;                            // address to bind; "" = every interface
+  int port = 29500;                            // 0 = pick a free port (see TcpStoreServer::port())
+  std::string token = store_token_from_env();  // "" = accept every client
+};
+
+// Serves the store from a background thread: one poll() loop over every client connection, so a
+// thousand ranks cost one thread. Constructing binds and listens (throws nanoddp::Error "port P on
+// HOST is already in use: ..." when taken); destroying stops the thread and closes every connection.
+class TcpStoreServer {
+ public:
+  explicit TcpStoreServer(TcpStoreServerOptions options);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  int port() const { return port_; }
+  const std::string& host() const { return options_.host; }
+  // Number of connections open now (for tests and diagnostics).
+  int client_count() const { return clients_.load(); }
+
+ private:
+  class Loop;
+  TcpStoreServerOptions options_;
+  int port_ = 0;
+  std::atomic<int> clients_{0};
+  std::unique_ptr<Loop> loop_;
+  std::thread thread_;
+};
+
+struct TcpStoreOptions {
+  std::string host = "127.0.0.1";
+  int port = 29500;
+  // How long to keep retrying the first connection (the server may start after the client).
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
+  // Default timeout of get() and wait() (Store::timeout()).
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::string token = store_token_from_env();
+};
+
+// A client. Safe to use from several threads at once: each call borrows a connection from a small
+// pool (opening another one when all are busy), so a thread blocked in get() never holds up the
+// others (the collective heartbeat relies on this, see comm/collective_watch.h).
+class TcpStore final : public Store {
+ public:
+  // Connects (retrying until connect_timeout) and authenticates. Throws nanoddp::Error "could not
+  // reach the rendezvous store at HOST:PORT after N s: ..." or the token rejection.
+  explicit TcpStore(TcpStoreOptions options);
+  ~TcpStore() override;
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool erase(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  using Store::wait;
+
+  std::string endpoint() const;
+
+ private:
+  struct Reply;
+  net::Fd connect_once(std::chrono::milliseconds connect_timeout);
+  // Sends one request frame and reads its reply; `reply_within` bounds the wait for the reply.
+  Reply call(const Bytes& request, std::chrono::milliseconds reply_within);
+
+  TcpStoreOptions options_;
+  std::mutex mu_;
+  std::vector<net::Fd> idle_;  // connections not in use by any thread
+};
+
+}  // namespace nanoddp::dist

@@ -1,0 +1,164 @@
+// The Gloo process group with ranks as threads of this process, sharing one in-memory store:
+// every collective against exact expected values for world sizes 1-8, both reduce_scatter
+// algorithms, argument errors, and a stalled rank making the others fail with a diagnosis.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <functional>
+#include <thread>
+
+#include "collective_checks.h"
+#include "core/error.h"
+#include "comm/gloo_group.h"
+#include "rendezvous/hash_store.h"
+#include "rendezvous/prefix_store.h"
+
+namespace nanoddp::dist {
+namespace {
+
+using namespace std::chrono_literals;
+using RankFn = std::function<std::vector<std::string>(GlooGroup&)>;
+
+GlooGroupOptions local_options(std::chrono::milliseconds timeout = 60s) {
+  GlooGroupOptions o;
+  o.timeout = timeout;
+  o.bind_address = "127.0.0.1";
+  return o;
+}
+
+// Runs `fn` on `world` ranks, one thread and one GlooGroup each; returns every rank's failures
+// (including errors thrown), prefixed with the rank.
+std::vector<std::string> run_ranks(int world, const GlooGroupOptions& options, const RankFn& fn) {
+  auto store = std::make_shared<HashStore>();
+  std::vector<std::vector<std::string>> per_rank(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; r++) {
+    threads.emplace_back([&, r] {
+      try {
+        GlooGroup group(std::make_shared<PrefixStore>("pg", store), r, world, options);
+        per_rank[r] = fn(group);
+      } catch (const std::exception& e) {
+        per_rank[r].push_back(fmt::format("rank {} threw: {}", r, e.what()));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<std::string> all;
+  for (auto& f : per_rank) all.insert(all.end(), f.begin(), f.end());
+  return all;
+}
+
+std::string join(const std::vector<std::string>& lines) {
+  std::string out;
+  for (auto& l : lines) out += l + "\n";
+  return out;
+}
+
+class GlooWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooWorld, EveryCollectiveIsExact) {
+  testing::CheckOptions checks;
+  checks.salt = uint64_t(GetParam());
+  auto failures = run_ranks(GetParam(), local_options(),
+                            [&](GlooGroup& g) { return testing::check_all_collectives(g, checks); });
+  EXPECT_TRUE(failures.empty()) << join(failures);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, GlooWorld, ::testing::Range(1, 9));
+
+TEST(GlooGroup, RefusesWhatItCannotReduce) {
+  auto failures = run_ranks(2, local_options(), [](GlooGroup& g) {
+    std::vector<std::string> out;
+    auto expect = [&](const std::function<void()>& fn, const std::string& needle) {
+      try {
+        fn();
+        out.push_back("no error for " + needle);
+      } catch (const Error& e) {
+        if (std::string(e.what()).find(needle) == std::string::npos) out.push_back(e.what());
+      }
+    };
+    Tensor bf = Tensor::zeros({4}, DType::BF16);
+    expect([&] { g.allreduce(bf, ReduceOp::Sum); }, "allreduce of bf16 tensors is not supported by the gloo backend");
+    Tensor a = Tensor::zeros({6}, DType::F32), b = Tensor::zeros({2}, DType::F32);
+    expect([&] { g.reduce_scatter(b, a, ReduceOp::Sum); }, "must have world size (2) x output (2) = 4");
+    expect([&] { g.all_gather(a, b); }, "must have world size (2) x input (2) = 4");
+    expect([&] { g.broadcast(a, 2); }, "root rank 2 is not in [0, 2)");
+    // bf16 still moves as data.
+    Tensor gathered = Tensor::zeros({8}, DType::BF16);
+    g.all_gather(gathered, bf)->wait();
+    g.broadcast(bf, 0)->wait();
+    return out;
+  });
+  EXPECT_TRUE(failures.empty()) << join(failures);
+}
+
+// One rank stalls before its second collective; the others must fail within the timeout (plus
+// the diagnosis) with an error naming the collective and the stalled rank.
+TEST(GlooGroup, StalledRankMakesTheOthersFailWithADiagnosis) {
+  constexpr int kWorld = 3, kStalled = 2;
+  const auto timeout = 1500ms;
+  std::vector<std::string> errors(kWorld);
+  std::vector<double> seconds(kWorld);
+  std::atomic<int> finished{0};  // ranks done with collective #2
+  auto store = std::make_shared<HashStore>();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; r++) {
+    threads.emplace_back([&, r] {
+      GlooGroup g(std::make_shared<PrefixStore>("pg", store), r, kWorld, local_options(timeout));
+      Tensor t = Tensor::zeros({1 << 20}, DType::F32);
+      g.allreduce(t, ReduceOp::Sum)->wait();  // #1: everyone
+      if (r == kStalled) {  // stays away until the others have given up (heartbeat still running)
+        while (finished < kWorld - 1) std::this_thread::sleep_for(10ms);
+        return;
+      }
+      auto start = std::chrono::steady_clock::now();
+      try {
+        g.allreduce(t, ReduceOp::Sum)->wait();  // #2: rank 2 never comes
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+      seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      finished++;
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::printf("rank 0's error: %s\n", errors[0].c_str());
+  for (int r = 0; r < kWorld; r++) {
+    if (r == kStalled) continue;
+    const std::string& e = errors[r];
+    EXPECT_NE(e.find("allreduce #2 of 4.0 MiB (f32, sum) timed out after 1.5 s on rank"), std::string::npos) << e;
+    EXPECT_NE(e.find("rank 2 had not reached it (rank 2: its last collective was #1"), std::string::npos) << e;
+    EXPECT_NE(e.find("it is still running"), std::string::npos) << e;  // its heartbeat kept going
+    EXPECT_NE(e.find("rank 2 may have crashed or stalled; see its output"), std::string::npos) << e;
+    EXPECT_LT(seconds[r], 10.0) << "the failure was not detected in bounded time";
+  }
+}
+
+TEST(GlooGroup, AfterAFailureLaterCollectivesRefuseToRun) {
+  auto store = std::make_shared<HashStore>();
+  std::string later_error;
+  std::atomic<bool> done{false};
+  std::thread r1([&] {
+    GlooGroup g(std::make_shared<PrefixStore>("pg", store), 1, 2, local_options(800ms));
+    while (!done) std::this_thread::sleep_for(10ms);  // never joins collective #1
+  });
+  {
+    GlooGroup g(std::make_shared<PrefixStore>("pg", store), 0, 2, local_options(800ms));
+    Tensor t = Tensor::zeros({16}, DType::F32);
+    EXPECT_THROW(g.allreduce(t, ReduceOp::Sum)->wait(), Error);
+    try {
+      g.barrier()->wait();
+    } catch (const Error& e) {
+      later_error = e.what();
+    }
+    done = true;
+  }
+  r1.join();
+  EXPECT_NE(later_error.find("barrier #2 was not run because this process group failed earlier (allreduce #1"),
+            std::string::npos)
+      << later_error;
+}
+
+}  // namespace
+}  // namespace nanoddp::dist

@@ -1,0 +1,185 @@
+// init_distributed end to end with ranks as threads (rank 0 hosting the store, or the launcher's
+// store announced by NANODDP_AGENT_STORE), backend selection, the single-rank group, and the
+// cross-rank consistency check.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <thread>
+
+#include "core/error.h"
+#include "comm/consistency.h"
+#include "comm/init.h"
+#include "rendezvous/tcp_store.h"
+#include "nanoddp/build_config.h"
+
+namespace nanoddp::dist {
+namespace {
+
+using namespace std::chrono_literals;
+
+int free_port() {
+  TcpStoreServer probe(TcpStoreServerOptions{"127.0.0.1", 0, ""});
+  return probe.port();
+}
+
+DistEnv torchrun_env(int rank, int world, int port) {
+  DistEnv e;
+  e.launcher = Launcher::Torchrun;
+  e.rank = rank;
+  e.world_size = world;
+  e.local_rank = rank;
+  e.local_world_size = world;
+  e.master_addr = "127.0.0.1";
+  e.master_port = port;
+  e.master_from_env = true;
+  return e;
+}
+
+// Runs fn(context) on `world` ranks as threads joined through init_distributed; returns the
+// errors each rank threw ("" for none).
+std::vector<std::string> run_job(int world, const std::function<void(DistContext&)>& fn, int port = 0) {
+  if (port == 0) port = free_port();
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; r++) {
+    threads.emplace_back([&, r] {
+      try {
+        DistOptions o;
+        o.collective_timeout = 30;
+        o.rendezvous_timeout = 30;
+        auto ctx = init_distributed(o, Device::cpu(), torchrun_env(r, world, port));
+        fn(*ctx);
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+TEST(Init, NoEnvironmentIsTheSingleRankGroupWithoutSockets) {
+  auto ctx = init_distributed(DistOptions{}, Device::cpu(), DistEnv{});
+  EXPECT_EQ(ctx->backend, "single");
+  EXPECT_EQ(ctx->world_size(), 1);
+  EXPECT_EQ(ctx->store_server, nullptr);
+  ctx->store->set_string("k", "v");  // an in-memory store all the same
+  EXPECT_EQ(ctx->store->get_string("k"), "v");
+  // Collectives over one rank: identity, or a copy when not in place.
+  Tensor t = Tensor::zeros({3}, DType::F32);
+  t.data<float>()[1] = 2.5f;
+  ctx->group->allreduce(t, ReduceOp::Avg)->wait();
+  EXPECT_EQ(t.data<float>()[1], 2.5f);
+  Tensor out = Tensor::zeros({3}, DType::F32);
+  ctx->group->all_gather(out, t)->wait();
+  EXPECT_EQ(out.data<float>()[1], 2.5f);
+  Tensor rs = Tensor::zeros({3}, DType::F32);
+  ctx->group->reduce_scatter(rs, t, ReduceOp::Sum)->wait();
+  EXPECT_EQ(rs.data<float>()[1], 2.5f);
+  EXPECT_THROW(ctx->group->broadcast(t, 1), Error);
+  check_consistent(*ctx->group, build_fingerprint());  // nothing to compare with
+}
+
+TEST(Init, BackendSelection) {
+  DistEnv torchrun = torchrun_env(0, 2, 29500);
+  DistEnv mpirun;
+  mpirun.launcher = Launcher::Mpirun;
+  mpirun.world_size = 2;
+  DistEnv srun_with_master = mpirun;
+  srun_with_master.launcher = Launcher::Srun;
+  srun_with_master.master_addr = "n1";
+  srun_with_master.master_from_env = true;
+  EXPECT_EQ(resolve_backend("auto", Device::cpu(), torchrun), "gloo");
+  EXPECT_EQ(resolve_backend("auto", Device::cpu(), mpirun), NANODDP_HAVE_MPI ? "mpi" : "gloo");
+  EXPECT_EQ(resolve_backend("auto", Device::cpu(), srun_with_master), "gloo");
+  DistEnv srun = srun_with_master;  // the store on the first host of the node list
+  srun.master_from_env = false;
+  EXPECT_EQ(resolve_backend("auto", Device::cpu(), srun), "gloo");
+  EXPECT_THROW(resolve_backend("nccl", Device::cpu(), torchrun), Error);
+  EXPECT_THROW(resolve_backend("smoke-signals", Device::cpu(), torchrun), Error);
+  EXPECT_THROW(resolve_backend("gloo", Device::cuda(0), torchrun), Error);
+}
+
+TEST(Init, RankZeroHostsTheStoreAndEveryRankJoins) {
+  auto errors = run_job(3, [](DistContext& ctx) {
+    EXPECT_EQ(ctx.backend, NANODDP_HAVE_GLOO ? "gloo" : "");
+    EXPECT_EQ(ctx.store_server != nullptr, ctx.rank() == 0);
+    Tensor t = Tensor::zeros({5}, DType::I64);
+    for (int i = 0; i < 5; i++) t.data<int64_t>()[i] = ctx.rank() * 10 + i;
+    ctx.group->allreduce(t, ReduceOp::Sum)->wait();
+    for (int i = 0; i < 5; i++) EXPECT_EQ(t.data<int64_t>()[i], 30 + 3 * i);
+    // Keys land in this attempt's namespace of the job's store.
+    ctx.store->add("joined", 1);
+    ctx.group->barrier()->wait();
+    EXPECT_EQ(ctx.store->add("joined", 0), 3);
+    check_consistent(*ctx.group, build_fingerprint(), "install the same nanoddp build on every node");
+    ctx.group->barrier()->wait();  // rank 0's store stays up until everyone is done with it
+  });
+  for (auto& e : errors) EXPECT_EQ(e, "");
+}
+
+TEST(Init, TheLaunchersStoreIsUsedWhenAnnounced) {
+  TcpStoreServer agent(TcpStoreServerOptions{"127.0.0.1", 0, ""});
+  setenv("NANODDP_AGENT_STORE", "1", 1);
+  auto errors = run_job(
+      2,
+      [](DistContext& ctx) {
+        EXPECT_EQ(ctx.store_server, nullptr);  // no rank hosts one
+        Tensor t = Tensor::zeros({1}, DType::F32);
+        t.data<float>()[0] = 1.5f;
+        ctx.group->allreduce(t, ReduceOp::Sum)->wait();
+        EXPECT_EQ(t.data<float>()[0], 3.0f);
+      },
+      agent.port());
+  unsetenv("NANODDP_AGENT_STORE");
+  for (auto& e : errors) EXPECT_EQ(e, "");
+  TcpStore look(TcpStoreOptions{"127.0.0.1", agent.port(), 2s, 2s, ""});
+  EXPECT_TRUE(look.check({"attempt0/pg0/watch/progress/0", "attempt0/pg0/watch/progress/1"}));
+}
+
+TEST(Init, MissingMasterAddressIsAClearError) {
+  DistEnv e = torchrun_env(1, 2, 29500);
+  e.master_addr.clear();
+  try {
+    init_distributed(DistOptions{}, Device::cpu(), e);
+    FAIL() << "expected an error";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("MASTER_ADDR is not set"), std::string::npos) << err.what();
+  }
+}
+
+// Consistency: every rank throws when one differs; the differing rank names the field and values.
+TEST(Consistency, DifferencesStopEveryRankWithTheField) {
+  auto errors = run_job(4, [](DistContext& ctx) {
+    int r = ctx.rank();
+    Fields same{{"--depth", "4"}, {"--lr", "0.02"}};
+    check_consistent(*ctx.group, same);  // passes everywhere
+    Fields f = same;
+    if (r == 2) f[0].second = "6";
+    if (r == 3) f.emplace_back("--extra", "x");
+    if (r == 1) {
+      f[0].second = "8";
+      f[1].second = "0.1";
+    }
+    check_consistent(*ctx.group, f);
+  });
+  EXPECT_EQ(errors[0], "ranks 1, 2, 3 have settings that differ from rank 0's (see their error): start every rank "
+                       "with the same arguments");
+  EXPECT_EQ(errors[1], "--depth is 8 on rank 1 but 4 on rank 0 (and 1 more difference): start every rank with the "
+                       "same arguments");
+  EXPECT_EQ(errors[2], "--depth is 6 on rank 2 but 4 on rank 0: start every rank with the same arguments");
+  EXPECT_EQ(errors[3], "--extra is x on rank 3 but not set on rank 0: start every rank with the same arguments");
+}
+
+TEST(Consistency, FingerprintNamesTheBuild) {
+  Fields f = build_fingerprint();
+  ASSERT_GE(f.size(), 4u);
+  EXPECT_EQ(f[0].first, "nanoddp version");
+  EXPECT_EQ(f[0].second, NANODDP_VERSION);
+  EXPECT_EQ(f[1].first, "compiler");
+  EXPECT_EQ(f[2].first, "build type");
+}
+
+}  // namespace
+}  // namespace nanoddp::dist
