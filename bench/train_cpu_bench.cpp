@@ -1,6 +1,6 @@
 // Single-process CPU training throughput: nanoddp against PyTorch 1.13 (Debian's python3-torch,
 // tools/torch_train_bench.py) on the same model, batch and thread count, measured in one run.
-// The model is ANCHORS §4's: nanochat's GPT at depth 4 (model_dim 256, 2 heads), vocab 4096,
+// The model is the one PyTorch 1.13 was measured on in docs/benchmarks.md: nanochat's GPT at depth 4 (model_dim 256, 2 heads), vocab 4096,
 // T 128, batch 16. Prints tokens/s, MFU against the sgemm peak measured here, the share of the
 // step spent in GEMMs and the GEMMs' own rate.
 //   build/bench/bench_train_cpu --threads 1,2 --optimizer adamw

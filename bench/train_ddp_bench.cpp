@@ -1,4 +1,4 @@
-// bench_train_ddp: data-parallel training throughput of the CPU benchmark model (ANCHORS §4:
+// bench_train_ddp: data-parallel training throughput of the CPU benchmark model (
 // nanochat's GPT at depth 4, vocab 4096, T 128, global batch 16 rows), under any launcher:
 //   build/bench/bench_train_ddp                                                     (one process)
 //   build/nanoddp run --standalone --nproc_per_node 2 build/bench/bench_train_ddp   (two ranks, global batch kept)

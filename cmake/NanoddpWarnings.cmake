@@ -1,4 +1,4 @@
-# Warning flags shared by every nanoddp target (C++ only; nvcc gets its own).
+# Warning flags shared by every nanoddp target, for C++ sources only: .cu files get nvcc's defaults.
 function(nanoddp_target_defaults target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>

@@ -86,7 +86,7 @@ void CachingAllocator::release_cached() {
 }
 
 #if NANODDP_HAVE_CUDA
-Allocator& cuda_allocator(int device);  // core/cuda_allocator.cpp
+Allocator& cuda_allocator(int device);  // core/cuda_util.cpp
 #endif
 
 Allocator& allocator_for(Device device) {

@@ -1,4 +1,4 @@
-// The GPT's shape: nanochat's "classic" architecture sized by one knob, depth (ANCHORS §1):
+// The GPT's shape: nanochat's "classic" architecture sized by one knob, depth:
 // n_layer = depth, model_dim = 64 * depth, n_head = ceil(model_dim / 128), head_dim =
 // model_dim / n_head, n_kv_head = n_head unless set (grouped-query attention), vocabulary padded
 // to a multiple of 64.

@@ -15,7 +15,7 @@ namespace nanoddp::model {
 namespace {
 
 // Rotary tables: angle(t, i) = t / base^(2i / head_dim) in f32, cos and sin rounded to bf16 as
-// nanochat stores them (ANCHORS §1), kept in f32.
+// nanochat stores them, kept in f32.
 void build_rotary(const GPTConfig& c, Tensor& cos_out, Tensor& sin_out, Device device) {
   const int64_t rows = c.rotary_rows(), half = c.head_dim() / 2;
   Tensor cos = Tensor::empty({rows, half}, DType::F32), sin = Tensor::empty({rows, half}, DType::F32);

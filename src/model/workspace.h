@@ -9,7 +9,7 @@
 
 namespace nanoddp::model {
 
-// RMSNorm's eps: f32 machine epsilon, PyTorch's F.rms_norm default (ANCHORS §1).
+// RMSNorm's eps: f32 machine epsilon, PyTorch's F.rms_norm default, which nanochat uses.
 inline constexpr float kNormEps = 1.1920929e-07f;
 
 // What one block keeps for its backward.

@@ -126,7 +126,10 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
   const DType act = device_.is_cuda() ? DType::BF16 : DType::F32;
   model_ = std::make_unique<model::GPT>(plan_.config, device_, act);
   model_->init_weights(opts.seed);
-  ddp::ReducerOptions ro{opts.zero, opts.optimizer == "muon", opts.first_bucket_mb, opts.bucket_cap_mb};
+  ddp::ReducerOptions ro{.zero = static_cast<int>(opts.zero),
+                         .whole_matrices = opts.optimizer == "muon",
+                         .first_bucket_mb = opts.first_bucket_mb,
+                         .bucket_cap_mb = opts.bucket_cap_mb};
   reducer_ = std::make_unique<ddp::Reducer>(*model_, group, ro);
   ddp::OptimizerConfig oc;
   oc.optimizer = opts.optimizer;

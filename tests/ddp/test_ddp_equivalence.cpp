@@ -91,7 +91,7 @@ RunRecord reference(int world, const std::string& opt, int zero) {
   model::GPT gpt(config(), Device::cpu());
   gpt.init_weights(3);
   auto group = dist::make_single_rank_group(Device::cpu());
-  ddp::Reducer reducer(gpt, *group, {zero, opt == "muon", 0.004, 0.01});
+  ddp::Reducer reducer(gpt, *group, {.zero = zero, .whole_matrices = opt == "muon", .first_bucket_mb = 0.004, .bucket_cap_mb = 0.01});
   ddp::Optimizer o(gpt, reducer, optimizer(opt));
   RunRecord out;
   for (int s = 0; s < kSteps; s++) {
@@ -142,7 +142,7 @@ std::vector<RunRecord> distributed(int world, const std::string& opt, int zero) 
       dist::GlooGroup group(std::make_shared<dist::PrefixStore>("ddp", store), r, world, go);
       model::GPT gpt(config(), Device::cpu());
       gpt.init_weights(r == 0 ? 3 : 100 + r);  // only rank 0's weights count: they are broadcast
-      ddp::Reducer reducer(gpt, group, {zero, opt == "muon", 0.004, 0.01});
+      ddp::Reducer reducer(gpt, group, {.zero = zero, .whole_matrices = opt == "muon", .first_bucket_mb = 0.004, .bucket_cap_mb = 0.01});
       reducer.broadcast_parameters();
       ddp::Optimizer o(gpt, reducer, optimizer(opt));
       out[r].state_bytes = o.state_bytes();

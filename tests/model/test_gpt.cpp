@@ -54,8 +54,8 @@ TEST(Config, DepthSizesTheModelLikeNanochat) {
   EXPECT_EQ(d4.n_embd, 256);
   EXPECT_EQ(d4.n_head, 2);
   EXPECT_EQ(d4.head_dim(), 128);
-  EXPECT_EQ(d4.num_params(), 5242880);  // ANCHORS §4: 5.24M
-  // ANCHORS §1: d12 185.6M, d20 561.0M, d26 1.08B, d32 1.88B at vocab 65,536.
+  EXPECT_EQ(d4.num_params(), 5242880);  // the CPU benchmark model: 5.24M
+  // nanochat's published sizes: d12 185.6M, d20 561.0M, d26 1.08B, d32 1.88B at vocab 65,536.
   EXPECT_NEAR(GPTConfig::from_depth(12, 65536, 2048).num_params() / 1e6, 185.6, 0.05);
   EXPECT_NEAR(GPTConfig::from_depth(20, 65536, 2048).num_params() / 1e6, 561.0, 0.05);
   EXPECT_NEAR(GPTConfig::from_depth(26, 65536, 2048).num_params() / 1e9, 1.08, 0.005);

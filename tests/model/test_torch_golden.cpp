@@ -134,7 +134,7 @@ TEST_P(TorchGolden, LogitsLossGradientsAndOneOptimizerStep) {
   std::vector<Tensor> before;
   for (auto& p : gpt.parameters()) before.push_back(p.data.copy_to(Device::cpu()));
   auto group = dist::make_single_rank_group(Device::cpu());
-  ddp::Reducer reducer(gpt, *group, {0, true, 1.0, 25.0});
+  ddp::Reducer reducer(gpt, *group, {.zero = 0, .whole_matrices = true});
   for (auto& p : gpt.parameters()) golden.read_into("grad." + p.name, p.grad);
   ddp::Optimizer opt(gpt, reducer, oc);
   opt.step(1.0, momentum);

@@ -1,6 +1,6 @@
 // GEMM on the CPU through oneDNN's sgemm. On this machine (AMD Zen 5, AVX-512) oneDNN 2.6 reached
 // 190-213 GFLOP/s on one thread for the model's shapes, against 97-105 for OpenBLAS 0.3.21
-// (bench/gemm.cpp prints both), so oneDNN is the BLAS we keep.
+// (bench/gemm_bench.cpp prints both), so oneDNN is the BLAS we keep.
 #include <dnnl.h>
 
 #include "ops/cpu/kernels.h"

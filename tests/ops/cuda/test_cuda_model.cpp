@@ -159,7 +159,7 @@ TrainRun train(Device device, DType act, int steps) {
   GPT gpt(c, device, act);
   gpt.init_weights(42);
   auto group = dist::make_single_rank_group(device);
-  ddp::Reducer reducer(gpt, *group, {0, true, 1.0, 25.0});
+  ddp::Reducer reducer(gpt, *group, {.zero = 0, .whole_matrices = true});
   ddp::Optimizer opt(gpt, reducer, ddp::OptimizerConfig{});
   const Chain chain(5);
   TrainRun run;
