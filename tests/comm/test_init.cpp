@@ -12,16 +12,14 @@
 #include "comm/init.h"
 #include "rendezvous/tcp_store.h"
 #include "nanoddp/build_config.h"
+#include "test_util.h"
 
 namespace nanoddp::dist {
 namespace {
 
 using namespace std::chrono_literals;
 
-int free_port() {
-  TcpStoreServer probe(TcpStoreServerOptions{"127.0.0.1", 0, ""});
-  return probe.port();
-}
+using nanoddp::testing::free_port;
 
 DistEnv torchrun_env(int rank, int world, int port) {
   DistEnv e;

@@ -31,10 +31,7 @@ struct Proc {
 };
 
 // A port that was free a moment ago.
-int free_port() {
-  TcpStoreServer probe(TcpStoreServerOptions{"127.0.0.1", 0, ""});
-  return probe.port();
-}
+using nanoddp::testing::free_port;
 
 Proc spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
            const std::string& log) {

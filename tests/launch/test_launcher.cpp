@@ -124,11 +124,7 @@ std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string&
   return out;
 }
 
-int free_port() {
-  int port = 0;
-  net::listen_tcp("", 0, &port);  // closed at once: the port stays free for the launcher to take
-  return port;
-}
+using nanoddp::testing::free_port;
 
 // ---------------------------------------------------------------------------------------------
 // Flags, environment, output assembly and rendezvous on their own.

@@ -40,6 +40,10 @@ class ScratchDir {
 // The nanoddp executable of this build tree.
 std::string nanoddp_binary();
 
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed), for a store or
+// launcher the test starts next.
+int free_port();
+
 // Runs a shell command; returns its exit status (-1 if it could not run) and its stdout+stderr.
 struct CommandResult {
   int status = -1;

@@ -209,17 +209,7 @@ TEST_F(TwoHostTraining, TrainsLikeTwoProcessesOnOneHost) {
   EXPECT_EQ(final_weights(hosts.str(), 6), final_weights(local.str(), 6));
 }
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using nanoddp::testing::free_port;
 
 // Other launchers: Open MPI's mpirun (the MPI backend) and Slurm's srun (simulated here by the
 // variables srun sets; Gloo with the store on the first host of the node list).
