@@ -36,12 +36,19 @@ void wait_on_host(ProcessGroup& pg, const WorkPtr& work) {
 #endif
 }
 
-// Collectives on small CPU tensors through a group whose collectives may want another device.
-void broadcast_via(ProcessGroup& pg, const Tensor& host, int root) {
-  Device device = pg.device();
+// Runs `collective` (one call of pg on the tensor it is given) on a small host tensor, through a
+// device copy when the group's collectives want another device (NCCL reduces device memory only),
+// and returns once the result is back in `host`.
+template <typename Collective>
+void on_host_tensor(ProcessGroup& pg, const Tensor& host, Collective&& collective) {
+  const Device device = pg.device();
   Tensor t = device.is_cpu() ? host : host.copy_to(device);
-  wait_on_host(pg, pg.broadcast(t, root));
+  wait_on_host(pg, collective(t));
   if (!device.is_cpu()) copy(host, t);
+}
+
+void broadcast_via(ProcessGroup& pg, const Tensor& host, int root) {
+  on_host_tensor(pg, host, [&](const Tensor& t) { return pg.broadcast(t, root); });
 }
 
 Tensor all_gather_via(ProcessGroup& pg, const Tensor& host_in) {
@@ -51,18 +58,6 @@ Tensor all_gather_via(ProcessGroup& pg, const Tensor& host_in) {
   wait_on_host(pg, pg.all_gather(out, in));
   return device.is_cpu() ? out : out.copy_to(Device::cpu());
 }
-
-}  // namespace
-
-void allreduce_scalars(ProcessGroup& pg, std::vector<double>& values, ReduceOp op) {
-  if (pg.size() == 1) return;
-  Tensor host = Tensor::wrap(values.data(), {static_cast<int64_t>(values.size())}, DType::F64);
-  Tensor t = pg.device().is_cpu() ? host : host.copy_to(pg.device());
-  wait_on_host(pg, pg.allreduce(t, op));
-  if (!pg.device().is_cpu()) copy(host, t);
-}
-
-namespace {
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string out;
@@ -78,6 +73,12 @@ std::string describe_differences(const std::vector<std::string>& diffs, std::str
 }
 
 }  // namespace
+
+void allreduce_scalars(ProcessGroup& pg, std::vector<double>& values, ReduceOp op) {
+  if (pg.size() == 1) return;
+  Tensor host = Tensor::wrap(values.data(), {static_cast<int64_t>(values.size())}, DType::F64);
+  on_host_tensor(pg, host, [&](const Tensor& t) { return pg.allreduce(t, op); });
+}
 
 void check_consistent(ProcessGroup& pg, const Fields& fields, std::string_view remedy) {
   if (pg.size() == 1) return;
