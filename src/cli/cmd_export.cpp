@@ -10,6 +10,8 @@ namespace nanoddp::cli {
 
 void add_export_commands(CLI::App& root) {
   auto* exp = root.add_subcommand("export", "Write a checkpoint's weights as safetensors (nanochat's names, f32)");
+  // "out": where `nanoddp train` writes by default (--out), so a plain `nanoddp export --out F` works
+  // after a default run.
   auto checkpoint = std::make_shared<std::string>("out");
   auto file = std::make_shared<std::string>();
   exp->add_option("--checkpoint", *checkpoint, "Checkpoint directory, or a run's OUT directory (its newest)")
@@ -22,6 +24,7 @@ void add_export_commands(CLI::App& root) {
   });
 
   auto* imp = root.add_subcommand("import", "Make a checkpoint from a safetensors file with nanochat's names");
+  // ImportOptions has no visit() (no help texts of its own), so its flags are bound one by one.
   auto opts = std::make_shared<train::ImportOptions>();
   imp->add_option("--input", opts->input, "The .safetensors file to read")->required();
   imp->add_option("--out", opts->out, "Run directory to create the checkpoint in")->required();

@@ -16,8 +16,11 @@ namespace nanoddp::cli {
 
 namespace {
 
+// The workers run this very binary, even when nanoddp is not on PATH or was started by a relative
+// path that a worker's working directory would not resolve.
 std::string this_executable() {
   char buf[PATH_MAX];
+  // readlink() does not NUL-terminate; the length it returns delimits the path.
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   NANODDP_CHECK(n > 0, "cannot find the nanoddp executable through /proc/self/exe");
   return std::string(buf, size_t(n));
@@ -25,6 +28,7 @@ std::string this_executable() {
 
 // The workers' program from the words after the flags.
 dist::WorkerProgram worker_program(const CLI::App& root, std::vector<std::string> words) {
+  // A leading "--" only separates the launcher's flags from the workers' command.
   if (!words.empty() && words.front() == "--") words.erase(words.begin());
   NANODDP_CHECK(!words.empty(), "nanoddp run needs the command the workers run, e.g. `nanoddp run "
                 "--nproc_per_node 2 train ...`");
@@ -33,13 +37,16 @@ dist::WorkerProgram worker_program(const CLI::App& root, std::vector<std::string
   NANODDP_CHECK(first != "run", "nanoddp run cannot launch workers that run `nanoddp run` themselves");
 
   std::string subcommands;
+  // An empty filter lists every subcommand (the overload without one lists only those parsed).
   for (const CLI::App* sub : root.get_subcommands(std::function<bool(const CLI::App*)>())) {
     if (sub->get_name() == first) {
+      // The worker's argv[0].
       words.insert(words.begin(), "nanoddp");
       return {this_executable(), words};
     }
     if (sub->get_name() != "run") subcommands += (subcommands.empty() ? "" : ", ") + sub->get_name();
   }
+  // Not a subcommand: run it as a program (torchrun --no-python), by path or through PATH.
   std::string path = dist::find_program(first);
   NANODDP_CHECK(!path.empty(), "'{}' is neither a nanoddp subcommand ({}) nor an executable program {}",
                 first, subcommands, first.find('/') == std::string::npos ? "on PATH" : "at that path");
@@ -66,8 +73,10 @@ void add_run_command(CLI::App& root) {
             return std::find(seen.begin(), seen.end(), "--") != seen.end() ? std::string() : std::string("no --");
           },
           "", ""));
+  // A word the validator refuses is not taken by `command`; it stays in remaining().
   cmd->validate_positionals();
   cmd->callback([cmd, opts, after_dashes, &root] {
+    // Words after a "--" went to `command`; without one, prefix_command() left them in remaining().
     dist::WorkerProgram program = worker_program(root, after_dashes->empty() ? cmd->remaining() : *after_dashes);
     int status = dist::run_launcher(*opts, program);
     if (status != 0) throw CLI::RuntimeError(status);  // main() returns it without printing more

@@ -13,6 +13,7 @@ namespace nanoddp::cli {
 
 namespace {
 
+// The flags of `nanoddp sample`, in the typed-options form of core/options.h.
 struct SampleArgs {
   std::string checkpoint = "out";
   std::string prompt = "";
@@ -45,6 +46,7 @@ void add_sample_command(CLI::App& root) {
     const std::string dir = train::resolve_checkpoint(args->checkpoint);
     auto model = train::load_model(dir, parse_device(args->device));
     auto tokenizer = train::load_checkpoint_tokenizer(dir, args->data);
+    // Training documents start with BOS, so the prompt does too; generating a BOS ends the text.
     std::vector<int32_t> prompt{tokenizer->bos_id()};
     auto ids = tokenizer->encode(args->prompt);
     prompt.insert(prompt.end(), ids.begin(), ids.end());
@@ -65,8 +67,12 @@ void add_sample_command(CLI::App& root) {
       std::string text = tokenizer->decode(generated);
       size_t end = text.size();
       while (end > printed && (static_cast<unsigned char>(text[end - 1]) & 0xC0) == 0x80) end--;  // a partial char
+      // Then the lead byte. This may hold back a complete character too; the print after generate()
+      // writes whatever is left.
       if (end > printed && static_cast<unsigned char>(text[end - 1]) >= 0xC0) end--;
       fmt::print("{}", text.substr(printed, end - printed));
+      // Each piece at once: stdout is buffered (by line at best), and the text may go a long way
+      // without a newline.
       std::fflush(stdout);
       printed = end;
     });

@@ -22,6 +22,7 @@ namespace nanoddp::cli {
 
 namespace {
 
+// The whole file as bytes (binary mode: tokenizers work on exact bytes).
 std::string read_input(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   NANODDP_CHECK(in.good(), "cannot read {}: {}", path, std::strerror(errno));
@@ -30,6 +31,7 @@ std::string read_input(const std::string& path) {
   return std::move(ss).str();
 }
 
+// Checked: a full disk or a closed pipe must fail the command, not cut its output short silently.
 void write_stdout(std::string_view bytes) {
   NANODDP_CHECK(std::fwrite(bytes.data(), 1, bytes.size(), stdout) == bytes.size() && std::fflush(stdout) == 0,
                 "cannot write to standard output: {}", std::strerror(errno));
@@ -40,11 +42,13 @@ void add_train(CLI::App& parent) {
   auto opts = std::make_shared<data::BpeTrainOptions>();
   auto out = std::make_shared<std::string>();
   add_option_flags(*cmd, *opts);
+  // --input comes from BpeTrainOptions; --out is this command's own (the trainer writes no file).
   cmd->get_option("--input")->required();
   cmd->add_option("--out", *out, "tokenizer file to write (tiktoken format), plus FILE.json")->required();
   cmd->callback([opts, out] {
     data::BpeTrainStats st;
     data::BpeVocab vocab = data::train_bpe(*opts, &st);
+    // As if loaded from the file: name records where a vocabulary came from (data/bpe_tokenizer.h).
     vocab.name = *out;
     data::write_tokenizer_file(*out, vocab);
     fmt::print("trained vocab {} ({} merges + 256 bytes + {} special tokens) on {} documents, {} bytes, {} distinct "
@@ -61,6 +65,7 @@ void add_encode(CLI::App& parent) {
   auto allowed = std::make_shared<std::vector<std::string>>();
   cmd->add_option("--tokenizer", *spec, "bytes | gpt2 | cl100k_base | o200k_base | a tokenizer file")->required();
   cmd->add_option("--input", *input, "file to encode")->required();
+  // Off by default, so text that happens to contain "<|bos|>" cannot turn into a control token.
   cmd->add_option(flag_names("allowed_special"), *allowed,
                   "special tokens to recognise in the text ('all' for every one); by default none: they are "
                   "encoded as ordinary text");
@@ -92,6 +97,8 @@ void add_decode(CLI::App& parent) {
     std::vector<int32_t> ids;
     const char* p = text.data();
     const char* end = p + text.size();
+    // Parsed by hand with from_chars: ids may be split by any whitespace, and an error names the bad word
+    // and its position.
     for (;;) {
       while (p < end && std::isspace(static_cast<unsigned char>(*p))) p++;
       if (p == end) break;

@@ -12,12 +12,17 @@ void add_train_command(CLI::App& root) {
   auto opts = std::make_shared<train::TrainOptions>();
   add_option_flags(*cmd, *opts);
   cmd->callback([opts] {
+    // The launcher's, torchrun's, mpirun's or srun's variables give rank and world size; without any,
+    // this is a single process.
     const dist::DistEnv env = dist::discover_environment();
+    // --device cuda means this rank's GPU (by LOCAL_RANK), not cuda:0.
     const Device device = dist::local_device(opts->device, env);
     dist::DistOptions d;
     d.backend = opts->backend;
+    // One --timeout bounds both the rendezvous and every collective.
     d.collective_timeout = opts->timeout;
     d.rendezvous_timeout = opts->timeout;
+    // ctx holds the store (and its server on the hosting rank) and the group; it must outlive training.
     auto ctx = dist::init_distributed(d, device, env);
     train::run_training(*opts, *ctx->group, device);
   });

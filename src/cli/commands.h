@@ -1,5 +1,8 @@
 // Each subcommand of the `nanoddp` binary lives in its own cmd_*.cpp and adds itself to the root
 // CLI11 app through one of these functions (called from main.cpp).
+//
+// A command keeps its option storage in a shared_ptr that its callback captures: CLI11 binds flags
+// to references, and the callback runs during app.parse(), after the add_* function has returned.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -10,6 +10,7 @@
 
 namespace nanoddp::cli {
 
+// "--a_b,--a-b": CLI11 takes a comma-separated list of names; a name without '_' gets one.
 inline std::string flag_names(const std::string& name) {
   std::string dashed = name;
   for (char& c : dashed)
@@ -17,10 +18,13 @@ inline std::string flag_names(const std::string& name) {
   return dashed == name ? "--" + name : "--" + name + ",--" + dashed;
 }
 
+// Fields are bound by reference: `opts` must outlive parsing and the callbacks (see commands.h).
 template <typename Options>
 void add_option_flags(CLI::App& app, Options& opts) {
   opts.visit([&](auto& field, const char* name, const char* help) {
     using T = std::decay_t<decltype(field)>;
+    // A bool is a flag: --shuffle sets it, --shuffle=false clears one that defaults to true.
+    // capture_default_str: --help shows the struct's default.
     if constexpr (std::is_same_v<T, bool>) {
       app.add_flag(flag_names(name), field, help)->capture_default_str();
     } else {

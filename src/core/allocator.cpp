@@ -22,11 +22,14 @@ size_t CachingAllocator::class_size(size_t bytes) {
   // Top power of two at or below `bytes`, then the quarter step that covers it.
   size_t pow2 = std::bit_floor(bytes);
   size_t quarter = pow2 / 4;
+  // Below 256 bytes a quarter step would be finer than the alignment: use 64-byte steps instead.
+  // Either way every class size is a multiple of kAlignment, as aligned_alloc requires.
   if (quarter < kAlignment) return (bytes + kAlignment - 1) / kAlignment * kAlignment;
   return (bytes + quarter - 1) / quarter * quarter;
 }
 
 void* CachingAllocator::allocate(size_t bytes) {
+  // Zero-element tensors own no block; deallocate() ignores the null they hold.
   if (bytes == 0) return nullptr;
   size_t size = class_size(bytes);
   std::lock_guard lock(mu_);
@@ -65,6 +68,8 @@ void CachingAllocator::deallocate(void* ptr, size_t bytes) {
   size_t size = class_size(bytes);
   std::lock_guard lock(mu_);
   NANODDP_ASSERT(stats_.live_bytes >= size, "{}: freeing more than was allocated", name_);
+  // Kept, not returned: the next step asks for the same sizes (see the header). Only
+  // release_cached() and an allocation failure give cached blocks back to the system.
   free_[size].push_back(ptr);
   stats_.live_bytes -= size;
   stats_.cached_bytes += size;
@@ -86,6 +91,7 @@ void CachingAllocator::release_cached() {
 }
 
 #if NANODDP_HAVE_CUDA
+// Defined with the CUDA code, so that this file needs no CUDA headers.
 Allocator& cuda_allocator(int device);  // core/cuda_util.cpp
 #endif
 

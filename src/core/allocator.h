@@ -5,6 +5,9 @@
 // every request is served from the cache.
 //
 // Size classes: 4 per power of two (x, 1.25x, 1.5x, 1.75x), so at most 25% of a block is slack.
+//
+// Every Tensor's Storage (core/tensor.cpp) gets its block through allocator_for(); the GPU
+// benchmark reads stats() for peak memory. All methods are thread-safe (one mutex per allocator).
 #pragma once
 
 #include <cstddef>
@@ -18,6 +21,8 @@
 
 namespace nanoddp {
 
+// A snapshot taken under the allocator's lock. peak_live_bytes is the high-water mark of live_bytes
+// since the allocator was created (never reset).
 struct AllocatorStats {
   size_t live_bytes = 0;         // handed out and not yet freed (class-rounded sizes)
   size_t peak_live_bytes = 0;
@@ -27,11 +32,13 @@ struct AllocatorStats {
   uint64_t cache_hits = 0;
 };
 
+// What Storage allocates and frees through; CachingAllocator serves the host and each GPU.
 class Allocator {
  public:
   virtual ~Allocator() = default;
   // Never returns null for bytes > 0; throws nanoddp::Error when the system is out of memory.
   virtual void* allocate(size_t bytes) = 0;
+  // `bytes` must be the size given to allocate(): the block is filed under that size's class.
   virtual void deallocate(void* ptr, size_t bytes) = 0;
   virtual AllocatorStats stats() const = 0;
   // Returns every cached block to the system.
@@ -40,6 +47,8 @@ class Allocator {
 
 class CachingAllocator final : public Allocator {
  public:
+  // The system calls are injected, so one caching scheme serves aligned_alloc on the host and
+  // cudaMalloc on a GPU (core/cuda_util.cpp).
   using SystemAlloc = std::function<void*(size_t)>;  // returns null on failure
   using SystemFree = std::function<void(void*)>;
 
@@ -58,12 +67,14 @@ class CachingAllocator final : public Allocator {
   std::string name_;
   SystemAlloc sys_alloc_;
   SystemFree sys_free_;
+  // Guards free_ and stats_: allocate() and deallocate() may be called from any thread.
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;  // class size -> free blocks
   AllocatorStats stats_;
 };
 
 // The process-wide allocator for a device (created on first use, never destroyed).
+// Thread-safe. Throws nanoddp::Error for a CUDA device when this build has no CUDA.
 Allocator& allocator_for(Device device);
 
 }  // namespace nanoddp

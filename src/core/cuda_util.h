@@ -5,6 +5,9 @@
 
 #include "core/error.h"
 
+// Turns a failed CUDA runtime call into nanoddp::Error naming the call, file and line (ggml's
+// CUDA_CHECK_GEN pattern). Kernel errors are asynchronous and surface at a later call, hence the
+// CUDA_LAUNCH_BLOCKING hint in the message.
 #define NANODDP_CUDA_CHECK(expr)                                                                         \
   do {                                                                                                   \
     cudaError_t err_ = (expr);                                                                           \
@@ -22,6 +25,8 @@ namespace nanoddp::cuda {
 cudaStream_t compute_stream(int device);
 
 // Makes `device` current on the calling thread.
+// CUDA's current device is per thread, so every thread that touches a GPU (e.g. a communication
+// worker) must set it itself.
 void set_device(int device);
 
 }  // namespace nanoddp::cuda

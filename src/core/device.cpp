@@ -19,6 +19,7 @@ Device parse_device(std::string_view text) {
   if (text.starts_with("cuda:")) {
     int index = -1;
     auto digits = text.substr(5);
+    // from_chars, not stoi: no exception, no locale, and trailing junk ("cuda:1x") is refused.
     auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
     if (ec == std::errc() && end == digits.data() + digits.size() && index >= 0) return Device::cuda(index);
   }

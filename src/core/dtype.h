@@ -1,4 +1,6 @@
 // Element types and the bf16 <-> fp32 conversions every backend agrees on.
+// Included by core/tensor.h, so every layer sees it. The CPU kernels round with these functions;
+// the CUDA kernels use the hardware casts, which round the same way.
 #pragma once
 
 #include <bit>
@@ -21,6 +23,7 @@ constexpr size_t dtype_size(DType t) {
     case DType::F64: return 8;
     case DType::I64: return 8;
   }
+  // Unreachable for valid values; here for compilers that warn about a missing return.
   return 0;
 }
 
@@ -46,7 +49,10 @@ struct bf16 {
 // Round to nearest even, as PyTorch's and CUDA's fp32 -> bf16 casts do; NaN stays a (quiet) NaN.
 inline bf16 f32_to_bf16(float x) {
   uint32_t u = std::bit_cast<uint32_t>(x);
+  // NaN: truncate but set the quiet bit, so a NaN whose payload is only in the low 16 bits does not
+  // turn into infinity.
   if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{static_cast<uint16_t>((u >> 16) | 0x40)};
+  // Adding 0x7fff plus the lowest kept bit makes the truncation below round half to even.
   u += 0x7fffu + ((u >> 16) & 1u);
   return bf16{static_cast<uint16_t>(u >> 16)};
 }
@@ -56,6 +62,7 @@ inline float bf16_to_f32(bf16 x) { return std::bit_cast<float>(static_cast<uint3
 // x rounded to the nearest bf16 value, kept in fp32 (used to emulate bf16 arithmetic on the CPU).
 inline float round_to_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
+// The DType of a C++ element type; Tensor::data<T>() checks against it.
 template <typename T>
 constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::F32; }

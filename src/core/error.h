@@ -18,12 +18,16 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// NANODDP_ASSERT's slow path: prints "internal error (a bug, please report it)" with the expression,
+// file, line and message to stderr, then aborts. Out of line so each assert site stays small.
 [[noreturn]] void internal_failure(const char* expr, const char* file, int line, const std::string& msg);
 
 }  // namespace nanoddp
 
+// The format string is checked against its arguments at compile time (fmt::format_string).
 #define NANODDP_FAIL(...) throw ::nanoddp::Error(::fmt::format(__VA_ARGS__))
 
+// A macro, so the message is formatted only when the check fails: a check costs one branch.
 #define NANODDP_CHECK(cond, ...)  \
   do {                            \
     if (!(cond)) [[unlikely]] {   \
@@ -31,6 +35,8 @@ class Error : public std::runtime_error {
     }                             \
   } while (0)
 
+// `"" __VA_ARGS__` pastes the format literal onto "", so the message is optional:
+// NANODDP_ASSERT(p != nullptr) works.
 #define NANODDP_ASSERT(cond, ...)                                                         \
   do {                                                                                    \
     if (!(cond)) [[unlikely]] {                                                           \

@@ -5,6 +5,7 @@
 namespace nanoddp::log {
 
 namespace {
+// Atomics: set once at start-up, read by any thread that logs.
 std::atomic<int> g_rank{0};
 std::atomic<int> g_world{1};
 }  // namespace

@@ -21,6 +21,8 @@
 
 namespace nanoddp {
 
+// By value: visit() hands out mutable references (that is how cli/option_flags.h binds fields),
+// so it needs a non-const struct; the copy lets callers pass a const one.
 template <typename Options>
 nlohmann::json options_to_json(Options opts) {
   nlohmann::json j = nlohmann::json::object();
@@ -29,6 +31,7 @@ nlohmann::json options_to_json(Options opts) {
 }
 
 // Fields missing from `j` keep their current value; a key that names no field is an error.
+// Throws nanoddp::Error naming `source` (a file, a checkpoint) and the option at fault.
 template <typename Options>
 void options_from_json(Options& opts, const nlohmann::json& j, std::string_view source) {
   NANODDP_CHECK(j.is_object(), "{}: expected a JSON object of options", source);
@@ -43,6 +46,7 @@ void options_from_json(Options& opts, const nlohmann::json& j, std::string_view 
       NANODDP_FAIL("{}: option '{}' has the wrong type ({})", source, name, e.what());
     }
   });
+  // Some key matched no field: find it to name it (this quadratic scan runs only on the error path).
   if (matched != j.size()) {
     for (auto it = j.begin(); it != j.end(); ++it) {
       bool known = false;
@@ -61,6 +65,7 @@ template <typename Options>
 std::vector<OptionDifference> options_diff(const Options& a, const Options& b) {
   nlohmann::json ja = options_to_json(a), jb = options_to_json(b);
   std::vector<OptionDifference> out;
+  // Both sides come from the same struct, so they have the same keys.
   for (auto it = ja.begin(); it != ja.end(); ++it)
     if (jb[it.key()] != it.value()) out.push_back({it.key(), it.value().dump(), jb[it.key()].dump()});
   return out;

@@ -6,6 +6,8 @@
 namespace nanoddp {
 
 namespace {
+// Vigna's splitmix64, the seeding xoshiro's authors recommend: any seed, 0 included, gives a
+// well-mixed state (xoshiro must never be all zeros).
 uint64_t splitmix64(uint64_t& x) {
   uint64_t z = (x += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -16,10 +18,13 @@ uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 }  // namespace
 
 Rng::Rng(uint64_t seed, uint64_t stream) {
+  // The odd multiplier spreads small stream ids over all 64 bits; a plain seed ^ stream would give
+  // (seed 1, stream 0) and (seed 0, stream 1) the same sequence.
   uint64_t x = seed ^ (stream * 0xd1342543de82ef95ull);
   for (auto& w : s_) w = splitmix64(x);
 }
 
+// xoshiro256** 1.0, step for step as in Blackman and Vigna's reference code.
 uint64_t Rng::next_u64() {
   uint64_t result = rotl(s_[1] * 5, 7) * 9;
   uint64_t t = s_[1] << 17;
@@ -32,6 +37,7 @@ uint64_t Rng::next_u64() {
   return result;
 }
 
+// The top 24 bits: a float holds them exactly, so the result never rounds up to 1.
 float Rng::uniform() { return static_cast<float>(next_u64() >> 40) * 0x1.0p-24f; }
 
 float Rng::normal() {
@@ -42,6 +48,8 @@ float Rng::normal() {
 }
 
 uint64_t stream_id(std::string_view name) {
+  // FNV-1a's 64-bit offset basis and prime. Not std::hash: its values may change between library
+  // versions, and a stream id must not (it decides the weights a seed gives).
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
   return h;

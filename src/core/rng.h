@@ -1,6 +1,8 @@
 // Deterministic random numbers: xoshiro256** seeded through splitmix64. Every consumer derives its
 // own stream from (seed, stream id), so results do not depend on the order things are initialised
 // in, and the state is four words that checkpoints save and restore exactly.
+// Users: model weight init (a stream per parameter), the data loader's shuffle (a stream per
+// epoch) and sampling. Not thread-safe: each user owns its Rng.
 #pragma once
 
 #include <array>
@@ -11,6 +13,8 @@ namespace nanoddp {
 
 class Rng {
  public:
+  // Same (seed, stream), same sequence on every rank and platform: uniform() and normal() are ours,
+  // not <random>'s distributions, whose output differs between standard libraries.
   Rng(uint64_t seed, uint64_t stream = 0);
 
   uint64_t next_u64();
@@ -19,6 +23,7 @@ class Rng {
   // Standard normal (Box-Muller).
   float normal();
 
+  // For checkpoints: set_state(state()) continues the sequence exactly.
   using State = std::array<uint64_t, 4>;
   State state() const { return s_; }
   void set_state(const State& s) { s_ = s; }

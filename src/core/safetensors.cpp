@@ -16,6 +16,7 @@ namespace nanoddp {
 
 namespace {
 
+// The format's dtype spellings (upper case, unlike dtype_name()) for every DType.
 const std::pair<DType, const char*> kDTypeNames[] = {
     {DType::F32, "F32"}, {DType::BF16, "BF16"}, {DType::I32, "I32"}, {DType::U16, "U16"},
     {DType::U32, "U32"}, {DType::U8, "U8"},     {DType::F64, "F64"}, {DType::I64, "I64"}};
@@ -46,6 +47,8 @@ void SafetensorsWriter::add(const std::string& name, const Tensor& t) {
 void SafetensorsWriter::write(const std::string& path) const {
   nlohmann::json header = nlohmann::json::object();
   size_t offset = 0;
+  // Offsets count from the start of the data section, where tensors lie back to back in the order
+  // they were added.
   for (auto& [name, t] : tensors_) {
     std::vector<int64_t> shape;
     for (int i = 0; i < t.ndim(); i++) shape.push_back(t.dim(i));
@@ -54,16 +57,24 @@ void SafetensorsWriter::write(const std::string& path) const {
   }
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   std::string text = header.dump();
+  // The format allows trailing spaces in the header; an aligned data section lets readers use the
+  // mapped bytes in place.
   text.append((8 - text.size() % 8) % 8, ' ');  // align the data section to 8 bytes
   std::FILE* f = std::fopen(path.c_str(), "wb");
   NANODDP_CHECK(f != nullptr, "cannot write {}: {}", path, std::strerror(errno));
+  // Host byte order: the format is little-endian, so this assumes a little-endian host (the reader
+  // below does the same).
   uint64_t n = text.size();
   bool ok = std::fwrite(&n, 8, 1, f) == 1 && std::fwrite(text.data(), 1, n, f) == n;
+  // One tensor at a time: a device tensor is copied to the host just before it is written, so the
+  // host never holds more than one extra tensor.
   for (auto& [name, t] : tensors_) {
     if (!ok) break;
     Tensor host = t.device().is_cpu() ? t : t.copy_to(Device::cpu());
     ok = std::fwrite(host.raw(), 1, host.nbytes(), f) == host.nbytes();
   }
+  // On disk before the caller renames anything into place (checkpoint atomicity, train/checkpoint.h).
+  // Each step runs even after a failure, so the file is always closed.
   ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0 && ok;
   ok = std::fclose(f) == 0 && ok;
   NANODDP_CHECK(ok, "cannot write {}: {} (disk full?)", path, std::strerror(errno));
@@ -75,16 +86,21 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   struct stat st {};
   ::fstat(fd, &st);
   map_bytes_ = st.st_size;
+  // Read-only private mapping: pages load on demand, so reading one tensor of a large file is cheap.
+  // The descriptor is not needed once the mapping exists.
   if (map_bytes_ > 0) map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   NANODDP_CHECK(map_bytes_ >= 8 && map_ != MAP_FAILED, "{} is not a safetensors file (empty or unreadable)", path);
   uint64_t n = 0;
   std::memcpy(&n, map_, 8);
+  // Before the header is parsed: a bogus length must not make the parser read past the mapping.
   NANODDP_CHECK(n <= map_bytes_ - 8, "{} is truncated or not a safetensors file (header of {} bytes in a {}-byte "
                 "file)", path, n, map_bytes_);
   const char* base = static_cast<const char*>(map_);
   data_ = base + 8 + n;
   const size_t data_bytes = map_bytes_ - 8 - n;
+  // nlohmann throws on malformed JSON and on missing or mistyped fields (at(), get<>()); each becomes
+  // one Error naming the file.
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(base + 8, base + 8 + n);
@@ -100,6 +116,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       for (int64_t d : it->at("shape")) e.shape.push_back(d);
       e.begin = it->at("data_offsets").at(0).get<size_t>();
       e.end = it->at("data_offsets").at(1).get<size_t>();
+      // Every extent is validated here, so read_into() can copy without further checks.
       NANODDP_CHECK(e.begin <= e.end && e.end <= data_bytes &&
                         e.end - e.begin == static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype),
                     "{} is truncated or corrupt: tensor '{}' claims bytes [{}, {}) of a {}-byte data section", path,
@@ -135,6 +152,7 @@ void SafetensorsFile::read_into(const std::string& name, const Tensor& dst) cons
   NANODDP_CHECK(e.dtype == dst.dtype() && e.shape.numel() == dst.numel(), "{}: tensor '{}' is {} {} but {} {} was "
                 "expected (was it written for another model configuration?)", path_, name, dtype_name(e.dtype),
                 e.shape.str(), dtype_name(dst.dtype()), dst.shape().str());
+  // wrap() takes a mutable pointer; the mapping is read-only, but this view is only the copy's source.
   Tensor src = Tensor::wrap(const_cast<char*>(data_ + e.begin), dst.shape(), e.dtype);
   copy(dst, src);
 }

@@ -13,10 +13,12 @@
 
 namespace nanoddp {
 
+// Holds the tensors (sharing their storage) and reads their contents only when write() runs.
 class SafetensorsWriter {
  public:
   // Tensors may live on any device; they are copied to the host when written. Names are unique.
   void add(const std::string& name, const Tensor& t);
+  // The format allows only string values in __metadata__.
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
   // Writes the file at `path` (callers that need atomicity write a temporary name and rename it).
   void write(const std::string& path) const;
@@ -30,6 +32,8 @@ class SafetensorsWriter {
 // and throws nanoddp::Error naming the file when anything is wrong.
 class SafetensorsFile {
  public:
+  // The mapping lives as long as the object; read() and read_into() copy out of it, so no tensor
+  // ever points into the file.
   explicit SafetensorsFile(const std::string& path);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
@@ -52,6 +56,7 @@ class SafetensorsFile {
   struct Entry {
     DType dtype;
     Shape shape;
+    // Byte offsets into the data section, as in the header.
     size_t begin, end;
   };
   const Entry& entry(const std::string& name) const;
@@ -59,6 +64,7 @@ class SafetensorsFile {
   std::string path_;
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
+  // Start of the data section inside map_, just past the header.
   const char* data_ = nullptr;
   std::map<std::string, Entry> entries_;
   std::map<std::string, std::string> metadata_;

@@ -87,6 +87,7 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
   Shape s;
   s.push_back(end - begin);
   for (int i = 1; i < ndim(); i++) s.push_back(dim(i));
+  // Elements per row; a tensor with no rows has none (and no division by zero).
   int64_t row = ndim() >= 1 && dim(0) > 0 ? numel() / dim(0) : 0;
   return region(begin * row, s);
 }
@@ -111,15 +112,19 @@ void copy(const Tensor& dst, const Tensor& src) {
                  dtype_name(dst.dtype()), dst.shape().str(), dtype_name(src.dtype()), src.shape().str());
   if (src.nbytes() == 0 || dst.raw() == src.raw()) return;
   if (dst.device().is_cpu() && src.device().is_cpu()) {
+    // memmove: dst and src may be overlapping views of one storage.
     std::memmove(dst.raw(), src.raw(), src.nbytes());
     return;
   }
 #if NANODDP_HAVE_CUDA
+  // cudaMemcpyDefault takes the direction from the pointers (unified addressing). Queued on the
+  // compute stream so it follows the kernels already issued there, then waited for, as the header says.
   int dev = dst.device().is_cuda() ? dst.device().index : src.device().index;
   cudaStream_t stream = cuda::compute_stream(dev);
   NANODDP_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault, stream));
   NANODDP_CUDA_CHECK(cudaStreamSynchronize(stream));
 #else
+  // A bug, not a user error: allocator_for() already refuses CUDA devices in such a build.
   NANODDP_ASSERT(false, "CUDA tensor in a build without CUDA");
 #endif
 }
@@ -131,6 +136,7 @@ void zero(const Tensor& t) {
     return;
   }
 #if NANODDP_HAVE_CUDA
+  // Not waited for: kernels that read t run later on the same stream.
   NANODDP_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), cuda::compute_stream(t.device().index)));
 #endif
 }

@@ -1,6 +1,8 @@
 // A dense, contiguous, row-major tensor: dtype, device, shape, and a shared storage block from the
 // device's caching allocator. Views (reshape, row ranges, regions of a flat buffer) share storage;
 // nothing is copied unless a function's name says so.
+// Every layer above core passes Tensors: ops compute on them, DDP's gradients are views into flat
+// bucket tensors, checkpoints write them.
 #pragma once
 
 #include <array>
@@ -17,6 +19,7 @@ namespace nanoddp {
 
 class Shape {
  public:
+  // Dims live in an inline array, not a vector: a Shape is copied with every view and must not allocate.
   static constexpr int kMaxDims = 6;
 
   Shape() = default;
@@ -39,6 +42,8 @@ class Shape {
 };
 
 // The memory a tensor views. Owns its block (from allocator_for(device)) unless made by wrap().
+// Shared by every view of it (Tensor holds a shared_ptr): the block goes back to the allocator when
+// the last view is gone.
 struct Storage {
   void* ptr = nullptr;
   size_t bytes = 0;
@@ -52,11 +57,12 @@ struct Storage {
   Storage& operator=(const Storage&) = delete;
 };
 
+// A handle: copying a Tensor copies the view, never the elements (as in PyTorch).
 class Tensor {
  public:
   Tensor() = default;
 
-  // Uninitialised memory.
+  // Uninitialised memory: from the caching allocator, so it may still hold an earlier tensor's values.
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
   // A view of memory owned elsewhere (must outlive the tensor).
@@ -65,6 +71,7 @@ class Tensor {
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
   int ndim() const { return shape_.ndim(); }
+  // Negative i counts from the last dimension, as in PyTorch.
   int64_t dim(int i) const { return shape_[i < 0 ? i + shape_.ndim() : i]; }
   int64_t numel() const { return shape_.numel(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
@@ -72,6 +79,7 @@ class Tensor {
   Device device() const { return storage_ ? storage_->device : Device::cpu(); }
   bool shares_storage(const Tensor& o) const { return storage_ == o.storage_; }
 
+  // Unchecked (no dtype): for byte copies and kernels that take void*. data<T>() checks the dtype.
   void* raw() const { return static_cast<char*>(storage_->ptr) + offset_; }
   template <typename T>
   T* data() const {
@@ -100,6 +108,7 @@ class Tensor {
 // dst <- src: same dtype and numel, any devices. Synchronous with respect to the host.
 void copy(const Tensor& dst, const Tensor& src);
 // Sets every byte to zero.
+// On a GPU the memset is queued on the compute stream and not waited for, unlike copy().
 void zero(const Tensor& t);
 
 }  // namespace nanoddp

@@ -16,79 +16,81 @@
 
 namespace nanoddp::ops {
 
-// ---- GEMM -------------------------------------------------------------------------------------
-// out[M, N] = alpha * op(a) @ op(b) + beta * out, op(x) = x or x^T. a, b, out are 2-D.
-// A Linear layer y = x W^T is matmul(y, x, false, W, true); its weight gradient accumulated over
-// micro-steps is matmul(dW, dy, true, x, false, 1, 1).
-void matmul(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha = 1.f,
-            float beta = 0.f);
-
-// ---- elementwise ------------------------------------------------------------------------------
-void fill(const Tensor& x, float value);
-void scale(const Tensor& x, float s);                             // x *= s
-void axpy(const Tensor& y, const Tensor& x, float alpha);         // y += alpha * x
-void cast(const Tensor& dst, const Tensor& src);                  // f32 <-> bf16, round to nearest even
-
-// ---- embedding --------------------------------------------------------------------------------
-// out[N, C] = table[ids[n], :]; ids i32 [N], table [V, C].
-void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids);
-// dtable[V, C] += scatter of dout[N, C] by ids (deterministic: the same sum order every run).
-void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids);
-
-// ---- RMSNorm without weight -------------------------------------------------------------------
-// Over the last dim C of x viewed as [R, C]: y = x * rstd, rstd f32 [R] = 1 / sqrt(mean(x^2) + eps).
-void rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, float eps);
-// dx = rstd * (dy - y * mean(dy * y)); with `accumulate`, dx += that instead.
-void rmsnorm_backward(const Tensor& dx, const Tensor& dy, const Tensor& y, const Tensor& rstd, bool accumulate);
-
-// ---- rotary embedding (half-split) ------------------------------------------------------------
-// x, y [B, T, H, D]; cos, sin f32 [T_table, D/2]. For position p = pos0 + t, x1 = x[..., :D/2],
-// x2 = x[..., D/2:]: y1 = x1 cos + x2 sin, y2 = -x1 sin + x2 cos. `inverse` applies the transposed
-// rotation (y1 = x1 cos - x2 sin, y2 = x1 sin + x2 cos), which is the backward. y may alias x.
-void rotary(const Tensor& y, const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t pos0, bool inverse);
-
-// ---- causal attention -------------------------------------------------------------------------
-// q [B, Tq, Hq, D]; k, v [B, Tcap, Hkv, D] of which the first kv_len positions are used;
-// out [B, Tq, Hq, D]; lse f32 [B, Hq, Tq] (log-sum-exp of each row of scaled scores, for backward).
-// Query t sits at position kv_len - Tq + t and sees keys 0 ..= that position. Query head h reads
-// kv head h / (Hq / Hkv) (grouped-query attention; Hq % Hkv == 0).
-void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                       int64_t kv_len, float scale);
-// Training form (Tq == Tcap == kv_len). dq, dk, dv are overwritten.
-void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
-                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, float scale);
-
-// ---- relu^2 -----------------------------------------------------------------------------------
-void relu2_forward(const Tensor& y, const Tensor& x);                      // y = max(x, 0)^2
-void relu2_backward(const Tensor& dx, const Tensor& dy, const Tensor& x);  // dx = dy * 2 max(x, 0)
-
-// ---- soft-capped cross-entropy, fused with its backward ---------------------------------------
-// logits [N, Vpad] (act dtype); only the first `vocab` columns are the vocabulary, the padding
-// never enters the softmax. z = cap * tanh(logits / cap); losses f32 [N] = logsumexp(z) - z[target]
-// (0 where target == -1). When grad_scale != 0, logits are overwritten by
-// d(grad_scale * sum(losses)) / d(logits): padding columns and ignored rows get 0. One pass over
-// each row computes both, so probabilities are never stored.
-void softcap_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab,
-                           float softcap, float grad_scale);
-
-// ---- optimizer updates ------------------------------------------------------------------------
+// Optimizer step hyper-parameters of adamw_update (defaults: nanochat's AdamW for embeddings).
 struct AdamWStep {
   float lr = 0, beta1 = 0.8f, beta2 = 0.95f, eps = 1e-10f, weight_decay = 0;
   int64_t step = 1;  // 1-based, for bias correction
 };
-// p, g, m, v f32, same numel. m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-// p = p (1 - lr wd) - lr * mhat / (sqrt(vhat) + eps), mhat = m / (1-b1^step), vhat = v / (1-b2^step).
-void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWStep& s);
 
-// Muon's Nesterov momentum, in place: buf = lerp(buf, g, 1 - momentum); g = lerp(g, buf, momentum),
-// with torch.lerp's rounding (a + w (b - a) for w < 0.5, else b - (b - a)(1 - w)).
-void muon_momentum(const Tensor& g, const Tensor& buf, float momentum);
+// Every op, declared once, as X(name, (parameters)). This list declares the free functions below,
+// the Backend interface (ops/backend.h) and each backend's overrides (NANODDP_OP_OVERRIDE); the
+// free functions, defined in ops.cpp, check shapes and dtypes and dispatch. Adding an op means one
+// entry here, its checks in ops.cpp and its kernel in each backend: the compiler names any backend
+// that lacks it.
+#define NANODDP_OPS(X)                                                                                         \
+  /* ---- GEMM: out[M, N] = alpha * op(a) @ op(b) + beta * out, op(x) = x or x^T; 2-D tensors. A Linear     \
+     layer y = x W^T is matmul(y, x, false, W, true); its weight gradient accumulated over micro-steps is    \
+     matmul(dW, dy, true, x, false, 1, 1). */                                                                 \
+  X(matmul, (const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha,    \
+             float beta))                                                                                     \
+  /* ---- elementwise: x = value; x *= s; y += alpha * x; f32 <-> bf16 rounding to nearest even */           \
+  X(fill, (const Tensor& x, float value))                                                                     \
+  X(scale, (const Tensor& x, float s))                                                                        \
+  X(axpy, (const Tensor& y, const Tensor& x, float alpha))                                                    \
+  X(cast, (const Tensor& dst, const Tensor& src))                                                             \
+  /* ---- embedding: out[N, C] = table[ids[n], :], ids i32 [N], table [V, C]; backward: dtable[V, C] +=      \
+     scatter of dout[N, C] by ids, deterministic (the same sum order every run). */                          \
+  X(embedding_forward, (const Tensor& out, const Tensor& table, const Tensor& ids))                          \
+  X(embedding_backward, (const Tensor& dtable, const Tensor& dout, const Tensor& ids))                       \
+  /* ---- RMSNorm without weight, over the last dim C of x viewed as [R, C]: y = x * rstd, rstd f32 [R] =   \
+     1 / sqrt(mean(x^2) + eps). Backward: dx = rstd * (dy - y * mean(dy * y)), or dx += that with           \
+     `accumulate`. */                                                                                         \
+  X(rmsnorm_forward, (const Tensor& y, const Tensor& rstd, const Tensor& x, float eps))                       \
+  X(rmsnorm_backward, (const Tensor& dx, const Tensor& dy, const Tensor& y, const Tensor& rstd, bool accumulate)) \
+  /* ---- rotary embedding (half-split): x, y [B, T, H, D]; cos, sin f32 [T_table, D/2]. For position      \
+     p = pos0 + t, x1 = x[..., :D/2], x2 = x[..., D/2:]: y1 = x1 cos + x2 sin, y2 = -x1 sin + x2 cos.      \
+     `inverse` applies the transposed rotation, which is the backward. y may alias x. */                     \
+  X(rotary, (const Tensor& y, const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t pos0, bool inverse)) \
+  /* ---- causal attention: q [B, Tq, Hq, D]; k, v [B, Tcap, Hkv, D] of which the first kv_len positions   \
+     are used; out [B, Tq, Hq, D]; lse f32 [B, Hq, Tq] (log-sum-exp of each row of scaled scores). Query t  \
+     sits at position kv_len - Tq + t and sees keys 0 ..= that position; query head h reads kv head         \
+     h / (Hq / Hkv) (grouped-query attention). The backward is the training form (Tq == Tcap == kv_len);   \
+     dq, dk, dv are overwritten. */                                                                           \
+  X(attention_forward, (const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, \
+                        int64_t kv_len, float scale))                                                         \
+  X(attention_backward, (const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,             \
+                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, \
+                         float scale))                                                                        \
+  /* ---- relu^2: y = max(x, 0)^2; dx = dy * 2 max(x, 0) */                                                   \
+  X(relu2_forward, (const Tensor& y, const Tensor& x))                                                        \
+  X(relu2_backward, (const Tensor& dx, const Tensor& dy, const Tensor& x))                                    \
+  /* ---- soft-capped cross-entropy fused with its backward: logits [N, Vpad] (act dtype), only the first   \
+     `vocab` columns enter the softmax. z = cap * tanh(logits / cap); losses f32 [N] = logsumexp(z) -       \
+     z[target] (0 where target == -1). When grad_scale != 0, logits are overwritten by                      \
+     d(grad_scale * sum(losses)) / d(logits), 0 in padding columns and ignored rows: one pass per row       \
+     computes both, so probabilities are never stored. */                                                     \
+  X(softcap_cross_entropy, (const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab,   \
+                            float softcap, float grad_scale))                                                 \
+  /* ---- AdamW on f32 p, g, m, v of one numel: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;                 \
+     p = p (1 - lr wd) - lr * mhat / (sqrt(vhat) + eps), mhat = m / (1-b1^step), vhat = v / (1-b2^step). */  \
+  X(adamw_update, (const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWStep& s))   \
+  /* ---- Muon's Nesterov momentum, in place: buf = lerp(buf, g, 1 - momentum); g = lerp(g, buf, momentum),  \
+     with torch.lerp's rounding (a + w (b - a) for w < 0.5, else b - (b - a)(1 - w)). */                     \
+  X(muon_momentum, (const Tensor& g, const Tensor& buf, float momentum))                                      \
+  /* ---- Newton-Schulz orthogonalisation of x [rows, cols] (f32 storage, in place): transpose if rows >    \
+     cols, x /= (||x||_F + 1e-7), `steps` times A = x x^T, B = b A + c A A, x = a x + B x with (a, b, c) =  \
+     (3.4445, -4.7750, 2.0315), transpose back. With bf16, every op's result is rounded to bf16 as          \
+     nanochat's bf16 tensors are (GEMMs accumulate in f32 and round once; scalars stay f32 as in PyTorch's  \
+     CUDA kernels); otherwise all arithmetic is f32. */                                                       \
+  X(newton_schulz, (const Tensor& x, int steps, bool bf16))
 
-// Newton-Schulz orthogonalisation of x [rows, cols] (f32 storage, in place): transpose if
-// rows > cols, x /= (||x||_F + 1e-7), `steps` times A = x x^T, B = b A + c A A, x = a x + B x
-// with (a, b, c) = (3.4445, -4.7750, 2.0315), transpose back. With bf16, every op's result is
-// rounded to bf16 as nanochat's bf16 tensors are (GEMMs accumulate in f32 and round once;
-// scalars stay f32 as in PyTorch's CUDA kernels); otherwise all arithmetic is f32.
-void newton_schulz(const Tensor& x, int steps, bool bf16 = true);
+#define NANODDP_OP_DECLARE(name, params) void name params;
+NANODDP_OPS(NANODDP_OP_DECLARE)
+#undef NANODDP_OP_DECLARE
+
+// The common GEMM: out = op(a) @ op(b), overwriting out.
+inline void matmul(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b) {
+  matmul(out, a, trans_a, b, trans_b, 1.f, 0.f);
+}
 
 }  // namespace nanoddp::ops

@@ -11,6 +11,7 @@ void HashStore::set(const std::string& key, const Bytes& value) {
     std::lock_guard lock(mu_);
     data_[key] = value;
   }
+  // Notify after unlocking, so the woken waiters do not block on the mutex at once.
   changed_.notify_all();
 }
 
@@ -32,6 +33,7 @@ int64_t HashStore::add(const std::string& key, int64_t delta) {
                     "store key '{}' holds a value that is not an integer", key);
     }
     value += delta;
+    // Decimal text, as the TCP server stores it, so code behaves alike on both stores.
     std::string text = std::to_string(value);
     data_[key] = Bytes(text.begin(), text.end());
   }
@@ -54,6 +56,7 @@ Bytes HashStore::compare_set(const std::string& key, const Bytes& expected, cons
 
 bool HashStore::erase(const std::string& key) {
   std::lock_guard lock(mu_);
+  // No notify: no waiter can be waiting for a key to vanish.
   return data_.erase(key) > 0;
 }
 
@@ -76,6 +79,7 @@ void HashStore::wait_locked(std::unique_lock<std::mutex>& lock, const std::vecto
       if (!data_.count(k)) return false;
     return true;
   };
+  // The predicate form re-checks after every notify and spurious wake-up, and unlocks while asleep.
   if (changed_.wait_for(lock, timeout, present)) return;
   std::string missing;
   for (auto& k : keys)

@@ -1,5 +1,7 @@
 // An in-memory store for ranks that are threads of one process (the collective tests). Thread-safe;
 // get() and wait() block on a condition variable until the keys appear or the timeout passes.
+// Also the store of a single-process run that no launcher hosts one for (comm/init.cpp): a group of
+// one rank never needs another process.
 #pragma once
 
 #include <condition_variable>
@@ -28,6 +30,7 @@ class HashStore final : public Store {
 
   std::mutex mu_;
   std::condition_variable changed_;
+  // Guarded by mu_; changed_ is notified on every set, add and compare_set.
   std::map<std::string, Bytes> data_;
 };
 

@@ -29,6 +29,7 @@ using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
 // getaddrinfo for a TCP or UDP endpoint; null with *why on failure.
 AddrInfoPtr resolve(const std::string& host, int port, int socktype, bool passive, std::string* why) {
   addrinfo hints{};
+  // IPv4 and IPv6 both: callers try the addresses in the order getaddrinfo ranks them.
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = socktype;
   hints.ai_flags = passive ? AI_PASSIVE : 0;
@@ -44,6 +45,7 @@ AddrInfoPtr resolve(const std::string& host, int port, int socktype, bool passiv
 
 int ms_until(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  // poll() takes an int of milliseconds: cap at 2^30 (about 12 days) so a far deadline cannot overflow.
   return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
 }
 
@@ -57,6 +59,7 @@ bool wait_fd(int fd, short events, Clock::time_point deadline, std::string* why)
       *why = "timed out";
       return false;
     }
+    // EINTR: a signal interrupted poll(); go round again with the time that is left.
     if (errno != EINTR) {
       *why = errno_text(errno);
       return false;
@@ -78,6 +81,7 @@ void set_nonblocking(int fd) {
 
 void set_nodelay(int fd) {
   int one = 1;
+  // Best effort: without it only latency suffers.
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
@@ -97,15 +101,20 @@ Fd listen_tcp(const std::string& host, int port, int* bound_port) {
       continue;
     }
     int one = 1, zero = 0;
+    // SO_REUSEADDR: a restarted job can bind the port while the old server's connections sit in
+    // TIME_WAIT. V6ONLY off explicitly: some systems default to IPv6-only sockets.
     setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (a->ai_family == AF_INET6) setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    // A backlog of 1024: every rank of a job connects at about the same moment at start-up.
     if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), 1024) != 0) {
       last_err = errno;
+      // The port is taken: another address would not help, and would hide the reason.
       if (last_err == EADDRINUSE) break;
       continue;
     }
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
+    // The port actually bound, which differs from `port` when that was 0.
     getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
     *bound_port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                                  : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
@@ -123,6 +132,7 @@ Fd listen_tcp(const std::string& host, int port, int* bound_port) {
 Fd try_connect_tcp(const std::string& host, int port, std::chrono::milliseconds timeout, std::string* why) {
   AddrInfoPtr addrs = resolve(host, port, SOCK_STREAM, false, why);
   if (!addrs) return Fd();
+  // One deadline for all of the host's addresses together.
   auto deadline = Clock::now() + timeout;
   for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
     Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
@@ -132,6 +142,7 @@ Fd try_connect_tcp(const std::string& host, int port, std::chrono::milliseconds 
     }
     set_nonblocking(fd.get());
     if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
+      // Non-blocking connect: wait until writable, then read the outcome from SO_ERROR.
       if (errno != EINPROGRESS) {
         *why = errno_text(errno);
         continue;
@@ -154,6 +165,7 @@ Fd try_connect_tcp(const std::string& host, int port, std::chrono::milliseconds 
 bool send_all(int fd, const void* data, size_t n, Clock::time_point deadline, std::string* why) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
+    // MSG_NOSIGNAL: a peer that went away gives EPIPE here instead of killing the process with SIGPIPE.
     ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
     if (k > 0) {
       p += k;
@@ -194,6 +206,7 @@ std::string local_address_toward(const std::string& host, int port) {
   NANODDP_CHECK(addrs, "cannot find this host's address toward MASTER_ADDR: {}: check MASTER_ADDR", why);
   for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
     Fd fd(::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    // Connecting a UDP socket sends nothing; it makes the kernel pick the route and source address.
     if (!fd.valid() || ::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) continue;
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;

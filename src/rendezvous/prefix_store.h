@@ -1,5 +1,7 @@
 // A namespace inside another store: key k is stored as "<prefix>/k". Process groups and launcher
 // restarts each get their own prefix, so their keys never collide.
+// Users: comm/init (one prefix per restart attempt, then one per process group), the launcher
+// ("nanoddp_run") and the MPI group's heartbeat. Thread-safe when the inner store is.
 #pragma once
 
 #include <memory>
@@ -11,6 +13,7 @@ namespace nanoddp::dist {
 class PrefixStore final : public Store {
  public:
   // Takes the inner store's timeout as its own.
+  // Later set_timeout() calls change this store only, not the shared inner one.
   PrefixStore(std::string prefix, std::shared_ptr<Store> inner);
 
   void set(const std::string& key, const Bytes& value) override;

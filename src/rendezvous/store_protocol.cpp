@@ -6,6 +6,8 @@
 
 namespace nanoddp::dist::wire {
 
+// Big-endian (network order) byte by byte, so hosts of either endianness agree and no alignment is
+// assumed.
 uint32_t read_u32_be(const uint8_t* p) {
   return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
 }
@@ -40,11 +42,13 @@ Bytes Writer::take() {
   write_u32_be(buf_.data(), static_cast<uint32_t>(buf_.size() - 4));
   Bytes out;
   out.swap(buf_);
+  // Ready for the next frame: the writer can be reused.
   buf_.resize(4);
   return out;
 }
 
 void Reader::need(size_t n) {
+  // A payload shorter than its fields say: the peer does not speak this protocol, or not this version.
   NANODDP_CHECK(static_cast<size_t>(end_ - p_) >= n,
                 "malformed rendezvous store message (truncated field): is another program using this port?");
 }
@@ -66,6 +70,7 @@ Bytes Reader::bytes(size_t limit) {
   need(4);
   uint32_t n = read_u32_be(p_);
   p_ += 4;
+  // Before need() and the copy: a length claiming gigabytes is refused, not allocated.
   NANODDP_CHECK(n <= limit, "rendezvous store message field of {} bytes exceeds the limit of {} bytes", n, limit);
   need(n);
   Bytes out(p_, p_ + n);

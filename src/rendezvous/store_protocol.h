@@ -19,13 +19,18 @@ namespace nanoddp::dist::wire {
 
 using Bytes = std::vector<uint8_t>;
 
+// The first field a client sends, so the server can tell a stray connection (a port scan, another
+// program) from a client and answer it with a clear error.
 inline constexpr std::string_view kMagic = "nanoddp-store";
+// Raised on any change to the wire format: the server refuses other versions with a message that
+// says to use the same build everywhere.
 inline constexpr int64_t kVersion = 1;
 
 // Limits, enforced by the client before sending and by the server on receipt.
 inline constexpr size_t kMaxKeyBytes = 4 << 10;             // 4 KiB per key
 inline constexpr size_t kMaxValueBytes = 16 << 20;          // 16 MiB per value
 inline constexpr size_t kMaxKeysPerRequest = 1 << 16;
+// A CompareSet frame carries two values; the extra 1 MiB covers its key and the field headers.
 inline constexpr size_t kMaxFrameBytes = kMaxValueBytes * 2 + (1 << 20);
 
 enum class Op : uint8_t {
@@ -39,6 +44,7 @@ enum class Op : uint8_t {
   Wait = 8,        // n, keys..., timeout_ms               -> Ok | Timeout missing_n, missing...
 };
 
+// The first byte of every reply payload.
 enum class Status : uint8_t { Ok = 0, Value = 1, Int = 2, Timeout = 3, Error = 4 };
 
 // Builds one frame.
@@ -64,6 +70,7 @@ class Reader {
   Reader(const uint8_t* data, size_t n) : p_(data), end_(data + n) {}
   uint8_t u8();
   int64_t i64();
+  // A field longer than `limit` is refused before anything is allocated for it.
   Bytes bytes(size_t limit);
   std::string str(size_t limit);
   bool done() const { return p_ == end_; }

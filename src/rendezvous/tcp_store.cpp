@@ -26,11 +26,14 @@ std::string seconds_text(milliseconds ms) { return fmt::format("{:g}", ms.count(
 
 std::string join_keys(const std::vector<std::string>& keys) {
   std::string out;
+  // At most 8 keys: a wait on a thousand ranks' keys would otherwise bury the message.
   for (size_t i = 0; i < keys.size() && i < 8; i++) out += (i ? ", '" : "'") + keys[i] + "'";
   if (keys.size() > 8) out += fmt::format(" and {} more", keys.size() - 8);
   return out;
 }
 
+// Limits are checked here too, so an oversized key or value fails in the caller with its size,
+// instead of the server dropping the connection.
 void check_key(const std::string& key) {
   NANODDP_CHECK(key.size() <= wire::kMaxKeyBytes, "store key of {} bytes exceeds the limit of {} bytes",
                 key.size(), wire::kMaxKeyBytes);
@@ -47,11 +50,13 @@ void check_value(const std::string& key, size_t bytes) {
 struct TcpStore::Reply {
   Status status = Status::Ok;
   wire::Bytes payload;
+  // Skips the status byte.
   wire::Reader reader() const { return wire::Reader(payload.data() + 1, payload.size() - 1); }
 };
 
 TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
   set_timeout(options_.timeout);
+  // The first connection is made now, so a wrong address or token fails at construction.
   idle_.push_back(connect_once(options_.connect_timeout));
 }
 
@@ -62,6 +67,8 @@ std::string TcpStore::endpoint() const { return fmt::format("{}:{}", options_.ho
 net::Fd TcpStore::connect_once(milliseconds connect_timeout) {
   // Retry with backoff: the server may start after this client (rank 0 can be slower to launch).
   auto start = Clock::now(), deadline = start + connect_timeout;
+  // 20 ms doubling up to 1 s: quick when the server is about to start, light on it when it is late.
+  // Each attempt gets at most 5 s, so a host that drops packets is tried again rather than once.
   milliseconds backoff{20};
   std::string why = "no attempt made";
   net::Fd fd;
@@ -101,6 +108,7 @@ net::Fd TcpStore::connect_once(milliseconds connect_timeout) {
 TcpStore::Reply TcpStore::call(const Bytes& request, milliseconds reply_within) {
   net::Fd fd;
   {
+    // The pool is locked only to take or return a connection, never during I/O.
     std::lock_guard lock(mu_);
     if (!idle_.empty()) {
       fd = std::move(idle_.back());
@@ -116,6 +124,7 @@ TcpStore::Reply TcpStore::call(const Bytes& request, milliseconds reply_within) 
   bool ok = net::send_all(fd.get(), request.data(), request.size(), deadline, &why) &&
             net::recv_all(fd.get(), header, 4, deadline, &why);
   uint32_t len = ok ? wire::read_u32_be(header) : 0;
+  // Every reply has at least its status byte.
   if (ok && (len < 1 || len > wire::kMaxFrameBytes)) {
     ok = false;
     why = fmt::format("malformed reply of {} bytes", len);
@@ -131,7 +140,8 @@ TcpStore::Reply TcpStore::call(const Bytes& request, milliseconds reply_within) 
                 endpoint(), why);
   reply.status = Status(reply.payload[0]);
   if (reply.status == Status::Error) {
-    // The server closes the connection after errors in the protocol; keep it for value errors.
+    // Throwing drops this connection (fd closes here) rather than pooling it. The server closes its
+    // side after protocol errors anyway; after a value error (Add on text) the pool just has one connection fewer.
     NANODDP_FAIL("rendezvous store at {}: {}", endpoint(), reply.reader().str(wire::kMaxFrameBytes));
   }
   std::lock_guard lock(mu_);
@@ -149,6 +159,7 @@ void TcpStore::set(const std::string& key, const Bytes& value) {
 Bytes TcpStore::get(const std::string& key) {
   check_key(key);
   wire::Writer w;
+  // The server waits up to timeout(); the client allows kReplyMargin more before it gives up on it.
   Reply r = call(w.u8(uint8_t(Op::Get)).str(key).i64(timeout().count()).take(), timeout() + kReplyMargin);
   NANODDP_CHECK(r.status == Status::Value,
                 "timed out after {} s waiting for key '{}' in the rendezvous store at {}: a rank may have failed "
@@ -166,6 +177,7 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
 
 Bytes TcpStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
   check_key(key);
+  // Both values travel in one frame; each must fit the value limit.
   check_value(key, std::max(expected.size(), desired.size()));
   wire::Writer w;
   Reply r = call(w.u8(uint8_t(Op::CompareSet)).str(key).bytes(expected).bytes(desired).take(), kQuickRequest);
@@ -202,6 +214,7 @@ void TcpStore::wait(const std::vector<std::string>& keys, milliseconds timeout) 
   if (r.status == Status::Ok) return;
   wire::Reader rd = r.reader();
   int64_t n_missing = rd.i64();
+  // Checked before a vector is sized by it.
   NANODDP_CHECK(n_missing >= 0 && size_t(n_missing) <= keys.size(), "malformed reply from the rendezvous store at {}",
                 endpoint());
   std::vector<std::string> missing(static_cast<size_t>(n_missing));

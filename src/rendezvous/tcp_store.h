@@ -25,6 +25,7 @@ std::string store_token_from_env();
 
 struct TcpStoreServerOptions {
   std::string host;                            // address to bind; "" = every interface
+  // 29500: torchrun's default MASTER_PORT.
   int port = 29500;                            // 0 = pick a free port (see TcpStoreServer::port())
   std::string token = store_token_from_env();  // "" = accept every client
 };
@@ -42,12 +43,15 @@ class TcpStoreServer {
   int port() const { return port_; }
   const std::string& host() const { return options_.host; }
   // Number of connections open now (for tests and diagnostics).
+  // comm/init waits for it to reach 0 before it lets the server go, so that other ranks can still
+  // read each other's diagnosis from the store (Note [store linger] there).
   int client_count() const { return clients_.load(); }
 
  private:
   class Loop;
   TcpStoreServerOptions options_;
   int port_ = 0;
+  // Written by the server thread, read by client_count() from any thread.
   std::atomic<int> clients_{0};
   std::unique_ptr<Loop> loop_;
   std::thread thread_;
@@ -59,6 +63,7 @@ struct TcpStoreOptions {
   // How long to keep retrying the first connection (the server may start after the client).
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
   // Default timeout of get() and wait() (Store::timeout()).
+  // 300 s, as Store's default.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   std::string token = store_token_from_env();
 };
@@ -88,9 +93,12 @@ class TcpStore final : public Store {
   struct Reply;
   net::Fd connect_once(std::chrono::milliseconds connect_timeout);
   // Sends one request frame and reads its reply; `reply_within` bounds the wait for the reply.
+  // Throws nanoddp::Error when the connection breaks (it is then closed, not pooled) or the server
+  // answers with an error.
   Reply call(const Bytes& request, std::chrono::milliseconds reply_within);
 
   TcpStoreOptions options_;
+  // Guards idle_ only; no network I/O happens under it.
   std::mutex mu_;
   std::vector<net::Fd> idle_;  // connections not in use by any thread
 };

@@ -53,6 +53,7 @@ struct Client {
   bool parked = false;
   Op parked_op = Op::Get;
   std::vector<std::string> parked_keys;
+  // When a parked request is answered with Timeout.
   Clock::time_point deadline;
 };
 
@@ -62,12 +63,14 @@ class TcpStoreServer::Loop {
  public:
   Loop(net::Fd listener, std::string token, std::atomic<int>* client_count)
       : listener_(std::move(listener)), token_(std::move(token)), client_count_(client_count) {
+    // The eventfd lets stop(), called from another thread, wake poll().
     wake_ = net::Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     NANODDP_CHECK(wake_.valid(), "cannot create an eventfd for the rendezvous store server");
   }
 
   void stop() {
     uint64_t one = 1;
+    // The result can be ignored: a write fails only when the counter is full, which already wakes poll().
     [[maybe_unused]] ssize_t k = ::write(wake_.get(), &one, sizeof one);
   }
 
@@ -101,6 +104,7 @@ class TcpStoreServer::Loop {
   std::string token_;
   std::atomic<int>* client_count_;
   std::vector<std::unique_ptr<Client>> clients_;
+  // Only the loop thread touches clients_ and data_, so they need no lock.
   std::unordered_map<std::string, wire::Bytes> data_;
 };
 
@@ -117,6 +121,7 @@ void TcpStoreServer::Loop::run() {
       short events = c->out_sent < c->out.size() ? short(POLLIN | POLLOUT) : short(POLLIN);
       fds.push_back({c->fd.get(), events, 0});
       if (c->parked) {
+        // +1 ms: duration_cast rounds down, and waking just before a deadline would only poll again.
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c->deadline - now).count() + 1;
         int ms = int(std::clamp<int64_t>(left, 0, 1 << 30));
         timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
@@ -128,6 +133,7 @@ void TcpStoreServer::Loop::run() {
     if (fds[1].revents & POLLIN) accept_clients();
     // Visit the clients that were polled (accept_clients appends new ones after them).
     size_t polled = fds.size() - 2;
+    // Sized after accept_clients(), so the clients it just added are kept too.
     std::vector<bool> alive(clients_.size(), true);
     for (size_t i = 0; i < polled; i++) {
       Client& c = *clients_[i];
@@ -135,6 +141,7 @@ void TcpStoreServer::Loop::run() {
       if ((ev & (POLLIN | POLLHUP | POLLERR)) && !read_from(c)) alive[i] = false;
       if (alive[i]) handle_frames(c);
     }
+    // After every request of this round: a Set from one client may complete another's parked wait.
     serve_parked(Clock::now());
     for (size_t i = 0; i < clients_.size(); i++) {
       if (alive[i] && !write_to(*clients_[i])) alive[i] = false;
@@ -145,6 +152,7 @@ void TcpStoreServer::Loop::run() {
       if (alive[i]) clients_[kept++] = std::move(clients_[i]);
     }
     clients_.resize(kept);
+    // Published for client_count(), which other threads read.
     client_count_->store(int(kept));
   }
 }
@@ -153,6 +161,7 @@ void TcpStoreServer::Loop::accept_clients() {
   for (;;) {
     int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;  // EAGAIN: none left (other errors: the client went away already)
+    // Requests and replies are small and latency-bound.
     net::set_nodelay(fd);
     auto c = std::make_unique<Client>();
     c->fd = net::Fd(fd);
@@ -161,6 +170,8 @@ void TcpStoreServer::Loop::accept_clients() {
 }
 
 bool TcpStoreServer::Loop::read_from(Client& c) {
+  // 64 KiB per recv: a large value arrives over several calls. A short read means the socket is
+  // drained, which saves the recv() that would only return EAGAIN.
   uint8_t buf[64 << 10];
   for (;;) {
     ssize_t k = ::recv(c.fd.get(), buf, sizeof buf, 0);
@@ -181,6 +192,7 @@ bool TcpStoreServer::Loop::write_to(Client& c) {
     if (k > 0) {
       c.out_sent += size_t(k);
     } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // The socket buffer is full: keep the rest; POLLOUT says when it drains.
       return true;
     } else if (k < 0 && errno == EINTR) {
       continue;
@@ -198,16 +210,19 @@ void TcpStoreServer::Loop::handle_frames(Client& c) {
   // One request at a time: a parked request must be answered before the next is read.
   while (!c.parked && !c.close_after_flush && c.in.size() - pos >= 4) {
     uint32_t len = wire::read_u32_be(c.in.data() + pos);
+    // Refused as soon as its length is read: the reply goes out, then the connection closes.
     if (len > wire::kMaxFrameBytes) {
       reply_error(c, fmt::format("request of {} bytes exceeds the store's limit of {} bytes", len,
                                  wire::kMaxFrameBytes), true);
       break;
     }
+    // Incomplete: wait for the rest of the frame.
     if (c.in.size() - pos - 4 < len) break;
     wire::Reader r(c.in.data() + pos + 4, len);
     try {
       handle(c, r);
     } catch (const Error& e) {
+      // A malformed request gets the message, then the connection is closed.
       reply_error(c, e.what(), true);
     }
     pos += 4 + len;
@@ -219,6 +234,8 @@ void TcpStoreServer::Loop::handle(Client& c, wire::Reader& r) {
   Op op = Op(r.u8());
   wire::Writer w;
   if (!c.authenticated) {
+    // Before Hello succeeds, fields are read with small limits, so a stranger cannot make the server
+    // allocate much; any failure replies and closes.
     std::string magic = op == Op::Hello ? r.str(64) : "";
     if (magic != wire::kMagic) return reply_error(c, "this port is not a nanoddp rendezvous store", true);
     int64_t version = r.i64();
@@ -247,6 +264,7 @@ void TcpStoreServer::Loop::handle(Client& c, wire::Reader& r) {
       NANODDP_CHECK(n >= 0 && size_t(n) <= wire::kMaxKeysPerRequest, "too many keys in one store request ({})", n);
       c.parked_keys.clear();
       for (int64_t i = 0; i < n; i++) c.parked_keys.push_back(r.str(wire::kMaxKeyBytes));
+      // A negative timeout means "answer now".
       int64_t timeout_ms = std::max<int64_t>(r.i64(), 0);
       c.parked_op = op;
       c.parked = true;
@@ -260,10 +278,12 @@ void TcpStoreServer::Loop::handle(Client& c, wire::Reader& r) {
       if (it != data_.end()) {
         const char* b = reinterpret_cast<const char*>(it->second.data());
         auto [end, ec] = std::from_chars(b, b + it->second.size(), value);
+        // A value error, not a protocol error: the connection stays open.
         if (ec != std::errc() || end != b + it->second.size())
           return reply_error(c, fmt::format("store key '{}' holds a value that is not an integer", key), false);
       }
       value += delta;
+      // Decimal text, as HashStore stores it: get() of a counter reads "3".
       std::string text = std::to_string(value);
       data_[key] = wire::Bytes(text.begin(), text.end());
       w.u8(uint8_t(Status::Int)).i64(value);
@@ -280,6 +300,7 @@ void TcpStoreServer::Loop::handle(Client& c, wire::Reader& r) {
     }
     case Op::Erase: {
       std::string key = r.str(wire::kMaxKeyBytes);
+      // No parked request needs re-checking: an erase never completes a wait.
       w.u8(uint8_t(Status::Int)).i64(data_.erase(key) > 0 ? 1 : 0);
       break;
     }
@@ -331,12 +352,15 @@ bool TcpStoreServer::Loop::serve_parked_one(Client& c, Clock::time_point now) {
 }
 
 TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options) : options_(std::move(options)) {
+  // Bound and listening before the thread starts: port() is valid once the constructor returns, and a
+  // taken port throws here, in the caller.
   net::Fd listener = net::listen_tcp(options_.host, options_.port, &port_);
   loop_ = std::make_unique<Loop>(std::move(listener), options_.token, &clients_);
   thread_ = std::thread([this] { loop_->run(); });
 }
 
 TcpStoreServer::~TcpStoreServer() {
+  // The loop returns at its next poll(); the connections close as the Loop is destroyed.
   loop_->stop();
   thread_.join();
 }

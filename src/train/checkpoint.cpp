@@ -22,6 +22,8 @@ std::vector<int64_t> complete_steps(const std::string& out) {
   std::vector<int64_t> steps;
   const fs::path root = fs::path(out) / "checkpoints";
   if (!fs::is_directory(root)) return steps;
+  // regex_match needs the whole name, so step_000500.tmp (a save in progress or interrupted) never
+  // counts, and neither does a step directory without DONE.
   static const std::regex name(R"(step_(\d+))");
   for (const auto& entry : fs::directory_iterator(root)) {
     std::smatch m;
@@ -32,6 +34,8 @@ std::vector<int64_t> complete_steps(const std::string& out) {
   return steps;
 }
 
+// fsync of a file or a directory (both open read-only). A directory's fsync makes the entries and
+// renames in it durable.
 void fsync_path(const fs::path& p) {
   int fd = ::open(p.c_str(), O_RDONLY);
   if (fd >= 0) {
@@ -42,6 +46,7 @@ void fsync_path(const fs::path& p) {
 
 void write_text(const fs::path& path, const std::string& text) {
   {
+    // Closed (flushed to the kernel) at the end of this scope, before the fsync.
     std::ofstream f(path);
     f << text;
     NANODDP_CHECK(f.good(), "cannot write {} (disk full?)", path.string());
@@ -89,11 +94,13 @@ nlohmann::json read_checkpoint_meta(const std::string& dir) {
 void write_model_checkpoint(const std::string& out, int64_t step, const std::vector<std::pair<std::string, Tensor>>& model,
                             const nlohmann::json& meta) {
   const fs::path final_dir = checkpoint_dir(out, step), tmp = final_dir.string() + ".tmp";
+  // A .tmp left by an interrupted import is discarded.
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   write_tensors(tmp / CheckpointFiles().model, model);
   write_text(tmp / CheckpointFiles().meta, meta.dump(2));
   write_text(tmp / "DONE", fmt::format("{}\n", step));
+  // rename() cannot replace a non-empty directory, so an existing checkpoint of this step goes first.
   fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);
   fsync_path(final_dir.parent_path());
@@ -106,8 +113,11 @@ void save_checkpoint(const std::string& out, const CheckpointContents& c, dist::
     fs::remove_all(tmp);  // a leftover of an interrupted save
     fs::create_directories(tmp);
   }
+  // The directory exists before any rank writes into it.
   group.barrier()->wait();
   CheckpointFiles files;
+  // Each rank writes its own optimizer state (its shard under --zero); the weights are replicated,
+  // so rank 0 alone writes them and meta.json.
   write_tensors(tmp / CheckpointFiles::optimizer(group.rank()), c.optimizer);
   if (primary) {
     write_tensors(tmp / files.model, c.model);
@@ -119,9 +129,12 @@ void save_checkpoint(const std::string& out, const CheckpointContents& c, dist::
     fs::remove_all(final_dir);  // an older complete save of the same step is replaced as a whole
     fs::rename(tmp, final_dir);
     fsync_path(final_dir.parent_path());
+    // Prune only now that the new checkpoint is complete, so a crash never leaves fewer than before.
     auto steps = complete_steps(out);
     for (size_t i = 0; i + std::max(1, keep_last) < steps.size(); i++) fs::remove_all(checkpoint_dir(out, steps[i]));
   }
+  // No rank returns before the checkpoint is published: a rank that exits or resumes right after
+  // finds it complete.
   group.barrier()->wait();
 }
 

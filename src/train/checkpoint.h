@@ -9,6 +9,8 @@
 // on disk and fsync'd) rank 0 writes DONE, renames the directory into place and fsyncs its parent.
 // A directory without .tmp and with DONE is therefore complete; older checkpoints are deleted only
 // after that, keeping the newest keep_last. For multi-node runs OUT must be a shared filesystem.
+// Used by the trainer (save, resume), `nanoddp sample` and `export` (resolve_checkpoint, through
+// train/model_io) and `nanoddp import` (write_model_checkpoint).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -24,16 +26,19 @@
 
 namespace nanoddp::train {
 
+// The file names inside a checkpoint directory, in one place for the writers and every reader.
 struct CheckpointFiles {
   std::string model = "model.safetensors";
   std::string meta = "meta.json";
   static std::string optimizer(int rank) { return "optim_rank" + std::to_string(rank) + ".safetensors"; }
 };
 
+// OUT/checkpoints/step_NNNNNN: six digits, so a directory listing sorts by step. Only builds the path.
 std::string checkpoint_dir(const std::string& out, int64_t step);
 // The newest complete checkpoint's step, if any.
 std::optional<int64_t> latest_checkpoint(const std::string& out);
 
+// Tensors may live on a GPU; each is copied to the host only while it is written.
 struct CheckpointContents {
   int64_t step = 0;
   std::vector<std::pair<std::string, Tensor>> model;      // written by rank 0
@@ -42,6 +47,8 @@ struct CheckpointContents {
 };
 
 // Collective: every rank of `group` calls it with the same step.
+// Throws nanoddp::Error when a file cannot be written. Keeps the newest keep_last complete
+// checkpoints; keep_last < 1 counts as 1, so the one just written is never deleted.
 void save_checkpoint(const std::string& out, const CheckpointContents& c, dist::ProcessGroup& group, int keep_last);
 
 // A complete checkpoint directory from what a user names: a checkpoint directory itself, or a
@@ -51,6 +58,7 @@ std::string resolve_checkpoint(const std::string& path);
 nlohmann::json read_checkpoint_meta(const std::string& dir);
 // Writes a model-only checkpoint (no optimizer state) at OUT/checkpoints/step_{step}: what
 // `nanoddp import` makes from a safetensors file.
+// Single process, no barriers; same .tmp / DONE / rename protocol as save_checkpoint.
 void write_model_checkpoint(const std::string& out, int64_t step, const std::vector<std::pair<std::string, Tensor>>& model,
                             const nlohmann::json& meta);
 

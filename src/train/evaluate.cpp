@@ -19,14 +19,17 @@ EvalResult evaluate(model::GPT& model, const std::string& data_dir, int64_t batc
   data::TokenLoader loader(data_dir, "val", lo);  // a fresh loader: every evaluation sees the same rows
   // Never more than one pass over the split (every rank takes the same number of rows).
   micro_batches = std::clamp<int64_t>(micro_batches, 1, loader.units_per_epoch() / group.size());
+  // i32 [batch, seq] on the host, as forward_losses() takes them.
   Tensor inputs = Tensor::empty({batch, seq}, DType::I32), targets = Tensor::empty({batch, seq}, DType::I32);
   // sums: nats over byte-carrying targets, their bytes, nats over all targets, all targets
+  // double: float sums over millions of tokens would lose the low digits.
   std::vector<double> sums(4, 0.0);
   for (int64_t i = 0; i < micro_batches; i++) {
     loader.next(inputs, targets);
     Tensor losses = model.forward_losses(inputs, targets);
     for (int64_t j = 0; j < losses.numel(); j++) {
       const int32_t y = targets.data<int32_t>()[j];
+      // -1 marks an ignored target (model/gpt.h): no loss, not counted.
       if (y < 0) continue;
       const double nats = losses.data<float>()[j];
       if (token_bytes[y] > 0) {

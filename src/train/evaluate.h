@@ -1,6 +1,7 @@
 // Validation loss and bits per byte (nanochat's metric): per-token losses in nats are summed
 // where the target stands for at least one byte (special tokens count 0 bytes), the bytes are
 // summed alongside, both are summed over ranks, and bpb = nats / (ln 2 * bytes).
+// Called by the trainer every --eval_every steps and at the end.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 namespace nanoddp::train {
 
+// Sums over every rank, so all ranks get the same result.
 struct EvalResult {
   double loss = 0;  // mean nats per target token
   double bpb = 0;
@@ -19,6 +21,8 @@ struct EvalResult {
 };
 
 // Evaluates `micro_batches` micro-batches of the val split on every rank (rank-strided rows).
+// Collective (one allreduce): every rank must call it. Forward only, no gradients. micro_batches is
+// capped at one pass over the split. token_bytes[id] is the byte length of each token.
 EvalResult evaluate(model::GPT& model, const std::string& data_dir, int64_t batch, int64_t seq,
                     int64_t micro_batches, const std::vector<int32_t>& token_bytes, dist::ProcessGroup& group);
 

@@ -17,6 +17,7 @@ MetricsLog::MetricsLog(const std::string& out, bool primary, int64_t resume_step
     std::stringstream kept;
     for (std::string line; std::getline(in, line);) {
       auto j = nlohmann::json::parse(line, nullptr, false);
+      // A line cut short by a crash is not valid JSON: drop it rather than fail the resume.
       if (j.is_discarded()) continue;
       // A training line's step counts completed steps (line S is the checkpoint's last); the
       // evaluation at step S runs again after the resume.

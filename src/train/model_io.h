@@ -4,6 +4,7 @@
 // [out, in] as in PyTorch, with the vocabulary padded to a multiple of 64 as nanochat pads it, so
 // nanochat's GPT class can load_state_dict() it directly. Its metadata carries the model config
 // as JSON ("nanoddp.model_config"), which makes `nanoddp import` exact.
+// Used by cli/cmd_sample.cpp and cli/cmd_export.cpp.
 #pragma once
 
 #include <memory>
@@ -15,14 +16,20 @@
 namespace nanoddp::train {
 
 // The model of a checkpoint directory, on `device`.
+// Activations bf16 on a GPU and f32 on the CPU, as in training. Throws nanoddp::Error when
+// meta.json or a weight is missing or has another shape.
 std::unique_ptr<model::GPT> load_model(const std::string& checkpoint_dir, Device device);
 // The tokenizer a checkpoint's training data used (its dataset directory, recorded in meta.json);
 // `data_dir` overrides where to look.
+// Throws when the dataset is gone and the tokenizer is not a built-in one.
 std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& checkpoint_dir,
                                                             const std::string& data_dir = "");
 
+// Writes FILE.tmp and renames it, so `file` never exists half-written.
 void export_safetensors(const std::string& checkpoint_dir, const std::string& file);
 
+// vocab_size, n_head and max_seq_len matter only for files without nanoddp metadata (from
+// nanochat or elsewhere); their defaults follow `nanoddp train`'s.
 struct ImportOptions {
   std::string input;            // a safetensors file with nanochat's names
   std::string out;              // run directory to create the checkpoint in
@@ -32,6 +39,8 @@ struct ImportOptions {
   int64_t max_seq_len = 2048;   // when the file has no nanoddp metadata
 };
 // Writes OUT/checkpoints/step_000000 (model only) and returns its directory.
+// Throws when a tensor GPT needs is missing or has another shape, or when a foreign file comes
+// without --vocab_size.
 std::string import_safetensors(const ImportOptions& opts);
 
 }  // namespace nanoddp::train

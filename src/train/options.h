@@ -10,6 +10,7 @@ namespace nanoddp::train {
 
 struct TrainOptions {
   // model
+  // Defaults are nanochat's d20 settings (its speedrun model).
   int64_t depth = 20;
   int64_t max_seq_len = 2048;
   int64_t aspect_ratio = 64;
@@ -17,12 +18,14 @@ struct TrainOptions {
   int64_t n_kv_head = 0;
   // batch and length of training
   int64_t device_batch_size = 32;
+  // 524288 = 2^19 tokens = 32 rows x 2048 tokens x 8 GPUs: one micro-step per step on an 8-GPU node.
   int64_t total_batch_size = 524288;
   int64_t num_iterations = -1;
   double target_flops = -1;
   double target_param_data_ratio = 20;
   // optimization
   std::string optimizer = "muon";
+  // An int, not a bool: 0, 1 or 2 (see the help text).
   int zero = 0;
   double embedding_lr = 0.2;
   double unembedding_lr = 0.004;
@@ -33,6 +36,7 @@ struct TrainOptions {
   double warmup_ratio = 0.0;
   double warmdown_ratio = 0.2;
   double final_lr_frac = 0.0;
+  // Bucket sizes are PyTorch DDP's defaults.
   double bucket_cap_mb = 25;
   double first_bucket_mb = 1;
   // data and output
@@ -42,6 +46,7 @@ struct TrainOptions {
   bool shuffle = true;
   // evaluation, checkpoints, sampling
   int64_t eval_every = 250;
+  // nanochat's: 20 full batches of validation tokens.
   int64_t eval_tokens = 20 * 524288;
   int64_t save_every = -1;
   int keep_last = 3;
@@ -52,10 +57,13 @@ struct TrainOptions {
   // runtime
   std::string device = "cpu";
   std::string backend = "auto";
+  // 300 s, the store's default wait (rendezvous/store.h).
   double timeout = 300;
   int threads = 0;
   double peak_flops = 0;
 
+  // Each name is a flag and a JSON key: checkpoints store options by it and restore() reads some back,
+  // so renaming a field breaks resuming older checkpoints.
   template <typename V>
   void visit(V&& v) {
     v(depth, "depth", "Transformer depth: n_layer = depth, model_dim = depth * aspect_ratio (nanochat's one knob)");

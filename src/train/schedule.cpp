@@ -7,8 +7,11 @@ namespace nanoddp::train {
 
 double lr_multiplier(int64_t it, int64_t n, double warmup_ratio, double warmdown_ratio, double final_lr_frac) {
   const int64_t warmup = std::llround(warmup_ratio * n), warmdown = std::llround(warmdown_ratio * n);
+  // it + 1: the first step already has a non-zero learning rate.
   if (it < warmup) return static_cast<double>(it + 1) / warmup;
   if (it <= n - warmdown) return 1.0;
+  // progress reaches 0 only at it = n, a step never taken: the last step's multiplier is slightly
+  // above final_lr_frac.
   const double progress = static_cast<double>(n - it) / warmdown;
   return progress + (1.0 - progress) * final_lr_frac;
 }

@@ -33,8 +33,10 @@ namespace {
 // The run's sizes, derived from the options, the dataset and the world size.
 struct Plan {
   model::GPTConfig config;
+  // Micro-steps per optimizer step.
   int64_t grad_accum = 1;
   int64_t num_iterations = 0;
+  // Over all ranks.
   int64_t tokens_per_step = 0;
   int64_t eval_micro_batches = 1;
 };
@@ -44,6 +46,7 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
   p.config = model::GPTConfig::from_depth(o.depth, meta.vocab_size, o.max_seq_len, o.aspect_ratio, o.head_dim,
                                           o.n_kv_head);
   NANODDP_CHECK(o.device_batch_size >= 1, "--device_batch_size must be positive");
+  // Tokens of one micro-step over all ranks.
   const int64_t per_micro = o.device_batch_size * o.max_seq_len * world;
   const int64_t total = o.total_batch_size < 0 ? per_micro : o.total_batch_size;
   NANODDP_CHECK(total % per_micro == 0, "--total_batch_size {} is not a multiple of device_batch_size x max_seq_len x "
@@ -51,6 +54,8 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
                 o.device_batch_size, o.max_seq_len, world, per_micro);
   p.grad_accum = total / per_micro;
   p.tokens_per_step = total;
+  // The length of training, first that applies (as in nanochat): --num_iterations, --target_flops,
+  // then tokens = target_param_data_ratio x parameters.
   if (o.num_iterations > 0) {
     p.num_iterations = o.num_iterations;
   } else if (o.target_flops > 0) {
@@ -59,6 +64,7 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
     p.num_iterations = static_cast<int64_t>(o.target_param_data_ratio * p.config.num_params()) / total;
   }
   NANODDP_CHECK(p.num_iterations >= 1, "the run would take 0 steps: set --num_iterations");
+  // --eval_tokens counts over all ranks, like per_micro.
   p.eval_micro_batches = std::max<int64_t>(1, o.eval_tokens / per_micro);
   return p;
 }
@@ -71,6 +77,7 @@ std::string format_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
+// One run on this rank: built once, run() once.
 class Trainer {
  public:
   Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device device);
@@ -95,6 +102,7 @@ class Trainer {
   std::unique_ptr<ddp::Reducer> reducer_;
   std::unique_ptr<ddp::Optimizer> optimizer_;
   std::unique_ptr<data::TokenLoader> loader_;
+  // One micro-batch: i32 [device_batch_size, max_seq_len] on the host.
   Tensor inputs_, targets_;
   std::unique_ptr<MetricsLog> metrics_;
   TrainResult result_;
@@ -109,6 +117,7 @@ void check_ranks_agree(const TrainOptions& opts, const data::DatasetMeta& meta, 
   dist::check_consistent(group, dist::build_fingerprint(), "install the same nanoddp build on every node");
   dist::Fields fields;
   const auto j = options_to_json(opts);
+  // Compared as JSON text and named as flags, so the error says which flag to fix.
   for (auto it = j.begin(); it != j.end(); ++it) fields.emplace_back("--" + it.key(), it.value().dump());
   fields.emplace_back("the dataset's vocab_size", std::to_string(meta.vocab_size));
   fields.emplace_back("the dataset's train tokens", std::to_string(meta.train_tokens));
@@ -117,15 +126,19 @@ void check_ranks_agree(const TrainOptions& opts, const data::DatasetMeta& meta, 
 
 Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device device)
     : opts_(opts), group_(group), device_(device) {
+  // First: everything below that computes (the MFU measurement included) runs on these threads.
   ops::set_cpu_threads(opts.threads);
   meta_ = data::read_dataset_meta(opts.data);
+  // Before the expensive set-up, so a mismatched rank fails fast with a clear message.
   check_ranks_agree(opts, meta_, group);
   tokenizer_ = data::load_dataset_tokenizer(opts.data);
   token_bytes_ = tokenizer_->token_bytes();
   plan_ = make_plan(opts, meta_, group.size());
+  // bf16 activations on a GPU (nanochat's autocast); f32 on the CPU.
   const DType act = device_.is_cuda() ? DType::BF16 : DType::F32;
   model_ = std::make_unique<model::GPT>(plan_.config, device_, act);
   model_->init_weights(opts.seed);
+  // Muon orthogonalises each matrix whole, so with --zero no matrix may be split across ranks.
   ddp::ReducerOptions ro{.zero = static_cast<int>(opts.zero),
                          .whole_matrices = opts.optimizer == "muon",
                          .first_bucket_mb = opts.first_bucket_mb,
@@ -142,6 +155,7 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
                 "f32 (got '{}')", opts.muon_precision);
   oc.ns_bf16 = opts.muon_precision == "bf16";
   optimizer_ = std::make_unique<ddp::Optimizer>(*model_, *reducer_, oc);
+  // Rank-strided: each rank reads its own rows of the one seeded order.
   data::LoaderOptions lo{opts.device_batch_size, opts.max_seq_len, group.rank(), group.size(), opts.shuffle,
                          opts.seed};
   loader_ = std::make_unique<data::TokenLoader>(opts.data, "train", lo);
@@ -157,6 +171,8 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
 int64_t Trainer::resume_step() {
   std::string mode = opts_.resume;
   const char* restarts = std::getenv("NANODDP_RESTART_COUNT");
+  // The launcher sets NANODDP_RESTART_COUNT > 0 when it restarts the job after a failure: go on from
+  // the newest checkpoint instead of starting over.
   if (mode.empty() && restarts != nullptr && std::atoll(restarts) > 0) mode = "auto";
   if (mode.empty()) return -1;
   auto latest = latest_checkpoint(opts_.out);
@@ -185,6 +201,8 @@ void Trainer::restore(int64_t step) {
   NANODDP_CHECK(model::GPTConfig::from_json(meta.at("model_config")) == plan_.config, "checkpoint {} holds another "
                 "model configuration ({}); resume with the same --depth and model flags", dir,
                 meta.at("model_config").dump());
+  // These shape the optimizer state and what the loader's cursor counts; other options (learning
+  // rates, evaluation and save cadence, ...) may change across a resume.
   for (const char* key : {"zero", "optimizer", "device_batch_size", "total_batch_size", "max_seq_len"}) {
     const auto saved = meta.at("options").at(key), now = options_to_json(opts_).at(key);
     NANODDP_CHECK(saved == now, "checkpoint {} was trained with --{} {} but this run has {}; resume with the same "
@@ -194,7 +212,9 @@ void Trainer::restore(int64_t step) {
   for (auto& p : model_->parameters()) weights.read_into(p.name, p.data);
   model_->refresh_compute_weights();
   optimizer_->load_state(SafetensorsFile(dir + "/" + CheckpointFiles::optimizer(group_.rank())));
+  // The resumed run reads exactly the rows the interrupted one would have read next.
   loader_->set_state({meta.at("loader").at("epoch"), meta.at("loader").at("cursor")});
+  // Keep the last evaluation, so the next checkpoint's meta.json carries it until the next one.
   if (meta.contains("val_bpb") && !meta["val_bpb"].is_null())
     result_.eval = EvalResult{meta.value("val_loss", 0.0), meta["val_bpb"], 0};
   log::print0("resumed from {} (step {})", dir, step);
@@ -206,6 +226,7 @@ void Trainer::save(int64_t step) {
   for (const auto& p : model_->parameters()) c.model.emplace_back(p.name, p.data);
   c.optimizer = optimizer_->state();
   const auto loader = loader_->state();
+  // data_dir is absolute so that `nanoddp sample` and `export` work from another directory.
   c.meta = {{"step", step},
             {"model_config", plan_.config.to_json()},
             {"options", options_to_json(opts_)},
@@ -232,8 +253,10 @@ double Trainer::train_step(int64_t step, double lr_mult) {
     const bool last = m == accum - 1;
     loss += model_->forward_backward(inputs_, targets_, 1.f, m > 0, last ? reducer_->sync_hook(accum) : nullptr);
   }
+  // The optimizer reads the gradients: wait for the last buckets' collectives.
   reducer_->finish();
   optimizer_->step(lr_mult, muon_momentum(step));
+  // For the log only: the reducer has already averaged the gradients.
   std::vector<double> mean{loss / static_cast<double>(plan_.grad_accum)};
   dist::allreduce_scalars(group_, mean, dist::ReduceOp::Avg);
   return mean[0];
@@ -259,6 +282,7 @@ void Trainer::sample() {
   so.temperature = 0.8f;
   so.top_k = 40;
   so.seed = opts_.seed;
+  // Training documents are separated by BOS, so generating one ends the text.
   so.stop_token = tokenizer_->bos_id();
   auto ids = model::generate(*model_, prompt, so);
   if (!ids.empty() && ids.back() == so.stop_token) ids.pop_back();
@@ -270,10 +294,13 @@ TrainResult Trainer::run() {
   if (resume >= 0) {
     restore(resume);
   } else {
+    // A fresh run starts every rank from rank 0's weights (as PyTorch DDP's constructor does); a resumed
+    // one has loaded the same file on every rank.
     reducer_->broadcast_parameters();
   }
   start_step_ = std::max<int64_t>(0, resume);
   metrics_ = std::make_unique<MetricsLog>(opts_.out, group_.rank() == 0, resume);
+  // --stop_at ends early without changing n, so the LR schedule stays the full run's.
   const int64_t n = plan_.num_iterations, stop = opts_.stop_at > 0 ? std::min(opts_.stop_at, n) : n;
   const double flops_per_token = plan_.config.flops_per_token(opts_.max_seq_len);
   log::print0("model: depth {} | dim {} | heads {}/{} | vocab {} (padded {}) | {:.2f}M parameters",
@@ -285,6 +312,9 @@ TrainResult Trainer::run() {
               peak_flops_ / 1e9, opts_.optimizer, opts_.zero, group_.backend_name());
   double train_seconds = 0;  // time in training steps, for the ETA
   for (int64_t step = start_step_;; step++) {
+    // Step s is the state after s steps: evaluate and save before training it, and go round once more
+    // at `stop` for the final state. No save at start_step_: it is the checkpoint
+    // just resumed from, or the untrained step 0.
     const bool last = step == stop;
     if (last || (opts_.eval_every > 0 && step % opts_.eval_every == 0)) evaluate_and_log(step);
     if (last || (opts_.save_every > 0 && step % opts_.save_every == 0 && step > start_step_)) save(step);
@@ -293,8 +323,10 @@ TrainResult Trainer::run() {
     Stopwatch sw;
     const double loss = train_step(step, lr);
     const double dt = sw.seconds(), tok_s = plan_.tokens_per_step / dt;
+    // MFU of the whole job: achieved FLOP/s over the peak of world_size devices.
     const double mfu = flops_per_token * tok_s / (peak_flops_ * group_.size());
     train_seconds += dt;
+    // From the mean step time of this run so far; evaluations and saves are not counted.
     const double eta = train_seconds / static_cast<double>(step + 1 - start_step_) * static_cast<double>(stop - step - 1);
     log::print0("step {:05d}/{:05d} | loss {:.6f} | lrm {:.3f} | dt {:.0f}ms | tok/s {:.0f} | mfu {:.1f}% | eta {}",
                 step + 1, n, loss, lr, dt * 1000, tok_s, 100 * mfu, format_duration(eta));
@@ -303,6 +335,7 @@ TrainResult Trainer::run() {
     result_.last_loss = loss;
   }
   result_.last_step = stop;
+  // A --stop_at run is a pause, not the end: no sample.
   if (stop == n) sample();
   return result_;
 }
@@ -310,6 +343,7 @@ TrainResult Trainer::run() {
 }  // namespace
 
 TrainResult run_training(const TrainOptions& opts, dist::ProcessGroup& group, Device device) {
+  // comm/init sets it too; tests that build their own group have not.
   log::set_rank(group.rank(), group.size());
   Trainer trainer(opts, group, device);
   return trainer.run();

@@ -2,6 +2,7 @@
 // synchronisation overlapped with the last micro-step's backward, the LR and momentum schedules,
 // periodic evaluation in bits per byte, atomic checkpoints and bitwise-exact resume, and a sample
 // at the end. Only rank 0 prints and writes metrics.
+// Called by `nanoddp train` (cli/cmd_train.cpp) and tests/train.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,8 @@ struct TrainResult {
 // Runs `opts` on `group` (one rank per process; a single-rank group without a launcher) with this
 // rank computing on `device`. First checks that every rank has the same options, dataset and
 // build (comm/consistency.h).
+// Collective: every rank calls it with the same options. Throws nanoddp::Error on bad options, a
+// rank that disagrees, or a checkpoint that does not fit this run.
 TrainResult run_training(const TrainOptions& opts, dist::ProcessGroup& group, Device device);
 
 

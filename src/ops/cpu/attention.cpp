@@ -34,7 +34,7 @@ struct HeadView {
 
 }  // namespace
 
-void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                        int64_t kv_len, float scale) {
   const int64_t batch = q.dim(0), tq = q.dim(1), hq = q.dim(2), d = q.dim(3);
   const int64_t tcap = k.dim(1), hkv = k.dim(2), group = hq / hkv, q_pos0 = kv_len - tq;
@@ -85,7 +85,7 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
   }
 }
 
-void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
+void CpuBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                         const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, float scale) {
   const int64_t batch = q.dim(0), t = q.dim(1), hq = q.dim(2), d = q.dim(3);
   const int64_t hkv = k.dim(2), group = hq / hkv;

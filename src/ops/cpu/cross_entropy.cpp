@@ -11,7 +11,7 @@
 
 namespace nanoddp::ops::cpu {
 
-void softcap_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab,
+void CpuBackend::softcap_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab,
                            float softcap, float grad_scale) {
   const int64_t n = logits.dim(0), vpad = logits.dim(1);
   float* pl = logits.data<float>();

@@ -10,7 +10,7 @@
 
 namespace nanoddp::ops::cpu {
 
-void fill(const Tensor& x, float value) {
+void CpuBackend::fill(const Tensor& x, float value) {
   NANODDP_ASSERT(x.dtype() == DType::F32);
   float* p = x.data<float>();
   int64_t n = x.numel();
@@ -18,7 +18,7 @@ void fill(const Tensor& x, float value) {
   for (int64_t i = 0; i < n; i++) p[i] = value;
 }
 
-void scale(const Tensor& x, float s) {
+void CpuBackend::scale(const Tensor& x, float s) {
   NANODDP_ASSERT(x.dtype() == DType::F32);
   float* p = x.data<float>();
   int64_t n = x.numel();
@@ -26,7 +26,7 @@ void scale(const Tensor& x, float s) {
   for (int64_t i = 0; i < n; i++) p[i] *= s;
 }
 
-void axpy(const Tensor& y, const Tensor& x, float alpha) {
+void CpuBackend::axpy(const Tensor& y, const Tensor& x, float alpha) {
   NANODDP_ASSERT(y.dtype() == DType::F32);
   float* py = y.data<float>();
   const float* px = x.data<float>();
@@ -35,7 +35,7 @@ void axpy(const Tensor& y, const Tensor& x, float alpha) {
   for (int64_t i = 0; i < n; i++) py[i] += alpha * px[i];
 }
 
-void cast(const Tensor& dst, const Tensor& src) {
+void CpuBackend::cast(const Tensor& dst, const Tensor& src) {
   int64_t n = dst.numel();
   if (dst.dtype() == src.dtype()) {
     copy(dst, src);
@@ -52,7 +52,7 @@ void cast(const Tensor& dst, const Tensor& src) {
   }
 }
 
-void relu2_forward(const Tensor& y, const Tensor& x) {
+void CpuBackend::relu2_forward(const Tensor& y, const Tensor& x) {
   float* py = y.data<float>();
   const float* px = x.data<float>();
   int64_t n = x.numel();
@@ -63,7 +63,7 @@ void relu2_forward(const Tensor& y, const Tensor& x) {
   }
 }
 
-void relu2_backward(const Tensor& dx, const Tensor& dy, const Tensor& x) {
+void CpuBackend::relu2_backward(const Tensor& dx, const Tensor& dy, const Tensor& x) {
   float* pdx = dx.data<float>();
   const float* pdy = dy.data<float>();
   const float* px = x.data<float>();

@@ -6,7 +6,7 @@
 
 namespace nanoddp::ops::cpu {
 
-void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) {
+void CpuBackend::embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) {
   const int64_t n = ids.numel(), c = table.dim(1), v = table.dim(0);
   const int32_t* pid = ids.data<int32_t>();
   const float* pt = table.data<float>();
@@ -20,7 +20,7 @@ void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids
 
 // Scatter-add. Threads split the channels, not the tokens: each output element is summed by one
 // thread in token order, so the result is the same bit for bit whatever the thread count.
-void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
+void CpuBackend::embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
   const int64_t n = ids.numel(), c = dtable.dim(1);
   const int32_t* pid = ids.data<int32_t>();
   const float* pd = dout.data<float>();

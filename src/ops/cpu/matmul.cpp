@@ -16,7 +16,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
                  n, k);
 }
 
-void matmul(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha,
+void CpuBackend::matmul(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha,
             float beta) {
   NANODDP_ASSERT(out.dtype() == DType::F32 && a.dtype() == DType::F32, "the CPU backend computes in f32");
   int64_t m = out.dim(0), n = out.dim(1), k = trans_a ? a.dim(0) : a.dim(1);

@@ -9,7 +9,7 @@ namespace nanoddp::ops::cpu {
 
 // The order of operations follows torch.optim.AdamW (decay, moments, then
 // p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)) so that results agree closely with it.
-void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWStep& s) {
+void CpuBackend::adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWStep& s) {
   float *pp = p.data<float>(), *pm = m.data<float>(), *pv = v.data<float>();
   const float* pg = g.data<float>();
   const int64_t n = p.numel();
@@ -37,7 +37,7 @@ inline float lerp(float a, float b, float w) { return w < 0.5f ? a + w * (b - a)
 
 }  // namespace
 
-void muon_momentum(const Tensor& g, const Tensor& buf, float momentum) {
+void CpuBackend::muon_momentum(const Tensor& g, const Tensor& buf, float momentum) {
   float *pg = g.data<float>(), *pb = buf.data<float>();
   const int64_t n = g.numel();
 #pragma omp parallel for simd if (n > kParallelGrain)
@@ -66,7 +66,7 @@ struct Rounding {
 // nanochat runs Newton-Schulz on bf16 tensors. In bf16 mode each step below rounds its result to
 // bf16 as the corresponding PyTorch bf16 op on CUDA would (GEMMs accumulate in f32 and round once,
 // scalars are f32), evaluating b * A + c * A @ A as (b A) + ((c A) A), the order Python gives it.
-void newton_schulz(const Tensor& x, int steps, bool bf16) {
+void CpuBackend::newton_schulz(const Tensor& x, int steps, bool bf16) {
   const Rounding r{bf16};
   constexpr float a = 3.4445f, b = -4.7750f, c = 2.0315f;
   const int64_t rows = x.dim(0), cols = x.dim(1);

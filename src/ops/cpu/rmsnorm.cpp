@@ -6,7 +6,7 @@
 
 namespace nanoddp::ops::cpu {
 
-void rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, float eps) {
+void CpuBackend::rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, float eps) {
   const int64_t c = x.dim(-1), rows = x.numel() / c;
   const float* px = x.data<float>();
   float* py = y.data<float>();
@@ -25,7 +25,7 @@ void rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, float
   }
 }
 
-void rmsnorm_backward(const Tensor& dx, const Tensor& dy, const Tensor& y, const Tensor& rstd, bool accumulate) {
+void CpuBackend::rmsnorm_backward(const Tensor& dx, const Tensor& dy, const Tensor& y, const Tensor& rstd, bool accumulate) {
   const int64_t c = y.dim(-1), rows = y.numel() / c;
   const float* pdy = dy.data<float>();
   const float* py = y.data<float>();

@@ -4,7 +4,7 @@
 
 namespace nanoddp::ops::cpu {
 
-void rotary(const Tensor& y, const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t pos0, bool inverse) {
+void CpuBackend::rotary(const Tensor& y, const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t pos0, bool inverse) {
   const int64_t b = x.dim(0), t = x.dim(1), h = x.dim(2), d = x.dim(3), half = d / 2;
   const float* px = x.data<float>();
   float* py = y.data<float>();

@@ -12,7 +12,7 @@
 
 #include <type_traits>
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 namespace {
 
@@ -193,21 +193,21 @@ cudaError_t launch_delta(float* delta, const void* dout, const void* out, const 
 
 }  // namespace
 
-bool attention_uses_flash(Elem t, const AttentionShape& s, const void* const* ptrs, int nptrs, bool reference_only) {
-  if (reference_only || t != Elem::BF16 || !flash_supports_head_dim(s.d)) return false;
+bool attention_uses_flash(DType t, const AttentionShape& s, const void* const* ptrs, int nptrs, bool reference_only) {
+  if (reference_only || t != DType::BF16 || !flash_supports_head_dim(s.d)) return false;
   for (int i = 0; i < nptrs; i++)
     if (!aligned(ptrs[i], 16)) return false;
   return true;
 }
 
-cudaError_t launch_attention_forward(Elem t, void* out, float* lse, const void* q, const void* k, const void* v,
+cudaError_t launch_attention_forward(DType t, void* out, float* lse, const void* q, const void* k, const void* v,
                                      const AttentionShape& s, float scale, bool reference_only, cudaStream_t stream) {
   if (s.batch * s.tq * s.hq == 0) return cudaSuccess;
   const void* ptrs[] = {out, q, k, v};
   if (attention_uses_flash(t, s, ptrs, 4, reference_only))
     return launch_flash_forward(static_cast<bf16_t*>(out), lse, static_cast<const bf16_t*>(q),
                                 static_cast<const bf16_t*>(k), static_cast<const bf16_t*>(v), s, scale, stream);
-  return t == Elem::BF16 ? ref_forward<bf16_t>(out, lse, q, k, v, s, scale, stream)
+  return t == DType::BF16 ? ref_forward<bf16_t>(out, lse, q, k, v, s, scale, stream)
                          : ref_forward<float>(out, lse, q, k, v, s, scale, stream);
 }
 
@@ -215,13 +215,13 @@ size_t attention_backward_scratch_bytes(const AttentionShape& s) {
   return static_cast<size_t>(s.batch * s.hq * s.tq) * sizeof(float);
 }
 
-cudaError_t launch_attention_backward(Elem t, void* dq, void* dk, void* dv, const void* dout, const void* q,
+cudaError_t launch_attention_backward(DType t, void* dq, void* dk, void* dv, const void* dout, const void* q,
                                       const void* k, const void* v, const void* out, const float* lse,
                                       const AttentionShape& s, float scale, void* scratch, bool reference_only,
                                       cudaStream_t stream) {
   if (s.batch * s.tq * s.hq == 0) return cudaSuccess;
   float* delta = static_cast<float*>(scratch);
-  cudaError_t e = t == Elem::BF16 ? launch_delta<bf16_t>(delta, dout, out, s, stream)
+  cudaError_t e = t == DType::BF16 ? launch_delta<bf16_t>(delta, dout, out, s, stream)
                                   : launch_delta<float>(delta, dout, out, s, stream);
   if (e != cudaSuccess) return e;
   const void* ptrs[] = {dq, dk, dv, dout, q, k, v};
@@ -230,8 +230,8 @@ cudaError_t launch_attention_backward(Elem t, void* dq, void* dk, void* dv, cons
                                  static_cast<const bf16_t*>(dout), static_cast<const bf16_t*>(q),
                                  static_cast<const bf16_t*>(k), static_cast<const bf16_t*>(v), lse, delta, s, scale,
                                  stream);
-  return t == Elem::BF16 ? ref_backward<bf16_t>(dq, dk, dv, dout, q, k, v, lse, delta, s, scale, stream)
+  return t == DType::BF16 ? ref_backward<bf16_t>(dq, dk, dv, dout, q, k, v, lse, delta, s, scale, stream)
                          : ref_backward<float>(dq, dk, dv, dout, q, k, v, lse, delta, s, scale, stream);
 }
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

@@ -5,7 +5,7 @@
 
 #include "ops/cuda/types.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 struct AttentionShape {
   int64_t batch, tq, tk, hq, hkv, d, kv_len;
@@ -13,18 +13,18 @@ struct AttentionShape {
 
 // Which kernels run: the tensor-core flash kernels (bf16, head_dim 64 or 128, 16-byte aligned
 // rows) or the reference kernels (any shape and type; also forced by `reference_only`).
-bool attention_uses_flash(Elem t, const AttentionShape& s, const void* const* ptrs, int nptrs, bool reference_only);
+bool attention_uses_flash(DType t, const AttentionShape& s, const void* const* ptrs, int nptrs, bool reference_only);
 
-cudaError_t launch_attention_forward(Elem t, void* out, float* lse, const void* q, const void* k, const void* v,
+cudaError_t launch_attention_forward(DType t, void* out, float* lse, const void* q, const void* k, const void* v,
                                      const AttentionShape& s, float scale, bool reference_only, cudaStream_t stream);
 
 // Device scratch of the backward: delta = rowsum(dout * out), f32 [B, Hq, T].
 size_t attention_backward_scratch_bytes(const AttentionShape& s);
 
 // Training form (Tq == Tk == kv_len); dq, dk, dv are overwritten. Deterministic: no atomics.
-cudaError_t launch_attention_backward(Elem t, void* dq, void* dk, void* dv, const void* dout, const void* q,
+cudaError_t launch_attention_backward(DType t, void* dq, void* dk, void* dv, const void* dout, const void* q,
                                       const void* k, const void* v, const void* out, const float* lse,
                                       const AttentionShape& s, float scale, void* scratch, bool reference_only,
                                       cudaStream_t stream);
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

@@ -26,7 +26,7 @@
 #include "ops/cuda/attention_flash.cuh"
 #include "ops/cuda/common.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 namespace {
 
@@ -553,4 +553,4 @@ cudaError_t launch_flash_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfl
   return s.d == 128 ? backward_hd<128>(p, s.batch, stream) : backward_hd<64>(p, s.batch, stream);
 }
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

@@ -5,7 +5,7 @@
 
 #include "ops/cuda/attention.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 // Head sizes the flash kernels are compiled for.
 bool flash_supports_head_dim(int64_t d);
@@ -19,4 +19,4 @@ cudaError_t launch_flash_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfl
                                   const __nv_bfloat16* v, const float* lse, const float* delta,
                                   const AttentionShape& s, float scale, cudaStream_t stream);
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

@@ -25,12 +25,11 @@ namespace nanoddp::ops {
 
 namespace {
 
-using gpu::Elem;
-
-Elem elem(const Tensor& t) {
+// The activation dtype of t, checked: the kernels of ops/cuda take f32 or bf16 buffers.
+DType elem(const Tensor& t) {
   NANODDP_ASSERT(t.dtype() == DType::F32 || t.dtype() == DType::BF16, "CUDA kernels take f32 or bf16, got {}",
                  dtype_name(t.dtype()));
-  return t.dtype() == DType::BF16 ? Elem::BF16 : Elem::F32;
+  return t.dtype();
 }
 
 void same_dtype(const Tensor& a, const Tensor& b) {
@@ -47,150 +46,17 @@ bool reference_attention_requested() {
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device)
-      : device_(device), stream_(nanoddp::cuda::compute_stream(device)), gemm_(device),
+      : device_(device), stream_(cuda::compute_stream(device)), gemm_(device),
         reference_attention_(reference_attention_requested()) {
-    nanoddp::cuda::set_device(device);
-    NANODDP_CUDA_CHECK(cudaHostAlloc(&errors_, sizeof(gpu::ErrorRecord), cudaHostAllocMapped));
-    std::memset(errors_, 0, sizeof(gpu::ErrorRecord));
+    cuda::set_device(device);
+    NANODDP_CUDA_CHECK(cudaHostAlloc(&errors_, sizeof(cuda::ErrorRecord), cudaHostAllocMapped));
+    std::memset(errors_, 0, sizeof(cuda::ErrorRecord));
     NANODDP_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&sink_.record), errors_, 0));
     claim_ = Tensor::zeros({1}, DType::I32, Device::cuda(device));
     sink_.claim = claim_.data<int32_t>();
   }
 
-  void matmul(const Tensor& out, const Tensor& a, bool ta, const Tensor& b, bool tb, float alpha,
-              float beta) override {
-    cudaStream_t s = begin();
-    const int64_t m = out.dim(0), n = out.dim(1), k = ta ? a.dim(0) : a.dim(1);
-    gemm_.run(s, m, n, k, alpha, {a.raw(), elem(a), a.dim(1), ta}, {b.raw(), elem(b), b.dim(1), tb}, beta,
-              out.raw(), elem(out), n);
-  }
-
-  void fill(const Tensor& x, float value) override {
-    cudaStream_t s = begin();
-    NANODDP_CUDA_CHECK(gpu::launch_fill(elem(x), x.raw(), x.numel(), value, s));
-  }
-
-  void scale(const Tensor& x, float v) override {
-    cudaStream_t s = begin();
-    NANODDP_CUDA_CHECK(gpu::launch_scale(elem(x), x.raw(), x.numel(), v, s));
-  }
-
-  void axpy(const Tensor& y, const Tensor& x, float alpha) override {
-    cudaStream_t s = begin();
-    NANODDP_CUDA_CHECK(gpu::launch_axpy(elem(y), y.raw(), x.raw(), y.numel(), alpha, s));
-  }
-
-  void cast(const Tensor& dst, const Tensor& src) override {
-    cudaStream_t s = begin();
-    NANODDP_CUDA_CHECK(gpu::launch_cast(elem(dst), dst.raw(), elem(src), src.raw(), dst.numel(), s));
-  }
-
-  void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) override {
-    cudaStream_t s = begin();
-    same_dtype(out, table);
-    NANODDP_CUDA_CHECK(gpu::launch_embedding_forward(elem(out), out.raw(), table.raw(), ids.data<int32_t>(),
-                                                     ids.numel(), table.dim(0), table.dim(1), sink_, s));
-  }
-
-  void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) override {
-    cudaStream_t s = begin();
-    const int64_t n = ids.numel(), c = dtable.dim(1);
-    const size_t bytes = gpu::embedding_backward_scratch_bytes(n, c);
-    Tensor scratch = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, dtable.device());
-    NANODDP_CUDA_CHECK(gpu::launch_embedding_backward(elem(dout), dtable.data<float>(), dout.raw(),
-                                                      ids.data<int32_t>(), n, dtable.dim(0), c, scratch.raw(), bytes,
-                                                      s));
-  }
-
-  void rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, float eps) override {
-    cudaStream_t s = begin();
-    same_dtype(y, x);
-    const int64_t c = x.dim(-1);
-    NANODDP_CUDA_CHECK(gpu::launch_rmsnorm_forward(elem(x), y.raw(), rstd.data<float>(), x.raw(), x.numel() / c, c,
-                                                   eps, s));
-  }
-
-  void rmsnorm_backward(const Tensor& dx, const Tensor& dy, const Tensor& y, const Tensor& rstd,
-                        bool accumulate) override {
-    cudaStream_t s = begin();
-    same_dtype(dx, dy);
-    same_dtype(dy, y);
-    const int64_t c = y.dim(-1);
-    NANODDP_CUDA_CHECK(gpu::launch_rmsnorm_backward(elem(y), dx.raw(), dy.raw(), y.raw(), rstd.data<float>(),
-                                                    y.numel() / c, c, accumulate, s));
-  }
-
-  void rotary(const Tensor& y, const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t pos0,
-              bool inverse) override {
-    cudaStream_t s = begin();
-    same_dtype(y, x);
-    NANODDP_CUDA_CHECK(gpu::launch_rotary(elem(x), y.raw(), x.raw(), cos.data<float>(), sin.data<float>(), x.dim(0),
-                                          x.dim(1), x.dim(2), x.dim(3), pos0, inverse, s));
-  }
-
-  void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                         int64_t kv_len, float scale) override {
-    cudaStream_t s = begin();
-    same_dtype(out, q);
-    same_dtype(q, k);
-    same_dtype(k, v);
-    const gpu::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), kv_len};
-    NANODDP_CUDA_CHECK(gpu::launch_attention_forward(elem(q), out.raw(), lse.data<float>(), q.raw(), k.raw(),
-                                                     v.raw(), shape, scale, reference_attention_, s));
-  }
-
-  void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
-                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                          float scale) override {
-    cudaStream_t s = begin();
-    for (const Tensor* t : {&dq, &dk, &dv, &dout, &k, &v, &out}) same_dtype(*t, q);
-    const gpu::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dim(1)};
-    const size_t bytes = gpu::attention_backward_scratch_bytes(shape);
-    Tensor scratch = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, q.device());
-    NANODDP_CUDA_CHECK(gpu::launch_attention_backward(elem(q), dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(),
-                                                      k.raw(), v.raw(), out.raw(), lse.data<float>(), shape, scale,
-                                                      scratch.raw(), reference_attention_, s));
-  }
-
-  void relu2_forward(const Tensor& y, const Tensor& x) override {
-    cudaStream_t s = begin();
-    same_dtype(y, x);
-    NANODDP_CUDA_CHECK(gpu::launch_relu2_forward(elem(x), y.raw(), x.raw(), x.numel(), s));
-  }
-
-  void relu2_backward(const Tensor& dx, const Tensor& dy, const Tensor& x) override {
-    cudaStream_t s = begin();
-    same_dtype(dx, dy);
-    same_dtype(dy, x);
-    NANODDP_CUDA_CHECK(gpu::launch_relu2_backward(elem(x), dx.raw(), dy.raw(), x.raw(), x.numel(), s));
-  }
-
-  void softcap_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab,
-                             float softcap, float grad_scale) override {
-    cudaStream_t s = begin();
-    NANODDP_CUDA_CHECK(gpu::launch_softcap_cross_entropy(elem(logits), losses.data<float>(), logits.raw(),
-                                                         targets.data<int32_t>(), logits.dim(0), logits.dim(1), vocab,
-                                                         softcap, grad_scale, sink_, s));
-  }
-
-  void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
-                    const AdamWStep& st) override {
-    cudaStream_t s = begin();
-    // The scalars exactly as the CPU kernel (ops/cpu/optimizer.cpp) computes them.
-    const double bc1 = 1.0 - std::pow(double(st.beta1), double(st.step));
-    const double bc2 = 1.0 - std::pow(double(st.beta2), double(st.step));
-    const gpu::AdamWScalars sc{static_cast<float>(st.lr / bc1), static_cast<float>(std::sqrt(bc2)),
-                               1.f - st.lr * st.weight_decay, st.beta1, st.beta2, st.eps};
-    NANODDP_CUDA_CHECK(gpu::launch_adamw(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(),
-                                         p.numel(), sc, s));
-  }
-
-  void muon_momentum(const Tensor& g, const Tensor& buf, float momentum) override {
-    cudaStream_t s = begin();
-    NANODDP_CUDA_CHECK(gpu::launch_muon_momentum(g.data<float>(), buf.data<float>(), g.numel(), momentum, s));
-  }
-
-  void newton_schulz(const Tensor& x, int steps, bool bf16) override;
+  NANODDP_OPS(NANODDP_OP_OVERRIDE)
 
   void synchronize() override {
     begin();
@@ -201,7 +67,7 @@ class CudaBackend final : public Backend {
  private:
   // Every op: make the device current on this thread, report bad input an earlier kernel found.
   cudaStream_t begin() {
-    nanoddp::cuda::set_device(device_);
+    cuda::set_device(device_);
     raise_kernel_error();
     return stream_;
   }
@@ -210,11 +76,11 @@ class CudaBackend final : public Backend {
   // at the next op (or synchronize) after the kernel has run.
   void raise_kernel_error() {
     const int kind = *reinterpret_cast<volatile int*>(&errors_->kind);
-    if (kind == gpu::kNoError) return;
-    const gpu::ErrorRecord r = *errors_;
-    std::memset(errors_, 0, sizeof(gpu::ErrorRecord));
+    if (kind == cuda::kNoError) return;
+    const cuda::ErrorRecord r = *errors_;
+    std::memset(errors_, 0, sizeof(cuda::ErrorRecord));
     NANODDP_CUDA_CHECK(cudaMemsetAsync(claim_.raw(), 0, sizeof(int32_t), stream_));
-    const char* what = kind == gpu::kTokenIdOutOfRange ? "token id" : "target id";
+    const char* what = kind == cuda::kTokenIdOutOfRange ? "token id" : "target id";
     NANODDP_FAIL("{} {} at position {} is outside [0, {}) (found by a CUDA kernel of an earlier op on cuda:{}): "
                  "check the data's vocabulary against the model's vocab_size",
                  what, r.value, r.index, r.limit, device_);
@@ -222,12 +88,137 @@ class CudaBackend final : public Backend {
 
   int device_;
   cudaStream_t stream_;
-  gpu::CublasLtGemm gemm_;
+  cuda::CublasLtGemm gemm_;
   bool reference_attention_;
-  gpu::ErrorRecord* errors_ = nullptr;  // pinned host memory, mapped
+  cuda::ErrorRecord* errors_ = nullptr;  // pinned host memory, mapped
   Tensor claim_;                        // i32 [1] on the device
-  gpu::ErrorSink sink_{};               // what kernels get: the record's device address and claim_
+  cuda::ErrorSink sink_{};               // what kernels get: the record's device address and claim_
 };
+
+void CudaBackend::matmul(const Tensor& out, const Tensor& a, bool ta, const Tensor& b, bool tb, float alpha, float beta) {
+  cudaStream_t s = begin();
+  const int64_t m = out.dim(0), n = out.dim(1), k = ta ? a.dim(0) : a.dim(1);
+  gemm_.run(s, m, n, k, alpha, {a.raw(), elem(a), a.dim(1), ta}, {b.raw(), elem(b), b.dim(1), tb}, beta,
+            out.raw(), elem(out), n);
+}
+
+void CudaBackend::fill(const Tensor& x, float value) {
+  cudaStream_t s = begin();
+  NANODDP_CUDA_CHECK(cuda::launch_fill(elem(x), x.raw(), x.numel(), value, s));
+}
+
+void CudaBackend::scale(const Tensor& x, float v) {
+  cudaStream_t s = begin();
+  NANODDP_CUDA_CHECK(cuda::launch_scale(elem(x), x.raw(), x.numel(), v, s));
+}
+
+void CudaBackend::axpy(const Tensor& y, const Tensor& x, float alpha) {
+  cudaStream_t s = begin();
+  NANODDP_CUDA_CHECK(cuda::launch_axpy(elem(y), y.raw(), x.raw(), y.numel(), alpha, s));
+}
+
+void CudaBackend::cast(const Tensor& dst, const Tensor& src) {
+  cudaStream_t s = begin();
+  NANODDP_CUDA_CHECK(cuda::launch_cast(elem(dst), dst.raw(), elem(src), src.raw(), dst.numel(), s));
+}
+
+void CudaBackend::embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) {
+  cudaStream_t s = begin();
+  same_dtype(out, table);
+  NANODDP_CUDA_CHECK(cuda::launch_embedding_forward(elem(out), out.raw(), table.raw(), ids.data<int32_t>(),
+                                                   ids.numel(), table.dim(0), table.dim(1), sink_, s));
+}
+
+void CudaBackend::embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
+  cudaStream_t s = begin();
+  const int64_t n = ids.numel(), c = dtable.dim(1);
+  const size_t bytes = cuda::embedding_backward_scratch_bytes(n, c);
+  Tensor scratch = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, dtable.device());
+  NANODDP_CUDA_CHECK(cuda::launch_embedding_backward(elem(dout), dtable.data<float>(), dout.raw(),
+                                                    ids.data<int32_t>(), n, dtable.dim(0), c, scratch.raw(), bytes,
+                                                    s));
+}
+
+void CudaBackend::rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, float eps) {
+  cudaStream_t s = begin();
+  same_dtype(y, x);
+  const int64_t c = x.dim(-1);
+  NANODDP_CUDA_CHECK(cuda::launch_rmsnorm_forward(elem(x), y.raw(), rstd.data<float>(), x.raw(), x.numel() / c, c,
+                                                 eps, s));
+}
+
+void CudaBackend::rmsnorm_backward(const Tensor& dx, const Tensor& dy, const Tensor& y, const Tensor& rstd, bool accumulate) {
+  cudaStream_t s = begin();
+  same_dtype(dx, dy);
+  same_dtype(dy, y);
+  const int64_t c = y.dim(-1);
+  NANODDP_CUDA_CHECK(cuda::launch_rmsnorm_backward(elem(y), dx.raw(), dy.raw(), y.raw(), rstd.data<float>(),
+                                                  y.numel() / c, c, accumulate, s));
+}
+
+void CudaBackend::rotary(const Tensor& y, const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t pos0, bool inverse) {
+  cudaStream_t s = begin();
+  same_dtype(y, x);
+  NANODDP_CUDA_CHECK(cuda::launch_rotary(elem(x), y.raw(), x.raw(), cos.data<float>(), sin.data<float>(), x.dim(0),
+                                        x.dim(1), x.dim(2), x.dim(3), pos0, inverse, s));
+}
+
+void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_len, float scale) {
+  cudaStream_t s = begin();
+  same_dtype(out, q);
+  same_dtype(q, k);
+  same_dtype(k, v);
+  const cuda::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), kv_len};
+  NANODDP_CUDA_CHECK(cuda::launch_attention_forward(elem(q), out.raw(), lse.data<float>(), q.raw(), k.raw(),
+                                                   v.raw(), shape, scale, reference_attention_, s));
+}
+
+void CudaBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, float scale) {
+  cudaStream_t s = begin();
+  for (const Tensor* t : {&dq, &dk, &dv, &dout, &k, &v, &out}) same_dtype(*t, q);
+  const cuda::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dim(1)};
+  const size_t bytes = cuda::attention_backward_scratch_bytes(shape);
+  Tensor scratch = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, q.device());
+  NANODDP_CUDA_CHECK(cuda::launch_attention_backward(elem(q), dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(),
+                                                    k.raw(), v.raw(), out.raw(), lse.data<float>(), shape, scale,
+                                                    scratch.raw(), reference_attention_, s));
+}
+
+void CudaBackend::relu2_forward(const Tensor& y, const Tensor& x) {
+  cudaStream_t s = begin();
+  same_dtype(y, x);
+  NANODDP_CUDA_CHECK(cuda::launch_relu2_forward(elem(x), y.raw(), x.raw(), x.numel(), s));
+}
+
+void CudaBackend::relu2_backward(const Tensor& dx, const Tensor& dy, const Tensor& x) {
+  cudaStream_t s = begin();
+  same_dtype(dx, dy);
+  same_dtype(dy, x);
+  NANODDP_CUDA_CHECK(cuda::launch_relu2_backward(elem(x), dx.raw(), dy.raw(), x.raw(), x.numel(), s));
+}
+
+void CudaBackend::softcap_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab, float softcap, float grad_scale) {
+  cudaStream_t s = begin();
+  NANODDP_CUDA_CHECK(cuda::launch_softcap_cross_entropy(elem(logits), losses.data<float>(), logits.raw(),
+                                                       targets.data<int32_t>(), logits.dim(0), logits.dim(1), vocab,
+                                                       softcap, grad_scale, sink_, s));
+}
+
+void CudaBackend::adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWStep& st) {
+  cudaStream_t s = begin();
+  // The scalars exactly as the CPU kernel (ops/cpu/optimizer.cpp) computes them.
+  const double bc1 = 1.0 - std::pow(double(st.beta1), double(st.step));
+  const double bc2 = 1.0 - std::pow(double(st.beta2), double(st.step));
+  const cuda::AdamWScalars sc{static_cast<float>(st.lr / bc1), static_cast<float>(std::sqrt(bc2)),
+                             1.f - st.lr * st.weight_decay, st.beta1, st.beta2, st.eps};
+  NANODDP_CUDA_CHECK(cuda::launch_adamw(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(),
+                                       p.numel(), sc, s));
+}
+
+void CudaBackend::muon_momentum(const Tensor& g, const Tensor& buf, float momentum) {
+  cudaStream_t s = begin();
+  NANODDP_CUDA_CHECK(cuda::launch_muon_momentum(g.data<float>(), buf.data<float>(), g.numel(), momentum, s));
+}
 
 // Newton-Schulz (ops.h) in the storage type of its mode: X [m, n] (m <= n, x transposed when it
 // has more rows than columns), A, cA, B [m, m], BX [m, n]. GEMMs on cuBLASLt accumulate in f32
@@ -239,23 +230,22 @@ void CudaBackend::newton_schulz(const Tensor& x, int steps, bool bf16) {
   const int64_t rows = x.dim(0), cols = x.dim(1);
   const bool tr = rows > cols;
   const int64_t m = tr ? cols : rows, n = tr ? rows : cols;
-  const Elem t = bf16 ? Elem::BF16 : Elem::F32;
-  const DType dt = bf16 ? DType::BF16 : DType::F32;
+  const DType t = bf16 ? DType::BF16 : DType::F32;
   const Device dev = x.device();
-  Tensor X = Tensor::empty({m, n}, dt, dev), A = Tensor::empty({m, m}, dt, dev), cA = Tensor::empty({m, m}, dt, dev);
-  Tensor B = Tensor::empty({m, m}, dt, dev), BX = Tensor::empty({m, n}, dt, dev);
-  Tensor norm = Tensor::empty({static_cast<int64_t>(gpu::ns_normalise_scratch_bytes())}, DType::U8, dev);
-  NANODDP_CUDA_CHECK(gpu::launch_ns_load(t, X.raw(), x.data<float>(), rows, cols, tr, s));
-  NANODDP_CUDA_CHECK(gpu::launch_ns_normalise(t, X.raw(), m * n, norm.raw(), s));
+  Tensor X = Tensor::empty({m, n}, t, dev), A = Tensor::empty({m, m}, t, dev), cA = Tensor::empty({m, m}, t, dev);
+  Tensor B = Tensor::empty({m, m}, t, dev), BX = Tensor::empty({m, n}, t, dev);
+  Tensor norm = Tensor::empty({static_cast<int64_t>(cuda::ns_normalise_scratch_bytes())}, DType::U8, dev);
+  NANODDP_CUDA_CHECK(cuda::launch_ns_load(t, X.raw(), x.data<float>(), rows, cols, tr, s));
+  NANODDP_CUDA_CHECK(cuda::launch_ns_normalise(t, X.raw(), m * n, norm.raw(), s));
   for (int i = 0; i < steps; i++) {
     gemm_.run(s, m, m, n, 1.f, {X.raw(), t, n, false}, {X.raw(), t, n, true}, 0.f, A.raw(), t, m);  // A = X X^T
-    NANODDP_CUDA_CHECK(gpu::launch_ns_scale(t, cA.raw(), A.raw(), m * m, c, s));
+    NANODDP_CUDA_CHECK(cuda::launch_ns_scale(t, cA.raw(), A.raw(), m * m, c, s));
     gemm_.run(s, m, m, m, 1.f, {cA.raw(), t, m, false}, {A.raw(), t, m, false}, 0.f, B.raw(), t, m);  // (cA) A
-    NANODDP_CUDA_CHECK(gpu::launch_ns_combine(t, B.raw(), A.raw(), B.raw(), m * m, b, s));  // B = bA + (cA)A
+    NANODDP_CUDA_CHECK(cuda::launch_ns_combine(t, B.raw(), A.raw(), B.raw(), m * m, b, s));  // B = bA + (cA)A
     gemm_.run(s, m, n, m, 1.f, {B.raw(), t, m, false}, {X.raw(), t, n, false}, 0.f, BX.raw(), t, n);  // B X
-    NANODDP_CUDA_CHECK(gpu::launch_ns_combine(t, X.raw(), X.raw(), BX.raw(), m * n, a, s));  // X = aX + BX
+    NANODDP_CUDA_CHECK(cuda::launch_ns_combine(t, X.raw(), X.raw(), BX.raw(), m * n, a, s));  // X = aX + BX
   }
-  NANODDP_CUDA_CHECK(gpu::launch_ns_store(t, x.data<float>(), X.raw(), rows, cols, tr, s));
+  NANODDP_CUDA_CHECK(cuda::launch_ns_store(t, x.data<float>(), X.raw(), rows, cols, tr, s));
 }
 
 }  // namespace

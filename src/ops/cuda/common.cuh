@@ -10,15 +10,15 @@
 
 #include "ops/cuda/types.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 using bf16_t = __nv_bfloat16;
 
 // Calls f with a null pointer of the element type `t` names (bf16_t* or float*): the dtype dispatch
 // of the kernel launchers, which take the type from the pointer.
 template <typename F>
-void with_elem_type(Elem t, F&& f) {
-  if (t == Elem::BF16)
+void with_dtype(DType t, F&& f) {
+  if (t == DType::BF16)
     f(static_cast<bf16_t*>(nullptr));
   else
     f(static_cast<float*>(nullptr));
@@ -109,4 +109,4 @@ inline unsigned grid_for(int64_t n, int threads, int64_t max_blocks = 4096) {
   return static_cast<unsigned>(b);
 }
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

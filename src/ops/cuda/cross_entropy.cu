@@ -15,7 +15,7 @@
 
 #include <type_traits>
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 namespace {
 
@@ -81,7 +81,7 @@ __global__ void softcap_ce_kernel(float* losses, T* logits, const int32_t* targe
 
 }  // namespace
 
-cudaError_t launch_softcap_cross_entropy(Elem t, float* losses, void* logits, const int32_t* targets, int64_t n,
+cudaError_t launch_softcap_cross_entropy(DType t, float* losses, void* logits, const int32_t* targets, int64_t n,
                                          int64_t vpad, int64_t vocab, float softcap, float grad_scale,
                                          ErrorSink err, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
@@ -95,8 +95,8 @@ cudaError_t launch_softcap_cross_entropy(Elem t, float* losses, void* logits, co
     else
       softcap_ce_kernel<T, 1><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(losses, l, targets, r, err);
   };
-  with_elem_type(t, go);
+  with_dtype(t, go);
   return cudaGetLastError();
 }
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

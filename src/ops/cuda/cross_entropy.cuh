@@ -4,11 +4,11 @@
 
 #include "ops/cuda/types.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 // Targets outside [0, vocab) other than -1 are reported through `err` and treated as ignored.
-cudaError_t launch_softcap_cross_entropy(Elem t, float* losses, void* logits, const int32_t* targets, int64_t n,
+cudaError_t launch_softcap_cross_entropy(DType t, float* losses, void* logits, const int32_t* targets, int64_t n,
                                          int64_t vpad, int64_t vocab, float softcap, float grad_scale,
                                          ErrorSink err, cudaStream_t stream);
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

@@ -7,7 +7,7 @@
 
 #include <type_traits>
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 namespace {
 
@@ -98,14 +98,14 @@ cudaError_t launch_map(TO* out, const TA* a, const TB* b, int64_t n, F f, cudaSt
 
 // Calls fn with a null pointer of the storage type of `t` (for type dispatch).
 template <typename Fn>
-cudaError_t with_type(Elem t, Fn&& fn) {
-  if (t == Elem::BF16) return fn(static_cast<bf16_t*>(nullptr));
+cudaError_t with_type(DType t, Fn&& fn) {
+  if (t == DType::BF16) return fn(static_cast<bf16_t*>(nullptr));
   return fn(static_cast<float*>(nullptr));
 }
 
 }  // namespace
 
-cudaError_t launch_fill(Elem t, void* x, int64_t n, float value, cudaStream_t stream) {
+cudaError_t launch_fill(DType t, void* x, int64_t n, float value, cudaStream_t stream) {
   return with_type(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     return launch_map(static_cast<T*>(x), static_cast<const T*>(nullptr), static_cast<const T*>(nullptr), n,
@@ -113,7 +113,7 @@ cudaError_t launch_fill(Elem t, void* x, int64_t n, float value, cudaStream_t st
   });
 }
 
-cudaError_t launch_scale(Elem t, void* x, int64_t n, float s, cudaStream_t stream) {
+cudaError_t launch_scale(DType t, void* x, int64_t n, float s, cudaStream_t stream) {
   return with_type(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     return launch_map(static_cast<T*>(x), static_cast<const T*>(nullptr), static_cast<const T*>(nullptr), n,
@@ -121,7 +121,7 @@ cudaError_t launch_scale(Elem t, void* x, int64_t n, float s, cudaStream_t strea
   });
 }
 
-cudaError_t launch_axpy(Elem t, void* y, const void* x, int64_t n, float alpha, cudaStream_t stream) {
+cudaError_t launch_axpy(DType t, void* y, const void* x, int64_t n, float alpha, cudaStream_t stream) {
   return with_type(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     return launch_map(static_cast<T*>(y), static_cast<const T*>(x), static_cast<const T*>(nullptr), n,
@@ -129,19 +129,19 @@ cudaError_t launch_axpy(Elem t, void* y, const void* x, int64_t n, float alpha, 
   });
 }
 
-cudaError_t launch_cast(Elem dst_t, void* dst, Elem src_t, const void* src, int64_t n, cudaStream_t stream) {
+cudaError_t launch_cast(DType dst_t, void* dst, DType src_t, const void* src, int64_t n, cudaStream_t stream) {
   if (dst_t == src_t) {
-    const size_t bytes = static_cast<size_t>(n) * (dst_t == Elem::BF16 ? 2 : 4);
+    const size_t bytes = static_cast<size_t>(n) * (dst_t == DType::BF16 ? 2 : 4);
     return dst == src || n == 0 ? cudaSuccess : cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
   }
-  if (dst_t == Elem::BF16)
+  if (dst_t == DType::BF16)
     return launch_map(static_cast<bf16_t*>(dst), static_cast<const float*>(src), static_cast<const float*>(nullptr),
                       n, CopyOp{}, stream);
   return launch_map(static_cast<float*>(dst), static_cast<const bf16_t*>(src), static_cast<const bf16_t*>(nullptr),
                     n, CopyOp{}, stream);
 }
 
-cudaError_t launch_relu2_forward(Elem t, void* y, const void* x, int64_t n, cudaStream_t stream) {
+cudaError_t launch_relu2_forward(DType t, void* y, const void* x, int64_t n, cudaStream_t stream) {
   return with_type(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     return launch_map(static_cast<T*>(y), static_cast<const T*>(x), static_cast<const T*>(nullptr), n, Relu2Op{},
@@ -149,7 +149,7 @@ cudaError_t launch_relu2_forward(Elem t, void* y, const void* x, int64_t n, cuda
   });
 }
 
-cudaError_t launch_relu2_backward(Elem t, void* dx, const void* dy, const void* x, int64_t n, cudaStream_t stream) {
+cudaError_t launch_relu2_backward(DType t, void* dx, const void* dy, const void* x, int64_t n, cudaStream_t stream) {
   return with_type(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     return launch_map(static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), n, Relu2GradOp{},
@@ -157,4 +157,4 @@ cudaError_t launch_relu2_backward(Elem t, void* dx, const void* dy, const void* 
   });
 }
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

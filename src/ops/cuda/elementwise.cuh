@@ -4,17 +4,17 @@
 
 #include "ops/cuda/types.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
-cudaError_t launch_fill(Elem t, void* x, int64_t n, float value, cudaStream_t stream);
-cudaError_t launch_scale(Elem t, void* x, int64_t n, float s, cudaStream_t stream);
+cudaError_t launch_fill(DType t, void* x, int64_t n, float value, cudaStream_t stream);
+cudaError_t launch_scale(DType t, void* x, int64_t n, float s, cudaStream_t stream);
 // y += alpha * x
-cudaError_t launch_axpy(Elem t, void* y, const void* x, int64_t n, float alpha, cudaStream_t stream);
+cudaError_t launch_axpy(DType t, void* y, const void* x, int64_t n, float alpha, cudaStream_t stream);
 // dst = src converted (round to nearest even into bf16); same types copy.
-cudaError_t launch_cast(Elem dst_t, void* dst, Elem src_t, const void* src, int64_t n, cudaStream_t stream);
+cudaError_t launch_cast(DType dst_t, void* dst, DType src_t, const void* src, int64_t n, cudaStream_t stream);
 // y = max(x, 0)^2
-cudaError_t launch_relu2_forward(Elem t, void* y, const void* x, int64_t n, cudaStream_t stream);
+cudaError_t launch_relu2_forward(DType t, void* y, const void* x, int64_t n, cudaStream_t stream);
 // dx = dy * 2 max(x, 0)
-cudaError_t launch_relu2_backward(Elem t, void* dx, const void* dy, const void* x, int64_t n, cudaStream_t stream);
+cudaError_t launch_relu2_backward(DType t, void* dx, const void* dy, const void* x, int64_t n, cudaStream_t stream);
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

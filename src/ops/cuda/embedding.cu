@@ -18,7 +18,7 @@
 #include "ops/cuda/embedding.cuh"
 #include "ops/cuda/error_record.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 namespace {
 
@@ -213,10 +213,10 @@ cudaError_t embedding_forward_typed(void* out, const void* table, const int32_t*
 
 }  // namespace
 
-cudaError_t launch_embedding_forward(Elem t, void* out, const void* table, const int32_t* ids, int64_t n,
+cudaError_t launch_embedding_forward(DType t, void* out, const void* table, const int32_t* ids, int64_t n,
                                      int64_t vocab, int64_t c, ErrorSink err, cudaStream_t stream) {
   if (n == 0 || c == 0) return cudaSuccess;
-  return t == Elem::BF16 ? embedding_forward_typed<bf16_t>(out, table, ids, n, vocab, c, err, stream)
+  return t == DType::BF16 ? embedding_forward_typed<bf16_t>(out, table, ids, n, vocab, c, err, stream)
                          : embedding_forward_typed<float>(out, table, ids, n, vocab, c, err, stream);
 }
 
@@ -225,7 +225,7 @@ size_t embedding_backward_scratch_bytes(int64_t n, int64_t c) {
   return 3 * round_up(n * sizeof(int32_t)) + 2 * round_up(chunks * c * sizeof(float)) + round_up(sort_tmp_bytes(n));
 }
 
-cudaError_t launch_embedding_backward(Elem dout_t, float* dtable, const void* dout, const int32_t* ids, int64_t n,
+cudaError_t launch_embedding_backward(DType dout_t, float* dtable, const void* dout, const int32_t* ids, int64_t n,
                                       int64_t vocab, int64_t c, void* scratch, size_t scratch_bytes,
                                       cudaStream_t stream) {
   if (n == 0 || c == 0) return cudaSuccess;
@@ -239,7 +239,7 @@ cudaError_t launch_embedding_backward(Elem dout_t, float* dtable, const void* do
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   const dim3 grid(static_cast<unsigned>((chunks + kWarpsPerBlock - 1) / kWarpsPerBlock),
                   static_cast<unsigned>((c + kSlice - 1) / kSlice));
-  if (dout_t == Elem::BF16)
+  if (dout_t == DType::BF16)
     chunk_runs_kernel<bf16_t><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
         dtable, static_cast<const bf16_t*>(dout), s.keys, s.pos, n, vocab, c, s.head, s.tail);
   else
@@ -249,4 +249,4 @@ cudaError_t launch_embedding_backward(Elem dout_t, float* dtable, const void* do
   return cudaGetLastError();
 }
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

@@ -4,10 +4,10 @@
 
 #include "ops/cuda/types.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 // Ids outside [0, vocab) give zero rows and are reported through `err`.
-cudaError_t launch_embedding_forward(Elem t, void* out, const void* table, const int32_t* ids, int64_t n,
+cudaError_t launch_embedding_forward(DType t, void* out, const void* table, const int32_t* ids, int64_t n,
                                      int64_t vocab, int64_t c, ErrorSink err, cudaStream_t stream);
 
 // Device scratch the backward needs for n tokens of c channels (sort buffers and partial sums).
@@ -15,8 +15,8 @@ size_t embedding_backward_scratch_bytes(int64_t n, int64_t c);
 
 // dtable += scatter of dout by ids, in the same order every run (see embedding.cu). Ids outside
 // [0, vocab) are skipped (the forward has reported them).
-cudaError_t launch_embedding_backward(Elem dout_t, float* dtable, const void* dout, const int32_t* ids, int64_t n,
+cudaError_t launch_embedding_backward(DType dout_t, float* dtable, const void* dout, const int32_t* ids, int64_t n,
                                       int64_t vocab, int64_t c, void* scratch, size_t scratch_bytes,
                                       cudaStream_t stream);
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

@@ -3,7 +3,7 @@
 
 #include "ops/cuda/types.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 __device__ __forceinline__ void report_error(ErrorSink sink, int kind, int64_t index, int64_t value, int64_t limit) {
   if (sink.record == nullptr || atomicCAS(sink.claim, 0, 1) != 0) return;
@@ -15,4 +15,4 @@ __device__ __forceinline__ void report_error(ErrorSink sink, int kind, int64_t i
   rec->kind = kind;
 }
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

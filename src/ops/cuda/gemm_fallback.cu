@@ -6,7 +6,7 @@
 
 #include <type_traits>
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 namespace {
 
@@ -47,8 +47,8 @@ __global__ void gemm_kernel(bool ta, bool tb, int64_t m, int64_t n, int64_t k, f
 }  // namespace
 
 cudaError_t launch_gemm_fallback(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                                 Elem ab_t, const void* a, int64_t lda, const void* b, int64_t ldb, float beta,
-                                 Elem c_t, void* c, int64_t ldc, cudaStream_t stream) {
+                                 DType ab_t, const void* a, int64_t lda, const void* b, int64_t ldb, float beta,
+                                 DType c_t, void* c, int64_t ldc, cudaStream_t stream) {
   if (m == 0 || n == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>((n + kT - 1) / kT), static_cast<unsigned>((m + kT - 1) / kT));
   const dim3 block(kT, 8);
@@ -58,13 +58,13 @@ cudaError_t launch_gemm_fallback(bool trans_a, bool trans_b, int64_t m, int64_t 
     gemm_kernel<TA, TC><<<grid, block, 0, stream>>>(trans_a, trans_b, m, n, k, alpha, static_cast<const TA*>(a), lda,
                                                     static_cast<const TA*>(b), ldb, beta, static_cast<TC*>(c), ldc);
   };
-  if (ab_t == Elem::BF16)
-    c_t == Elem::BF16 ? go(static_cast<bf16_t*>(nullptr), static_cast<bf16_t*>(nullptr))
+  if (ab_t == DType::BF16)
+    c_t == DType::BF16 ? go(static_cast<bf16_t*>(nullptr), static_cast<bf16_t*>(nullptr))
                       : go(static_cast<bf16_t*>(nullptr), static_cast<float*>(nullptr));
   else
-    c_t == Elem::BF16 ? go(static_cast<float*>(nullptr), static_cast<bf16_t*>(nullptr))
+    c_t == DType::BF16 ? go(static_cast<float*>(nullptr), static_cast<bf16_t*>(nullptr))
                       : go(static_cast<float*>(nullptr), static_cast<float*>(nullptr));
   return cudaGetLastError();
 }
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

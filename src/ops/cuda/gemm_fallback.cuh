@@ -4,11 +4,11 @@
 
 #include "ops/cuda/types.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 // lda, ldb, ldc: row strides in elements of the stored a, b, c.
 cudaError_t launch_gemm_fallback(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                                 Elem ab_t, const void* a, int64_t lda, const void* b, int64_t ldb, float beta,
-                                 Elem c_t, void* c, int64_t ldc, cudaStream_t stream);
+                                 DType ab_t, const void* a, int64_t lda, const void* b, int64_t ldb, float beta,
+                                 DType c_t, void* c, int64_t ldc, cudaStream_t stream);
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

@@ -22,13 +22,13 @@
     }                                                                                                     \
   } while (0)
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // NVIDIA's recommendation for Hopper
 
-cudaDataType_t cuda_type(Elem t) { return t == Elem::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t cuda_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
 // The largest power of two (up to 256) dividing the address: what the heuristic may assume.
 int alignment_of(const void* p) {
@@ -39,7 +39,7 @@ int alignment_of(const void* p) {
 }
 
 // Column-major layout of a row-major matrix [rows, cols] with row stride ld: [cols, rows], ld.
-cublasLtMatrixLayout_t layout(Elem t, int64_t rows, int64_t cols, int64_t ld) {
+cublasLtMatrixLayout_t layout(DType t, int64_t rows, int64_t cols, int64_t ld) {
   cublasLtMatrixLayout_t l = nullptr;
   NANODDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, cuda_type(t), static_cast<uint64_t>(cols),
                                                   static_cast<uint64_t>(rows), ld));
@@ -108,11 +108,11 @@ CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
 }
 
 void CublasLtGemm::run(cudaStream_t stream, int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a,
-                       const GemmOperand& b, float beta, void* c, Elem c_type, int64_t ldc) {
+                       const GemmOperand& b, float beta, void* c, DType c_type, int64_t ldc) {
   if (m == 0 || n == 0) return;
   NANODDP_ASSERT(a.type == b.type, "GEMM operands of different types");
   // cuBLASLt has no f32 x f32 -> bf16 GEMM, and no k = 0; both go to the fallback kernel.
-  const bool lt_types = !(a.type == Elem::F32 && c_type == Elem::BF16) && k > 0;
+  const bool lt_types = !(a.type == DType::F32 && c_type == DType::BF16) && k > 0;
   Plan* plan_ref = nullptr;
   Plan p;  // a copy taken under the lock: descriptors are immutable once made
   if (lt_types) {
@@ -137,4 +137,4 @@ void CublasLtGemm::run(cudaStream_t stream, int64_t m, int64_t n, int64_t k, flo
                                           c_type, c, ldc, stream));
 }
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

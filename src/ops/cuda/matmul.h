@@ -14,12 +14,12 @@
 #include "core/tensor.h"
 #include "ops/cuda/types.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 // One row-major operand: `ld` is the row stride in elements of the matrix as stored.
 struct GemmOperand {
   const void* ptr;
-  Elem type;
+  DType type;
   int64_t ld;
   bool trans;
 };
@@ -33,11 +33,11 @@ class CublasLtGemm {
 
   // c[m, n] (row stride ldc, type c_type) = alpha op(a)[m, k] op(b)[k, n] + beta c, on `stream`.
   void run(cudaStream_t stream, int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a,
-           const GemmOperand& b, float beta, void* c, Elem c_type, int64_t ldc);
+           const GemmOperand& b, float beta, void* c, DType c_type, int64_t ldc);
 
  private:
   // Everything the heuristic's answer depends on.
-  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, Elem, Elem, int64_t, int64_t, int64_t, int, int, int>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, DType, int64_t, int64_t, int64_t, int, int, int>;
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -53,4 +53,4 @@ class CublasLtGemm {
   std::map<Key, Plan> plans_;
 };
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

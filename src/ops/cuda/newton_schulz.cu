@@ -7,7 +7,7 @@
 
 #include <type_traits>
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 namespace {
 
@@ -97,8 +97,8 @@ __global__ void combine_kernel(T* out, const T* a, const T* b, int64_t n, float 
 }
 
 template <typename Fn>
-void with_type(Elem t, Fn&& fn) {
-  if (t == Elem::BF16)
+void with_type(DType t, Fn&& fn) {
+  if (t == DType::BF16)
     fn(static_cast<bf16_t*>(nullptr));
   else
     fn(static_cast<float*>(nullptr));
@@ -106,7 +106,7 @@ void with_type(Elem t, Fn&& fn) {
 
 }  // namespace
 
-cudaError_t launch_ns_load(Elem t, void* X, const float* x, int64_t rows, int64_t cols, bool transpose,
+cudaError_t launch_ns_load(DType t, void* X, const float* x, int64_t rows, int64_t cols, bool transpose,
                            cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
   with_type(t, [&](auto* tag) {
@@ -116,7 +116,7 @@ cudaError_t launch_ns_load(Elem t, void* X, const float* x, int64_t rows, int64_
   return cudaGetLastError();
 }
 
-cudaError_t launch_ns_store(Elem t, float* x, const void* X, int64_t rows, int64_t cols, bool transpose,
+cudaError_t launch_ns_store(DType t, float* x, const void* X, int64_t rows, int64_t cols, bool transpose,
                             cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
   // X is [cols, rows] when transposed: transposing it back gives x [rows, cols].
@@ -132,7 +132,7 @@ cudaError_t launch_ns_store(Elem t, float* x, const void* X, int64_t rows, int64
 
 size_t ns_normalise_scratch_bytes() { return kNormBlocks * sizeof(double) + 256; }
 
-cudaError_t launch_ns_normalise(Elem t, void* X, int64_t n, void* scratch, cudaStream_t stream) {
+cudaError_t launch_ns_normalise(DType t, void* X, int64_t n, void* scratch, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   double* partial = static_cast<double*>(scratch);
   float* denom = reinterpret_cast<float*>(static_cast<char*>(scratch) + kNormBlocks * sizeof(double));
@@ -145,7 +145,7 @@ cudaError_t launch_ns_normalise(Elem t, void* X, int64_t n, void* scratch, cudaS
   return cudaGetLastError();
 }
 
-cudaError_t launch_ns_scale(Elem t, void* out, const void* in, int64_t n, float s, cudaStream_t stream) {
+cudaError_t launch_ns_scale(DType t, void* out, const void* in, int64_t n, float s, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   with_type(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -155,7 +155,7 @@ cudaError_t launch_ns_scale(Elem t, void* out, const void* in, int64_t n, float 
   return cudaGetLastError();
 }
 
-cudaError_t launch_ns_combine(Elem t, void* out, const void* a, const void* b, int64_t n, float s,
+cudaError_t launch_ns_combine(DType t, void* out, const void* a, const void* b, int64_t n, float s,
                               cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   with_type(t, [&](auto* tag) {
@@ -166,4 +166,4 @@ cudaError_t launch_ns_combine(Elem t, void* out, const void* a, const void* b, i
   return cudaGetLastError();
 }
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

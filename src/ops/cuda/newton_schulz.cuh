@@ -5,22 +5,22 @@
 
 #include "ops/cuda/types.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 // X [m, n] = round(x) from f32 x [rows, cols]; transposed (m = cols) when `transpose`.
-cudaError_t launch_ns_load(Elem t, void* X, const float* x, int64_t rows, int64_t cols, bool transpose,
+cudaError_t launch_ns_load(DType t, void* X, const float* x, int64_t rows, int64_t cols, bool transpose,
                            cudaStream_t stream);
 // f32 x [rows, cols] = X (transposed back when `transpose`).
-cudaError_t launch_ns_store(Elem t, float* x, const void* X, int64_t rows, int64_t cols, bool transpose,
+cudaError_t launch_ns_store(DType t, float* x, const void* X, int64_t rows, int64_t cols, bool transpose,
                             cudaStream_t stream);
 // Device scratch for launch_ns_normalise, in bytes.
 size_t ns_normalise_scratch_bytes();
 // X = round(X / d), d = round(round(||X||_F) + 1e-7); the squares are summed in f64 in a fixed order.
-cudaError_t launch_ns_normalise(Elem t, void* X, int64_t n, void* scratch, cudaStream_t stream);
+cudaError_t launch_ns_normalise(DType t, void* X, int64_t n, void* scratch, cudaStream_t stream);
 // out = round(s * in)
-cudaError_t launch_ns_scale(Elem t, void* out, const void* in, int64_t n, float s, cudaStream_t stream);
+cudaError_t launch_ns_scale(DType t, void* out, const void* in, int64_t n, float s, cudaStream_t stream);
 // out = round(round(s * a) + b); out may alias a or b.
-cudaError_t launch_ns_combine(Elem t, void* out, const void* a, const void* b, int64_t n, float s,
+cudaError_t launch_ns_combine(DType t, void* out, const void* a, const void* b, int64_t n, float s,
                               cudaStream_t stream);
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

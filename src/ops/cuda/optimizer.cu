@@ -3,7 +3,7 @@
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/optimizer.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 namespace {
 
@@ -85,4 +85,4 @@ cudaError_t launch_muon_momentum(float* g, float* buf, int64_t n, float momentum
   return cudaGetLastError();
 }
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

@@ -3,7 +3,7 @@
 
 #include "ops/cuda/types.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 // The per-call scalars of AdamW, computed on the host exactly as the CPU kernel computes them.
 struct AdamWScalars {
@@ -20,4 +20,4 @@ cudaError_t launch_adamw(float* p, const float* g, float* m, float* v, int64_t n
 // buf = lerp(buf, g, 1 - momentum); g = lerp(g, buf, momentum), torch.lerp's two-sided formula.
 cudaError_t launch_muon_momentum(float* g, float* buf, int64_t n, float momentum, cudaStream_t stream);
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

@@ -8,7 +8,7 @@
 #include <initializer_list>
 #include <type_traits>
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 namespace {
 
@@ -82,7 +82,7 @@ bool can_vectorise(int64_t c, std::initializer_list<const void*> ptrs) {
 
 }  // namespace
 
-cudaError_t launch_rmsnorm_forward(Elem t, void* y, float* rstd, const void* x, int64_t rows, int64_t c, float eps,
+cudaError_t launch_rmsnorm_forward(DType t, void* y, float* rstd, const void* x, int64_t rows, int64_t c, float eps,
                                    cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
@@ -96,11 +96,11 @@ cudaError_t launch_rmsnorm_forward(Elem t, void* y, float* rstd, const void* x, 
       rmsnorm_forward_kernel<T, 1><<<blocks, threads, 0, stream>>>(static_cast<T*>(y), rstd,
                                                                    static_cast<const T*>(x), rows, c, eps);
   };
-  with_elem_type(t, go);
+  with_dtype(t, go);
   return cudaGetLastError();
 }
 
-cudaError_t launch_rmsnorm_backward(Elem t, void* dx, const void* dy, const void* y, const float* rstd, int64_t rows,
+cudaError_t launch_rmsnorm_backward(DType t, void* dx, const void* dy, const void* y, const float* rstd, int64_t rows,
                                     int64_t c, bool accumulate, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
@@ -114,8 +114,8 @@ cudaError_t launch_rmsnorm_backward(Elem t, void* dx, const void* dy, const void
       rmsnorm_backward_kernel<T, 1><<<blocks, threads, 0, stream>>>(
           static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(y), rstd, rows, c, accumulate);
   };
-  with_elem_type(t, go);
+  with_dtype(t, go);
   return cudaGetLastError();
 }
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

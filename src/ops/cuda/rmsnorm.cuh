@@ -4,13 +4,13 @@
 
 #include "ops/cuda/types.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 // y = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps)
-cudaError_t launch_rmsnorm_forward(Elem t, void* y, float* rstd, const void* x, int64_t rows, int64_t c, float eps,
+cudaError_t launch_rmsnorm_forward(DType t, void* y, float* rstd, const void* x, int64_t rows, int64_t c, float eps,
                                    cudaStream_t stream);
 // dx (+)= rstd * (dy - y * mean(dy * y)); dx may alias dy.
-cudaError_t launch_rmsnorm_backward(Elem t, void* dx, const void* dy, const void* y, const float* rstd, int64_t rows,
+cudaError_t launch_rmsnorm_backward(DType t, void* dx, const void* dy, const void* y, const float* rstd, int64_t rows,
                                     int64_t c, bool accumulate, cudaStream_t stream);
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

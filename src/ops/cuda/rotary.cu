@@ -6,7 +6,7 @@
 
 #include <type_traits>
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
 namespace {
 
@@ -29,7 +29,7 @@ __global__ void rotary_kernel(T* y, const T* x, const float* cos, const float* s
 
 }  // namespace
 
-cudaError_t launch_rotary(Elem t, void* y, const void* x, const float* cos, const float* sin, int64_t batch,
+cudaError_t launch_rotary(DType t, void* y, const void* x, const float* cos, const float* sin, int64_t batch,
                           int64_t seq, int64_t heads, int64_t d, int64_t pos0, bool inverse, cudaStream_t stream) {
   const int64_t half = d / 2, pairs = batch * seq * heads * half;
   if (pairs == 0) return cudaSuccess;
@@ -43,11 +43,11 @@ cudaError_t launch_rotary(Elem t, void* y, const void* x, const float* cos, cons
                                                          I(pairs), I(seq), I(heads), I(half), pos0, sign);
   };
   const bool small = pairs < (int64_t{1} << 31);
-  if (t == Elem::BF16)
+  if (t == DType::BF16)
     small ? go(static_cast<bf16_t*>(nullptr), uint32_t{}) : go(static_cast<bf16_t*>(nullptr), int64_t{});
   else
     small ? go(static_cast<float*>(nullptr), uint32_t{}) : go(static_cast<float*>(nullptr), int64_t{});
   return cudaGetLastError();
 }
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

@@ -4,9 +4,9 @@
 
 #include "ops/cuda/types.cuh"
 
-namespace nanoddp::ops::gpu {
+namespace nanoddp::cuda {
 
-cudaError_t launch_rotary(Elem t, void* y, const void* x, const float* cos, const float* sin, int64_t batch,
+cudaError_t launch_rotary(DType t, void* y, const void* x, const float* cos, const float* sin, int64_t batch,
                           int64_t seq, int64_t heads, int64_t d, int64_t pos0, bool inverse, cudaStream_t stream);
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda

@@ -1,5 +1,6 @@
-// What the kernel launchers of ops/cuda exchange with the host backend (backend_cuda.cpp): the
-// element type of an activation buffer, and the record through which kernels report bad input.
+// What the kernel launchers of ops/cuda exchange with the host backend (backend_cuda.cpp) besides
+// pointers and sizes: the record through which kernels report bad input. Activation buffers carry
+// core's DType (F32, or BF16 for mixed precision; the launchers take no other).
 // Host-compilable: no device code here.
 #pragma once
 
@@ -7,10 +8,9 @@
 
 #include <cstdint>
 
-namespace nanoddp::ops::gpu {
+#include "core/dtype.h"
 
-// Storage type of an activation tensor (ops.h: f32, or bf16 for mixed precision).
-enum class Elem : uint8_t { F32, BF16 };
+namespace nanoddp::cuda {
 
 // Bad input a kernel found (an id outside its range), written by the first kernel thread that
 // finds one. It lives in pinned, mapped host memory so the host reads it without a CUDA call
@@ -31,4 +31,4 @@ struct ErrorSink {
   int* claim;           // device memory, 0 when unclaimed
 };
 
-}  // namespace nanoddp::ops::gpu
+}  // namespace nanoddp::cuda
