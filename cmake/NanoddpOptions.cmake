@@ -1,14 +1,29 @@
-# Resolves NANODDP_{CUDA,NCCL,MPI,GLOO} (AUTO/ON/OFF) into NANODDP_HAVE_* (0/1).
-# Required everywhere: OpenMP, oneDNN (CPU GEMM), fmt, CLI11, nlohmann-json, PCRE2.
+# Resolves NANODDP_{ONEDNN,CUDA,NCCL,MPI,GLOO} (AUTO/ON/OFF) into NANODDP_HAVE_* (0/1).
+# Required everywhere: OpenMP, fmt, CLI11, nlohmann-json, PCRE2. On a machine without Debian's
+# -dev packages (the GPU machines) scripts/gpu_deps.sh bundles these from a Debian host and
+# scripts/gpu_check.sh points CMAKE_PREFIX_PATH at the bundle.
 
 find_package(OpenMP REQUIRED)
-find_package(dnnl REQUIRED CONFIG)
 find_package(fmt REQUIRED CONFIG)
 find_package(CLI11 REQUIRED CONFIG)
 find_package(nlohmann_json REQUIRED CONFIG)
 find_package(Threads REQUIRED)
-find_package(PkgConfig REQUIRED)
-pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# PCRE2 through pkg-config where it exists; else the header and library themselves (a bundle has
+# no pkg-config). Either way the target is PkgConfig::PCRE2.
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
+endif()
+if(NOT TARGET PkgConfig::PCRE2)
+  find_path(PCRE2_INCLUDE_DIR pcre2.h)
+  find_library(PCRE2_LIBRARY NAMES pcre2-8 libpcre2-8.so.0)
+  if(NOT PCRE2_INCLUDE_DIR OR NOT PCRE2_LIBRARY)
+    message(FATAL_ERROR "PCRE2 (libpcre2-8) not found: install libpcre2-dev (scripts/setup.sh)")
+  endif()
+  add_library(PkgConfig::PCRE2 UNKNOWN IMPORTED)
+  set_target_properties(PkgConfig::PCRE2 PROPERTIES IMPORTED_LOCATION ${PCRE2_LIBRARY}
+    INTERFACE_INCLUDE_DIRECTORIES ${PCRE2_INCLUDE_DIR})
+endif()
 
 # nanoddp_resolve(<NAME> <found> <why-not>): fails when ON was asked for and the engine is missing;
 # otherwise records NANODDP_HAVE_<NAME> and, when it is off, the reason for the summary line below.
@@ -33,6 +48,13 @@ function(nanoddp_resolve name found why_not)
   list(APPEND summary "${entry}")
   set(NANODDP_ENGINE_SUMMARY "${summary}" CACHE INTERNAL "")
 endfunction()
+
+# oneDNN: the CPU GEMM (ops/cpu/matmul.cpp). Without it the CPU backend still works on a portable
+# kernel several times slower: enough for the CPU references of the GPU tests on a GPU machine.
+if(NOT NANODDP_ONEDNN STREQUAL "OFF")
+  find_package(dnnl CONFIG QUIET)
+endif()
+nanoddp_resolve(ONEDNN "${dnnl_FOUND}" "oneDNN not found (Debian: libdnnl-dev), so the CPU GEMM is the portable kernel")
 
 # Gloo (Debian libgloo-dev ships a CMake package under /usr/share/cmake/Gloo).
 if(NOT NANODDP_GLOO STREQUAL "OFF")

@@ -20,10 +20,13 @@ int64_t input_value(int rank, int64_t i, uint64_t salt) {
   return int64_t(h % 2001) - 1000;
 }
 
+// Writes the inputs into t, through a host copy when t lives on a GPU (the NCCL group's tensors).
 template <typename T>
 void fill_input(const Tensor& t, int rank, int64_t first_index, uint64_t salt) {
-  T* p = static_cast<T*>(t.raw());
+  Tensor host = t.device().is_cpu() ? t : Tensor::empty(t.shape(), t.dtype());
+  T* p = static_cast<T*>(host.raw());
   for (int64_t i = 0; i < t.numel(); i++) p[i] = static_cast<T>(input_value(rank, first_index + i, salt));
+  if (!t.device().is_cpu()) copy(t, host);
 }
 
 // The reduction over all ranks of element i, computed the way the interface defines it.
@@ -48,11 +51,20 @@ std::string show(T v) {
 class Checker {
  public:
   Checker(ProcessGroup& pg, const CheckOptions& o, std::vector<std::string>& failures)
-      : pg_(pg), o_(o), failures_(failures), rank_(pg.rank()), world_(pg.size()) {}
+      : pg_(pg), o_(o), failures_(failures), rank_(pg.rank()), world_(pg.size()), device_(pg.device()) {}
 
-  // Compares `got` with want(i) for every element; records the first mismatch.
+  // A tensor on the group's device (host memory for Gloo and MPI, the rank's GPU for NCCL).
+  Tensor make(int64_t n, DType dt) const { return Tensor::empty({n}, dt, device_); }
+
+  // Compares `got` with want(i) for every element; records the first mismatch. A GPU tensor is
+  // copied to the host first (the copy is ordered after the collective the caller waited for).
   template <typename T, typename Want>
-  void compare(const std::string& what, const Tensor& got, Want want) {
+  void compare(const std::string& what, const Tensor& got_in, Want want) {
+    Tensor got = got_in;
+    if (!got.device().is_cpu()) {
+      got = Tensor::empty(got_in.shape(), got_in.dtype());
+      copy(got, got_in);
+    }
     const T* p = static_cast<const T*>(got.raw());
     for (int64_t i = 0; i < got.numel(); i++) {
       T w = want(i);
@@ -67,7 +79,7 @@ class Checker {
   template <typename T>
   void allreduce(int64_t n, ReduceOp op) {
     DType dt = dtype_of<T>();
-    Tensor t = Tensor::empty({n}, dt);
+    Tensor t = make(n, dt);
     fill_input<T>(t, rank_, 0, o_.salt);
     pg_.allreduce(t, op)->wait();
     compare<T>(fmt::format("allreduce {} {} n={}", dtype_name(dt), reduce_op_name(op), n), t,
@@ -77,9 +89,9 @@ class Checker {
   template <typename T>
   void reduce_scatter(int64_t block, ReduceOp op, bool in_place) {
     DType dt = dtype_of<T>();
-    Tensor in = Tensor::empty({block * world_}, dt);
+    Tensor in = make(block * world_, dt);
     fill_input<T>(in, rank_, 0, o_.salt);
-    Tensor out = in_place ? in.region(rank_ * block, {block}) : Tensor::empty({block}, dt);
+    Tensor out = in_place ? in.region(rank_ * block, {block}) : make(block, dt);
     pg_.reduce_scatter(out, in, op)->wait();
     std::string what = fmt::format("reduce_scatter{} {} {} block={}", in_place ? " (in place)" : "", dtype_name(dt),
                                    reduce_op_name(op), block);
@@ -91,9 +103,9 @@ class Checker {
   template <typename T>
   void all_gather(int64_t n, bool in_place) {
     DType dt = dtype_of<T>();
-    Tensor out = Tensor::empty({n * world_}, dt);
+    Tensor out = make(n * world_, dt);
     zero(out);
-    Tensor in = in_place ? out.region(rank_ * n, {n}) : Tensor::empty({n}, dt);
+    Tensor in = in_place ? out.region(rank_ * n, {n}) : make(n, dt);
     fill_input<T>(in, rank_, 0, o_.salt);
     pg_.all_gather(out, in)->wait();
     compare<T>(fmt::format("all_gather{} {} n={}", in_place ? " (in place)" : "", dtype_name(dt), n), out,
@@ -103,7 +115,7 @@ class Checker {
   template <typename T>
   void broadcast(int64_t n, int root) {
     DType dt = dtype_of<T>();
-    Tensor t = Tensor::empty({n}, dt);
+    Tensor t = make(n, dt);
     fill_input<T>(t, rank_, 0, o_.salt);
     pg_.broadcast(t, root)->wait();
     compare<T>(fmt::format("broadcast {} n={} root={}", dtype_name(dt), n, root), t,
@@ -117,11 +129,11 @@ class Checker {
     std::vector<Tensor> ts;
     std::vector<WorkPtr> works;
     for (int k = 0; k < 3; k++) {
-      ts.push_back(Tensor::empty({n}, DType::F32));
+      ts.push_back(make(n, DType::F32));
       fill_input<float>(ts.back(), rank_, k * n, o_.salt);
       works.push_back(pg_.allreduce(ts.back(), ReduceOp::Sum));
     }
-    Tensor b = Tensor::empty({n}, DType::I64);
+    Tensor b = make(n, DType::I64);
     fill_input<int64_t>(b, rank_, 0, o_.salt);
     works.push_back(pg_.broadcast(b, world_ - 1));
     works.push_back(pg_.barrier());
@@ -163,6 +175,7 @@ class Checker {
   const CheckOptions& o_;
   std::vector<std::string>& failures_;
   int rank_, world_;
+  Device device_;
 };
 
 }  // namespace

