@@ -31,8 +31,11 @@ class StepBench {
  public:
   StepBench(const StepBenchConfig& c, dist::ProcessGroup& group);
   // One optimizer step; returns the micro-batch loss. With `exposed`, adds the seconds the step
-  // waited in Reducer::finish after its backward (communication the backward did not hide).
+  // waited in Reducer::finish after its backward (communication the backward did not hide); on a
+  // GPU that mode synchronises the device around finish() so that the wait is real.
   double step(double* exposed = nullptr);
+  // Blocks until the device has run everything queued (a no-op on the CPU): GPU timings end here.
+  void synchronize();
 
   const model::GPTConfig& config() const { return config_; }
   model::GPT& model() { return *model_; }
@@ -41,6 +44,7 @@ class StepBench {
 
  private:
   model::GPTConfig config_;
+  Device device_;
   std::unique_ptr<model::GPT> model_;
   std::unique_ptr<ddp::Reducer> reducer_;
   std::unique_ptr<ddp::Optimizer> optimizer_;

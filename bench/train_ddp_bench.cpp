@@ -87,6 +87,7 @@ void run(const BenchTrainOptions& o) {
     if (i == o.warmup) t = {};
     Stopwatch step;
     run.step(&t.exposed);
+    run.synchronize();  // a GPU step has ended when its kernels have
     t.step += step.seconds();
   }
   // The same bucket collectives alone, back to back (what the backward had to hide): allreduce, or
@@ -106,6 +107,7 @@ void run(const BenchTrainOptions& o) {
                                     : group.allreduce(g, dist::ReduceOp::Avg));
       }
       for (auto& w : works) w->wait();
+      run.synchronize();  // NCCL: wait() ordered the compute stream only; the host waits here
       alone = std::min(alone, sw.seconds());
     }
   }

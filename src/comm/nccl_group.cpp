@@ -45,9 +45,14 @@ ncclRedOp_t nccl_op(ReduceOp op, DType dtype, const char* collective) {
   return ncclAvg;
 }
 
-// One collective in flight: the event recorded after it on the communication stream.
+// One collective in flight: the event recorded after it on the communication stream, and the
+// tensors it reads and writes. Holding them keeps their memory from going back to the caching
+// allocator, which is not stream-aware, while NCCL still uses it: a caller may drop a temporary
+// right after issuing the collective. They are released when the watchdog sees `done` (and when
+// the caller drops its Work, which shares this).
 struct Pending {
   CollectiveInfo info;
+  std::vector<Tensor> in_use;
   cudaEvent_t done = nullptr;
   Clock::time_point issued = Clock::now();
   explicit Pending(CollectiveInfo i) : info(i) {
@@ -251,13 +256,15 @@ ncclComm_t NcclGroup::comm() const { return state_->comm; }
 cudaStream_t NcclGroup::stream() const { return state_->stream; }
 
 template <typename Launch>
-WorkPtr NcclGroup::launch(const char* name, const Tensor& t, const char* op, Launch&& body) {
+WorkPtr NcclGroup::launch(const char* name, const Tensor& t, const Tensor& other, const char* op, Launch&& body) {
   State& st = *state_;
   st.throw_if_failed();
   cuda::set_device(st.device);
   CollectiveInfo info{name, ++st.seq, t.defined() ? t.nbytes() : 0, t.dtype(), op, t.defined()};
   st.watch->issued(info.seq);
   auto pending = std::make_shared<Pending>(info);
+  for (const Tensor* x : {&t, &other})
+    if (x->defined()) pending->in_use.push_back(*x);
   // The communication stream starts after everything queued on the compute stream so far.
   NANODDP_CUDA_CHECK(cudaEventRecord(st.ready, cuda::compute_stream(st.device)));
   NANODDP_CUDA_CHECK(cudaStreamWaitEvent(st.stream, st.ready, 0));
@@ -282,7 +289,7 @@ WorkPtr NcclGroup::allreduce(const Tensor& t, ReduceOp op) {
   check_on_device(t, device_);
   ncclDataType_t type = nccl_type(t.dtype(), "allreduce");
   ncclRedOp_t red = nccl_op(op, t.dtype(), "allreduce");
-  return launch("allreduce", t, reduce_op_name(op), [&](ncclComm_t comm, cudaStream_t s) {
+  return launch("allreduce", t, Tensor(), reduce_op_name(op), [&](ncclComm_t comm, cudaStream_t s) {
     return ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), type, red, comm, s);
   });
 }
@@ -294,7 +301,7 @@ WorkPtr NcclGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp 
   ncclDataType_t type = nccl_type(in.dtype(), "reduce_scatter");
   ncclRedOp_t red = nccl_op(op, in.dtype(), "reduce_scatter");
   // NCCL reduces in place when out is in's block for this rank, as our interface allows.
-  return launch("reduce_scatter", in, reduce_op_name(op), [&](ncclComm_t comm, cudaStream_t s) {
+  return launch("reduce_scatter", in, out, reduce_op_name(op), [&](ncclComm_t comm, cudaStream_t s) {
     return ncclReduceScatter(in.raw(), out.raw(), size_t(out.numel()), type, red, comm, s);
   });
 }
@@ -304,7 +311,7 @@ WorkPtr NcclGroup::all_gather(const Tensor& out, const Tensor& in) {
   check_on_device(in, device_);
   check_all_gather_shapes(out, in, size());
   // Moved as bytes: any dtype. In place when in is this rank's block of out.
-  return launch("all_gather", out, nullptr, [&](ncclComm_t comm, cudaStream_t s) {
+  return launch("all_gather", out, in, nullptr, [&](ncclComm_t comm, cudaStream_t s) {
     return ncclAllGather(in.raw(), out.raw(), in.nbytes(), ncclUint8, comm, s);
   });
 }
@@ -312,7 +319,7 @@ WorkPtr NcclGroup::all_gather(const Tensor& out, const Tensor& in) {
 WorkPtr NcclGroup::broadcast(const Tensor& t, int root) {
   check_on_device(t, device_);
   check_root(root, size());
-  return launch("broadcast", t, nullptr, [&](ncclComm_t comm, cudaStream_t s) {
+  return launch("broadcast", t, Tensor(), nullptr, [&](ncclComm_t comm, cudaStream_t s) {
     return ncclBroadcast(t.raw(), t.raw(), t.nbytes(), ncclUint8, root, comm, s);
   });
 }
@@ -320,7 +327,7 @@ WorkPtr NcclGroup::broadcast(const Tensor& t, int root) {
 // NCCL has no barrier: an allreduce of one integer, whose wait() blocks the host.
 WorkPtr NcclGroup::barrier() {
   Tensor b = state_->barrier_buf;
-  return launch("barrier", Tensor(), nullptr, [&](ncclComm_t comm, cudaStream_t s) {
+  return launch("barrier", Tensor(), b, nullptr, [&](ncclComm_t comm, cudaStream_t s) {
     return ncclAllReduce(b.raw(), b.raw(), 1, ncclInt32, ncclSum, comm, s);
   });
 }

@@ -52,7 +52,7 @@ class NcclGroup final : public ProcessGroup {
 
  private:
   template <typename Launch>
-  WorkPtr launch(const char* name, const Tensor& t, const char* op, Launch&& body);
+  WorkPtr launch(const char* name, const Tensor& t, const Tensor& other, const char* op, Launch&& body);
 
   Device device_;
   NcclGroupOptions options_;

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "core/cuda_util.h"
+#include "core/log.h"
 #include "ops/backend.h"
 #include "ops/cuda/attention.cuh"
 #include "ops/cuda/cross_entropy.cuh"
@@ -65,6 +66,18 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // The reference kernels are several times slower than the flash kernels; falling back to them
+  // for bf16 (a head_dim other than 64 or 128, odd alignment) is said once, not silently.
+  void warn_if_slow_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out) {
+    if (reference_attention_ || q.dtype() != DType::BF16 || warned_slow_attention_) return;
+    const void* ptrs[] = {q.raw(), k.raw(), v.raw(), out.raw()};
+    const cuda::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), k.dim(1)};
+    if (cuda::attention_uses_flash(DType::BF16, shape, ptrs, 4, false) || warned_slow_attention_.exchange(true)) return;
+    log::warn("attention with head_dim {} runs on the reference CUDA kernels, several times slower than the flash "
+              "kernels (head_dim 64 or 128): pick --head_dim so that the model width splits into heads of 64 or 128",
+              q.dim(3));
+  }
+
   // Every op: make the device current on this thread, report bad input an earlier kernel found.
   cudaStream_t begin() {
     cuda::set_device(device_);
@@ -93,6 +106,7 @@ class CudaBackend final : public Backend {
   cuda::ErrorRecord* errors_ = nullptr;  // pinned host memory, mapped
   Tensor claim_;                        // i32 [1] on the device
   cuda::ErrorSink sink_{};               // what kernels get: the record's device address and claim_
+  std::atomic<bool> warned_slow_attention_{false};
 };
 
 void CudaBackend::matmul(const Tensor& out, const Tensor& a, bool ta, const Tensor& b, bool tb, float alpha, float beta) {
@@ -164,6 +178,7 @@ void CudaBackend::rotary(const Tensor& y, const Tensor& x, const Tensor& cos, co
 }
 
 void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_len, float scale) {
+  warn_if_slow_attention(q, k, v, out);
   cudaStream_t s = begin();
   same_dtype(out, q);
   same_dtype(q, k);
