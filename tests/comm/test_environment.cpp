@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "comm/environment.h"
+#include "test_util.h"
 
 namespace nanoddp::dist {
 namespace {
@@ -15,15 +16,6 @@ EnvLookup fake(std::map<std::string, std::string> vars) {
     if (it == vars.end()) return std::nullopt;
     return it->second;
   };
-}
-
-void expect_error(const std::map<std::string, std::string>& vars, const std::string& needle) {
-  try {
-    discover_environment(fake(vars));
-    ADD_FAILURE() << "expected an error containing '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 TEST(Environment, NothingSetIsOneProcess) {
@@ -107,15 +99,22 @@ TEST(Environment, SlurmTasksPerNodeRepeats) {
 }
 
 TEST(Environment, MalformedValuesAreNamed) {
-  expect_error({{"RANK", "1"}}, "RANK is set but WORLD_SIZE is not");
-  expect_error({{"WORLD_SIZE", "2"}}, "WORLD_SIZE is set but RANK is not");
-  expect_error({{"RANK", "one"}, {"WORLD_SIZE", "2"}}, "RANK='one' is not an integer");
-  expect_error({{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "RANK=2 is not below WORLD_SIZE=2");
-  expect_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}, "MASTER_PORT=70000 is out of range");
-  expect_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "3"}, {"LOCAL_WORLD_SIZE", "2"}},
-               "local rank 3 is not below the local world size 2");
-  expect_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NODEID", "3"}, {"SLURM_TASKS_PER_NODE", "1(x2)"}},
-               "has no entry for node 3");
+  NANODDP_EXPECT_ERROR(discover_environment(fake({{"RANK", "1"}})), "RANK is set but WORLD_SIZE is not");
+  NANODDP_EXPECT_ERROR(discover_environment(fake({{"WORLD_SIZE", "2"}})), "WORLD_SIZE is set but RANK is not");
+  NANODDP_EXPECT_ERROR(discover_environment(fake({{"RANK", "one"}, {"WORLD_SIZE", "2"}})),
+                       "RANK='one' is not an integer");
+  NANODDP_EXPECT_ERROR(discover_environment(fake({{"RANK", "2"}, {"WORLD_SIZE", "2"}})),
+                       "RANK=2 is not below WORLD_SIZE=2");
+  NANODDP_EXPECT_ERROR(discover_environment(fake({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}})),
+                       "MASTER_PORT=70000 is out of range");
+  NANODDP_EXPECT_ERROR(discover_environment(fake(
+                           {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "3"}, {"LOCAL_WORLD_SIZE", "2"}})),
+                       "local rank 3 is not below the local world size 2");
+  NANODDP_EXPECT_ERROR(discover_environment(fake({{"SLURM_PROCID", "0"},
+                                                  {"SLURM_NTASKS", "2"},
+                                                  {"SLURM_NODEID", "3"},
+                                                  {"SLURM_TASKS_PER_NODE", "1(x2)"}})),
+                       "has no entry for node 3");
 }
 
 TEST(SlurmNodelist, Expands) {

@@ -139,12 +139,7 @@ TEST(Init, TheLaunchersStoreIsUsedWhenAnnounced) {
 TEST(Init, MissingMasterAddressIsAClearError) {
   DistEnv e = torchrun_env(1, 2, 29500);
   e.master_addr.clear();
-  try {
-    init_distributed(DistOptions{}, Device::cpu(), e);
-    FAIL() << "expected an error";
-  } catch (const Error& err) {
-    EXPECT_NE(std::string(err.what()).find("MASTER_ADDR is not set"), std::string::npos) << err.what();
-  }
+  NANODDP_EXPECT_ERROR(init_distributed(DistOptions{}, Device::cpu(), e), "MASTER_ADDR is not set");
 }
 
 // Consistency: every rank throws when one differs; the differing rank names the field and values.

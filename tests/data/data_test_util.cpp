@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,11 +15,6 @@
 #include "test_util.h"
 
 namespace nanoddp::testing {
-
-bool references_required() {
-  const char* v = std::getenv("NANODDP_REQUIRE_REFERENCES");
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
 
 std::string missing_node_reference() {
   if (run_command("node --version").status != 0) return "node is not installed (scripts/setup.sh installs it)";

@@ -9,21 +9,9 @@
 #include <vector>
 
 #include "data/bpe_tokenizer.h"
+#include "test_util.h"
 
 namespace nanoddp::testing {
-
-// True under NANODDP_REQUIRE_REFERENCES=1 (CI): a missing reference then fails a test instead of
-// skipping it.
-bool references_required();
-
-// Skips the current test with `reason` printed, or fails it when references are required.
-#define NANODDP_SKIP_WITHOUT_REFERENCE(available, reason)                                          \
-  do {                                                                                             \
-    if (!(available)) {                                                                            \
-      if (::nanoddp::testing::references_required()) FAIL() << "reference missing: " << (reason); \
-      GTEST_SKIP() << "reference missing: " << (reason);                                           \
-    }                                                                                              \
-  } while (0)
 
 // Empty when node and the npm packages are there, else what is missing (and how to install it).
 std::string missing_node_reference();

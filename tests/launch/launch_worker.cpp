@@ -1,4 +1,4 @@
-// A worker program for the launcher tests (tests/dist/test_launcher.cpp): it reports what the
+// A worker program for the launcher tests (tests/launch/test_launcher_*.cpp): it reports what the
 // launcher gave it and misbehaves on request. Every line it prints names its rank, so the tests can
 // check which worker said what. Runs, in order: --env, --pid, --spawn_child, --store (so every rank
 // has started before any fails), the failure flags, --lines / --err_lines / --partial, --sleep.

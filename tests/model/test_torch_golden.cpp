@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 
 #include "core/safetensors.h"
@@ -20,6 +19,7 @@ namespace nanoddp {
 namespace {
 
 using testing::max_rel_error;
+using testing::rel_l2;  // relative Frobenius norm
 
 // Newton-Schulz in bf16 is chaotic at the element level: directions with small singular values
 // are pure rounding noise multiplied by ~3.4 per iteration, so two correct bf16 implementations
@@ -28,18 +28,6 @@ using testing::max_rel_error;
 // the bf16 path statistically: close in Frobenius norm and in direction.
 constexpr double kBf16NsFrobenius = 0.12;
 constexpr double kBf16NsCosine = 0.99;
-
-double frobenius_rel_error(const std::vector<double>& got, const std::vector<double>& want) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < want.size(); i++) {
-    d += (got[i] - want[i]) * (got[i] - want[i]);
-    n += want[i] * want[i];
-  }
-  return std::sqrt(d / n);
-}
-double frobenius_rel_error(const Tensor& got, const Tensor& want) {
-  return frobenius_rel_error(testing::to_double(got), testing::to_double(want));
-}
 
 double cosine(const Tensor& a, const Tensor& b) {
   auto x = testing::to_double(a), y = testing::to_double(b);
@@ -58,15 +46,6 @@ std::string torch_unavailable() {
   return r.status == 0 ? "" : "python3-torch is not installed (scripts/setup.sh installs it): " + r.output;
 }
 
-#define SKIP_WITHOUT_TORCH()                                                        \
-  do {                                                                              \
-    std::string why = torch_unavailable();                                          \
-    if (!why.empty()) {                                                             \
-      if (std::getenv("NANODDP_REQUIRE_REFERENCES")) FAIL() << why;                 \
-      GTEST_SKIP() << why;                                                          \
-    }                                                                               \
-  } while (0)
-
 struct GoldenCase {
   int64_t n_head, n_kv_head;
 };
@@ -74,7 +53,8 @@ struct GoldenCase {
 class TorchGolden : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(TorchGolden, LogitsLossGradientsAndOneOptimizerStep) {
-  SKIP_WITHOUT_TORCH();
+  const std::string no_torch = torch_unavailable();
+  NANODDP_SKIP_UNLESS_REFERENCE(no_torch.empty(), no_torch);
   auto [n_head, n_kv_head] = GetParam();
   model::GPTConfig c;
   c.vocab_size = 300;  // padded to 320
@@ -123,9 +103,9 @@ TEST_P(TorchGolden, LogitsLossGradientsAndOneOptimizerStep) {
     Tensor x32 = golden.read("grad." + p.name), x16 = golden.read("grad." + p.name);
     ops::newton_schulz(x32, oc.ns_steps, false);
     ops::newton_schulz(x16, oc.ns_steps, true);
-    EXPECT_LT(frobenius_rel_error(x32, golden.read("ns32." + p.name)), 1e-5) << p.name;
+    EXPECT_LT(rel_l2(x32, golden.read("ns32." + p.name)), 1e-5) << p.name;
     const Tensor want16 = golden.read("ns16." + p.name);
-    EXPECT_LT(frobenius_rel_error(x16, want16), kBf16NsFrobenius) << p.name;
+    EXPECT_LT(rel_l2(x16, want16), kBf16NsFrobenius) << p.name;
     EXPECT_GT(cosine(x16, want16), kBf16NsCosine) << p.name;
   }
 
@@ -155,7 +135,8 @@ TEST_P(TorchGolden, LogitsLossGradientsAndOneOptimizerStep) {
 // `nanoddp export` writes what a PyTorch implementation of nanochat loads by name: the logits
 // PyTorch computes from the exported file alone (weights and config) are ours.
 TEST(TorchGoldenExport, ExportedFileLoadsIntoPyTorch) {
-  SKIP_WITHOUT_TORCH();
+  const std::string no_torch = torch_unavailable();
+  NANODDP_SKIP_UNLESS_REFERENCE(no_torch.empty(), no_torch);
   model::GPTConfig c;
   c.vocab_size = 200;  // padded to 256
   c.n_layer = 2;

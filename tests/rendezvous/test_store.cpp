@@ -14,6 +14,7 @@
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/store_protocol.h"
 #include "rendezvous/tcp_store.h"
+#include "test_util.h"
 
 namespace nanoddp::dist {
 namespace {
@@ -21,16 +22,6 @@ namespace {
 using namespace std::chrono_literals;
 
 Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
-
-// Throws unless `fn` throws nanoddp::Error whose message contains `needle`.
-void expect_error(const std::function<void()>& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error containing '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 // A store under test plus whatever keeps it alive (the server for TcpStore).
 struct StoreFixture {
@@ -87,9 +78,9 @@ TEST_P(StoreTest, GetAndWaitTimeOutNamingTheKey) {
   auto f = make_fixture(GetParam());
   f.store->set_timeout(200ms);
   auto start = std::chrono::steady_clock::now();
-  expect_error([&] { f.store->get("never"); }, "never");
+  NANODDP_EXPECT_ERROR(f.store->get("never"), "never");
   f.store->set_string("present", "x");
-  expect_error([&] { f.store->wait({"present", "absent"}, 150ms); }, "absent");
+  NANODDP_EXPECT_ERROR(f.store->wait({"present", "absent"}, 150ms), "absent");
   auto elapsed = std::chrono::steady_clock::now() - start;
   EXPECT_LT(elapsed, 5s);
   f.store->wait({"present"}, 150ms);  // present keys return at once
@@ -110,7 +101,7 @@ TEST_P(StoreTest, AddCountsFromZeroAndIsAtomic) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(f.store->add("counter", 0), kThreads * kAdds);
   f.store->set_string("text", "abc");
-  expect_error([&] { f.store->add("text", 1); }, "not an integer");
+  NANODDP_EXPECT_ERROR(f.store->add("text", 1), "not an integer");
 }
 
 TEST_P(StoreTest, CompareSet) {
@@ -154,9 +145,9 @@ TEST(PrefixStore, KeysAreNamespaced) {
 
 TEST(TcpStore, PortInUseIsAClearError) {
   TcpStoreServer first(TcpStoreServerOptions{"127.0.0.1", 0, ""});
-  expect_error([&] { TcpStoreServer second(TcpStoreServerOptions{"127.0.0.1", first.port(), ""}); },
+  NANODDP_EXPECT_ERROR(TcpStoreServer second(TcpStoreServerOptions{"127.0.0.1", first.port(), ""}),
                fmt::format("port {} on 127.0.0.1 is already in use", first.port()));
-  expect_error([&] { TcpStoreServer second(TcpStoreServerOptions{"", first.port(), ""}); }, "already in use");
+  NANODDP_EXPECT_ERROR(TcpStoreServer second(TcpStoreServerOptions{"", first.port(), ""}), "already in use");
 }
 
 TEST(TcpStore, UnreachableServerFailsAfterTheConnectTimeout) {
@@ -166,7 +157,7 @@ TEST(TcpStore, UnreachableServerFailsAfterTheConnectTimeout) {
     port = probe.port();
   }
   auto start = std::chrono::steady_clock::now();
-  expect_error([&] { TcpStore s(TcpStoreOptions{"127.0.0.1", port, 400ms, 1s, ""}); },
+  NANODDP_EXPECT_ERROR(TcpStore s(TcpStoreOptions{"127.0.0.1", port, 400ms, 1s, ""}),
                fmt::format("could not reach the rendezvous store at 127.0.0.1:{} after 0.4 s", port));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
 }
@@ -191,8 +182,8 @@ TEST(TcpStore, ClientMayStartBeforeTheServer) {
 TEST(TcpStore, TokenIsRequiredAndChecked) {
   TcpStoreServer server(TcpStoreServerOptions{"127.0.0.1", 0, "s3cret"});
   int port = server.port();
-  expect_error([&] { TcpStore s(TcpStoreOptions{"127.0.0.1", port, 2s, 2s, ""}); }, "requires a token");
-  expect_error([&] { TcpStore s(TcpStoreOptions{"127.0.0.1", port, 2s, 2s, "guess"}); }, "wrong token");
+  NANODDP_EXPECT_ERROR(TcpStore s(TcpStoreOptions{"127.0.0.1", port, 2s, 2s, ""}), "requires a token");
+  NANODDP_EXPECT_ERROR(TcpStore s(TcpStoreOptions{"127.0.0.1", port, 2s, 2s, "guess"}), "wrong token");
   TcpStore good(TcpStoreOptions{"127.0.0.1", port, 2s, 2s, "s3cret"});
   good.set_string("k", "v");
   EXPECT_EQ(good.get_string("k"), "v");
@@ -201,8 +192,8 @@ TEST(TcpStore, TokenIsRequiredAndChecked) {
 TEST(TcpStore, SizeLimitsAreEnforcedOnBothSides) {
   TcpStoreServer server(TcpStoreServerOptions{"127.0.0.1", 0, ""});
   TcpStore client(TcpStoreOptions{"127.0.0.1", server.port(), 2s, 2s, ""});
-  expect_error([&] { client.set("big", Bytes(wire::kMaxValueBytes + 1)); }, "limit");
-  expect_error([&] { client.set(std::string(wire::kMaxKeyBytes + 1, 'k'), {}); }, "limit");
+  NANODDP_EXPECT_ERROR(client.set("big", Bytes(wire::kMaxValueBytes + 1)), "limit");
+  NANODDP_EXPECT_ERROR(client.set(std::string(wire::kMaxKeyBytes + 1, 'k'), {}), "limit");
   // A raw peer announcing an oversize frame gets an error reply and is disconnected.
   std::string why;
   net::Fd raw = net::try_connect_tcp("127.0.0.1", server.port(), 2s, &why);
@@ -234,7 +225,7 @@ TEST(TcpStore, ForeignServiceOnThePortIsNamed) {
       std::this_thread::sleep_for(5ms);
     }
   });
-  expect_error([&] { TcpStore s(TcpStoreOptions{"127.0.0.1", port, 1s, 1s, ""}); }, "rendezvous store");
+  NANODDP_EXPECT_ERROR(TcpStore s(TcpStoreOptions{"127.0.0.1", port, 1s, 1s, ""}), "rendezvous store");
   stop = true;
   acceptor.join();
 }
@@ -282,7 +273,7 @@ TEST(TcpStore, ServerGoingAwayIsAClearErrorNotAHang) {
     server.reset();
   });
   auto start = std::chrono::steady_clock::now();
-  expect_error([&] { client.get("never"); }, "lost the connection to the rendezvous store");
+  NANODDP_EXPECT_ERROR(client.get("never"), "lost the connection to the rendezvous store");
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
   killer.join();
 }

@@ -1,5 +1,5 @@
 // A child process with its stdout and stderr captured by a reader thread, for tests that run the
-// nanoddp binary (the launcher, distributed training) and wait on what it prints.
+// nanoddp binary (the launcher, distributed training) or a test worker, and wait on what it prints.
 #pragma once
 
 #include <fcntl.h>

@@ -8,6 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
 
 namespace nanoddp::testing {
 
@@ -60,6 +66,19 @@ double max_rel_error(const Tensor& got, const Tensor& want, double floor) {
   return max_rel_error(to_double(got), to_double(want), floor);
 }
 
+double rel_l2(const std::vector<double>& got, const std::vector<double>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); i++) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  if (std::isnan(num)) return INFINITY;
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+double rel_l2(const Tensor& got, const Tensor& want) { return rel_l2(to_double(got), to_double(want)); }
+
 ScratchDir::ScratchDir(const std::string& name)
     : path_(std::filesystem::path(NANODDP_BINARY_DIR) / "test-scratch" / name) {
   std::filesystem::remove_all(path_);
@@ -82,6 +101,34 @@ CommandResult run_command(const std::string& command) {
   int status = pclose(pipe);
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   return r;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+bool references_required() {
+  const char* v = std::getenv("NANODDP_REQUIRE_REFERENCES");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+void expect_error_at(const std::function<void()>& statement, std::initializer_list<std::string> substrings,
+                     const char* text, const char* file, int line) {
+  try {
+    statement();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const auto& s : substrings)
+      if (message.find(s) == std::string::npos)
+        ADD_FAILURE_AT(file, line) << text << " threw an error without '" << s << "': " << message;
+    return;
+  }
+  std::string wanted;
+  for (const auto& s : substrings) wanted += " '" + s + "'";
+  ADD_FAILURE_AT(file, line) << text << " threw no error; expected one mentioning" << wanted;
 }
 
 int free_port() {

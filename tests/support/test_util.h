@@ -1,10 +1,13 @@
-// Helpers shared by the tests: random tensors, error norms, scratch directories.
+// Helpers shared by the tests: random tensors, error norms, scratch directories, files, commands,
+// skips and error-message checks.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -24,6 +27,10 @@ std::vector<double> to_double(const Tensor& t);
 // max |a - b| / max(max |b|, floor): the error relative to the reference's scale.
 double max_rel_error(const std::vector<double>& got, const std::vector<double>& want, double floor = 1e-12);
 double max_rel_error(const Tensor& got, const Tensor& want, double floor = 1e-12);
+// ||got - want|| / ||want|| over all elements, the relative Frobenius norm of a matrix: for results
+// whose single elements may round differently but whose whole must not (NaN anywhere gives infinity).
+double rel_l2(const std::vector<double>& got, const std::vector<double>& want);
+double rel_l2(const Tensor& got, const Tensor& want);
 
 // A fresh, empty directory under the build tree, removed when the object goes away.
 class ScratchDir {
@@ -50,5 +57,36 @@ struct CommandResult {
   std::string output;
 };
 CommandResult run_command(const std::string& command);
+
+// The whole file ("" when it cannot be opened).
+std::string read_file(const std::string& path);
+
+// Skips the current test, printing `reason`, unless `cond` holds: for what a machine may lack (a
+// GPU, root, a tool). Like GTEST_SKIP it returns from the function it is written in.
+#define NANODDP_SKIP_UNLESS(cond, reason)  \
+  do {                                     \
+    if (!(cond)) GTEST_SKIP() << (reason); \
+  } while (0)
+
+// True under NANODDP_REQUIRE_REFERENCES=1 (CI), where a comparison must not pass by being skipped.
+bool references_required();
+
+// NANODDP_SKIP_UNLESS for a reference implementation (node and the npm packages, PyTorch): a
+// missing one fails the test instead when references are required.
+#define NANODDP_SKIP_UNLESS_REFERENCE(cond, reason)                                                \
+  do {                                                                                            \
+    if (!(cond)) {                                                                                \
+      if (::nanoddp::testing::references_required()) FAIL() << "reference missing: " << (reason); \
+      GTEST_SKIP() << "reference missing: " << (reason);                                          \
+    }                                                                                             \
+  } while (0)
+
+// Fails the test unless `statement` throws nanoddp::Error whose message contains each substring
+// after it: NANODDP_EXPECT_ERROR(ShardReader r(path), path, "truncated"). The statement runs once.
+// Commas in it must be inside parentheses (braces do not protect them from the preprocessor).
+#define NANODDP_EXPECT_ERROR(statement, ...) \
+  ::nanoddp::testing::expect_error_at([&] { statement; }, {__VA_ARGS__}, #statement, __FILE__, __LINE__)
+void expect_error_at(const std::function<void()>& statement, std::initializer_list<std::string> substrings,
+                     const char* text, const char* file, int line);
 
 }  // namespace nanoddp::testing

@@ -17,48 +17,12 @@
 #include "train/checkpoint.h"
 #include "train/model_io.h"
 #include "train/trainer.h"
+#include "train_test_util.h"
 
 namespace nanoddp {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A dataset shared by the tests of this file (prepared once).
-const std::string& dataset() {
-  // One per process: ctest runs the test cases of this file as parallel processes.
-  static testing::ScratchDir dir("train_dataset_" + std::to_string(::getpid()));
-  static bool made = false;
-  if (!made) {
-    testing::make_byte_dataset(dir.str(), 200, 7);
-    made = true;
-  }
-  static std::string path = dir.str("data");
-  return path;
-}
-
-train::TrainOptions tiny(const std::string& out) {
-  train::TrainOptions o;
-  o.depth = 2;
-  o.aspect_ratio = 32;  // model_dim 64
-  o.head_dim = 32;      // 2 heads
-  o.max_seq_len = 32;
-  o.device_batch_size = 4;
-  o.total_batch_size = 4 * 32 * 2;  // 2 accumulation steps
-  o.num_iterations = 12;
-  o.warmdown_ratio = 0.5;
-  o.eval_every = 6;
-  o.eval_tokens = 4 * 32 * 4;
-  o.data = dataset();
-  o.out = out;
-  o.threads = 1;
-  o.peak_flops = 1e9;
-  return o;
-}
-
-train::TrainResult train_single(const train::TrainOptions& o) {
-  auto group = dist::make_single_rank_group(Device::cpu());
-  return train::run_training(o, *group, Device::cpu());
-}
 
 using testing::training_losses;
 
@@ -135,13 +99,7 @@ TEST(Checkpoints, CorruptFilesAreClearErrors) {
   fs::resize_file(model, fs::file_size(model) / 2);
   o.resume = "latest";
   o.num_iterations = 4;
-  try {
-    train_single(o);
-    FAIL() << "a truncated checkpoint was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
-  }
+  NANODDP_EXPECT_ERROR(train_single(o), "truncated", "model.safetensors");
 }
 
 TEST(Resume, AnotherModelOrBatchIsRefused) {
@@ -166,12 +124,7 @@ TEST(Options, BatchThatDoesNotDivideIsAClearError) {
   testing::ScratchDir out("bad_batch");
   auto o = tiny(out.str());
   o.total_batch_size = 1000;
-  try {
-    train_single(o);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not a multiple"), std::string::npos) << e.what();
-  }
+  NANODDP_EXPECT_ERROR(train_single(o), "not a multiple");
   o.data = out.str("nope");
   EXPECT_THROW(train_single(o), Error);
 }

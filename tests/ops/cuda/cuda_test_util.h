@@ -1,5 +1,6 @@
 // Helpers of the CUDA tests: moving tensors between the host and the GPU in either activation
-// dtype, inputs rounded as a bf16 tensor holds them, NaN-poisoned outputs, error measures.
+// dtype, inputs rounded as a bf16 tensor holds them, NaN-poisoned outputs. The error measures and
+// the skip macros are test_util.h's.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,10 +19,7 @@
 namespace nanoddp::testing {
 
 // Every CUDA test starts with this: the suite runs (and reports skips) on machines without a GPU.
-#define NANODDP_REQUIRE_GPU()                                                   \
-  do {                                                                          \
-    if (::nanoddp::cuda_device_count() == 0) GTEST_SKIP() << "skipped: no GPU"; \
-  } while (0)
+#define NANODDP_REQUIRE_GPU() NANODDP_SKIP_UNLESS(::nanoddp::cuda_device_count() > 0, "skipped: no GPU")
 
 inline Device gpu() { return Device::cuda(0); }
 
@@ -60,18 +58,6 @@ inline Tensor poisoned(const Shape& shape, DType dt) {
   Tensor t = Tensor::empty(shape, dt, gpu());
   ops::fill(t, NAN);
   return t;
-}
-
-// ||got - want|| / ||want|| over all elements (NaN anywhere gives infinity).
-inline double rel_l2(const std::vector<double>& got, const std::vector<double>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < std::min(got.size(), want.size()); i++) {
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += want[i] * want[i];
-  }
-  if (std::isnan(num)) return INFINITY;
-  return std::sqrt(num / std::max(den, 1e-300));
 }
 
 // The raw bytes of a tensor (for bitwise comparisons).

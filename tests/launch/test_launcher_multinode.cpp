@@ -1,0 +1,252 @@
+// The launcher across nodes: the rendezvous protocol over an in-memory store (ranks by node order,
+// a taken node rank, mismatched --nnodes, the first failure report), bad multi-node flags, and
+// several `nanoddp run` processes forming one job, on one host and on two (network namespaces):
+// failures on one node restart or stop the others, a lost launcher or store ends the job.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "launch/launcher_rendezvous.h"
+#include "launcher_test_util.h"
+#include "rendezvous/hash_store.h"
+#include "rendezvous/tcp_store.h"
+#include "subprocess.h"
+#include "test_util.h"
+#include "two_hosts.h"
+
+namespace nanoddp::dist {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using testing::env_by_rank;
+using testing::expect_all_gone;
+using testing::free_port;
+using testing::launch;
+using testing::lines_by_rank;
+using testing::Proc;
+using testing::TwoHosts;
+using testing::wait_for_pids;
+
+// ---------------------------------------------------------------------------------------------
+// The rendezvous protocol on its own.
+
+TEST(LauncherPieces, RendezvousAssignsRanksByNodeOrder) {
+  auto store = std::make_shared<HashStore>();
+  std::vector<int> nprocs = {2, 3, 1};
+  std::vector<Membership> got(3);
+  std::vector<std::thread> nodes;
+  for (int k = 0; k < 3; k++)
+    nodes.emplace_back([&, k] {
+      LauncherRendezvous rdzv(store, k, 3, 10s);
+      got[size_t(k)] = rdzv.join(0, NodeRecord{3, nprocs[size_t(k)], "host" + std::to_string(k), 100 + k});
+    });
+  for (auto& t : nodes) t.join();
+  for (auto& m : got) {
+    ASSERT_EQ(m.nodes.size(), 3u);
+    EXPECT_EQ(m.world_size(), 6);
+    EXPECT_EQ(m.first_rank(0), 0);
+    EXPECT_EQ(m.first_rank(1), 2);
+    EXPECT_EQ(m.first_rank(2), 5);
+    EXPECT_EQ(m.nodes[1].host, "host1");
+  }
+}
+
+TEST(LauncherPieces, RendezvousRejectsATakenNodeRankAndMismatchedNnodes) {
+  auto store = std::make_shared<HashStore>();
+  LauncherRendezvous first(store, 1, 2, 1s), second(store, 1, 2, 1s), node0(store, 0, 3, 1s);
+  std::thread t([&] { EXPECT_THROW(first.join(0, NodeRecord{2, 1, "a", 1}), Error); });  // node 0 never comes
+  t.join();
+  NANODDP_EXPECT_ERROR(second.join(0, NodeRecord{2, 1, "b", 2}),
+                       "--node_rank 1 is already taken by the launcher on a (pid 1)");
+  // Node 0 says 3 nodes, node 1 said 2.
+  store->set_string("attempt0/node2", R"({"nnodes":3,"nproc":1,"host":"c","pid":3})");
+  NANODDP_EXPECT_ERROR(node0.join(0, NodeRecord{3, 1, "z", 9}), "--nnodes");
+}
+
+TEST(LauncherPieces, FirstFailureReportWinsAndDoneCounts) {
+  auto store = std::make_shared<HashStore>();
+  LauncherRendezvous a(store, 0, 2, 1s), b(store, 1, 2, 1s);
+  EXPECT_FALSE(a.failure(0).has_value());
+  FailureReport ra{0, "ha", 1, 1, 11, "exited with code 3", {"x"}, true};
+  FailureReport rb{1, "hb", 2, 0, 22, "was killed by SIGKILL", {}, true};
+  EXPECT_EQ(b.report_failure(0, rb).rank, 2);
+  EXPECT_EQ(a.report_failure(0, ra).rank, 2);  // b was first
+  EXPECT_EQ(a.failure(0)->headline(), "rank 2 (local 0 on hb, pid 22) was killed by SIGKILL");
+  EXPECT_FALSE(a.failure(1).has_value());  // attempts are separate
+  a.report_done(1);
+  EXPECT_FALSE(b.all_done(1));
+  b.report_done(1);
+  EXPECT_TRUE(a.all_done(1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input across nodes: no master to reach, a node rank out of range or taken.
+
+TEST(Launcher, UnreachableMasterTimesOut) {
+  int port = free_port();
+  auto start = Clock::now();
+  Proc p(launch({"--nnodes", "2", "--node_rank", "1", "--master_port", std::to_string(port), "--rdzv_timeout", "1"},
+                {}));
+  ASSERT_EQ(p.wait_exit(), 1) << p.all();
+  EXPECT_LT(Clock::now() - start, 10s);
+  EXPECT_NE(p.err().find(fmt::format("could not reach the rendezvous store at 127.0.0.1:{} after 1 s", port)),
+            std::string::npos)
+      << p.err();
+}
+
+TEST(Launcher, NodeRankOutOfRangeOrTaken) {
+  Proc bad(launch({"--nnodes", "2", "--node_rank", "2"}, {}));
+  ASSERT_EQ(bad.wait_exit(), 1);
+  EXPECT_NE(bad.err().find("--node_rank 2 is out of range for --nnodes 2: use 0..1"), std::string::npos) << bad.err();
+
+  // Nodes 0 and 1 of 3 wait for node 2; a second node 1 is turned away at once.
+  int port = free_port();
+  auto node = [&](int rank) {
+    return launch({"--nnodes", "3", "--node_rank", std::to_string(rank), "--master_port", std::to_string(port),
+                   "--rdzv_timeout", "30"},
+                  {});
+  };
+  Proc n0(node(0)), n1(node(1));
+  // Wait until node 1's registration is in node 0's store.
+  TcpStore probe(TcpStoreOptions{"127.0.0.1", port, 10s, 10s, ""});
+  auto deadline = Clock::now() + 20s;
+  while (!probe.check({"nanoddp_run/attempt0/node1"}) && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  Proc dup(node(1));
+  ASSERT_EQ(dup.wait_exit(), 1) << dup.all();
+  EXPECT_NE(dup.err().find("--node_rank 1 is already taken by the launcher on "), std::string::npos)
+      << dup.err();
+  ::kill(n0.pid(), SIGINT);
+  ::kill(n1.pid(), SIGINT);
+  EXPECT_EQ(n0.wait_exit(10s), 130);
+  EXPECT_EQ(n1.wait_exit(10s), 130);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Several launchers end to end, on one host and on two.
+
+// Checks the env lines of a two-node job: node K ran ranks 2K, 2K+1 with world size 4.
+void expect_two_node_env(Proc& node, int node_rank, const std::string& master_addr) {
+  auto env = env_by_rank(node.out());
+  ASSERT_EQ(env.size(), 2u) << node.all();
+  for (int local = 0; local < 2; local++) {
+    int rank = 2 * node_rank + local;
+    ASSERT_TRUE(env.count(rank)) << node.all();
+    auto& v = env[rank];
+    EXPECT_EQ(v["LOCAL_RANK"], std::to_string(local));
+    EXPECT_EQ(v["WORLD_SIZE"], "4");
+    EXPECT_EQ(v["LOCAL_WORLD_SIZE"], "2");
+    EXPECT_EQ(v["GROUP_RANK"], std::to_string(node_rank));
+    EXPECT_EQ(v["GROUP_WORLD_SIZE"], "2");
+    EXPECT_EQ(v["MASTER_ADDR"], master_addr);
+  }
+  auto stores = lines_by_rank(node.out(), "store ok");
+  EXPECT_EQ(stores.size(), 2u) << node.all();
+  for (auto& [rank, lines] : stores) EXPECT_EQ(lines.front(), "world 4");
+}
+
+std::vector<std::string> node_flags(int node_rank, const std::string& addr, int port) {
+  return {"--nnodes", "2", "--node_rank", std::to_string(node_rank), "--master_addr", addr, "--master_port",
+          std::to_string(port), "--nproc_per_node", "2", "--monitor_interval", "0.1", "--rdzv_timeout", "30"};
+}
+
+TEST(LauncherMultiNode, TwoLaunchersOnOneHost) {
+  int port = free_port();
+  Proc n1(launch(node_flags(1, "127.0.0.1", port), {"--env", "--store"}));  // node 1 may start first
+  Proc n0(launch(node_flags(0, "127.0.0.1", port), {"--env", "--store"}));
+  ASSERT_EQ(n0.wait_exit(), 0) << n0.all();
+  ASSERT_EQ(n1.wait_exit(), 0) << n1.all();
+  expect_two_node_env(n0, 0, "127.0.0.1");
+  expect_two_node_env(n1, 1, "127.0.0.1");
+}
+
+TEST(LauncherMultiNode, AFailureOnOneNodeRestartsBoth) {
+  int port = free_port();
+  std::vector<std::string> worker = {"--env", "--fail_rank", "3", "--fail_until_restart", "1", "--store"};
+  auto flags = [&](int rank) {
+    auto f = node_flags(rank, "127.0.0.1", port);
+    f.insert(f.end(), {"--max_restarts", "1"});
+    return f;
+  };
+  Proc n0(launch(flags(0), worker)), n1(launch(flags(1), worker));
+  ASSERT_EQ(n0.wait_exit(), 0) << n0.all();
+  ASSERT_EQ(n1.wait_exit(), 0) << n1.all();
+  for (Proc* n : {&n0, &n1}) {
+    // Both launchers print the same root cause (rank 3, on node 1) and restart.
+    EXPECT_NE(n->err().find("rank 3 (local 1 on "), std::string::npos) << n->all();
+    EXPECT_NE(n->err().find("restarting every worker (restart 1 of --max_restarts 1)"), std::string::npos);
+    for (auto& [rank, v] : env_by_rank(n->out())) EXPECT_EQ(v["NANODDP_RESTART_COUNT"], "1") << rank;
+  }
+  expect_two_node_env(n0, 0, "127.0.0.1");
+  expect_two_node_env(n1, 1, "127.0.0.1");
+}
+
+TEST(LauncherMultiNode, AFailureOnNodeOneStopsNodeZero) {
+  int port = free_port();
+  std::vector<std::string> worker = {"--pid", "--store", "--exit_rank", "2", "--exit_code", "5", "--sleep", "60"};
+  Proc n0(launch(node_flags(0, "127.0.0.1", port), worker)), n1(launch(node_flags(1, "127.0.0.1", port), worker));
+  auto pids0 = wait_for_pids(n0, 2);
+  ASSERT_EQ(n1.wait_exit(20s), 1) << n1.all();
+  ASSERT_EQ(n0.wait_exit(20s), 1) << n0.all();
+  EXPECT_NE(n0.err().find("rank 2 (local 0 on "), std::string::npos) << n0.all();
+  EXPECT_NE(n0.err().find("exited with code 5"), std::string::npos) << n0.all();
+  expect_all_gone(pids0, "node 0's worker");
+}
+
+TEST(LauncherMultiNode, ALostLauncherEndsTheJob) {
+  int port = free_port();
+  std::vector<std::string> worker = {"--pid", "--sleep", "60"};
+  Proc n0(launch(node_flags(0, "127.0.0.1", port), worker)), n1(launch(node_flags(1, "127.0.0.1", port), worker));
+  auto pids0 = wait_for_pids(n0, 2), pids1 = wait_for_pids(n1, 2);
+  ::kill(n1.pid(), SIGKILL);  // node 1 vanishes: its workers die with it (PR_SET_PDEATHSIG), nothing tells node 0
+  ASSERT_EQ(n0.wait_exit(20s), 1) << n0.all();
+  EXPECT_NE(n0.err().find("the launcher on node 1 ("), std::string::npos) << n0.all();
+  EXPECT_NE(n0.err().find("sent no heartbeat for 5 s"), std::string::npos) << n0.all();
+  expect_all_gone(pids0, "node 0's worker");
+  expect_all_gone(pids1, "node 1's worker");
+}
+
+TEST(LauncherMultiNode, LosingNodeZeroStopsTheOthers) {
+  int port = free_port();
+  std::vector<std::string> worker = {"--pid", "--sleep", "60"};
+  Proc n0(launch(node_flags(0, "127.0.0.1", port), worker)), n1(launch(node_flags(1, "127.0.0.1", port), worker));
+  auto pids0 = wait_for_pids(n0, 2), pids1 = wait_for_pids(n1, 2);
+  ::kill(n0.pid(), SIGKILL);  // the store goes with it
+  ASSERT_EQ(n1.wait_exit(20s), 1) << n1.all();
+  EXPECT_NE(n1.err().find("lost the connection to the rendezvous store at 127.0.0.1:" + std::to_string(port)),
+            std::string::npos)
+      << n1.all();
+  EXPECT_NE(n1.err().find("(node 1 stopped its workers)"), std::string::npos) << n1.all();
+  expect_all_gone(pids0, "node 0's worker");
+  expect_all_gone(pids1, "node 1's worker");
+}
+
+TEST_F(TwoHosts, OneLauncherPerHostRunsTheJob) {
+  const int port = 29611;  // each namespace has its own ports: nothing else can hold this one
+  Proc n0(on_host(0, launch(node_flags(0, addr(0), port), {"--env", "--store"})));
+  Proc n1(on_host(1, launch(node_flags(1, addr(0), port), {"--env", "--store"})));
+  ASSERT_EQ(n0.wait_exit(), 0) << n0.all();
+  ASSERT_EQ(n1.wait_exit(), 0) << n1.all();
+  expect_two_node_env(n0, 0, addr(0));
+  expect_two_node_env(n1, 1, addr(0));
+}
+
+TEST_F(TwoHosts, UnreachableMasterOnTheOtherHost) {
+  // Nothing listens on host 0: host 1's launcher gives up after --rdzv_timeout.
+  Proc n1(on_host(1, launch({"--nnodes", "2", "--node_rank", "1", "--master_addr", addr(0), "--master_port", "29612",
+                             "--rdzv_timeout", "1"},
+                            {})));
+  ASSERT_EQ(n1.wait_exit(), 1) << n1.all();
+  EXPECT_NE(n1.err().find("could not reach the rendezvous store at 10.123.0.1:29612 after 1 s"), std::string::npos)
+      << n1.err();
+}
+
+}  // namespace
+}  // namespace nanoddp::dist

@@ -1,0 +1,136 @@
+// The launcher's pieces on their own, without processes: flag resolution, the launch plan, the
+// workers' environment, and how worker output is routed and reassembled into lines. The launcher
+// end to end is in test_launcher_run.cpp, several nodes in test_launcher_multinode.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "launch/launcher.h"
+#include "launch/launcher_output.h"
+#include "launch/launcher_plan.h"
+#include "test_util.h"
+
+namespace nanoddp::dist {
+namespace {
+
+using testing::read_file;
+using testing::ScratchDir;
+
+TEST(LauncherPieces, NprocPerNodeAndNnodes) {
+  EXPECT_EQ(resolve_nproc_per_node("3"), 3);
+  EXPECT_EQ(resolve_nproc_per_node("cpu"), usable_cores());
+  EXPECT_EQ(resolve_nproc_per_node("auto"), std::max(1, cuda_device_count()));
+  if (cuda_device_count() == 0) {
+    EXPECT_THROW(resolve_nproc_per_node("gpu"), Error);
+  }
+  for (const char* bad : {"0", "-1", "two", "2x", ""}) EXPECT_THROW(resolve_nproc_per_node(bad), Error) << bad;
+  EXPECT_EQ(parse_nnodes("2"), 2);
+  EXPECT_EQ(parse_nnodes("3:3"), 3);
+  for (const char* bad : {"1:4", "0", "x", "2:"}) EXPECT_THROW(parse_nnodes(bad), Error) << bad;
+}
+
+TEST(LauncherPieces, PlanRejectsBadFlags) {
+  auto plan_with = [](auto edit) {
+    LaunchOptions o;
+    edit(o);
+    make_launch_plan(o);
+  };
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.nnodes = "2"; o.node_rank = 2; }),
+                       "--node_rank 2 is out of range");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.nnodes = "2"; o.standalone = true; }), "--standalone");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.master_port = 70000; }), "--master_port");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.redirects = 4; }), "--redirects");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.monitor_interval = 0; }), "--monitor_interval");
+  LaunchOptions o;
+  o.rdzv_endpoint = "node0.example:1234";
+  LaunchPlan p = make_launch_plan(o);
+  EXPECT_EQ(p.master_addr, "node0.example");
+  EXPECT_EQ(p.master_port, 1234);
+}
+
+TEST(LauncherPieces, EnvironmentMergeReplacesAndKeeps) {
+  LaunchPlan plan;
+  plan.node_rank = 1;
+  plan.nnodes = 2;
+  plan.omp_threads = 4;
+  WorkerIdentity id{5, 1, 8, 4, 2, "10.0.0.1", 1234};
+  auto env = merge_environment({"PATH=/bin", "RANK=99", "HOME=/root"}, worker_variables(plan, id));
+  std::map<std::string, std::string> m;
+  for (auto& e : env) {
+    EXPECT_EQ(m.count(e.substr(0, e.find('='))), 0u) << "duplicate " << e;
+    m[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
+  }
+  EXPECT_EQ(m["PATH"], "/bin");
+  EXPECT_EQ(m["HOME"], "/root");
+  EXPECT_EQ(m["RANK"], "5");
+  EXPECT_EQ(m["LOCAL_RANK"], "1");
+  EXPECT_EQ(m["WORLD_SIZE"], "8");
+  EXPECT_EQ(m["LOCAL_WORLD_SIZE"], "4");
+  EXPECT_EQ(m["GROUP_RANK"], "1");
+  EXPECT_EQ(m["ROLE_RANK"], "5");
+  EXPECT_EQ(m["MASTER_ADDR"], "10.0.0.1");
+  EXPECT_EQ(m["MASTER_PORT"], "1234");
+  EXPECT_EQ(m["NANODDP_RESTART_COUNT"], "2");
+  EXPECT_EQ(m["TORCHELASTIC_RESTART_COUNT"], "2");
+  EXPECT_EQ(m["NANODDP_AGENT_STORE"], "1");
+  EXPECT_EQ(m["OMP_NUM_THREADS"], "4");
+}
+
+TEST(LauncherPieces, RoutingFollowsTorchrunBits) {
+  auto r = OutputRouting::from_flags(1, 2, "/logs");  // stdout to files only, stderr to both
+  EXPECT_FALSE(r.console[0]);
+  EXPECT_TRUE(r.file[0]);
+  EXPECT_TRUE(r.console[1]);
+  EXPECT_TRUE(r.file[1]);
+  r = OutputRouting::from_flags(0, 0, "");
+  EXPECT_TRUE(r.console[0] && r.console[1]);
+  EXPECT_FALSE(r.any_file());
+  r = OutputRouting::from_flags(0, 0, "/logs");  // --log_dir alone tees both streams
+  EXPECT_TRUE(r.console[0] && r.console[1] && r.file[0] && r.file[1]);
+}
+
+TEST(LauncherPieces, LinesAreReassembledAcrossReads) {
+  // Feed 30 lines in pieces of every size from 1 to 7 bytes; the file must hold the same lines and the
+  // tail the last ten.
+  ScratchDir dir("launcher_lines");
+  OutputRouting r = OutputRouting::from_flags(3, 0, dir.str());  // files only, no console
+  std::string text;
+  for (int i = 0; i < 30; i++) text += "line number " + std::to_string(i) + "\n";
+  {
+    WorkerOutput out(0, r, dir.str("rank_0.log"));
+    size_t pos = 0;
+    for (size_t piece = 1; pos < text.size(); piece = piece % 7 + 1) {
+      size_t n = std::min(piece, text.size() - pos);
+      out.feed(Stream::Out, text.data() + pos, n);
+      pos += n;
+    }
+    out.feed(Stream::Out, "unterminated", 12);
+    out.finish(Stream::Out);
+    auto tail = out.tail();
+    ASSERT_EQ(tail.size(), WorkerOutput::kTailLines);
+    EXPECT_EQ(tail.front(), "line number 21");
+    EXPECT_EQ(tail.back(), "unterminated");
+  }
+  EXPECT_EQ(read_file(dir.str("rank_0.log")), text + "unterminated\n");
+}
+
+TEST(LauncherPieces, OverlongLinesArePassedOnInPieces) {
+  ScratchDir dir("launcher_long_line");
+  OutputRouting r = OutputRouting::from_flags(3, 0, dir.str());
+  std::string big(WorkerOutput::kMaxLine * 2 + 10, 'x');
+  {
+    WorkerOutput out(0, r, dir.str("rank_0.log"));
+    out.feed(Stream::Err, big.data(), big.size());
+    out.finish(Stream::Err);
+  }
+  std::string want = std::string(WorkerOutput::kMaxLine, 'x') + "\n" + std::string(WorkerOutput::kMaxLine, 'x') +
+                     "\n" + std::string(10, 'x') + "\n";
+  EXPECT_EQ(read_file(dir.str("rank_0.log")), want);
+}
+
+}  // namespace
+}  // namespace nanoddp::dist

@@ -1,0 +1,335 @@
+// The launcher, `nanoddp run`, end to end on one node, tested as users meet it: the real binary
+// starts real worker processes (launch_worker.cpp), and the tests read its output, signal it and its
+// workers, and look at which processes are left: the workers' environment, output prefixing and
+// log files, failures named by rank, restarts (also of a real training run), signals.
+//
+// Every wait is on a condition (a line of output, a process exit) with a timeout; nothing sleeps a
+// fixed time hoping that something happened meanwhile.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "launch/launcher_plan.h"
+#include "launcher_test_util.h"
+#include "rendezvous/net.h"
+#include "subprocess.h"
+#include "test_util.h"
+
+namespace nanoddp::dist {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using testing::env_by_rank;
+using testing::expect_all_gone;
+using testing::launch;
+using testing::lines_by_rank;
+using testing::Proc;
+using testing::read_file;
+using testing::ScratchDir;
+using testing::wait_for_pids;
+
+class LauncherEnv : public ::testing::TestWithParam<int> {};
+
+TEST_P(LauncherEnv, EveryWorkerGetsTheContract) {
+  int n = GetParam();
+  Proc p(launch({"--standalone", "--nproc_per_node", std::to_string(n)}, {"--env", "--store"}));
+  ASSERT_EQ(p.wait_exit(), 0) << p.all();
+  auto env = env_by_rank(p.out());
+  ASSERT_EQ(int(env.size()), n) << p.all();
+  std::smatch port;
+  std::string err = p.err();
+  ASSERT_TRUE(std::regex_search(err, port, std::regex("rendezvous store at 127\\.0\\.0\\.1:(\\d+)"))) << err;
+  int omp = std::max(1, usable_cores() / n);
+  for (int r = 0; r < n; r++) {
+    auto& v = env[r];
+    EXPECT_EQ(v["RANK"], std::to_string(r));
+    EXPECT_EQ(v["LOCAL_RANK"], std::to_string(r));
+    EXPECT_EQ(v["WORLD_SIZE"], std::to_string(n));
+    EXPECT_EQ(v["LOCAL_WORLD_SIZE"], std::to_string(n));
+    EXPECT_EQ(v["GROUP_RANK"], "0");
+    EXPECT_EQ(v["GROUP_WORLD_SIZE"], "1");
+    EXPECT_EQ(v["ROLE_RANK"], std::to_string(r));
+    EXPECT_EQ(v["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_EQ(v["MASTER_PORT"], port[1].str());
+    EXPECT_EQ(v["NANODDP_RESTART_COUNT"], "0");
+    EXPECT_EQ(v["TORCHELASTIC_RESTART_COUNT"], "0");
+    EXPECT_EQ(v["NANODDP_AGENT_STORE"], "1");
+    EXPECT_EQ(v["OMP_NUM_THREADS"], std::to_string(omp));
+  }
+  // Every rank reached the launcher's store and saw all the others there.
+  auto stores = lines_by_rank(p.out(), "store ok");
+  ASSERT_EQ(int(stores.size()), n) << p.all();
+  for (auto& [rank, lines] : stores) EXPECT_EQ(lines.front(), "world " + std::to_string(n));
+  // The OMP_NUM_THREADS note is printed once.
+  size_t first = err.find("setting OMP_NUM_THREADS=");
+  ASSERT_NE(first, std::string::npos) << err;
+  EXPECT_EQ(err.find("setting OMP_NUM_THREADS=", first + 1), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, LauncherEnv, ::testing::Values(2, 3));
+
+TEST(Launcher, UserOmpNumThreadsIsKept) {
+  Proc p(launch({"--standalone", "--nproc_per_node", "2"}, {"--env"}), {"OMP_NUM_THREADS=7"});
+  ASSERT_EQ(p.wait_exit(), 0) << p.all();
+  for (auto& [rank, v] : env_by_rank(p.out())) EXPECT_EQ(v["OMP_NUM_THREADS"], "7");
+  EXPECT_EQ(p.err().find("setting OMP_NUM_THREADS"), std::string::npos);
+}
+
+TEST(Launcher, OutputLinesArePrefixedAndWhole) {
+  const int kLines = 300, kErrLines = 100;
+  Proc p(launch({"--standalone", "--nproc_per_node", "2"},
+                {"--lines", std::to_string(kLines), "--err_lines", std::to_string(kErrLines), "--partial"}));
+  ASSERT_EQ(p.wait_exit(), 0) << p.all();
+  // stdout holds exactly each rank's lines, in its order, whole and prefixed; stderr likewise.
+  auto check_stream = [](const std::string& text, const std::string& word, int count) {
+    std::map<int, int> next;
+    std::regex re("^\\[rank (\\d)\\]: " + word + " (\\d+) of rank (\\d)$");
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      if (line.starts_with("nanoddp run: ") || line.find("no newline at the end") != std::string::npos) continue;
+      std::smatch m;
+      ASSERT_TRUE(std::regex_match(line, m, re)) << "mangled line: '" << line << "'";
+      EXPECT_EQ(m[1], m[3]) << line;
+      int rank = std::stoi(m[1]);
+      EXPECT_EQ(std::stoi(m[2]), next[rank]) << line;
+      next[rank]++;
+    }
+    EXPECT_EQ(next[0], count);
+    EXPECT_EQ(next[1], count);
+  };
+  check_stream(p.out(), "line", kLines);
+  check_stream(p.err(), "errline", kErrLines);
+  // A last line without '\n' still arrives, whole, once the worker exits.
+  for (int r = 0; r < 2; r++)
+    EXPECT_NE(p.out().find("[rank " + std::to_string(r) + "]: no newline at the end from rank " + std::to_string(r) +
+                           "\n"),
+              std::string::npos)
+        << p.out();
+}
+
+TEST(Launcher, LogDirWithRedirectsAndTee) {
+  ScratchDir dir("launcher_logs");
+  // stdout only to the files, stderr to both.
+  Proc p(launch({"--standalone", "--nproc_per_node", "2", "--log_dir", dir.str(), "--redirects", "1", "--tee", "2"},
+                {"--lines", "3", "--err_lines", "2"}));
+  ASSERT_EQ(p.wait_exit(), 0) << p.all();
+  EXPECT_EQ(p.out().find("line 0 of rank"), std::string::npos) << "redirected stdout reached the console";
+  EXPECT_NE(p.err().find("[rank 1]: errline 1 of rank 1"), std::string::npos) << p.err();
+  for (int r = 0; r < 2; r++) {
+    std::string log = read_file(dir.str("attempt_0/rank_" + std::to_string(r) + ".log"));
+    for (int i = 0; i < 3; i++)
+      EXPECT_NE(log.find(fmt::format("line {} of rank {}\n", i, r)), std::string::npos) << log;
+    for (int i = 0; i < 2; i++)
+      EXPECT_NE(log.find(fmt::format("errline {} of rank {}\n", i, r)), std::string::npos) << log;
+    EXPECT_EQ(log.find("[rank"), std::string::npos) << "log files are not prefixed";
+  }
+}
+
+TEST(Launcher, NanoddpSubcommandRunsThisExecutable) {
+  Proc p({testing::nanoddp_binary(), "run", "--standalone", "--nproc-per-node", "2", "info"});
+  ASSERT_EQ(p.wait_exit(), 0) << p.all();
+  EXPECT_NE(p.out().find("[rank 0]: nanoddp "), std::string::npos) << p.all();
+  EXPECT_NE(p.out().find("[rank 1]: nanoddp "), std::string::npos) << p.all();
+}
+
+TEST(Launcher, UnknownProgramIsAClearError) {
+  Proc p({testing::nanoddp_binary(), "run", "--standalone", "no_such_program_xyz"});
+  EXPECT_EQ(p.wait_exit(), 1);
+  EXPECT_NE(p.err().find("'no_such_program_xyz' is neither a nanoddp subcommand"), std::string::npos) << p.all();
+}
+
+TEST(Launcher, WorkerExitCodeStopsTheOthersAndNamesTheRank) {
+  auto start = Clock::now();
+  Proc p(launch({"--standalone", "--nproc_per_node", "3"},
+                {"--pid", "--store", "--lines", "2", "--exit_rank", "1", "--exit_code", "3", "--sleep", "60"}));
+  auto pids = wait_for_pids(p, 3);
+  ASSERT_EQ(p.wait_exit(20s), 1) << p.all();
+  EXPECT_LT(Clock::now() - start, 10s);
+  std::string err = p.err();
+  EXPECT_NE(err.find("nanoddp run: rank 1 (local 1 on "), std::string::npos) << err;
+  EXPECT_NE(err.find(fmt::format(", pid {}) exited with code 3", pids[1])), std::string::npos) << err;
+  // The report ends with the failed rank's last lines, and it is printed once.
+  EXPECT_NE(err.find("  [rank 1]: about to exit with code 3"), std::string::npos) << err;
+  EXPECT_EQ(err.find("exited with code 3"), err.rfind("exited with code 3")) << err;
+  EXPECT_NE(err.find("job failed after 1 attempt(s)"), std::string::npos) << err;
+  expect_all_gone(pids, "worker");
+}
+
+TEST(Launcher, KillNineOfOneRankEndsTheJobWithinTenSeconds) {
+  Proc p(launch({"--standalone", "--nproc_per_node", "3"}, {"--pid", "--spawn_child", "--sleep", "60"}));
+  auto pids = wait_for_pids(p, 3);
+  auto children = wait_for_pids(p, 3, "child pid");
+  auto start = Clock::now();
+  ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
+  ASSERT_EQ(p.wait_exit(10s), 1) << p.all();
+  EXPECT_LT(Clock::now() - start, 10s);
+  EXPECT_NE(p.err().find("rank 1 (local 1 on "), std::string::npos) << p.err();
+  EXPECT_NE(p.err().find(fmt::format("pid {}) was killed by SIGKILL", pids[1])), std::string::npos) << p.err();
+  expect_all_gone(pids, "worker");
+  expect_all_gone(children, "worker's child");
+}
+
+TEST(Launcher, DeathBySignalIsNamed) {
+  Proc p(launch({"--standalone", "--nproc_per_node", "2"}, {"--signal_rank", "0", "--signal", "6", "--sleep", "60"}));
+  ASSERT_EQ(p.wait_exit(20s), 1) << p.all();
+  EXPECT_NE(p.err().find("rank 0 (local 0 on "), std::string::npos) << p.err();
+  EXPECT_NE(p.err().find("was killed by SIGABRT"), std::string::npos) << p.err();
+}
+
+TEST(Launcher, MaxRestartsRestartsTheGroupUntilItSucceeds) {
+  Proc p(launch({"--standalone", "--nproc_per_node", "2", "--max_restarts", "1", "--monitor_interval", "0.1"},
+                {"--env", "--fail_rank", "1", "--fail_until_restart", "1", "--store"}));
+  ASSERT_EQ(p.wait_exit(), 0) << p.all();
+  std::string all = p.all();
+  EXPECT_NE(all.find("rank 1 (local 1 on "), std::string::npos) << all;
+  EXPECT_NE(all.find("restarting every worker (restart 1 of --max_restarts 1)"), std::string::npos) << all;
+  // Both attempts ran every rank; the last env line of each rank is attempt 1's.
+  auto envs = lines_by_rank(p.out(), "env");
+  ASSERT_EQ(envs.size(), 2u);
+  for (auto& [rank, lines] : envs) {
+    ASSERT_EQ(lines.size(), 2u) << all;
+    EXPECT_NE(lines[0].find("NANODDP_RESTART_COUNT=0 TORCHELASTIC_RESTART_COUNT=0"), std::string::npos);
+    EXPECT_NE(lines[1].find("NANODDP_RESTART_COUNT=1 TORCHELASTIC_RESTART_COUNT=1"), std::string::npos);
+  }
+  EXPECT_EQ(lines_by_rank(p.out(), "store ok").size(), 2u) << all;  // attempt 1's workers met in the store
+}
+
+TEST(Launcher, RestartsRunOut) {
+  Proc p(launch({"--standalone", "--nproc_per_node", "2", "--max_restarts", "1"},
+                {"--fail_rank", "0", "--fail_until_restart", "5", "--sleep", "60"}));
+  ASSERT_EQ(p.wait_exit(), 1) << p.all();
+  EXPECT_NE(p.err().find("job failed after 2 attempt(s) (--max_restarts 1)"), std::string::npos) << p.err();
+  EXPECT_NE(p.out().find("[rank 0]: failing on restart 1"), std::string::npos) << p.out();
+}
+
+TEST(Launcher, SigintStopsEveryWorkerAndTheirChildren) {
+  Proc p(launch({"--standalone", "--nproc_per_node", "2"}, {"--pid", "--spawn_child", "--sleep", "60"}));
+  auto pids = wait_for_pids(p, 2);
+  auto children = wait_for_pids(p, 2, "child pid");
+  ::kill(p.pid(), SIGINT);
+  ASSERT_EQ(p.wait_exit(10s), 130) << p.all();
+  EXPECT_NE(p.err().find("received SIGINT; stopping 2 worker(s)"), std::string::npos) << p.err();
+  expect_all_gone(pids, "worker");
+  expect_all_gone(children, "worker's child");
+}
+
+TEST(Launcher, SigtermEscalatesToSigkillForWorkersThatIgnoreIt) {
+  Proc p(launch({"--standalone", "--nproc_per_node", "2", "--stop_timeout", "0.5"},
+                {"--pid", "--ignore_term", "--sleep", "60"}));
+  auto pids = wait_for_pids(p, 2);
+  ::kill(p.pid(), SIGTERM);
+  ASSERT_EQ(p.wait_exit(10s), 143) << p.all();
+  EXPECT_NE(p.err().find("2 worker(s) still running 0.5 s after SIGTERM; sending SIGKILL"), std::string::npos)
+      << p.err();
+  expect_all_gone(pids, "worker");
+}
+
+TEST(Launcher, WorkersDieWithALauncherKilledByKillNine) {
+  Proc p(launch({"--standalone", "--nproc_per_node", "2"}, {"--pid", "--sleep", "60"}));
+  auto pids = wait_for_pids(p, 2);
+  ::kill(p.pid(), SIGKILL);
+  ASSERT_EQ(p.wait_exit(10s), 128 + SIGKILL);
+  expect_all_gone(pids, "worker");  // PR_SET_PDEATHSIG
+}
+
+// ---------------------------------------------------------------------------------------------
+// With the real training command: a rank that dies mid-run costs a restart, not the run.
+
+// `[rank 0]: <prefix>...` lines of the output, in order.
+std::vector<std::string> rank0_lines(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("[rank 0]: " + prefix)) out.push_back(line);
+  return out;
+}
+
+TEST(LauncherTraining, ARestartResumesFromTheNewestCheckpointAndEndsLikeAStraightRun) {
+  ScratchDir dir("launcher_train");
+  {
+    // 200 documents of 60 words from a fixed generator: enough for 12 tiny steps.
+    std::ofstream corpus(dir.str("corpus.jsonl"));
+    const char* words[] = {"the", "cat", "dog", "sat", "ran", "on", "a", "mat", "big", "small", "red", "and"};
+    Rng rng(7);
+    for (int d = 0; d < 200; d++) {
+      std::string text;
+      for (int w = 0; w < 60; w++) text += std::string(w ? " " : "") + words[rng.next_u64() % 12];
+      corpus << "{\"text\": \"" << text << ".\"}\n";
+    }
+  }
+  std::string nanoddp = testing::nanoddp_binary();
+  auto prep = testing::run_command(nanoddp + " data prepare --input " + dir.str("corpus.jsonl") + " --out " +
+                                   dir.str("data"));
+  ASSERT_EQ(prep.status, 0) << prep.output;
+  std::vector<std::string> train = {"--depth", "2", "--aspect_ratio", "32", "--head_dim", "32", "--max_seq_len", "32",
+                                    "--device_batch_size", "4", "--total_batch_size", "256", "--num_iterations", "12",
+                                    "--eval_every", "6", "--eval_tokens", "512", "--save_every", "3", "--data",
+                                    dir.str("data"), "--threads", "1", "--peak_flops", "1e9"};
+  auto with = [&](std::vector<std::string> head, const std::string& out) {
+    head.insert(head.end(), train.begin(), train.end());
+    head.insert(head.end(), {"--out", out});
+    return head;
+  };
+
+  Proc straight(with({nanoddp, "run", "--standalone", "--nproc_per_node", "2", "train"}, dir.str("straight")));
+  ASSERT_EQ(straight.wait_exit(120s), 0) << straight.all();
+
+  // Attempt 0: both ranks train up to the checkpoint of step 6 (--stop_at); then rank 1 fails while
+  // rank 0 stays alive (sleeping, as if still busy) until the launcher stops it. Attempt 1 resumes
+  // both from step 6: a launcher restart implies --resume auto.
+  const char* script =
+      "if [ \"$NANODDP_RESTART_COUNT\" = 0 ]; then \"$0\" train \"$@\" --stop_at 6 || exit 2; "
+      "if [ \"$RANK\" = 1 ]; then exit 1; fi; exec sleep 60; fi; exec \"$0\" train \"$@\"";
+  Proc restarted(with({nanoddp, "run", "--standalone", "--nproc_per_node", "2", "--max_restarts", "1",
+                       "--monitor_interval", "0.1", "/bin/sh", "-c", script, nanoddp},
+                      dir.str("restarted")));
+  ASSERT_EQ(restarted.wait_exit(120s), 0) << restarted.all();
+  std::string all = restarted.all();
+  EXPECT_NE(all.find("restarting every worker (restart 1 of --max_restarts 1)"), std::string::npos) << all;
+  EXPECT_NE(all.find("rank 1 (local 1 on "), std::string::npos) << all;
+  EXPECT_NE(all.find("resumed from " + dir.str("restarted") + "/checkpoints/step_000006 (step 6)"), std::string::npos)
+      << all;
+  // Steps 1-6 ran once, in attempt 0; attempt 1 went on from step 7 instead of starting over.
+  EXPECT_EQ(rank0_lines(restarted.out(), "step 00001/00012").size(), 1u) << all;
+  EXPECT_EQ(rank0_lines(restarted.out(), "step 00006/00012").size(), 1u) << all;
+  EXPECT_EQ(rank0_lines(restarted.out(), "step 00007/00012").size(), 1u) << all;
+  // The resumed run ends where the straight one does, to the printed digit: the last training loss
+  // and the final validation loss and bits per byte.
+  auto final_numbers = [](Proc& p) {
+    auto train_lines = rank0_lines(p.out(), "step 00012/00012 | loss "),
+         val_lines = rank0_lines(p.out(), "step 00012 | val loss ");
+    EXPECT_EQ(train_lines.size(), 1u) << p.all();
+    EXPECT_EQ(val_lines.size(), 1u) << p.all();
+    std::string train_line = train_lines.empty() ? "" : train_lines[0], val_line = val_lines.empty() ? "" : val_lines[0];
+    std::smatch loss, val;
+    std::regex_search(train_line, loss, std::regex("loss ([0-9.]+)"));
+    std::regex_search(val_line, val, std::regex("val loss ([0-9.]+) \\| val bpb ([0-9.]+)"));
+    return std::vector<std::string>{loss.size() > 1 ? loss[1].str() : "?", val.size() > 2 ? val[1].str() : "?",
+                                    val.size() > 2 ? val[2].str() : "?"};
+  };
+  EXPECT_EQ(final_numbers(restarted), final_numbers(straight));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input: the port of the store is taken.
+
+TEST(Launcher, PortInUseOnNodeZero) {
+  int port = 0;
+  net::Fd taken = net::listen_tcp("", 0, &port);
+  Proc p(launch({"--master_port", std::to_string(port)}, {}));
+  ASSERT_EQ(p.wait_exit(), 1) << p.all();
+  EXPECT_NE(p.err().find(fmt::format("port {} on this host is already in use", port)), std::string::npos) << p.err();
+}
+
+}  // namespace
+}  // namespace nanoddp::dist

@@ -1,0 +1,52 @@
+// The tiny model, dataset and single-process run the training tests share.
+#pragma once
+
+#include <unistd.h>
+
+#include <string>
+
+#include "comm/process_group.h"
+#include "corpus.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+namespace nanoddp {
+
+// A dataset shared by the tests of a test binary (prepared once per process).
+inline const std::string& dataset() {
+  // One per process: ctest runs the test cases of this file as parallel processes.
+  static testing::ScratchDir dir("train_dataset_" + std::to_string(::getpid()));
+  static bool made = false;
+  if (!made) {
+    testing::make_byte_dataset(dir.str(), 200, 7);
+    made = true;
+  }
+  static std::string path = dir.str("data");
+  return path;
+}
+
+inline train::TrainOptions tiny(const std::string& out) {
+  train::TrainOptions o;
+  o.depth = 2;
+  o.aspect_ratio = 32;  // model_dim 64
+  o.head_dim = 32;      // 2 heads
+  o.max_seq_len = 32;
+  o.device_batch_size = 4;
+  o.total_batch_size = 4 * 32 * 2;  // 2 accumulation steps
+  o.num_iterations = 12;
+  o.warmdown_ratio = 0.5;
+  o.eval_every = 6;
+  o.eval_tokens = 4 * 32 * 4;
+  o.data = dataset();
+  o.out = out;
+  o.threads = 1;
+  o.peak_flops = 1e9;
+  return o;
+}
+
+inline train::TrainResult train_single(const train::TrainOptions& o) {
+  auto group = dist::make_single_rank_group(Device::cpu());
+  return train::run_training(o, *group, Device::cpu());
+}
+
+}  // namespace nanoddp
