@@ -1,10 +1,12 @@
 // nanoddp sample: generate text from a checkpoint with a KV cache.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "core/error.h"
 #include "model/generate.h"
 #include "train/checkpoint.h"
 #include "train/model_io.h"
@@ -43,6 +45,10 @@ void add_sample_command(CLI::App& root) {
   auto args = std::make_shared<SampleArgs>();
   add_option_flags(*cmd, *args);
   cmd->callback([args] {
+    NANODDP_CHECK(args->max_tokens >= 1, "--max_tokens must be at least 1 (got {})", args->max_tokens);
+    NANODDP_CHECK(std::isfinite(args->temperature) && args->temperature >= 0, "--temperature must be a finite number "
+                  ">= 0 (0 = greedy; got {})", args->temperature);
+    NANODDP_CHECK(args->top_k >= 0, "--top_k must be 0 (all tokens) or positive (got {})", args->top_k);
     const std::string dir = train::resolve_checkpoint(args->checkpoint);
     auto model = train::load_model(dir, parse_device(args->device));
     auto tokenizer = train::load_checkpoint_tokenizer(dir, args->data);
@@ -60,9 +66,13 @@ void add_sample_command(CLI::App& root) {
     // the middle of a UTF-8 character, which the next one completes).
     std::vector<int32_t> generated;
     size_t printed = 0;
+    bool stopped = false;  // generated the stop token
     fmt::print("{}", args->prompt);
     model::generate(*model, prompt, so, [&](int32_t id) {
-      if (id == so.stop_token) return;
+      if (id == so.stop_token) {
+        stopped = true;
+        return;
+      }
       generated.push_back(id);
       std::string text = tokenizer->decode(generated);
       size_t end = text.size();
@@ -78,6 +88,11 @@ void add_sample_command(CLI::App& root) {
     });
     std::string text = tokenizer->decode(generated);
     fmt::print("{}\n", text.substr(printed));
+    // Ended neither by BOS nor by --max_tokens: the model's context is full. Say so, on stderr.
+    const bool ended = stopped || static_cast<int64_t>(generated.size()) >= args->max_tokens;
+    if (!ended)
+      fmt::print(stderr, "nanoddp sample: stopped after {} tokens: prompt and text fill the model's context of {} "
+                 "tokens\n", generated.size(), model->config().max_seq_len);
   });
 }
 

@@ -4,6 +4,7 @@
 #include "cli/option_flags.h"
 #include "comm/init.h"
 #include "train/trainer.h"
+#include "train/validate.h"
 
 namespace nanoddp::cli {
 
@@ -12,6 +13,8 @@ void add_train_command(CLI::App& root) {
   auto opts = std::make_shared<train::TrainOptions>();
   add_option_flags(*cmd, *opts);
   cmd->callback([opts] {
+    // Bad flag values fail here, before any rendezvous, identically on every rank.
+    train::validate_options(*opts);
     // The launcher's, torchrun's, mpirun's or srun's variables give rank and world size; without any,
     // this is a single process.
     const dist::DistEnv env = dist::discover_environment();
@@ -24,7 +27,10 @@ void add_train_command(CLI::App& root) {
     d.rendezvous_timeout = opts->timeout;
     // ctx holds the store (and its server on the hosting rank) and the group; it must outlive training.
     auto ctx = dist::init_distributed(d, device, env);
-    train::run_training(*opts, *ctx->group, device);
+    const train::TrainResult r = train::run_training(*opts, *ctx->group, device);
+    // Stopped by SIGTERM/SIGINT after saving: exit as a process killed by it would (128 + signal),
+    // so launchers and schedulers see that the run did not finish.
+    if (r.stopped_by_signal != 0) throw CLI::RuntimeError(128 + r.stopped_by_signal);
   });
 }
 

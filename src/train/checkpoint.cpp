@@ -17,8 +17,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Complete checkpoints, oldest first.
-std::vector<int64_t> complete_steps(const std::string& out) {
+}  // namespace
+
+std::vector<int64_t> complete_checkpoint_steps(const std::string& out) {
   std::vector<int64_t> steps;
   const fs::path root = fs::path(out) / "checkpoints";
   if (!fs::is_directory(root)) return steps;
@@ -33,6 +34,8 @@ std::vector<int64_t> complete_steps(const std::string& out) {
   std::sort(steps.begin(), steps.end());
   return steps;
 }
+
+namespace {
 
 // fsync of a file or a directory (both open read-only). A directory's fsync makes the entries and
 // renames in it durable.
@@ -67,7 +70,7 @@ std::string checkpoint_dir(const std::string& out, int64_t step) {
 }
 
 std::optional<int64_t> latest_checkpoint(const std::string& out) {
-  auto steps = complete_steps(out);
+  auto steps = complete_checkpoint_steps(out);
   if (steps.empty()) return std::nullopt;
   return steps.back();
 }
@@ -129,9 +132,18 @@ void save_checkpoint(const std::string& out, const CheckpointContents& c, dist::
     fs::remove_all(final_dir);  // an older complete save of the same step is replaced as a whole
     fs::rename(tmp, final_dir);
     fsync_path(final_dir.parent_path());
-    // Prune only now that the new checkpoint is complete, so a crash never leaves fewer than before.
-    auto steps = complete_steps(out);
-    for (size_t i = 0; i + std::max(1, keep_last) < steps.size(); i++) fs::remove_all(checkpoint_dir(out, steps[i]));
+    // Prune only now that the new checkpoint is complete, so a crash never leaves fewer than before;
+    // and only this run's checkpoints (meta.json's run_id), so a folder that somehow holds another
+    // run's never loses them to this one's rotation.
+    std::vector<int64_t> ours;
+    const std::string run_id = c.meta.value("run_id", std::string());
+    for (int64_t step : complete_checkpoint_steps(out)) {
+      const auto meta = nlohmann::json::parse(std::ifstream(fs::path(checkpoint_dir(out, step)) / files.meta), nullptr,
+                                              false);
+      if (!meta.is_discarded() && meta.is_object() && meta.value("run_id", std::string()) == run_id)
+        ours.push_back(step);
+    }
+    for (size_t i = 0; i + std::max(1, keep_last) < ours.size(); i++) fs::remove_all(checkpoint_dir(out, ours[i]));
   }
   // No rank returns before the checkpoint is published: a rank that exits or resumes right after
   // finds it complete.

@@ -37,6 +37,8 @@ struct CheckpointFiles {
 std::string checkpoint_dir(const std::string& out, int64_t step);
 // The newest complete checkpoint's step, if any.
 std::optional<int64_t> latest_checkpoint(const std::string& out);
+// The steps of OUT's complete checkpoints (with DONE), oldest first.
+std::vector<int64_t> complete_checkpoint_steps(const std::string& out);
 
 // Tensors may live on a GPU; each is copied to the host only while it is written.
 struct CheckpointContents {

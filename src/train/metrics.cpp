@@ -29,6 +29,7 @@ MetricsLog::MetricsLog(const std::string& out, bool primary, int64_t resume_step
   } else if (resume_step < 0) {
     std::filesystem::remove(path);  // a fresh run starts a fresh log
   }
+  path_ = path;
   file_ = std::fopen(path.c_str(), "a");
   NANODDP_CHECK(file_ != nullptr, "cannot open {} for writing", path);
 }
@@ -40,8 +41,9 @@ MetricsLog::~MetricsLog() {
 void MetricsLog::write(const nlohmann::json& line) {
   if (!file_) return;
   std::string s = line.dump();
-  std::fprintf(file_, "%s\n", s.c_str());
-  std::fflush(file_);
+  // A full disk must not go unnoticed while training goes on: the metrics are the run's record.
+  NANODDP_CHECK(std::fprintf(file_, "%s\n", s.c_str()) >= 0 && std::fflush(file_) == 0, "cannot write {} (disk "
+                "full?): free space, then continue with --resume latest", path_);
 }
 
 }  // namespace nanoddp::train

@@ -27,6 +27,7 @@ class MetricsLog {
  private:
   // null on ranks other than 0.
   std::FILE* file_ = nullptr;
+  std::string path_;
 };
 
 }  // namespace nanoddp::train

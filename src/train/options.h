@@ -49,8 +49,14 @@ struct TrainOptions {
   // nanochat's: 20 full batches of validation tokens.
   int64_t eval_tokens = 20 * 524288;
   int64_t save_every = -1;
+  // Besides --save_every: a checkpoint at least this often, so that a killed run loses at most
+  // about this much work (nanochat saves only at the end; schedulers kill jobs).
+  double save_minutes = 30;
   int keep_last = 3;
   std::string resume = "";
+  bool overwrite = false;
+  bool allow_changed_data = false;
+  std::string init_from = "";
   int64_t stop_at = -1;
   int64_t sample_tokens = 0;
   std::string sample_prompt = "The";
@@ -97,9 +103,17 @@ struct TrainOptions {
     v(eval_every, "eval_every", "Evaluate validation loss and bits per byte every N steps (-1 = only at the end)");
     v(eval_tokens, "eval_tokens", "Validation tokens per evaluation (over all ranks)");
     v(save_every, "save_every", "Save a checkpoint every N steps (-1 = only at the end)");
-    v(keep_last, "keep_last", "Checkpoints kept on disk (older ones are deleted once a newer one is complete)");
+    v(save_minutes, "save_minutes", "Also save a checkpoint when this many minutes have passed since the last one "
+      "(0 = off)");
+    v(keep_last, "keep_last", "Checkpoints of this run kept on disk (older ones are deleted once a newer one is "
+      "complete)");
     v(resume, "resume", "Resume: 'latest' (the newest complete checkpoint; an error if none), 'auto' (latest if any), "
       "or a step number");
+    v(overwrite, "overwrite", "Start a fresh run even if --out holds another run: that run is moved aside to "
+      "OUT.previous-<run id>, never deleted");
+    v(allow_changed_data, "allow_changed_data", "Let a resumed run use another --seed or dataset than its checkpoint");
+    v(init_from, "init_from", "Start a new run from these weights: a checkpoint, a run's --out folder or a "
+      ".safetensors file (optimizer state and data position start fresh)");
     v(stop_at, "stop_at", "Save a checkpoint at this step and stop, without changing the schedule");
     v(sample_tokens, "sample_tokens", "At the end, rank 0 prints this many sampled tokens (0 = none)");
     v(sample_prompt, "sample_prompt", "Prompt of the final sample");

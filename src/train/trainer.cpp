@@ -1,6 +1,8 @@
 #include "train/trainer.h"
 
+#include <csignal>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include "core/log.h"
@@ -20,7 +22,9 @@
 #include "ops/profile.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
+#include "train/run_folder.h"
 #include "train/schedule.h"
+#include "train/validate.h"
 
 namespace nanoddp::train {
 
@@ -29,6 +33,48 @@ namespace nanoddp::train {
 constexpr double kH100DenseBf16Flops = 989e12;
 
 namespace {
+
+// Note [stopping on a signal]: SIGTERM (what torchrun, the launcher and job schedulers send) and
+// SIGINT set a flag; at the next step boundary the ranks agree on it (one small allreduce per
+// step), save a checkpoint and stop, so the work up to that step is kept. A second signal means
+// "now": the process exits at once, as it would have without this.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) std::_Exit(128 + sig);
+  g_stop_signal = sig;
+}
+
+// Installs on_stop_signal for SIGTERM and SIGINT for the lifetime of the object (training only:
+// a library caller's own handlers come back afterwards).
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    old_term_ = std::signal(SIGTERM, on_stop_signal);
+    old_int_ = std::signal(SIGINT, on_stop_signal);
+  }
+  ~StopSignals() {
+    std::signal(SIGTERM, old_term_);
+    std::signal(SIGINT, old_int_);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  void (*old_term_)(int) = SIG_DFL;
+  void (*old_int_)(int) = SIG_DFL;
+};
+
+// Whether every element of t is finite (t on any device; a GPU tensor is copied to the host).
+bool all_finite(const Tensor& t) {
+  Tensor h = t.device().is_cpu() ? t : t.copy_to(Device::cpu());
+  if (h.dtype() != DType::F32) return true;  // only f32 master weights are checked
+  const float* p = h.data<float>();
+  for (int64_t i = 0; i < h.numel(); i++)
+    if (!std::isfinite(p[i])) return false;
+  return true;
+}
 
 // The run's sizes, derived from the options, the dataset and the world size.
 struct Plan {
@@ -85,9 +131,13 @@ class Trainer {
 
  private:
   int64_t resume_step();
+  void claim_run_folder(int64_t resume);
   void restore(int64_t step);
+  void init_from(const std::string& path);
   void save(int64_t step);
+  // Returns this rank's mean micro-batch loss.
   double train_step(int64_t step, double lr_mult);
+  nlohmann::json dataset_identity() const;
   void evaluate_and_log(int64_t step);
   void sample();
 
@@ -108,6 +158,9 @@ class Trainer {
   TrainResult result_;
   double peak_flops_ = 0;
   int64_t start_step_ = 0;
+  Stopwatch since_save_;   // for --save_minutes
+  std::string run_id_;     // OUT/run.json's (train/run_folder.h); every checkpoint records it
+  bool restarted_ = false;  // this process is a launcher restart (NANODDP_RESTART_COUNT > 0)
 };
 
 // Every rank must train the same thing: the same flags, dataset and build (a rank with other
@@ -134,6 +187,12 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
   tokenizer_ = data::load_dataset_tokenizer(opts.data);
   token_bytes_ = tokenizer_->token_bytes();
   plan_ = make_plan(opts, meta_, group.size());
+  // Before allocating: a model that cannot fit is refused with the estimate instead of being killed
+  // by the OOM killer after a silent minute. GPU memory is the CUDA allocator's to report.
+  if (device_.is_cpu()) {
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    check_fits_in_memory(plan_.config, opts, local != nullptr ? std::max(1, std::atoi(local)) : 1);
+  }
   // bf16 activations on a GPU (nanochat's autocast); f32 on the CPU.
   const DType act = device_.is_cuda() ? DType::BF16 : DType::F32;
   model_ = std::make_unique<model::GPT>(plan_.config, device_, act);
@@ -167,13 +226,18 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
                                     : (device_.is_cpu() ? ops::measure_matmul_flops(device_) : kH100DenseBf16Flops);
 }
 
-// The step to resume from, or -1 for a fresh run (see --resume; a launcher restart implies auto).
+// The step to resume from, or -1 for a fresh run (see --resume). A launcher restart implies
+// "auto", but only for a run its own job started (run.json's job_id): a restart never picks up
+// another run that happens to be in --out.
 int64_t Trainer::resume_step() {
   std::string mode = opts_.resume;
   const char* restarts = std::getenv("NANODDP_RESTART_COUNT");
-  // The launcher sets NANODDP_RESTART_COUNT > 0 when it restarts the job after a failure: go on from
-  // the newest checkpoint instead of starting over.
-  if (mode.empty() && restarts != nullptr && std::atoll(restarts) > 0) mode = "auto";
+  restarted_ = restarts != nullptr && std::atoll(restarts) > 0;
+  if (mode.empty() && restarted_) {
+    const auto info = read_run_info(opts_.out);
+    const std::string job = current_job_id();
+    if (info && !job.empty() && info->job_id == job) mode = "auto";
+  }
   if (mode.empty()) return -1;
   auto latest = latest_checkpoint(opts_.out);
   if (mode == "auto") return latest ? *latest : -1;
@@ -187,9 +251,44 @@ int64_t Trainer::resume_step() {
   } catch (const std::exception&) {
     NANODDP_FAIL("--resume must be latest, auto or a step number (got '{}')", mode);
   }
-  NANODDP_CHECK(std::filesystem::exists(checkpoint_dir(opts_.out, step) + "/DONE"), "--resume {}: no complete "
-                "checkpoint at {}", step, checkpoint_dir(opts_.out, step));
+  if (!std::filesystem::exists(checkpoint_dir(opts_.out, step) + "/DONE")) {
+    // Say which steps there are, so the user can pick one.
+    std::string have;
+    const std::vector<int64_t> steps = complete_checkpoint_steps(opts_.out);
+    for (int64_t s : steps) have += (have.empty() ? "" : ", ") + std::to_string(s);
+    NANODDP_FAIL("--resume {}: no complete checkpoint at {} (complete checkpoints: {})", step,
+                 checkpoint_dir(opts_.out, step), have.empty() ? "none" : have);
+  }
   return step;
+}
+
+// Gives this run the folder --out: a resumed run keeps its identity; a fresh one gets a new run id,
+// and refuses a folder that holds another run unless --overwrite moves that run aside. Collective:
+// every rank checks, then rank 0 alone changes the folder between two barriers.
+void Trainer::claim_run_folder(int64_t resume) {
+  const auto info = read_run_info(opts_.out);
+  if (resume >= 0) {
+    if (info) {
+      run_id_ = info->run_id;
+    } else {
+      // A run of an older version, or imported: it gets an identity now.
+      run_id_ = read_checkpoint_meta(checkpoint_dir(opts_.out, resume)).value("run_id", new_run_id());
+      if (group_.rank() == 0) write_run_info(opts_.out, {run_id_, current_job_id()});
+    }
+    return;
+  }
+  // A restart of a job whose first attempt died before its first checkpoint starts over in its own folder.
+  const bool own = restarted_ && info && !current_job_id().empty() && info->job_id == current_job_id();
+  const std::string existing = own ? "" : describe_run(opts_.out);
+  NANODDP_CHECK(existing.empty() || opts_.overwrite, "--out {} holds {}: continue it with --resume latest, choose "
+                "another --out, or pass --overwrite to move it aside (it is never deleted)", opts_.out, existing);
+  group_.barrier()->wait();  // every rank has looked before rank 0 moves anything
+  run_id_ = own ? info->run_id : new_run_id();
+  if (group_.rank() == 0) {
+    if (!existing.empty()) log::print0("--overwrite: moved {} aside to {}", opts_.out, move_run_aside(opts_.out));
+    write_run_info(opts_.out, {run_id_, current_job_id()});
+  }
+  group_.barrier()->wait();
 }
 
 void Trainer::restore(int64_t step) {
@@ -208,6 +307,19 @@ void Trainer::restore(int64_t step) {
     NANODDP_CHECK(saved == now, "checkpoint {} was trained with --{} {} but this run has {}; resume with the same "
                   "setting", dir, key, saved.dump(), now.dump());
   }
+  // Another seed or dataset would silently train on other rows than the checkpoint's run.
+  if (!opts_.allow_changed_data) {
+    const auto& saved = meta.at("options");
+    NANODDP_CHECK(!saved.contains("seed") || saved.at("seed") == options_to_json(opts_).at("seed"), "checkpoint {} "
+                  "was trained with --seed {} but this run has {}: use the same seed, or pass --allow_changed_data",
+                  dir, saved.at("seed").dump(), opts_.seed);
+    if (meta.contains("dataset")) {
+      const nlohmann::json now = dataset_identity();
+      NANODDP_CHECK(meta.at("dataset") == now, "checkpoint {} was trained on another dataset ({}) than --data {} "
+                    "({}): give the same --data, or pass --allow_changed_data", dir, meta.at("dataset").dump(),
+                    opts_.data, now.dump());
+    }
+  }
   SafetensorsFile weights(dir + "/model.safetensors");
   for (auto& p : model_->parameters()) weights.read_into(p.name, p.data);
   model_->refresh_compute_weights();
@@ -220,7 +332,39 @@ void Trainer::restore(int64_t step) {
   log::print0("resumed from {} (step {})", dir, step);
 }
 
+// --init_from: weights only (a checkpoint, a run folder's newest checkpoint, or a .safetensors file
+// with nanochat's parameter names); the optimizer state, the step and the data position start fresh.
+void Trainer::init_from(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::string file = path;
+  if (fs::is_directory(path)) {
+    const std::string dir = resolve_checkpoint(path);
+    const nlohmann::json meta = read_checkpoint_meta(dir);
+    if (meta.contains("model_config"))
+      NANODDP_CHECK(model::GPTConfig::from_json(meta.at("model_config")) == plan_.config, "--init_from {}: its model "
+                    "({}) is not this run's: give the same --depth and model flags and a dataset of its vocabulary",
+                    dir, meta.at("model_config").dump());
+    file = dir + "/model.safetensors";
+  }
+  NANODDP_CHECK(fs::is_regular_file(file), "--init_from {}: no such checkpoint, run folder or .safetensors file", path);
+  SafetensorsFile weights(file);
+  for (auto& p : model_->parameters()) weights.read_into(p.name, p.data);
+  for (const auto& p : model_->parameters())
+    NANODDP_CHECK(all_finite(p.data), "--init_from {}: parameter {} holds NaN or infinite values", file, p.name);
+  model_->refresh_compute_weights();
+  log::print0("initialised the weights from {}", file);
+}
+
+nlohmann::json Trainer::dataset_identity() const {
+  return {{"vocab_size", meta_.vocab_size}, {"train_tokens", meta_.train_tokens}, {"tokenizer", meta_.tokenizer}};
+}
+
 void Trainer::save(int64_t step) {
+  // A checkpoint is never marked complete with non-finite weights (every rank holds the same weights,
+  // so every rank stops here together).
+  for (const auto& p : model_->parameters())
+    NANODDP_CHECK(all_finite(p.data), "step {}: parameter {} holds NaN or infinite values; not saving a checkpoint. "
+                  "Lower the learning rates or resume from an earlier checkpoint", step, p.name);
   CheckpointContents c;
   c.step = step;
   for (const auto& p : model_->parameters()) c.model.emplace_back(p.name, p.data);
@@ -232,6 +376,8 @@ void Trainer::save(int64_t step) {
             {"options", options_to_json(opts_)},
             {"loader", {{"epoch", loader.epoch}, {"cursor", loader.cursor}}},
             {"world_size", group_.size()},
+            {"run_id", run_id_},
+            {"dataset", dataset_identity()},
             {"data_dir", std::filesystem::absolute(opts_.data).string()},
             {"tokenizer", meta_.tokenizer},
             {"tokens_seen", step * plan_.tokens_per_step},
@@ -239,6 +385,7 @@ void Trainer::save(int64_t step) {
             {"val_bpb", result_.eval ? nlohmann::json(result_.eval->bpb) : nlohmann::json()},
             {"val_loss", result_.eval ? nlohmann::json(result_.eval->loss) : nlohmann::json()}};
   save_checkpoint(opts_.out, c, group_, opts_.keep_last);
+  since_save_ = Stopwatch();
   log::print0("saved checkpoint {}", checkpoint_dir(opts_.out, step));
 }
 
@@ -256,10 +403,8 @@ double Trainer::train_step(int64_t step, double lr_mult) {
   // The optimizer reads the gradients: wait for the last buckets' collectives.
   reducer_->finish();
   optimizer_->step(lr_mult, muon_momentum(step));
-  // For the log only: the reducer has already averaged the gradients.
-  std::vector<double> mean{loss / static_cast<double>(plan_.grad_accum)};
-  dist::allreduce_scalars(group_, mean, dist::ReduceOp::Avg);
-  return mean[0];
+  // This rank's mean; run() averages it over the ranks with what else they must agree on.
+  return loss / static_cast<double>(plan_.grad_accum);
 }
 
 void Trainer::evaluate_and_log(int64_t step) {
@@ -291,6 +436,22 @@ void Trainer::sample() {
 
 TrainResult Trainer::run() {
   const int64_t resume = resume_step();
+  // --stop_at ends early without changing n, so the LR schedule stays the full run's.
+  const int64_t n = plan_.num_iterations, stop = opts_.stop_at > 0 ? std::min(opts_.stop_at, n) : n;
+  if (resume >= stop) {
+    // A restart after the final checkpoint (the job died while sampling, say) has nothing left to do.
+    if (resume == stop && restarted_ && opts_.resume.empty()) {
+      log::print0("{} is complete at step {}: nothing left to train", opts_.out, resume);
+      result_.last_step = stop;
+      return result_;
+    }
+    NANODDP_FAIL("the checkpoint to resume is at step {}, {} this run's last step {} (--num_iterations {}{}): "
+                 "raise --num_iterations to train further", resume, resume == stop ? "already" : "beyond", stop, n,
+                 opts_.stop_at > 0 ? fmt::format(", --stop_at {}", opts_.stop_at) : "");
+  }
+  // Weights first: a bad --init_from must fail before --overwrite moves anything.
+  if (resume < 0 && !opts_.init_from.empty()) init_from(opts_.init_from);
+  claim_run_folder(resume);
   if (resume >= 0) {
     restore(resume);
   } else {
@@ -300,8 +461,8 @@ TrainResult Trainer::run() {
   }
   start_step_ = std::max<int64_t>(0, resume);
   metrics_ = std::make_unique<MetricsLog>(opts_.out, group_.rank() == 0, resume);
-  // --stop_at ends early without changing n, so the LR schedule stays the full run's.
-  const int64_t n = plan_.num_iterations, stop = opts_.stop_at > 0 ? std::min(opts_.stop_at, n) : n;
+  StopSignals signals;  // Note [stopping on a signal]
+  since_save_ = Stopwatch();
   const double flops_per_token = plan_.config.flops_per_token(opts_.max_seq_len);
   log::print0("model: depth {} | dim {} | heads {}/{} | vocab {} (padded {}) | {:.2f}M parameters",
               plan_.config.n_layer, plan_.config.n_embd, plan_.config.n_head, plan_.config.n_kv_head,
@@ -321,7 +482,12 @@ TrainResult Trainer::run() {
     if (last) break;
     const double lr = lr_multiplier(step, n, opts_.warmup_ratio, opts_.warmdown_ratio, opts_.final_lr_frac);
     Stopwatch sw;
-    const double loss = train_step(step, lr);
+    const double local_loss = train_step(step, lr);
+    // One allreduce per step carries what the ranks must agree on: the mean loss, whether any rank
+    // was asked to stop, and the time since the last save (averaged, so every rank decides alike).
+    std::vector<double> agreed{local_loss, static_cast<double>(g_stop_signal), since_save_.seconds()};
+    dist::allreduce_scalars(group_, agreed, dist::ReduceOp::Avg);
+    const double loss = agreed[0];
     const double dt = sw.seconds(), tok_s = plan_.tokens_per_step / dt;
     // MFU of the whole job: achieved FLOP/s over the peak of world_size devices.
     const double mfu = flops_per_token * tok_s / (peak_flops_ * group_.size());
@@ -333,6 +499,19 @@ TrainResult Trainer::run() {
     metrics_->write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"tokens_per_s", tok_s}, {"mfu", mfu},
                      {"dt_ms", dt * 1000}, {"tokens", (step + 1) * plan_.tokens_per_step}});
     result_.last_loss = loss;
+    // A NaN or infinite loss poisons every later step and checkpoint: stop here, before saving.
+    NANODDP_CHECK(std::isfinite(loss), "step {}: the training loss is {}; stopping before it reaches a checkpoint. "
+                  "Lower the learning rates (or check the data), or resume from an earlier checkpoint", step + 1, loss);
+    if (agreed[1] > 0) {
+      const int sig = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM;
+      if (step + 1 < stop) save(step + 1);  // at stop the loop's own save follows; here it would not
+      log::print0("stopped by signal {} after step {}; continue with --resume latest", sig, step + 1);
+      result_.last_step = step + 1;
+      result_.stopped_by_signal = sig;
+      return result_;
+    }
+    const bool saved_next = step + 1 == stop || (opts_.save_every > 0 && (step + 1) % opts_.save_every == 0);
+    if (opts_.save_minutes > 0 && agreed[2] >= opts_.save_minutes * 60 && !saved_next) save(step + 1);
   }
   result_.last_step = stop;
   // A --stop_at run is a pause, not the end: no sample.
@@ -343,6 +522,7 @@ TrainResult Trainer::run() {
 }  // namespace
 
 TrainResult run_training(const TrainOptions& opts, dist::ProcessGroup& group, Device device) {
+  validate_options(opts);
   // comm/init sets it too; tests that build their own group have not.
   log::set_rank(group.rank(), group.size());
   Trainer trainer(opts, group, device);

@@ -1,0 +1,25 @@
+// Checks of `nanoddp train`'s flags before anything runs: each bad value is one error that names
+// the flag, what was given and the valid range. A flag that parses but means nothing (a batch of
+// 0 tokens, a NaN learning rate, 100000 threads) would otherwise fail much later, or not at all.
+#pragma once
+
+#include <cstdint>
+
+#include "model/config.h"
+#include "train/options.h"
+
+namespace nanoddp::train {
+
+// Throws nanoddp::Error on the first invalid flag.
+void validate_options(const TrainOptions& opts);
+
+// Bytes one rank needs for this model and micro-batch on the CPU, roughly (weights, gradients,
+// optimizer state, activations kept for the backward, logits): for refusing a model that cannot
+// fit before allocating it.
+double estimate_rank_bytes(const model::GPTConfig& config, const TrainOptions& opts);
+
+// Refuses a run whose ranks on this machine would need more memory than it has available, with
+// the estimate. `local_ranks`: ranks sharing this machine's memory.
+void check_fits_in_memory(const model::GPTConfig& config, const TrainOptions& opts, int local_ranks);
+
+}  // namespace nanoddp::train

@@ -1,0 +1,251 @@
+// A run never loses work or lies (issue 11): a run folder belongs to one run, flags are checked
+// before anything runs, a non-finite loss stops the run before a checkpoint, a resume that does not
+// fit the run is refused, SIGTERM saves before exiting, and --init_from starts from weights.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "core/safetensors.h"
+#include "run_outputs.h"
+#include "subprocess.h"
+#include "train/checkpoint.h"
+#include "train/run_folder.h"
+#include "train/validate.h"
+#include "train_test_util.h"
+
+namespace nanoddp {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string run_id_of(const std::string& out) { return train::read_run_info(out).value().run_id; }
+
+std::vector<nlohmann::json> metrics_lines(const std::string& out) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(out + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+TEST(RunFolder, AFreshRunIntoAnotherRunsFolderIsRefusedAndOverwriteMovesItAside) {
+  testing::ScratchDir root("run_folder_claim");
+  const std::string out = root.str("out");
+  auto o = tiny(out);
+  o.num_iterations = 2;
+  train_single(o);
+  const std::string first = run_id_of(out);
+  // Was: the new run's rotation deleted the old run's checkpoints and truncated its metrics, exit 0.
+  NANODDP_EXPECT_ERROR(train_single(o), "holds run " + first, "--overwrite", "--resume latest");
+  EXPECT_TRUE(fs::exists(out + "/checkpoints/step_000002/DONE"));
+  o.overwrite = true;
+  train_single(o);
+  const std::string moved = out + ".previous-" + first;
+  EXPECT_TRUE(fs::exists(moved + "/checkpoints/step_000002/DONE")) << "the old run was not kept";
+  EXPECT_TRUE(fs::exists(moved + "/metrics.jsonl"));
+  EXPECT_NE(run_id_of(out), first);
+  EXPECT_TRUE(fs::exists(out + "/checkpoints/step_000002/DONE"));
+}
+
+TEST(RunFolder, RotationDeletesOnlyThisRunsCheckpoints) {
+  testing::ScratchDir other("rotation_other"), out("rotation_own");
+  auto o = tiny(other.str());
+  o.num_iterations = 3;
+  train_single(o);
+  // Another run's checkpoint lands in this run's folder (copied by hand, say).
+  auto mine = tiny(out.str());
+  mine.num_iterations = 6;
+  mine.save_every = 1;
+  mine.keep_last = 1;
+  mine.stop_at = 1;
+  train_single(mine);
+  // (At a step this run never saves: a save of the same step replaces a checkpoint as a whole.)
+  fs::copy(other.str("checkpoints/step_000003"), out.str("checkpoints/step_000009"), fs::copy_options::recursive);
+  // Resuming from step 1 then saves steps 2..6 with keep_last 1.
+  mine.stop_at = -1;
+  mine.resume = "1";
+  train_single(mine);
+  EXPECT_TRUE(fs::exists(out.str("checkpoints/step_000009/DONE"))) << "another run's checkpoint was rotated away";
+  EXPECT_TRUE(fs::exists(out.str("checkpoints/step_000006/DONE")));
+  EXPECT_FALSE(fs::exists(out.str("checkpoints/step_000005")));
+}
+
+TEST(RunFolder, ALauncherRestartResumesOnlyItsOwnJobsRun) {
+  testing::ScratchDir out("restart_job");
+  auto o = tiny(out.str());
+  o.num_iterations = 4;
+  o.stop_at = 2;
+  ::setenv("NANODDP_JOB_ID", "job-a", 1);
+  train_single(o);
+  o.stop_at = -1;
+  ::setenv("NANODDP_RESTART_COUNT", "1", 1);
+  // Another job's restart must not pick this run up: it starts fresh and finds the folder taken.
+  ::setenv("NANODDP_JOB_ID", "job-b", 1);
+  NANODDP_EXPECT_ERROR(train_single(o), "holds run");
+  // Its own job's restart resumes from step 2.
+  ::setenv("NANODDP_JOB_ID", "job-a", 1);
+  auto r = train_single(o);
+  EXPECT_EQ(r.last_step, 4);
+  EXPECT_EQ(testing::training_losses(out.str()).size(), 4u);
+  // A restart after the final checkpoint has nothing to do (and is not an error).
+  EXPECT_EQ(train_single(o).last_step, 4);
+  ::unsetenv("NANODDP_RESTART_COUNT");
+  ::unsetenv("NANODDP_JOB_ID");
+}
+
+TEST(Resume, ANumIterationsBehindTheCheckpointIsRefused) {
+  testing::ScratchDir out("resume_behind");
+  auto o = tiny(out.str());
+  o.num_iterations = 4;
+  train_single(o);
+  o.resume = "latest";
+  // Was: training went on past the schedule's end with a negative LR multiplier, never stopping.
+  o.num_iterations = 2;
+  NANODDP_EXPECT_ERROR(train_single(o), "step 4", "beyond", "--num_iterations");
+  o.num_iterations = 4;
+  NANODDP_EXPECT_ERROR(train_single(o), "already");
+  o.resume = "3";
+  NANODDP_EXPECT_ERROR(train_single(o), "complete checkpoints: 4");
+}
+
+TEST(Resume, AnotherSeedOrDatasetIsRefusedUnlessAllowed) {
+  testing::ScratchDir out("resume_seed"), data("resume_other_data");
+  auto o = tiny(out.str());
+  o.num_iterations = 4;
+  o.stop_at = 2;
+  train_single(o);
+  o.stop_at = -1;
+  o.resume = "latest";
+  auto seed = o;
+  seed.seed = 7;
+  NANODDP_EXPECT_ERROR(train_single(seed), "--seed 42", "--allow_changed_data");
+  testing::make_byte_dataset(data.str(), 150, 3);
+  auto other = o;
+  other.data = data.str("data");
+  NANODDP_EXPECT_ERROR(train_single(other), "another dataset", "--allow_changed_data");
+  other.allow_changed_data = true;
+  EXPECT_EQ(train_single(other).last_step, 4);
+}
+
+TEST(Options, EveryMeaninglessValueIsRefusedWithItsRange) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    const char* what;
+    std::function<void(train::TrainOptions&)> set;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"0 tokens per step", [](auto& o) { o.total_batch_size = 0; }, "--total_batch_size must be -1"},
+      {"0 iterations", [](auto& o) { o.num_iterations = 0; }, "--num_iterations must be -1"},
+      {"negative iterations", [](auto& o) { o.num_iterations = -7; }, "got -7"},
+      {"NaN learning rate", [=](auto& o) { o.matrix_lr = nan; }, "--matrix_lr must be a finite number"},
+      {"infinite learning rate", [=](auto& o) { o.embedding_lr = inf; }, "--embedding_lr"},
+      {"negative weight decay", [](auto& o) { o.weight_decay = -1; }, "--weight_decay"},
+      {"100000 threads", [](auto& o) { o.threads = 100000; }, "the cores of this machine"},
+      {"keep no checkpoint", [](auto& o) { o.keep_last = 0; }, "--keep_last must be at least 1"},
+      {"depth 0", [](auto& o) { o.depth = 0; }, "--depth must be between 1"},
+      {"depth 100000", [](auto& o) { o.depth = 100000; }, "--depth must be between 1"},
+      {"odd head_dim", [](auto& o) { o.head_dim = 33; }, "--head_dim must be even"},
+      {"warmup + warmdown > 1", [](auto& o) { o.warmup_ratio = 0.6; }, "at most 1"},
+      {"zero 3", [](auto& o) { o.zero = 3; }, "--zero must be 0, 1 or 2"},
+      {"resume and init_from", [](auto& o) { o.resume = "latest"; o.init_from = "x"; }, "give one of them"},
+  };
+  testing::ScratchDir out("bad_options");
+  for (const auto& c : cases) {
+    auto o = tiny(out.str());
+    c.set(o);
+    SCOPED_TRACE(c.what);
+    NANODDP_EXPECT_ERROR(train::validate_options(o), c.message);
+    NANODDP_EXPECT_ERROR(train_single(o), c.message);
+  }
+  EXPECT_FALSE(fs::exists(out.str("checkpoints"))) << "a refused run wrote checkpoints";
+}
+
+TEST(Options, AModelThatCannotFitIsRefusedUpFront) {
+  testing::ScratchDir out("too_big");
+  auto o = tiny(out.str());
+  // depth 200 at nanochat's widths: ~10^11 parameters, over a TB of state. Was: memory grew with no
+  // output until the OOM killer.
+  o.depth = 200;
+  o.aspect_ratio = 64;
+  o.head_dim = 128;
+  NANODDP_EXPECT_ERROR(train_single(o), "this model needs about", "GiB", "lower --depth");
+}
+
+TEST(Failure, ANonFiniteLossStopsTheRunBeforeACheckpoint) {
+  testing::ScratchDir out("nan_loss");
+  auto o = tiny(out.str());
+  o.num_iterations = 6;
+  o.save_every = 1;
+  o.stop_at = 2;
+  train_single(o);
+  // One NaN in the checkpoint's weights (a bad disk, a diverged earlier run): was trained on to
+  // the end, every later checkpoint NaN and marked complete.
+  const std::string model = out.str("checkpoints/step_000002/model.safetensors");
+  {
+    SafetensorsWriter w;
+    SafetensorsFile f(model);
+    for (const auto& name : f.names()) {
+      Tensor t = f.read(name);
+      if (name == f.names().front()) t.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+      w.add(name, t);
+    }
+    w.write(model + ".poisoned");
+  }
+  fs::rename(model + ".poisoned", model);
+  o.stop_at = -1;
+  o.resume = "latest";
+  NANODDP_EXPECT_ERROR(train_single(o), "step 3: the training loss is nan", "Lower the learning rates");
+  EXPECT_EQ(train::latest_checkpoint(out.str()), 2) << "a checkpoint was saved after the loss went NaN";
+}
+
+TEST(InitFrom, ANewRunStartsFromTheWeightsOfAnother) {
+  testing::ScratchDir base("init_base"), tuned("init_tuned");
+  auto o = tiny(base.str());
+  o.num_iterations = 6;
+  o.eval_every = 6;
+  auto a = train_single(o);
+  auto b_opts = tiny(tuned.str());
+  b_opts.init_from = base.str();  // a run folder: its newest checkpoint
+  b_opts.num_iterations = 2;
+  b_opts.eval_every = 2;
+  train_single(b_opts);
+  // The new run's evaluation at step 0 is of the base run's final weights: the same numbers.
+  const auto evals = metrics_lines(tuned.str());
+  ASSERT_FALSE(evals.empty());
+  bool found = false;
+  for (const auto& line : evals)
+    if (line.value("step", -1) == 0 && line.contains("val_loss")) {
+      EXPECT_EQ(line["val_loss"].get<double>(), a.eval->loss);
+      found = true;
+    }
+  EXPECT_TRUE(found) << "no evaluation at step 0";
+  b_opts.init_from = tuned.str("nope.safetensors");
+  b_opts.overwrite = true;
+  NANODDP_EXPECT_ERROR(train_single(b_opts), "--init_from", "nope.safetensors");
+}
+
+TEST(Signals, SigtermSavesAtTheNextStepAndResumeFinishesTheRun) {
+  testing::ScratchDir out("sigterm");
+  const std::vector<std::string> args = {testing::nanoddp_binary(), "train", "--data", dataset(), "--out", out.str(),
+                                         "--depth", "2", "--aspect_ratio", "32", "--head_dim", "32", "--max_seq_len",
+                                         "32", "--device_batch_size", "4", "--total_batch_size", "128",
+                                         "--num_iterations", "100000", "--eval_every", "-1", "--eval_tokens", "512",
+                                         "--threads", "1", "--peak_flops", "1e9"};
+  testing::Proc p(args);
+  ASSERT_TRUE(p.wait_for_text("step 00003/")) << p.all();
+  ::kill(p.pid(), SIGTERM);
+  auto status = p.wait_exit(std::chrono::seconds(60));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(*status, 128 + SIGTERM) << p.all();
+  EXPECT_NE(p.all().find("stopped by signal 15"), std::string::npos) << p.all();
+  const auto latest = train::latest_checkpoint(out.str());
+  ASSERT_TRUE(latest.has_value()) << "SIGTERM lost the run's work";
+  EXPECT_GE(*latest, 3);
+}
+
+}  // namespace
+}  // namespace nanoddp
