@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "core/error.h"
 #include "ops/ops.h"
@@ -115,6 +116,76 @@ void Optimizer::load_state(const SafetensorsFile& file) {
   NANODDP_CHECK(file.names().size() == expected.size(), "optimizer state {} holds {} tensors where this run expects "
                 "{}: it was saved with other sharding settings", file.path(), file.names().size(), expected.size());
   adam_step_ = file.read("adamw.step").data<int64_t>()[0];
+}
+
+}  // namespace nanoddp::ddp
+
+namespace nanoddp::ddp {
+
+// Note [resharding]: the state's names do not depend on the sharding: "adamw.m.<param>@<offset>"
+// is the piece of <param>'s moment starting at element <offset> of that parameter, and
+// "muon.momentum.<param>" is a whole matrix. So the pieces of every rank's file, laid side by
+// side, give each parameter's full state whatever world size and --zero wrote them, and any
+// other sharding takes its own pieces out of that.
+void Optimizer::load_state_resharded(const std::vector<const SafetensorsFile*>& files) {
+  const auto& params = model_.parameters();
+  // Which file holds each piece, and where the piece starts in its parameter.
+  struct Piece {
+    const SafetensorsFile* file;
+    std::string name;
+    int64_t offset, numel;
+  };
+  std::map<std::string, std::vector<Piece>> adam_m, adam_v;  // by parameter name
+  std::map<std::string, Piece> muon;
+  int64_t step = -1;
+  for (const SafetensorsFile* f : files) {
+    for (const std::string& name : f->names()) {
+      if (name == "adamw.step") {
+        step = f->read(name).data<int64_t>()[0];
+        continue;
+      }
+      const bool m = name.rfind("adamw.m.", 0) == 0, v = name.rfind("adamw.v.", 0) == 0;
+      if (m || v) {
+        const size_t at = name.rfind('@');
+        NANODDP_CHECK(at != std::string::npos, "optimizer state {}: unexpected tensor '{}'", f->path(), name);
+        const std::string param = name.substr(8, at - 8);
+        (m ? adam_m : adam_v)[param].push_back({f, name, std::stoll(name.substr(at + 1)), f->shape(name).numel()});
+      } else if (name.rfind("muon.momentum.", 0) == 0) {
+        muon[name.substr(14)] = {f, name, 0, f->shape(name).numel()};
+      } else {
+        NANODDP_FAIL("optimizer state {}: unexpected tensor '{}'", f->path(), name);
+      }
+    }
+  }
+  NANODDP_CHECK(step >= 0, "optimizer state {}: no adamw.step", files.empty() ? "" : files[0]->path());
+  // Fills dst (this rank's piece [offset, offset + numel) of `param`) from the saved pieces.
+  auto fill = [&](const std::vector<Piece>& pieces, const std::string& param, int64_t offset, const Tensor& dst) {
+    int64_t covered = 0;
+    for (const Piece& pc : pieces) {
+      const int64_t a = std::max(offset, pc.offset), z = std::min(offset + dst.numel(), pc.offset + pc.numel);
+      if (a >= z) continue;
+      const Tensor src = pc.file->read(pc.name);
+      copy(dst.region(a - offset, {z - a}), src.region(a - pc.offset, {z - a}));
+      covered += z - a;
+    }
+    NANODDP_CHECK(covered == dst.numel(), "the checkpoint's optimizer state covers {} of {} elements of {}'s AdamW "
+                  "state: are all optim_rank*.safetensors files there?", covered, dst.numel(), param);
+  };
+  for (AdamPiece& a : adam_) {
+    const std::string& name = params[a.param].name;
+    NANODDP_CHECK(adam_m.count(name) && adam_v.count(name), "the checkpoint has no AdamW state for {}: it was "
+                  "saved with another --optimizer", name);
+    fill(adam_m[name], name, a.offset, a.m);
+    fill(adam_v[name], name, a.offset, a.v);
+  }
+  for (MuonMatrix& mm : muon_) {
+    const std::string& name = params[mm.param].name;
+    auto it = muon.find(name);
+    NANODDP_CHECK(it != muon.end(), "the checkpoint has no Muon momentum for {}: it was saved with another "
+                  "--optimizer", name);
+    it->second.file->read_into(it->second.name, mm.momentum);
+  }
+  adam_step_ = step;
 }
 
 }  // namespace nanoddp::ddp

@@ -44,6 +44,9 @@ class Optimizer {
   // This rank's optimizer state, named by parameter and offset, for checkpoints.
   std::vector<std::pair<std::string, Tensor>> state() const;
   void load_state(const SafetensorsFile& file);
+  // The state saved by any world size and --zero (every rank's file of the checkpoint), resharded
+  // for this one: Note [resharding] in optimizer.cpp.
+  void load_state_resharded(const std::vector<const SafetensorsFile*>& files);
 
  private:
   struct AdamPiece {

@@ -294,15 +294,15 @@ void Trainer::claim_run_folder(int64_t resume) {
 void Trainer::restore(int64_t step) {
   const std::string dir = checkpoint_dir(opts_.out, step);
   const nlohmann::json meta = read_checkpoint_meta(dir);
+  NANODDP_CHECK(meta.contains("world_size") && meta.at("world_size").is_number_integer() &&
+                meta.at("world_size").get<int>() >= 1, "checkpoint {} holds weights only (no optimizer state or data "
+                "position, e.g. from `nanoddp import`): start a new run from it with --init_from {}", dir, dir);
   const int saved_world = meta.at("world_size");
-  NANODDP_CHECK(saved_world == group_.size(), "checkpoint {} was written by {} rank(s) but this run has {}: resume "
-                "with the same world size (resharding is not supported)", dir, saved_world, group_.size());
-  NANODDP_CHECK(model::GPTConfig::from_json(meta.at("model_config")) == plan_.config, "checkpoint {} holds another "
-                "model configuration ({}); resume with the same --depth and model flags", dir,
-                meta.at("model_config").dump());
   // These shape the optimizer state and what the loader's cursor counts; other options (learning
   // rates, evaluation and save cadence, ...) may change across a resume.
-  for (const char* key : {"zero", "optimizer", "device_batch_size", "total_batch_size", "max_seq_len"}) {
+  // The world size and --zero may change: the optimizer state is resharded (Note [resharding] in
+  // ddp/optimizer.cpp) and the loader's cursor counts global units (Note [data order] in data/loader.h).
+  for (const char* key : {"optimizer", "device_batch_size", "total_batch_size", "max_seq_len"}) {
     const auto saved = meta.at("options").at(key), now = options_to_json(opts_).at(key);
     NANODDP_CHECK(saved == now, "checkpoint {} was trained with --{} {} but this run has {}; resume with the same "
                   "setting", dir, key, saved.dump(), now.dump());
@@ -323,7 +323,21 @@ void Trainer::restore(int64_t step) {
   SafetensorsFile weights(dir + "/model.safetensors");
   for (auto& p : model_->parameters()) weights.read_into(p.name, p.data);
   model_->refresh_compute_weights();
-  optimizer_->load_state(SafetensorsFile(dir + "/" + CheckpointFiles::optimizer(group_.rank())));
+  const bool same_sharding = saved_world == group_.size() &&
+                             meta.at("options").value("zero", 0) == static_cast<int>(opts_.zero);
+  if (same_sharding) {
+    optimizer_->load_state(SafetensorsFile(dir + "/" + CheckpointFiles::optimizer(group_.rank())));
+  } else {
+    std::vector<std::unique_ptr<SafetensorsFile>> files;
+    std::vector<const SafetensorsFile*> views;
+    for (int r = 0; r < saved_world; r++) {
+      files.push_back(std::make_unique<SafetensorsFile>(dir + "/" + CheckpointFiles::optimizer(r)));
+      views.push_back(files.back().get());
+    }
+    optimizer_->load_state_resharded(views);
+    log::print0("resharded the optimizer state of {} rank(s) (--zero {}) onto {} (--zero {})", saved_world,
+                meta.at("options").value("zero", 0), group_.size(), opts_.zero);
+  }
   // The resumed run reads exactly the rows the interrupted one would have read next.
   loader_->set_state({meta.at("loader").at("epoch"), meta.at("loader").at("cursor")});
   // Keep the last evaluation, so the next checkpoint's meta.json carries it until the next one.
