@@ -335,8 +335,7 @@ TEST(Resharding, OneRankResumedOnThreeContinuesLikeTheStraightRun) {
   // After it: the 3-rank gradients differ from the 1-rank ones by f32 reassociation (~1e-7
   // relative, tests/ddp's world-3 bound); four steps of Muon (bf16 Newton-Schulz) and AdamW turn
   // that into loss differences far below 1e-3 relative (3.3e-5 measured on AMD Zen 5), while a
-  // wrong shard or data position
-  // shows as a difference of 1e-2 or more.
+  // wrong shard or data position shows as a difference of 1e-2 or more.
   double worst = 0;
   for (int64_t step = 5; step <= 8; step++) {
     EXPECT_NEAR(la[step], lb[step], 1e-3 * la[step]) << "step " << step;
