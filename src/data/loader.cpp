@@ -63,7 +63,13 @@ void TokenLoader::next(Tensor& inputs, Tensor& targets) {
   for (int64_t i = 0; i < b; i++) {
     const int64_t w = first_window + i;
     const size_t s = std::upper_bound(window_start_.begin(), window_start_.end(), w) - window_start_.begin() - 1;
-    shards_[s].read((w - window_start_[s]) * t, t + 1, buf.data());
+    const int64_t at = (w - window_start_[s]) * t;
+    shards_[s].read(at, t + 1, buf.data());
+    if (opts_.vocab_size > 0)
+      for (int64_t j = 0; j <= t; j++)
+        NANODDP_CHECK(buf[j] >= 0 && buf[j] < opts_.vocab_size, "{}: token {} at position {} is outside the "
+                      "dataset's vocabulary of {} tokens: the shard is corrupt or was written with another "
+                      "tokenizer; prepare the data again", shards_[s].path(), buf[j], at + j, opts_.vocab_size);
     std::copy(buf.begin(), buf.end() - 1, inputs.data<int32_t>() + i * t);
     std::copy(buf.begin() + 1, buf.end(), targets.data<int32_t>() + i * t);
   }

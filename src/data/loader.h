@@ -34,6 +34,10 @@ struct LoaderOptions {
   int rank = 0, world = 1;
   bool shuffle = false;
   uint64_t seed = 0;
+  // Tokens must lie in [0, vocab_size): a shard of another tokenizer, or a corrupt one, is reported
+  // here with its file and position instead of as an id outside the model's padded vocabulary
+  // deep inside a kernel. 0: not checked.
+  int64_t vocab_size = 0;
 };
 
 class TokenLoader {

@@ -16,6 +16,7 @@ EvalResult evaluate(model::GPT& model, const std::string& data_dir, int64_t batc
   lo.seq = seq;
   lo.rank = group.rank();
   lo.world = group.size();
+  lo.vocab_size = static_cast<int64_t>(token_bytes.size());  // one entry per token of the vocabulary
   data::TokenLoader loader(data_dir, "val", lo);  // a fresh loader: every evaluation sees the same rows
   // Never more than one pass over the split (every rank takes the same number of rows).
   micro_batches = std::clamp<int64_t>(micro_batches, 1, loader.units_per_epoch() / group.size());

@@ -217,6 +217,7 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
   // Rank-strided: each rank reads its own rows of the one seeded order.
   data::LoaderOptions lo{opts.device_batch_size, opts.max_seq_len, group.rank(), group.size(), opts.shuffle,
                          opts.seed};
+  lo.vocab_size = meta_.vocab_size;
   loader_ = std::make_unique<data::TokenLoader>(opts.data, "train", lo);
   inputs_ = Tensor::empty({opts.device_batch_size, opts.max_seq_len}, DType::I32);
   targets_ = Tensor::empty({opts.device_batch_size, opts.max_seq_len}, DType::I32);
@@ -298,6 +299,12 @@ void Trainer::restore(int64_t step) {
                 meta.at("world_size").get<int>() >= 1, "checkpoint {} holds weights only (no optimizer state or data "
                 "position, e.g. from `nanoddp import`): start a new run from it with --init_from {}", dir, dir);
   const int saved_world = meta.at("world_size");
+  const model::GPTConfig saved_config = model::GPTConfig::from_json(meta.at("model_config"));
+  NANODDP_CHECK(saved_config.vocab_size == plan_.config.vocab_size, "checkpoint {} has a vocabulary of {} tokens but "
+                "--data {} has {}: resume with the dataset it was trained on", dir, saved_config.vocab_size, opts_.data,
+                plan_.config.vocab_size);
+  NANODDP_CHECK(saved_config == plan_.config, "checkpoint {} holds another model configuration ({}); resume with the "
+                "same --depth and model flags", dir, meta.at("model_config").dump());
   // These shape the optimizer state and what the loader's cursor counts; other options (learning
   // rates, evaluation and save cadence, ...) may change across a resume.
   // The world size and --zero may change: the optimizer state is resharded (Note [resharding] in

@@ -149,5 +149,16 @@ TEST(Shards, BadFilesAreErrorsNamingTheFile) {
   EXPECT_THROW(TokenLoader(dir.str(), "train", {20, 8, 0, 1, false, 0}), Error);  // too few windows
 }
 
+TEST(Shards, ATokenOutsideTheVocabularyNamesTheShardAndTheRealVocabulary) {
+  testing::ScratchDir dir("shard_vocab");
+  write_counting_shards(dir.str(), {100});  // tokens 0..99
+  // Was: "target id 70 is outside [0, 64)" from a kernel, with the padded vocabulary, no file.
+  TokenLoader loader(dir.str(), "train", {2, 8, 0, 1, false, 0, /*vocab_size=*/60});
+  Tensor x = Tensor::empty({2, 8}, DType::I32), y = Tensor::empty({2, 8}, DType::I32);
+  for (int i = 0; i < 3; i++) loader.next(x, y);  // rows up to token 48: inside
+  NANODDP_EXPECT_ERROR(loader.next(x, y), dir.str("train_000000.bin"), "token 60 at position 60",
+                       "vocabulary of 60 tokens");
+}
+
 }  // namespace
 }  // namespace nanoddp::data

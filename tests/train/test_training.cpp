@@ -110,7 +110,7 @@ TEST(Resume, AnotherModelOrBatchIsRefused) {
   auto deeper = o;
   deeper.resume = "latest";
   deeper.depth = 3;
-  EXPECT_THROW(train_single(deeper), Error);
+  NANODDP_EXPECT_ERROR(train_single(deeper), "another model configuration", "--depth");
   auto batch = o;
   batch.resume = "latest";
   batch.total_batch_size = -1;
