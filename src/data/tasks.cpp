@@ -1,0 +1,122 @@
+#include "data/tasks.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/tokenizer_file.h"
+
+namespace nanoddp::data {
+
+namespace {
+
+// Lower-case words of 3-10 letters: long enough to spell, short enough for a small model's context.
+std::vector<std::string> load_words(const std::string& file) {
+  const std::string path = file.empty() ? npm_package_dir("word-list") + "/words.txt" : file;
+  std::ifstream in(path);
+  NANODDP_CHECK(in.good(), "cannot read the word list {}: run scripts/setup.sh (it installs the npm package "
+                "word-list)", path);
+  std::vector<std::string> words;
+  for (std::string w; std::getline(in, w);) {
+    if (w.size() < 3 || w.size() > 10) continue;
+    if (std::all_of(w.begin(), w.end(), [](unsigned char c) { return c >= 'a' && c <= 'z'; })) words.push_back(w);
+  }
+  NANODDP_CHECK(words.size() >= 100, "the word list {} holds {} usable words (lower-case, 3-10 letters)", path,
+                words.size());
+  return words;
+}
+
+std::string spelled(const std::string& w) {
+  std::string s;
+  for (size_t i = 0; i < w.size(); i++) s += (i ? "-" : "") + std::string(1, w[i]);
+  return s;
+}
+
+int64_t pick(Rng& rng, int64_t n) { return static_cast<int64_t>(rng.next_u64() % static_cast<uint64_t>(n)); }
+
+TaskItem spelling(Rng& rng, const std::vector<std::string>& words) {
+  const std::string& w = words[pick(rng, words.size())];
+  const std::string s = spelled(w);
+  return {fmt::format("Spell the word \"{}\" letter by letter.", w), fmt::format("{}\n#### {}", s, s), s};
+}
+
+TaskItem letters(Rng& rng, const std::vector<std::string>& words) {
+  const std::string& w = words[pick(rng, words.size())];
+  // Half the time a letter of the word, else any letter (answers of 0 are part of the task).
+  const char c = pick(rng, 2) == 0 ? w[pick(rng, w.size())] : static_cast<char>('a' + pick(rng, 26));
+  const int64_t n = std::count(w.begin(), w.end(), c);
+  return {fmt::format("How many times does the letter \"{}\" appear in \"{}\"?", c, w),
+          fmt::format("{} is spelled {}. The letter {} appears {} time{}.\n#### {}", w, spelled(w), c, n,
+                      n == 1 ? "" : "s", n),
+          std::to_string(n)};
+}
+
+TaskItem arithmetic(Rng& rng) {
+  static const char* kNames[] = {"Ava", "Ben", "Chloe", "Dan", "Emma", "Finn", "Grace", "Hugo", "Iris", "Jack"};
+  static const char* kThings[] = {"apples", "books", "coins", "marbles", "pencils", "stamps", "shells", "cards"};
+  const std::string name = kNames[pick(rng, 10)], thing = kThings[pick(rng, 8)];
+  const int64_t a = 5 + pick(rng, 46), b = 2 + pick(rng, 30), c = 1 + pick(rng, a + b);  // never below zero
+  const int64_t mid = a + b, end = mid - c;
+  return {fmt::format("{} has {} {}. {} gets {} more and then gives away {}. How many {} does {} have now?", name, a,
+                      thing, name, b, c, thing, name),
+          fmt::format("{} + {} = {}. {} - {} = {}.\n#### {}", a, b, mid, mid, c, end, end), std::to_string(end)};
+}
+
+std::string trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n.");
+  return a == std::string::npos || b < a ? "" : s.substr(a, b - a + 1);
+}
+
+}  // namespace
+
+std::vector<std::string> task_names() { return {"spelling", "letters", "arithmetic"}; }
+
+std::vector<TaskItem> make_task(const std::string& name, int64_t count, uint64_t seed, const std::string& words_file) {
+  const auto names = task_names();
+  NANODDP_CHECK(std::find(names.begin(), names.end(), name) != names.end(), "unknown task '{}' (spelling, letters or "
+                "arithmetic)", name);
+  NANODDP_CHECK(count >= 1, "--count must be at least 1 (got {})", count);
+  std::vector<std::string> words;
+  if (name != "arithmetic") words = load_words(words_file);
+  Rng rng(seed, stream_id(name));
+  std::vector<TaskItem> items;
+  items.reserve(count);
+  for (int64_t i = 0; i < count; i++)
+    items.push_back(name == "spelling" ? spelling(rng, words) : name == "letters" ? letters(rng, words) : arithmetic(rng));
+  return items;
+}
+
+std::string task_item_conversation_json(const TaskItem& item) {
+  return nlohmann::json{{"messages", {{{"role", "user"}, {"content", item.question}},
+                                      {{"role", "assistant"}, {"content", item.solution}}}}}
+      .dump();
+}
+
+std::string task_item_question_json(const TaskItem& item) {
+  return nlohmann::json{{"messages", {{{"role", "user"}, {"content", item.question}}}}, {"answer", item.answer}}.dump();
+}
+
+bool answer_is_correct(const std::string& completion, const std::string& answer) {
+  const size_t mark = completion.rfind("####");
+  std::string got = trim(mark == std::string::npos ? completion : completion.substr(mark + 4));
+  const size_t line = got.find('\n');
+  if (line != std::string::npos) got = trim(got.substr(0, line));
+  const std::string want = trim(answer);
+  if (got == want) return true;
+  // Numbers as numbers: "14.0" and "14", "1,000" and "1000".
+  auto number = [](std::string s, double& v) {
+    s.erase(std::remove(s.begin(), s.end(), ','), s.end());
+    char* end = nullptr;
+    v = std::strtod(s.c_str(), &end);
+    return !s.empty() && end == s.c_str() + s.size();
+  };
+  double g = 0, w = 0;
+  return number(got, g) && number(want, w) && g == w;
+}
+
+}  // namespace nanoddp::data
