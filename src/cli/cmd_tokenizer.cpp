@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -24,11 +25,28 @@ namespace {
 
 // The whole file as bytes (binary mode: tokenizers work on exact bytes).
 std::string read_input(const std::string& path) {
+  // A directory opens as an ifstream and then reads as nothing, which would encode as an empty file.
+  std::error_code ec;
+  NANODDP_CHECK(!std::filesystem::is_directory(path, ec), "--input {} is a directory; give a file", path);
   std::ifstream in(path, std::ios::binary);
-  NANODDP_CHECK(in.good(), "cannot read {}: {}", path, std::strerror(errno));
+  NANODDP_CHECK(in.good(), "cannot read --input {}: {}", path, std::strerror(errno));
   std::ostringstream ss;
+  // An empty file sets failbit on ss (nothing was inserted); only a read error sets badbit on `in`.
   ss << in.rdbuf();
+  NANODDP_CHECK(!in.bad(), "cannot read --input {}: {}", path, std::strerror(errno));
   return std::move(ss).str();
+}
+
+// Before the work that leads to writing `path`: a directory there, or a parent that is missing or
+// not a directory, would otherwise fail only at the end.
+void check_output_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  NANODDP_CHECK(!path.empty(), "--out is empty; give the file to write");
+  NANODDP_CHECK(!fs::is_directory(path, ec), "--out {} is a directory; remove it or choose a file name", path);
+  const fs::path parent = fs::absolute(path).parent_path();
+  NANODDP_CHECK(fs::is_directory(parent, ec), "--out {}: {} is not a directory{}; create it or choose another --out",
+                path, parent.string(), ec ? " (" + ec.message() + ")" : "");
 }
 
 // Checked: a full disk or a closed pipe must fail the command, not cut its output short silently.
@@ -46,6 +64,10 @@ void add_train(CLI::App& parent) {
   cmd->get_option("--input")->required();
   cmd->add_option("--out", *out, "tokenizer file to write (tiktoken format), plus FILE.json")->required();
   cmd->callback([opts, out] {
+    // 0 means "no limit" or "all cores"; a negative value is a typo, not a wish for either.
+    NANODDP_CHECK(opts->threads >= 0 && opts->max_chars >= 0 && opts->doc_cap >= 0, "--threads, --max_chars and "
+                  "--doc_cap must be 0 or positive (got {}, {}, {})", opts->threads, opts->max_chars, opts->doc_cap);
+    check_output_file(*out);
     data::BpeTrainStats st;
     data::BpeVocab vocab = data::train_bpe(*opts, &st);
     // As if loaded from the file: name records where a vocabulary came from (data/bpe_tokenizer.h).
@@ -95,6 +117,7 @@ void add_decode(CLI::App& parent) {
     auto tok = data::load_tokenizer(*spec);
     const std::string text = read_input(*input);
     std::vector<int32_t> ids;
+    const int64_t vocab = tok->vocab_size();
     const char* p = text.data();
     const char* end = p + text.size();
     // Parsed by hand with from_chars: ids may be split by any whitespace, and an error names the bad word
@@ -102,12 +125,17 @@ void add_decode(CLI::App& parent) {
     for (;;) {
       while (p < end && std::isspace(static_cast<unsigned char>(*p))) p++;
       if (p == end) break;
-      int32_t id = 0;
+      // int64_t, so that an id too large for int32 is reported as out of range, not as garbage.
+      int64_t id = 0;
       auto [next, ec] = std::from_chars(p, end, id);
       NANODDP_CHECK(ec == std::errc() && (next == end || std::isspace(static_cast<unsigned char>(*next))),
                     "{}: '{}' (id number {}) is not a token id", *input,
                     std::string_view(p, std::min<size_t>(20, end - p)), ids.size() + 1);
-      ids.push_back(id);
+      // Checked here for every tokenizer: the byte tokenizer's decode() would skip such an id silently.
+      NANODDP_CHECK(id >= 0 && id < vocab, "{}: token id {} (id number {}) is out of range: tokenizer {} has "
+                    "vocab_size {} (ids 0 to {}); were the ids made with another tokenizer?", *input, id,
+                    ids.size() + 1, *spec, vocab, vocab - 1);
+      ids.push_back(static_cast<int32_t>(id));
       p = next;
     }
     write_stdout(tok->decode(ids));

@@ -7,14 +7,22 @@
 
 #include <CLI/CLI.hpp>
 
+#include "train/options.h"
+
 namespace nanoddp::cli {
 
 void add_train_command(CLI::App& root);      // nanoddp train
+void add_sft_command(CLI::App& root);        // nanoddp sft
+void add_task_command(CLI::App& root);       // nanoddp task
 void add_sample_command(CLI::App& root);     // nanoddp sample
 void add_export_commands(CLI::App& root);    // nanoddp export / import
 void add_data_command(CLI::App& root);       // nanoddp data prepare
 void add_tokenizer_command(CLI::App& root);  // nanoddp tokenizer train|encode|decode
 void add_run_command(CLI::App& root);        // nanoddp run (the launcher)
 void add_info_command(CLI::App& root);       // nanoddp info
+
+// Trains `opts` in this process as one rank of whatever launched it (nanoddp run, torchrun-style
+// variables, mpirun, srun, or alone): what `train` and the chat stages run.
+void run_train_command(const train::TrainOptions& opts);
 
 }  // namespace nanoddp::cli

@@ -1,41 +1,110 @@
-// The nanoddp binary: one executable, one subcommand per job. Errors a user can act on
-// (nanoddp::Error) end as one line on stderr and exit status 1.
+// The nanoddp binary: one executable, one subcommand per job. Every failure ends as one line on
+// stderr, "nanoddp: error: ...", and exit status 1 (2 for a command line CLI11 cannot parse;
+// `nanoddp run` passes on its workers' status).
+// Errors a user can act on are nanoddp::Error, thrown where the cause is known; anything else that
+// reaches main() is still reported in one line (see report_unexpected) instead of aborting.
+#include <cxxabi.h>
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <new>
+#include <string>
+#include <system_error>
+#include <typeinfo>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "nanoddp/build_config.h"
 
+namespace {
+
+// "nanoddp: error: MESSAGE" (with the rank once comm/init has run; before that this is rank 0 of 1).
+int report(const std::string& message) {
+  if (nanoddp::log::world_size() > 1)
+    std::fprintf(stderr, "nanoddp: error: [rank %d] %s\n", nanoddp::log::rank(), message.c_str());
+  else
+    std::fprintf(stderr, "nanoddp: error: %s\n", message.c_str());
+  std::fflush(stderr);
+  return 1;
+}
+
+// The exception's class as C++ spells it, for a report a developer can search the code for.
+std::string type_name(const std::exception& e) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(typeid(e).name(), nullptr, nullptr, &status),
+                                              std::free);
+  return status == 0 && name ? name.get() : typeid(e).name();
+}
+
+// Exceptions that escaped the conversion into nanoddp::Error at their source. Each kind still gets
+// its likely cause and fix; only the last one is certainly a bug. Rethrown and caught here so that
+// main() keeps one catch for all of them.
+int report_unexpected() {
+  try {
+    throw;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // what() already names the operation and the path(s), e.g. "cannot create directories: Not a
+    // directory [/dev/null/x]".
+    return report(fmt::format("{}; check that the path exists, is a file or a directory as the command expects, "
+                              "and that you may read or write it", e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    return report(fmt::format("a JSON file nanoddp read is malformed or lacks a field ({}); it may be corrupt or "
+                              "from another version of nanoddp: re-create it with the command that writes it",
+                              e.what()));
+  } catch (const std::bad_alloc&) {
+    return report("out of memory; a size given on the command line or read from a file (vocabulary, model, batch) "
+                  "is probably larger than this machine can hold: check it, or use smaller settings");
+  } catch (const std::system_error& e) {
+    return report(fmt::format("a system call failed: {} ({} error {}); check the files, devices and resources "
+                              "the command uses", e.what(), e.code().category().name(), e.code().value()));
+  } catch (const std::exception& e) {
+    return report(fmt::format("unexpected {}: {}; this is likely a bug in nanoddp: please report it with the "
+                              "command line", type_name(e), e.what()));
+  } catch (...) {
+    return report("unexpected exception of unknown type; this is a bug in nanoddp: please report it with the "
+                  "command line");
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"nanoddp: data-parallel GPT training in C++ (CPU and CUDA)", "nanoddp"};
+  // Set before the subcommands are added: each copies its parent's at creation. Command-line errors
+  // then read like every other error ("nanoddp: error: --out is required").
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    return "nanoddp: error: " + CLI::FailureMessage::simple(a, e);
+  });
   // Exactly one: a bare `nanoddp` is a usage error that prints the help hint.
   app.require_subcommand(1);
   app.set_version_flag("--version", NANODDP_VERSION);
   using namespace nanoddp::cli;
   add_info_command(app);
   add_train_command(app);
+  add_sft_command(app);
+  add_task_command(app);
   add_sample_command(app);
   add_export_commands(app);
   add_tokenizer_command(app);
   add_data_command(app);
   add_run_command(app);
-  // Other exceptions are not expected (user and environment errors are nanoddp::Error): they escape
-  // to std::terminate, which aborts where a debugger or core dump shows it.
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // ParseError also covers --help, --version and the CLI::RuntimeError by which `nanoddp run` passes
     // on the workers' exit status: app.exit() prints what each needs (nothing for RuntimeError) and
-    // returns its exit code.
-    return app.exit(e);
+    // returns its exit code. CLI11 gives each kind of usage error its own code (104-114); scripts
+    // expect the usual 2 for "bad command line".
+    const int code = app.exit(e);
+    return code == 0 || e.get_name() == "RuntimeError" ? code : 2;
   } catch (const nanoddp::Error& e) {
-    // The rank is known once comm/init has run; before that this is rank 0 of 1.
-    if (nanoddp::log::world_size() > 1)
-      std::fprintf(stderr, "nanoddp: error: [rank %d] %s\n", nanoddp::log::rank(), e.what());
-    else
-      std::fprintf(stderr, "nanoddp: error: %s\n", e.what());
-    return 1;
+    return report(e.what());
+  } catch (...) {
+    return report_unexpected();
   }
   return 0;
 }

@@ -40,18 +40,33 @@ struct LoaderOptions {
   int64_t vocab_size = 0;
 };
 
-class TokenLoader {
+// Where the trainer's micro-batches come from: token shards (TokenLoader) or rendered
+// conversations (ConversationLoader, data/conversation_loader.h). Both keep a global cursor over
+// units of B rows that ranks take in turn (Note [data order]), so a position is {epoch, cursor}.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Fills inputs and targets, i32 [B, T] on the host, with this rank's next unit; a target of -1
+  // is not trained on.
+  virtual void next(Tensor& inputs, Tensor& targets) = 0;
+  virtual LoaderState state() const = 0;
+  virtual void set_state(const LoaderState& s) = 0;
+  virtual int64_t units_per_epoch() const = 0;
+  virtual int64_t tokens_per_epoch() const = 0;
+};
+
+class TokenLoader final : public BatchSource {
  public:
   // The shards of `split` in `dir`: split_000000.bin, split_000001.bin, ... (at least one).
   TokenLoader(const std::string& dir, const std::string& split, const LoaderOptions& opts);
 
   // Fills inputs and targets, i32 [B, T] on the host, with this rank's next unit.
-  void next(Tensor& inputs, Tensor& targets);
+  void next(Tensor& inputs, Tensor& targets) override;
 
-  LoaderState state() const { return state_; }
-  void set_state(const LoaderState& s) { state_ = s; order_epoch_ = -1; }
-  int64_t units_per_epoch() const { return units_; }
-  int64_t tokens_per_epoch() const { return units_ * opts_.batch * opts_.seq; }
+  LoaderState state() const override { return state_; }
+  void set_state(const LoaderState& s) override { state_ = s; order_epoch_ = -1; }
+  int64_t units_per_epoch() const override { return units_; }
+  int64_t tokens_per_epoch() const override { return units_ * opts_.batch * opts_.seq; }
 
  private:
   void prepare_order();  // the unit order of state_.epoch

@@ -1,5 +1,7 @@
 #include "data/prepare.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <regex>
 
@@ -64,22 +66,121 @@ int64_t count_utf8_chars(std::string_view s) {
 
 bool is_builtin(const std::string& spec) { return spec == "bytes" || is_npm_encoding(spec); }
 
-// Makes `dir` ready for a new dataset: created if missing; a dataset already there is an error
-// unless `overwrite`, which removes its files (and nothing else).
-void prepare_output_dir(const std::string& dir, bool overwrite) {
-  fs::create_directories(dir);
-  const std::regex ours(R"((train|val)_[0-9]+\.bin(\.tmp)?|meta\.json(\.tmp)?|tokenizer\.tiktoken(\.json)?)");
-  std::vector<fs::path> found;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (std::regex_match(e.path().filename().string(), ours)) found.push_back(e.path());
-  if (found.empty()) return;
-  NANODDP_CHECK(overwrite, "{} already holds a dataset ({} and more); pass --overwrite to replace it or choose "
-                "another --out", dir, found.front().filename().string());
-  for (const auto& p : found) fs::remove(p);
-}
+// Note [staged output]: a dataset is written into a staging directory and moved into OUT only once
+// it is complete, so a failed or interrupted prepare leaves no partial dataset in OUT (which would
+// make the retry demand --overwrite) and --overwrite keeps the old dataset until the new one exists.
+//  - OUT missing: the staging directory is its sibling OUT.tmp-<pid>, and commit() renames it to
+//    OUT. Parent directories created for it are removed again when the prepare fails.
+//  - OUT an existing directory (it may hold other files, even the input): the staging directory is
+//    OUT/.prepare.tmp-<pid>; commit() removes the old dataset's files and moves the new ones up.
+// Either way the staging directory is on OUT's filesystem, so the final renames cannot fail for
+// crossing devices. A prepare killed by a signal leaves its staging directory behind (with the pid
+// in its name, so it is recognisable); nothing else can remove it.
+class StagedOutput {
+ public:
+  StagedOutput(const std::string& out, bool overwrite) : out_(out) {
+    // Absolute and without a trailing '/', so that "." and "out/" have a name to suffix.
+    path_ = fs::absolute(out).lexically_normal();
+    if (!path_.has_filename()) path_ = path_.parent_path();
+    NANODDP_CHECK(path_ != path_.root_path(), "--out {} is the root directory; choose a directory for the dataset",
+                  out);
+    std::error_code ec;
+    const auto st = fs::status(path_, ec);
+    NANODDP_CHECK(!ec || st.type() == fs::file_type::not_found, "cannot access --out {}: {}", out, ec.message());
+    existed_ = fs::exists(st);
+    if (existed_) {
+      NANODDP_CHECK(fs::is_directory(st), "--out {} exists and is not a directory; remove it or choose another --out",
+                    out);
+      const auto found = dataset_files(path_);
+      NANODDP_CHECK(found.empty() || overwrite, "{} already holds a dataset ({} and more); pass --overwrite to replace "
+                    "it or choose another --out", out, found.front().filename().string());
+      staging_ = path_ / fmt::format(".prepare.tmp-{}", ::getpid());
+    } else {
+      // The directories about to be created, from OUT's parent up, to remove on failure.
+      // Stops at the first that exists or cannot be examined: those are not ours to remove.
+      for (fs::path p = path_.parent_path(); p != p.root_path(); p = p.parent_path()) {
+        if (fs::exists(p, ec) || ec) break;
+        created_.push_back(p);
+      }
+      fs::create_directories(path_.parent_path(), ec);
+      if (ec) {
+        remove_created();
+        NANODDP_FAIL("cannot create the directory of --out {}: {}; choose another --out", out, ec.message());
+      }
+      staging_ = path_.parent_path() / fmt::format("{}.tmp-{}", path_.filename().string(), ::getpid());
+    }
+    fs::remove_all(staging_, ec);  // a leftover of an earlier process with this pid
+    if (!fs::create_directory(staging_, ec) || ec) {
+      remove_created();
+      NANODDP_FAIL("cannot write into {}: {} (creating {}); make it writable or choose another --out",
+                   existed_ ? out : path_.parent_path().string(), ec ? ec.message() : "it exists", staging_.string());
+    }
+  }
+
+  ~StagedOutput() {
+    if (committed_) return;
+    // Best effort, and never throwing: this runs while an error is on its way to the user.
+    std::error_code ec;
+    fs::remove_all(staging_, ec);
+    remove_created();
+  }
+
+  StagedOutput(const StagedOutput&) = delete;
+  StagedOutput& operator=(const StagedOutput&) = delete;
+
+  // Where the dataset's files are written.
+  std::string dir() const { return staging_.string(); }
+
+  // Moves the finished dataset into OUT, replacing one that is already there.
+  void commit() {
+    std::error_code ec;
+    if (!existed_) {
+      fs::rename(staging_, path_, ec);
+      NANODDP_CHECK(!ec, "cannot rename {} to --out {}: {} (did something else create {} meanwhile?)",
+                    staging_.string(), out_, ec.message(), out_);
+    } else {
+      for (const auto& p : dataset_files(path_)) {
+        fs::remove(p, ec);
+        NANODDP_CHECK(!ec, "cannot remove {} of the old dataset: {}", p.string(), ec.message());
+      }
+      for (const auto& e : fs::directory_iterator(staging_)) {
+        fs::rename(e.path(), path_ / e.path().filename(), ec);
+        NANODDP_CHECK(!ec, "cannot move {} into --out {}: {}", e.path().string(), out_, ec.message());
+      }
+      fs::remove(staging_, ec);
+    }
+    committed_ = true;
+  }
+
+ private:
+  // Innermost first; fs::remove() takes only empty directories, so nothing that appeared in them is lost.
+  void remove_created() noexcept {
+    std::error_code ec;
+    for (const auto& p : created_)
+      if (fs::is_directory(fs::symlink_status(p, ec))) fs::remove(p, ec);
+  }
+
+  // The files of a dataset (and of an interrupted write of one) in `dir`, and nothing else.
+  static std::vector<fs::path> dataset_files(const fs::path& dir) {
+    static const std::regex ours(R"((train|val)_[0-9]+\.bin(\.tmp)?|meta\.json(\.tmp)?|tokenizer\.tiktoken(\.json)?)");
+    std::vector<fs::path> found;
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+      if (std::regex_match(it->path().filename().string(), ours)) found.push_back(it->path());
+    NANODDP_CHECK(!ec, "cannot list --out directory {}: {}", dir.string(), ec.message());
+    return found;
+  }
+
+  std::string out_;                // as the user wrote it, for messages
+  fs::path path_;                  // absolute
+  fs::path staging_;
+  std::vector<fs::path> created_;  // OUT's missing parents, innermost first
+  bool existed_ = false;
+  bool committed_ = false;
+};
 
 // The tokenizer spec meta.json records: built-in names as they are; a tokenizer file is written into
-// `dir` (from memory: the file given may be the one --overwrite just removed from `dir`).
+// `dir` (from memory: the file given may be the one in OUT that commit() replaces).
 std::string record_tokenizer(const std::string& spec, const Tokenizer& tok, const std::string& dir) {
   if (is_builtin(spec)) return spec;
   const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tok);
@@ -89,21 +190,25 @@ std::string record_tokenizer(const std::string& spec, const Tokenizer& tok, cons
   return copy.filename().string();
 }
 
-}  // namespace
-
-PrepareStats prepare_dataset(const PrepareOptions& opt) {
+PrepareStats prepare_staged(const PrepareOptions& opt) {
   NANODDP_CHECK(!opt.out.empty(), "--out is required: the directory to write the dataset into");
   NANODDP_CHECK(opt.shard_tokens > 0 && opt.shard_tokens <= UINT32_MAX, "--shard_tokens {} must be in [1, 2^32)",
                 opt.shard_tokens);
   NANODDP_CHECK(opt.val_every >= 2, "--val_every {} must be at least 2 (every k-th document goes to validation)",
                 opt.val_every);
+  // 0 would read no text at all and then report an empty corpus.
+  NANODDP_CHECK(opt.batch_bytes > 0, "--batch_bytes {} must be positive (bytes of text encoded at a time)",
+                opt.batch_bytes);
+  NANODDP_CHECK(opt.threads >= 0, "--threads {} must be 0 (all cores) or positive", opt.threads);
   Stopwatch clock;
   auto tok = load_tokenizer(opt.tokenizer);
   DocumentReader reader(opt.input);
-  prepare_output_dir(opt.out, opt.overwrite);
+  // Declared before the sinks, so it outlives them: a failure removes their .tmp files first, then it
+  // removes the staging directory. See Note [staged output].
+  StagedOutput staged(opt.out, opt.overwrite);
 
-  ShardSink train(opt.out, "train", tok->vocab_size(), opt.shard_tokens);
-  ShardSink val(opt.out, "val", tok->vocab_size(), opt.shard_tokens);
+  ShardSink train(staged.dir(), "train", tok->vocab_size(), opt.shard_tokens);
+  ShardSink val(staged.dir(), "val", tok->vocab_size(), opt.shard_tokens);
   const int32_t bos = tok->bos_id();
   PrepareStats st;
   int64_t index = 0;  // of the next non-empty document
@@ -136,8 +241,8 @@ PrepareStats prepare_dataset(const PrepareOptions& opt) {
                 index, opt.val_every, opt.val_every, st.val_documents == 0 ? "validation" : "training");
 
   DatasetMeta meta;
-  meta.dir = opt.out;
-  meta.tokenizer = record_tokenizer(opt.tokenizer, *tok, opt.out);
+  meta.dir = staged.dir();
+  meta.tokenizer = record_tokenizer(opt.tokenizer, *tok, staged.dir());
   meta.vocab_size = tok->vocab_size();
   meta.bos_id = bos;
   meta.token_width = tok->vocab_size() <= 65536 ? 2 : 4;
@@ -152,10 +257,24 @@ PrepareStats prepare_dataset(const PrepareOptions& opt) {
   meta.train_shards = train.paths();
   meta.val_shards = val.paths();
   write_dataset_meta(meta);
+  staged.commit();
   st.train_shards = train.paths().size();
   st.val_shards = val.paths().size();
   st.seconds = clock.seconds();
   return st;
+}
+
+}  // namespace
+
+PrepareStats prepare_dataset(const PrepareOptions& opt) {
+  // The layers below throw filesystem_error for some failures (a rename, a directory listing); the
+  // staging directory is gone by the time it arrives here.
+  try {
+    return prepare_staged(opt);
+  } catch (const fs::filesystem_error& e) {
+    NANODDP_FAIL("data prepare --out {} failed: {}; check that the input is readable and that --out is a writable "
+                 "directory (or a path one can be created at)", opt.out, e.what());
+  }
 }
 
 }  // namespace nanoddp::data

@@ -1,5 +1,6 @@
 #include "data/tokenizer_file.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -30,16 +31,29 @@ std::string read_whole_file(const std::string& path, const char* what) {
   return ss.str();
 }
 
+// Through PATH.tmp, so `path` is never half-written; a failure removes PATH.tmp again.
 void write_file_atomically(const std::string& path, const std::string& data) {
   const std::string tmp = path + ".tmp";
+  std::error_code ec;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     NANODDP_CHECK(out.good(), "cannot write {}: {}", tmp, std::strerror(errno));
     out.write(data.data(), static_cast<std::streamsize>(data.size()));
     out.flush();
-    NANODDP_CHECK(out.good(), "cannot write {}: {}", tmp, std::strerror(errno));
+    if (!out.good()) {
+      const std::string why = std::strerror(errno);
+      out.close();
+      fs::remove(tmp, ec);
+      NANODDP_FAIL("cannot write {}: {} (disk full?)", tmp, why);
+    }
   }
-  fs::rename(tmp, path);
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    NANODDP_FAIL("cannot write {}: {}; if it is a directory, remove it or choose another file name", path,
+                 ec.message());
+  }
 }
 
 // Collects (rank -> token bytes), checking that every rank and every token occurs once. Places are
@@ -47,10 +61,14 @@ void write_file_atomically(const std::string& path, const std::string& data) {
 class RankTable {
  public:
   using Where = std::function<std::string(int64_t place)>;
-  RankTable(std::string source, Where where) : source_(std::move(source)), where_(std::move(where)) {}
+  // `limit`: ranks at or above it are refused at once. The table grows to the highest rank seen, so a
+  // bogus rank must be refused before it asks for gigabytes; smaller gaps are reported by finish().
+  RankTable(std::string source, Where where, int64_t limit)
+      : source_(std::move(source)), where_(std::move(where)), limit_(limit) {}
 
   void add(int64_t rank, std::string bytes, int64_t place) {
-    NANODDP_CHECK(rank >= 0 && rank < INT32_MAX, "{}: rank {} is out of range", where_(place), rank);
+    NANODDP_CHECK(rank >= 0 && rank < limit_, "{}: rank {} is out of range (ranks go from 0 to the number of tokens "
+                  "minus one, and {} cannot have more than {})", where_(place), rank, source_, limit_);
     if (static_cast<size_t>(rank) >= tokens_.size()) {
       tokens_.resize(rank + 1);
       place_.resize(rank + 1, -1);
@@ -76,6 +94,7 @@ class RankTable {
  private:
   std::string source_;
   Where where_;
+  int64_t limit_;
   std::vector<std::string> tokens_;  // [max rank + 1]
   std::vector<int64_t> place_;       // [max rank + 1] where each rank was defined, -1 = not yet
   BytesMap seen_;                    // token bytes -> rank
@@ -87,6 +106,12 @@ std::string cache_dir() {
   return std::string(home != nullptr ? home : ".") + "/.cache/nanoddp";
 }
 
+// Special ids come after the ordinary tokens, with room for gaps like tiktoken's (cl100k_base leaves
+// 100261-100275 unused). A farther id is a corrupt or hand-edited sidecar, and every table sized by
+// the vocabulary (the embedding above all) would grow with it.
+constexpr int64_t kMaxSpecialGap = 4096;
+
+// Needs vocab.tokens (the ordinary tokens) to check the special ids against.
 void read_sidecar(const std::string& path, BpeVocab& vocab) {
   const std::string side = sidecar_path(path);
   NANODDP_CHECK(fs::exists(side), "tokenizer file {} has no sidecar {} (it holds the split pattern and the "
@@ -102,7 +127,18 @@ void read_sidecar(const std::string& path, BpeVocab& vocab) {
                   side);
     vocab.pattern = j.at("pattern").get<std::string>();
     vocab.bos = j.at("bos").get<std::string>();
-    for (auto& [text, id] : j.at("special_tokens").items()) vocab.specials.push_back({text, id.get<int32_t>()});
+    const int64_t n = static_cast<int64_t>(vocab.tokens.size());
+    for (auto& [text, id] : j.at("special_tokens").items()) {
+      // get<int32_t>() would quietly truncate 1e10 or 2.5; the check below needs the id as written.
+      NANODDP_CHECK(id.is_number_integer(), "tokenizer sidecar {}: special token '{}' has id {}, which is not an "
+                    "integer", side, text, id.dump());
+      const int64_t v = id.get<int64_t>();
+      NANODDP_CHECK(v >= n && v < n + kMaxSpecialGap, "tokenizer sidecar {}: special token '{}' has id {}, but {} has "
+                    "{} ordinary tokens, so special ids must lie in [{}, {}); is the sidecar from another tokenizer "
+                    "file? Re-create both with `nanoddp tokenizer train`", side, text, v, path, n, n,
+                    n + kMaxSpecialGap);
+      vocab.specials.push_back({text, static_cast<int32_t>(v)});
+    }
   } catch (const nlohmann::json::exception& e) {
     NANODDP_FAIL("tokenizer sidecar {}: {} (expected \"pattern\", \"bos\" and \"special_tokens\")", side, e.what());
   }
@@ -114,7 +150,10 @@ std::string sidecar_path(const std::string& path) { return path + ".json"; }
 
 BpeVocab read_tokenizer_file(const std::string& path) {
   const std::string text = read_whole_file(path, "tokenizer file");
-  RankTable table(path, [&](int64_t line) { return fmt::format("{}:{}", path, line); });
+  // One token per line: a rank far beyond the line count is corrupt. The slack lets a modest gap be
+  // reported by finish() as the missing rank it is.
+  const int64_t lines = std::count(text.begin(), text.end(), '\n') + (!text.empty() && text.back() != '\n');
+  RankTable table(path, [&](int64_t line) { return fmt::format("{}:{}", path, line); }, 2 * lines + 1024);
   int64_t line_no = 0;
   for (size_t pos = 0; pos < text.size();) {
     size_t eol = text.find('\n', pos);
@@ -182,7 +221,8 @@ BpeVocab read_npm_encoding(const std::string& name) {
   BpeVocab vocab;
   vocab.name = name;
   vocab.bos = "<|endoftext|>";
-  RankTable table(path, [&](int64_t k) { return fmt::format("{}, bpe_ranks token {}", path, k); });
+  // tiktoken's largest table (o200k_base) has 200,000 tokens; 2^24 leaves room and still bounds the table.
+  RankTable table(path, [&](int64_t k) { return fmt::format("{}, bpe_ranks token {}", path, k); }, int64_t{1} << 24);
   try {
     vocab.pattern = j.at("pat_str").get<std::string>();
     for (auto& [text, id] : j.at("special_tokens").items()) vocab.specials.push_back({text, id.get<int32_t>()});

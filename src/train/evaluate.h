@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/process_group.h"
+#include "data/loader.h"
 #include "model/gpt.h"
 
 namespace nanoddp::train {
@@ -25,5 +26,10 @@ struct EvalResult {
 // capped at one pass over the split. token_bytes[id] is the byte length of each token.
 EvalResult evaluate(model::GPT& model, const std::string& data_dir, int64_t batch, int64_t seq,
                     int64_t micro_batches, const std::vector<int32_t>& token_bytes, dist::ProcessGroup& group);
+
+// The same over any source of batches (conversations, say), which must be at its start: targets
+// of -1 are not counted.
+EvalResult evaluate(model::GPT& model, data::BatchSource& loader, int64_t batch, int64_t seq, int64_t micro_batches,
+                    const std::vector<int32_t>& token_bytes, dist::ProcessGroup& group);
 
 }  // namespace nanoddp::train

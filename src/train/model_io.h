@@ -25,7 +25,9 @@ std::unique_ptr<model::GPT> load_model(const std::string& checkpoint_dir, Device
 std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& checkpoint_dir,
                                                             const std::string& data_dir = "");
 
-// Writes FILE.tmp and renames it, so `file` never exists half-written.
+// Writes FILE.tmp and renames it, so `file` never exists half-written; a failure removes FILE.tmp.
+// An existing file is replaced; an existing directory is an error (nanoddp::Error, as is every
+// failure here).
 void export_safetensors(const std::string& checkpoint_dir, const std::string& file);
 
 // vocab_size, n_head and max_seq_len matter only for files without nanoddp metadata (from
@@ -34,13 +36,15 @@ struct ImportOptions {
   std::string input;            // a safetensors file with nanochat's names
   std::string out;              // run directory to create the checkpoint in
   std::string data;             // dataset directory whose tokenizer goes with the weights (optional)
-  int64_t vocab_size = 0;       // the true vocabulary when the file has no nanoddp metadata
+  int64_t vocab_size = 0;       // the true vocabulary when the file has no nanoddp metadata (0: --data's)
   int64_t n_head = 0;           // heads when the file has no nanoddp metadata (0: nanochat's rule)
   int64_t max_seq_len = 2048;   // when the file has no nanoddp metadata
 };
-// Writes OUT/checkpoints/step_000000 (model only) and returns its directory.
-// Throws when a tensor GPT needs is missing or has another shape, or when a foreign file comes
-// without --vocab_size.
+// Writes OUT/checkpoints/step_000000 and returns its directory. It is a model-only checkpoint: its
+// meta.json says "model_only": true and "world_size": null, and it holds no optimizer state.
+// Throws nanoddp::Error, leaving nothing behind, when a tensor GPT needs is missing or has another
+// shape, when a foreign file comes without --vocab_size (or --data), when --data holds a dataset of
+// another vocabulary, or when OUT cannot be written.
 std::string import_safetensors(const ImportOptions& opts);
 
 }  // namespace nanoddp::train

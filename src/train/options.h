@@ -21,6 +21,7 @@ struct TrainOptions {
   // 524288 = 2^19 tokens = 32 rows x 2048 tokens x 8 GPUs: one micro-step per step on an 8-GPU node.
   int64_t total_batch_size = 524288;
   int64_t num_iterations = -1;
+  double num_epochs = -1;
   double target_flops = -1;
   double target_param_data_ratio = 20;
   // optimization
@@ -41,6 +42,11 @@ struct TrainOptions {
   double first_bucket_mb = 1;
   // data and output
   std::string data = "data";
+  // Chat stages (issue 12): conversations instead of token shards.
+  std::string conversations = "";
+  std::string val_conversations = "";
+  std::string mask = "assistant";
+  std::string stage = "base";
   std::string out = "out";
   uint64_t seed = 42;
   bool shuffle = true;
@@ -80,7 +86,9 @@ struct TrainOptions {
     v(device_batch_size, "device_batch_size", "Rows per micro-batch on each rank (B)");
     v(total_batch_size, "total_batch_size", "Tokens per optimizer step over all ranks; gradient accumulation = "
       "total / (B * T * world), which must divide exactly (-1 = one micro-step)");
-    v(num_iterations, "num_iterations", "Optimizer steps (-1: from --target_flops or --target_param_data_ratio)");
+    v(num_iterations, "num_iterations", "Optimizer steps (-1: from --num_epochs, --target_flops or "
+      "--target_param_data_ratio)");
+    v(num_epochs, "num_epochs", "Passes over the training data (-1 = off; --num_iterations wins when both are set)");
     v(target_flops, "target_flops", "Train for this many FLOPs (-1 = off)");
     v(target_param_data_ratio, "target_param_data_ratio", "Train on ratio * params tokens (Chinchilla: 20)");
     v(optimizer, "optimizer", "muon: Muon for block matrices + AdamW for embeddings (nanochat); adamw: AdamW only");
@@ -97,6 +105,11 @@ struct TrainOptions {
     v(bucket_cap_mb, "bucket_cap_mb", "Gradient bucket size cap in MiB (PyTorch DDP: 25)");
     v(first_bucket_mb, "first_bucket_mb", "Size of the first gradient bucket in MiB (PyTorch DDP: 1)");
     v(data, "data", "Dataset directory written by `nanoddp data prepare`");
+    v(conversations, "conversations", "Train on these JSONL conversation files (comma-separated) instead of --data's "
+      "shards; --data still gives the tokenizer");
+    v(val_conversations, "val_conversations", "Evaluate on these JSONL conversation files (comma-separated)");
+    v(mask, "mask", "With --conversations: train on the assistant's tokens (assistant) or on every token (all)");
+    v(stage, "stage", "What this run is, recorded in its checkpoints: base, sft or rl");
     v(out, "out", "Output directory: metrics.jsonl and checkpoints/");
     v(seed, "seed", "Seed of the initial weights and the data order");
     v(shuffle, "shuffle", "Shuffle training rows each epoch (seeded by seed and epoch)");

@@ -9,6 +9,7 @@
 #include "core/options.h"
 #include "core/safetensors.h"
 #include "core/timer.h"
+#include "data/conversation_loader.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "comm/consistency.h"
@@ -66,6 +67,18 @@ class StopSignals {
   void (*old_int_)(int) = SIG_DFL;
 };
 
+// "a.jsonl,b.jsonl" -> its items (empty ones dropped).
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t comma = std::min(s.find(',', start), s.size());
+    if (comma > start) out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
 // Whether every element of t is finite (t on any device; a GPU tensor is copied to the host).
 bool all_finite(const Tensor& t) {
   Tensor h = t.device().is_cpu() ? t : t.copy_to(Device::cpu());
@@ -104,12 +117,14 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
   // then tokens = target_param_data_ratio x parameters.
   if (o.num_iterations > 0) {
     p.num_iterations = o.num_iterations;
+  } else if (o.num_epochs > 0) {
+    p.num_iterations = -1;  // the trainer counts the epoch's tokens once its loader exists
   } else if (o.target_flops > 0) {
     p.num_iterations = std::llround(o.target_flops / (p.config.flops_per_token(o.max_seq_len) * total));
   } else {
     p.num_iterations = static_cast<int64_t>(o.target_param_data_ratio * p.config.num_params()) / total;
   }
-  NANODDP_CHECK(p.num_iterations >= 1, "the run would take 0 steps: set --num_iterations");
+  NANODDP_CHECK(p.num_iterations >= 1 || o.num_epochs > 0, "the run would take 0 steps: set --num_iterations");
   // --eval_tokens counts over all ranks, like per_micro.
   p.eval_micro_batches = std::max<int64_t>(1, o.eval_tokens / per_micro);
   return p;
@@ -151,7 +166,7 @@ class Trainer {
   std::unique_ptr<model::GPT> model_;
   std::unique_ptr<ddp::Reducer> reducer_;
   std::unique_ptr<ddp::Optimizer> optimizer_;
-  std::unique_ptr<data::TokenLoader> loader_;
+  std::unique_ptr<data::BatchSource> loader_;
   // One micro-batch: i32 [device_batch_size, max_seq_len] on the host.
   Tensor inputs_, targets_;
   std::unique_ptr<MetricsLog> metrics_;
@@ -218,7 +233,17 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
   data::LoaderOptions lo{opts.device_batch_size, opts.max_seq_len, group.rank(), group.size(), opts.shuffle,
                          opts.seed};
   lo.vocab_size = meta_.vocab_size;
-  loader_ = std::make_unique<data::TokenLoader>(opts.data, "train", lo);
+  if (opts.conversations.empty()) {
+    loader_ = std::make_unique<data::TokenLoader>(opts.data, "train", lo);
+  } else {
+    loader_ = std::make_unique<data::ConversationLoader>(split_list(opts.conversations), *tokenizer_, lo,
+                                                         opts.mask == "all");
+  }
+  if (plan_.num_iterations < 0) {
+    const double steps = opts.num_epochs * static_cast<double>(loader_->tokens_per_epoch()) /
+                         static_cast<double>(plan_.tokens_per_step);
+    plan_.num_iterations = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(steps)));
+  }
   inputs_ = Tensor::empty({opts.device_batch_size, opts.max_seq_len}, DType::I32);
   targets_ = Tensor::empty({opts.device_batch_size, opts.max_seq_len}, DType::I32);
   // MFU's denominator: the user's --peak_flops, else on the CPU a layer-sized GEMM measured now,
@@ -377,7 +402,10 @@ void Trainer::init_from(const std::string& path) {
 }
 
 nlohmann::json Trainer::dataset_identity() const {
-  return {{"vocab_size", meta_.vocab_size}, {"train_tokens", meta_.train_tokens}, {"tokenizer", meta_.tokenizer}};
+  nlohmann::json id = {{"vocab_size", meta_.vocab_size}, {"train_tokens", meta_.train_tokens},
+                       {"tokenizer", meta_.tokenizer}};
+  if (!opts_.conversations.empty()) id["conversations"] = opts_.conversations;
+  return id;
 }
 
 void Trainer::save(int64_t step) {
@@ -398,6 +426,8 @@ void Trainer::save(int64_t step) {
             {"loader", {{"epoch", loader.epoch}, {"cursor", loader.cursor}}},
             {"world_size", group_.size()},
             {"run_id", run_id_},
+            {"stage", opts_.stage},
+            {"source", opts_.init_from.empty() ? nlohmann::json() : nlohmann::json(opts_.init_from)},
             {"dataset", dataset_identity()},
             {"data_dir", std::filesystem::absolute(opts_.data).string()},
             {"tokenizer", meta_.tokenizer},
@@ -430,8 +460,18 @@ double Trainer::train_step(int64_t step, double lr_mult) {
 
 void Trainer::evaluate_and_log(int64_t step) {
   Stopwatch sw;
-  EvalResult r = evaluate(*model_, opts_.data, opts_.device_batch_size, opts_.max_seq_len, plan_.eval_micro_batches,
-                          token_bytes_, group_);
+  EvalResult r;
+  if (opts_.conversations.empty()) {
+    r = evaluate(*model_, opts_.data, opts_.device_batch_size, opts_.max_seq_len, plan_.eval_micro_batches,
+                 token_bytes_, group_);
+  } else {
+    // Chat stages evaluate on held-out conversations, only where the assistant speaks (or not at all).
+    if (opts_.val_conversations.empty()) return;
+    data::LoaderOptions lo{opts_.device_batch_size, opts_.max_seq_len, group_.rank(), group_.size(), false, 0};
+    data::ConversationLoader val(split_list(opts_.val_conversations), *tokenizer_, lo, opts_.mask == "all");
+    r = evaluate(*model_, val, opts_.device_batch_size, opts_.max_seq_len, plan_.eval_micro_batches, token_bytes_,
+                 group_);
+  }
   result_.eval = r;
   log::print0("step {:05d} | val loss {:.4f} | val bpb {:.4f} | {} tokens in {:.1f}s", step, r.loss, r.bpb,
               r.tokens, sw.seconds());

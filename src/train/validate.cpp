@@ -46,6 +46,11 @@ void validate_options(const TrainOptions& o) {
   positive(o.device_batch_size, "device_batch_size");
   minus_one_or_positive(o.total_batch_size, "total_batch_size", "one micro-step per step");
   minus_one_or_positive(o.num_iterations, "num_iterations", "from --target_flops or --target_param_data_ratio");
+  NANODDP_CHECK(o.num_epochs == -1 || (std::isfinite(o.num_epochs) && o.num_epochs > 0),
+                "--num_epochs must be -1 (off) or a positive number (got {})", o.num_epochs);
+  NANODDP_CHECK(o.mask == "assistant" || o.mask == "all", "--mask must be assistant or all (got '{}')", o.mask);
+  NANODDP_CHECK(o.stage == "base" || o.stage == "sft" || o.stage == "rl", "--stage must be base, sft or rl (got "
+                "'{}')", o.stage);
   NANODDP_CHECK(o.target_flops == -1 || (std::isfinite(o.target_flops) && o.target_flops > 0),
                 "--target_flops must be -1 (off) or a positive number (got {})", o.target_flops);
   NANODDP_CHECK(std::isfinite(o.target_param_data_ratio) && o.target_param_data_ratio > 0,

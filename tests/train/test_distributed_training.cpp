@@ -344,6 +344,36 @@ TEST(Resharding, OneRankResumedOnThreeContinuesLikeTheStraightRun) {
   std::printf("largest relative loss difference after the resume: %.3g\n", worst);
 }
 
+// SFT (issue 12): conversations packed into rows and strided by rank train exactly as token shards
+// do: 2 ranks equal 1 rank with 2 accumulation steps, bit for bit.
+TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationSteps) {
+  ScratchDir base("sft_base"), one("sft_one"), two("sft_two"), tasks("sft_tasks");
+  Proc b(single(train_flags(base.str(), 4 * 32, 4)));
+  ASSERT_EQ(b.wait_exit(60s), 0) << b.all();
+  const std::string convs = tasks.str("train.jsonl");
+  Proc t(single({"task", "--name", "arithmetic", "--count", "60", "--out", convs}));
+  ASSERT_EQ(t.wait_exit(60s), 0) << t.all();
+  auto sft = [&](const std::string& out) {
+    return std::vector<std::string>{"sft", "--source", base.str(), "--data", convs, "--out", out,
+                                    "--device_batch_size", "4", "--total_batch_size", std::to_string(4 * 32 * 2),
+                                    "--num_iterations", "6", "--threads", "1", "--peak_flops", "1e9", "--timeout", "20"};
+  };
+  Proc a1(single(sft(one.str())));
+  ASSERT_EQ(a1.wait_exit(120s), 0) << a1.all();
+  Proc a2(launch(2, {}, sft(two.str())));
+  ASSERT_EQ(a2.wait_exit(120s), 0) << a2.all();
+  auto l1 = losses(one.str()), l2 = losses(two.str());
+  ASSERT_EQ(l1.size(), 6u);
+  ASSERT_EQ(l2.size(), 6u);
+  for (auto& [step, loss] : l1) EXPECT_EQ(loss, l2[step]) << "step " << step;
+  EXPECT_EQ(final_weights(one.str(), 6), final_weights(two.str(), 6));
+  // The checkpoint says what it is and where it came from.
+  std::ifstream meta(one.str("checkpoints/step_000006/meta.json"));
+  const auto j = nlohmann::json::parse(meta);
+  EXPECT_EQ(j["stage"], "sft");
+  EXPECT_NE(j["source"].get<std::string>().find("sft_base"), std::string::npos);
+}
+
 TEST(BadInput, PortInUseAndUnreachableMaster) {
   ScratchDir out("dist_bad_port");
   // Rank 0 hosts the store: a port someone else holds is a clear error.

@@ -1,0 +1,74 @@
+// nanoddp sft: nanochat's chat_sft (and mid-training with --mask all) as one command: fine-tunes a
+// base or SFT checkpoint on conversations (data/conversation.h), packed into rows, strided by
+// rank, with gradient accumulation and DDP / ZeRO exactly as `train`, under every launcher.
+// The model (depth, widths, context) and the tokenizer are the source checkpoint's.
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/option_flags.h"
+#include "core/error.h"
+#include "train/checkpoint.h"
+
+namespace nanoddp::cli {
+
+namespace {
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) {
+    NANODDP_CHECK(s.find(',') == std::string::npos, "conversation file names may not contain commas: {}", s);
+    out += (out.empty() ? "" : ",") + s;
+  }
+  return out;
+}
+
+struct SftInputs {
+  std::string source;
+  std::vector<std::string> data, val_data;
+};
+
+}  // namespace
+
+void add_sft_command(CLI::App& root) {
+  auto* cmd = root.add_subcommand("sft", "Fine-tune a checkpoint on conversations (nanochat's chat_sft)");
+  auto opts = std::make_shared<train::TrainOptions>();
+  // SFT's defaults where they differ from base training's (nanochat's chat_sft): one epoch, the
+  // learning rate decaying linearly to zero over it, one micro-step per step, an evaluation only at
+  // the end; the run is recorded as stage sft.
+  opts->stage = "sft";
+  opts->num_epochs = 1;
+  opts->warmdown_ratio = 1.0;
+  opts->total_batch_size = -1;
+  opts->eval_every = -1;
+  add_option_flags(*cmd, *opts);
+  // --data means conversation files here; the dataset (for the tokenizer) is the source's.
+  for (const char* flag : {"--data", "--conversations", "--val_conversations", "--init_from", "--stage"})
+    cmd->remove_option(cmd->get_option(flag));
+  auto in = std::make_shared<SftInputs>();
+  cmd->add_option("--source", in->source, "The checkpoint to fine-tune: a checkpoint directory or a run's --out")
+      ->required();
+  cmd->add_option("--data", in->data, "JSONL conversation files to train on")->required()->expected(1, -1);
+  cmd->add_option("--val_data,--val-data", in->val_data, "JSONL conversation files to evaluate on")->expected(1, -1);
+  cmd->callback([opts, in] {
+    const std::string dir = train::resolve_checkpoint(in->source);
+    const nlohmann::json meta = train::read_checkpoint_meta(dir);
+    NANODDP_CHECK(meta.contains("data_dir") && meta.contains("options"), "--source {}: its meta.json lacks the "
+                  "dataset and options it was trained with; fine-tune a checkpoint written by `nanoddp train` or "
+                  "`nanoddp sft`", dir);
+    train::TrainOptions o = *opts;
+    // The model is the source's: its shape flags are taken from it, whatever was given here.
+    const auto& src = meta.at("options");
+    o.depth = src.at("depth");
+    o.aspect_ratio = src.at("aspect_ratio");
+    o.head_dim = src.at("head_dim");
+    o.n_kv_head = src.at("n_kv_head");
+    o.max_seq_len = src.at("max_seq_len");
+    o.data = meta.at("data_dir");
+    o.init_from = dir;
+    o.conversations = join(in->data);
+    o.val_conversations = join(in->val_data);
+    run_train_command(o);
+  });
+}
+
+}  // namespace nanoddp::cli

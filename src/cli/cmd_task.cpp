@@ -1,0 +1,64 @@
+// nanoddp task: writes a bundled chat task (data/tasks.h) as JSONL, for `sft` (conversations) or
+// for RL and evaluation (questions with answers).
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli/commands.h"
+#include "cli/option_flags.h"
+#include "core/error.h"
+#include "data/tasks.h"
+
+namespace nanoddp::cli {
+
+namespace {
+
+struct TaskArgs {
+  std::string name = "arithmetic";
+  int64_t count = 1000;
+  uint64_t seed = 1;
+  std::string format = "conversations";
+  std::string out = "";
+  std::string words = "";
+  template <typename V>
+  void visit(V&& v) {
+    v(name, "name", "spelling, letters or arithmetic");
+    v(count, "count", "Items to write");
+    v(seed, "seed", "Seed of the items (another seed, other items: e.g. one for training, one for evaluation)");
+    v(format, "format", "conversations (for sft) or questions (JSON lines with an answer, for rl and eval)");
+    v(out, "out", "The JSONL file to write");
+    v(words, "words", "Word list, one word per line (default: the npm package word-list)");
+  }
+};
+
+}  // namespace
+
+void add_task_command(CLI::App& root) {
+  auto* cmd = root.add_subcommand("task", "Write a bundled chat task (spelling, letters, arithmetic) as JSONL");
+  auto args = std::make_shared<TaskArgs>();
+  add_option_flags(*cmd, *args);
+  cmd->callback([args] {
+    NANODDP_CHECK(!args->out.empty(), "--out is required: the JSONL file to write");
+    NANODDP_CHECK(args->format == "conversations" || args->format == "questions", "--format must be conversations "
+                  "or questions (got '{}')", args->format);
+    const auto items = data::make_task(args->name, args->count, args->seed, args->words);
+    // Written to a temporary name and renamed, so a failed write never leaves half a file.
+    const std::string tmp = args->out + ".tmp";
+    {
+      std::ofstream f(tmp);
+      NANODDP_CHECK(f.good(), "cannot write {}: check that the directory exists and is writable", tmp);
+      for (const auto& it : items)
+        f << (args->format == "conversations" ? data::task_item_conversation_json(it)
+                                              : data::task_item_question_json(it))
+          << '\n';
+      NANODDP_CHECK(f.good(), "cannot write {} (disk full?)", tmp);
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, args->out, ec);
+    NANODDP_CHECK(!ec, "cannot move {} to {}: {}", tmp, args->out, ec.message());
+    fmt::print("wrote {} {} items of task {} to {}\n", items.size(), args->format, args->name, args->out);
+  });
+}
+
+}  // namespace nanoddp::cli

@@ -1,0 +1,68 @@
+#include "data/conversation_loader.h"
+
+#include <numeric>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace nanoddp::data {
+
+ConversationLoader::ConversationLoader(const std::vector<std::string>& files, const Tokenizer& tok,
+                                       const LoaderOptions& opts, bool mask_all)
+    : opts_(opts), mask_all_(mask_all) {
+  NANODDP_CHECK(!files.empty(), "no conversation files given");
+  int64_t tokens = 0;
+  for (const auto& f : files)
+    for (const auto& c : read_conversations(f)) {
+      rendered_.push_back(render_conversation(tok, c));
+      tokens += static_cast<int64_t>(rendered_.back().ids.size());
+    }
+  // The stream's length is the same every epoch (only the order changes), so the units are too.
+  units_ = (tokens - 1) / opts.seq / opts.batch;
+  NANODDP_CHECK(units_ >= opts.world, "{} conversations hold {} tokens: too few for {} rank(s) x {} rows of {} "
+                "tokens; give more conversations, or a smaller --device_batch_size", rendered_.size(), tokens,
+                opts.world, opts.batch, opts.seq);
+}
+
+void ConversationLoader::build_stream() {
+  if (stream_epoch_ == state_.epoch) return;
+  std::vector<int64_t> order(rendered_.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (opts_.shuffle) {
+    Rng rng(opts_.seed, stream_id("conversations") + static_cast<uint64_t>(state_.epoch));
+    for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; i--)
+      std::swap(order[i], order[rng.next_u64() % uint64_t(i + 1)]);
+  }
+  ids_.clear();
+  mask_.clear();
+  for (int64_t i : order) {
+    ids_.insert(ids_.end(), rendered_[i].ids.begin(), rendered_[i].ids.end());
+    mask_.insert(mask_.end(), rendered_[i].mask.begin(), rendered_[i].mask.end());
+  }
+  stream_epoch_ = state_.epoch;
+}
+
+void ConversationLoader::next(Tensor& inputs, Tensor& targets) {
+  const int64_t b = opts_.batch, t = opts_.seq;
+  NANODDP_ASSERT(inputs.numel() == b * t && targets.numel() == b * t && inputs.dtype() == DType::I32);
+  const int64_t usable = units_ / opts_.world * opts_.world;
+  if (state_.cursor >= usable) {
+    state_.epoch++;
+    state_.cursor = 0;
+  }
+  build_stream();
+  const int64_t unit = state_.cursor + opts_.rank;
+  state_.cursor += opts_.world;
+  int32_t* in = inputs.data<int32_t>();
+  int32_t* tg = targets.data<int32_t>();
+  for (int64_t r = 0; r < b; r++) {
+    const int64_t start = (unit * b + r) * t;
+    for (int64_t j = 0; j < t; j++) {
+      in[r * t + j] = ids_[start + j];
+      const bool trained = mask_all_ || mask_[start + j + 1] != 0;
+      tg[r * t + j] = trained ? ids_[start + j + 1] : -1;
+    }
+  }
+}
+
+}  // namespace nanoddp::data

@@ -1,0 +1,531 @@
+// Every subcommand of the nanoddp binary, driven with missing, garbage and wrong-kind inputs (a file
+// where a directory belongs and the reverse) and with outputs it cannot write, must fail the way
+// src/cli/main.cpp promises: exit status 1 (2 for a command line that does not parse), never 0 and
+// never a signal (abort 134, segfault 139); a line on stderr that says "error"; and no *.tmp left
+// behind. The regressions of issue 11 (item 4) are the tests named after them.
+//
+// Unwritable outputs: chmod does not stop root (which CI runs as), so the paths that fail for anyone
+// are used: /dev/null/x (a file as a parent directory), /proc/x and /sys/x (filesystems that refuse
+// new entries). A chmod 0555 directory is added when the test does not run as root.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "model/gpt.h"
+#include "subprocess.h"
+#include "test_util.h"
+
+namespace nanoddp {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// Where no one can write, root included.
+const std::vector<std::string> kUnwritableParents = {"/dev/null", "/proc", "/sys"};
+
+struct Outcome {
+  int status = -1;
+  std::string out, err;
+};
+
+class Cli : public ::testing::Test {
+ protected:
+  Cli() : scratch_(std::string("cli_errors_") + ::testing::UnitTest::GetInstance()->current_test_info()->name()) {
+    fs::create_directories(scratch_.path() / "cache");
+    write("file.txt", "not a directory\n");
+    fs::create_directories(scratch_.path() / "empty_dir");
+    // The test of a 0555 directory means something only where permissions bind.
+    if (::geteuid() != 0) {
+      fs::create_directories(scratch_.path() / "read_only");
+      fs::permissions(scratch_.path() / "read_only", fs::perms(0555));
+    }
+  }
+  ~Cli() override {
+    std::error_code ec;  // so ScratchDir can remove it
+    fs::permissions(scratch_.path() / "read_only", fs::perms(0755), ec);
+  }
+
+  std::string path(const std::string& child) const { return scratch_.str(child); }
+
+  void write(const std::string& child, const std::string& text) const {
+    std::ofstream(path(child), std::ios::binary) << text;
+  }
+
+  // Output paths no one can write under: one per unwritable parent, plus the 0555 directory when
+  // not root.
+  std::vector<std::string> unwritable(const std::string& name) const {
+    std::vector<std::string> out;
+    for (const auto& p : kUnwritableParents) out.push_back(p + "/nanoddp_cli_test_" + name);
+    if (::geteuid() != 0) out.push_back(path("read_only/" + name));
+    return out;
+  }
+
+  // Runs nanoddp with $NANODDP_CACHE at an empty directory, so that nothing depends on what npm
+  // packages this machine has.
+  Outcome nanoddp(const std::vector<std::string>& args) const {
+    std::vector<std::string> argv{testing::nanoddp_binary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    testing::Proc p(argv, {"NANODDP_CACHE=" + path("cache")});
+    Outcome o;
+    const auto status = p.wait_exit(60s);
+    EXPECT_TRUE(status.has_value()) << "still running after 60 s";
+    o.status = status.value_or(-1);
+    o.out = p.out();
+    o.err = p.err();
+    return o;
+  }
+
+  // Scratch entries whose names say they are temporary (FILE.tmp, DIR.tmp-<pid>, .prepare.tmp-<pid>).
+  std::vector<std::string> leftovers() const {
+    std::vector<std::string> found;
+    for (const auto& e : fs::recursive_directory_iterator(scratch_.path()))
+      if (e.path().filename().string().find(".tmp") != std::string::npos) found.push_back(e.path().string());
+    return found;
+  }
+
+  // The contract every failure keeps; `wants`: substrings the error must contain.
+  Outcome expect_failure(const std::vector<std::string>& args, std::initializer_list<std::string> wants = {}) {
+    std::string cmd = "nanoddp";
+    for (const auto& a : args) cmd += " " + a;
+    SCOPED_TRACE(cmd);
+    const Outcome o = nanoddp(args);
+    EXPECT_TRUE(o.status == 1 || o.status == 2) << "exit status " << o.status << "\nstderr:\n" << o.err;
+    bool error_line = false;
+    std::istringstream lines(o.err);
+    for (std::string line; std::getline(lines, line);) error_line |= line.find("error") != std::string::npos;
+    EXPECT_TRUE(error_line) << "no line of stderr says error:\n" << o.err;
+    // What an exception that escaped main() or a failed assertion would print.
+    EXPECT_EQ(o.err.find("terminate called"), std::string::npos) << o.err;
+    EXPECT_EQ(o.err.find("internal error"), std::string::npos) << o.err;
+    for (const auto& w : wants) EXPECT_NE(o.err.find(w), std::string::npos) << "wanted '" << w << "' in:\n" << o.err;
+    EXPECT_EQ(leftovers(), std::vector<std::string>{});
+    return o;
+  }
+
+  void expect_success(const std::vector<std::string>& args) {
+    const Outcome o = nanoddp(args);
+    ASSERT_EQ(o.status, 0) << o.err;
+  }
+
+  // A JSONL corpus of `docs` documents.
+  std::string corpus(const std::string& name, int docs) const {
+    std::ofstream f(path(name));
+    for (int i = 0; i < docs; i++)
+      f << nlohmann::json{{"text", "Document " + std::to_string(i) + " says the quick brown fox jumps again."}}.dump()
+        << "\n";
+    return path(name);
+  }
+
+  // A dataset prepared with the byte tokenizer (265 ids).
+  std::string dataset(const std::string& name) {
+    expect_success({"data", "prepare", "--input", corpus(name + ".jsonl", 10), "--out", path(name), "--val_every", "2"});
+    return path(name);
+  }
+
+  // A tiny GPT as an exported file would hold it (vocabulary 265 padded to 320 rows); without
+  // nanoddp's metadata when `bare`, as a file from nanochat would be.
+  std::string model_file(const std::string& name, bool bare = false) const {
+    model::GPTConfig c;
+    c.vocab_size = 265;
+    c.n_layer = 1;
+    c.n_embd = 64;
+    c.n_head = 1;
+    c.n_kv_head = 1;
+    c.max_seq_len = 16;
+    model::GPT gpt(c, Device::cpu());
+    SafetensorsWriter w;
+    for (const auto& p : gpt.parameters()) w.add(p.name, p.data);
+    if (!bare) {
+      w.set_metadata("nanoddp.model_config", c.to_json().dump());
+      w.set_metadata("nanoddp.tokenizer", "bytes");
+    }
+    w.write(path(name));
+    return path(name);
+  }
+
+  // A checkpoint made by `nanoddp import`; returns the run directory.
+  std::string checkpoint(const std::string& name) {
+    expect_success({"import", "--input", model_file(name + ".safetensors"), "--out", path(name)});
+    return path(name);
+  }
+
+  // A trained tokenizer file (and its sidecar).
+  std::string tokenizer(const std::string& name) {
+    expect_success({"tokenizer", "train", "--input", corpus(name + ".jsonl", 20), "--vocab_size", "300", "--out",
+                    path(name)});
+    return path(name);
+  }
+
+  testing::ScratchDir scratch_;
+};
+
+TEST_F(Cli, UsageErrorsExitTwo) {
+  // CLI11 reports these; each must still be "nanoddp: error: ..." and the usual status 2.
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {},
+           {"no_such_command"},
+           {"info", "--bogus"},
+           {"train", "--bogus"},
+           {"train", "--depth", "not_a_number"},
+           {"sample", "--max_tokens", "x"},
+           {"export"},
+           {"import", "--out", path("x")},
+           {"tokenizer"},
+           {"tokenizer", "train", "--out", path("t")},
+           {"tokenizer", "encode", "--tokenizer", "bytes"},
+           {"tokenizer", "decode", "--input", path("file.txt")},
+           {"data"},
+           {"data", "prepare", "--out", path("d")},
+           {"data", "prepare", "--input", path("file.txt"), "--out", path("d"), "--batch_bytes", "lots"},
+           {"data", "corpus", "--out", path("c.jsonl")},
+       }) {
+    const Outcome o = expect_failure(args, {"nanoddp: error: "});
+    EXPECT_EQ(o.status, 2) << o.err;
+  }
+}
+
+TEST_F(Cli, Info) {
+  expect_success({"info"});
+  expect_failure({"info", "extra"});
+}
+
+TEST_F(Cli, DataPrepareBadInputs) {
+  const std::string out = path("dataset");
+  expect_failure({"data", "prepare", "--input", path("missing.txt"), "--out", out}, {"missing.txt"});
+  expect_failure({"data", "prepare", "--input", path("empty_dir"), "--out", out}, {"empty_dir"});
+  write("garbage.jsonl", "{\"text\": \"fine\"}\n{this is not json\n");
+  expect_failure({"data", "prepare", "--input", path("garbage.jsonl"), "--out", out}, {"garbage.jsonl"});
+  const std::string docs = corpus("docs.jsonl", 10);
+  expect_failure({"data", "prepare", "--input", docs, "--out", out, "--tokenizer", path("missing.tiktoken")},
+                 {"missing.tiktoken"});
+  expect_failure({"data", "prepare", "--input", docs, "--out", out, "--tokenizer", path("file.txt")}, {"file.txt"});
+  expect_failure({"data", "prepare", "--input", docs, "--out", out, "--tokenizer", path("empty_dir")});
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(Cli, DataPrepareBadValues) {
+  const std::string docs = corpus("docs.jsonl", 10), out = path("dataset");
+  expect_failure({"data", "prepare", "--input", docs, "--out", out, "--shard_tokens", "0"}, {"--shard_tokens"});
+  expect_failure({"data", "prepare", "--input", docs, "--out", out, "--val_every", "1"}, {"--val_every"});
+  expect_failure({"data", "prepare", "--input", docs, "--out", out, "--threads", "-1"}, {"--threads"});
+  expect_failure({"data", "prepare", "--input", docs, "--out", out, "--batch_bytes", "-5"}, {"--batch_bytes"});
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// Regression: --batch_bytes 0 read nothing and then blamed the corpus ("empty corpus").
+TEST_F(Cli, DataPrepareZeroBatchBytesIsNamed) {
+  const std::string err = expect_failure(
+      {"data", "prepare", "--input", corpus("docs.jsonl", 10), "--out", path("d"), "--batch_bytes", "0"},
+      {"--batch_bytes 0 must be positive"}).err;
+  EXPECT_EQ(err.find("empty corpus"), std::string::npos) << err;
+}
+
+// Regression: an --out that is a regular file, or that cannot be created, threw filesystem_error
+// out of main (abort).
+TEST_F(Cli, DataPrepareUnwritableOut) {
+  const std::string docs = corpus("docs.jsonl", 10);
+  expect_failure({"data", "prepare", "--input", docs, "--out", path("file.txt")}, {"file.txt", "not a directory"});
+  EXPECT_EQ(testing::read_file(path("file.txt")), "not a directory\n");
+  for (const auto& out : unwritable("dataset")) expect_failure({"data", "prepare", "--input", docs, "--out", out}, {out});
+}
+
+// Regression: a prepare that failed after writing shards left train_000000.bin (or an empty
+// directory) behind, and the retry then demanded --overwrite.
+TEST_F(Cli, DataPrepareFailureLeavesNothing) {
+  // One document cannot fill both splits: found only after the shards are written.
+  const std::string one = corpus("one.jsonl", 1), out = path("new/deeper/dataset");
+  expect_failure({"data", "prepare", "--input", one, "--out", out}, {"validation split empty"});
+  EXPECT_FALSE(fs::exists(path("new"))) << "the directories created for --out stay behind";
+  expect_success({"data", "prepare", "--input", corpus("docs.jsonl", 10), "--out", out, "--val_every", "2"});
+  EXPECT_TRUE(fs::exists(out + "/meta.json"));
+
+  // Into an existing dataset: the failed --overwrite keeps the old one whole, and nothing else.
+  const std::string before = testing::read_file(out + "/meta.json");
+  std::vector<std::string> names_before;
+  for (const auto& e : fs::directory_iterator(out)) names_before.push_back(e.path().filename().string());
+  expect_failure({"data", "prepare", "--input", one, "--out", out, "--overwrite"}, {"validation split empty"});
+  EXPECT_EQ(testing::read_file(out + "/meta.json"), before);
+  std::vector<std::string> names_after;
+  for (const auto& e : fs::directory_iterator(out)) names_after.push_back(e.path().filename().string());
+  std::sort(names_before.begin(), names_before.end());
+  std::sort(names_after.begin(), names_after.end());
+  EXPECT_EQ(names_after, names_before);
+  // Without --overwrite the existing dataset is refused, before any work.
+  expect_failure({"data", "prepare", "--input", one, "--out", out}, {"--overwrite"});
+}
+
+TEST_F(Cli, DataCorpus) {
+  const std::string out = path("corpus.jsonl");
+  // $NANODDP_CACHE is empty: the default package is not installed.
+  expect_failure({"data", "corpus", "--name", "brown", "--out", out}, {"scripts/setup.sh"});
+  expect_failure({"data", "corpus", "--name", "bogus", "--out", out, "--package_dir", path("empty_dir")}, {"bogus"});
+  expect_failure({"data", "corpus", "--name", "brown", "--out", out, "--package_dir", path("empty_dir")});
+  expect_failure({"data", "corpus", "--name", "nlp-corpus", "--out", out, "--package_dir", path("empty_dir")});
+  expect_failure({"data", "corpus", "--name", "brown", "--out", out, "--package_dir", path("missing")}, {"missing"});
+  expect_failure({"data", "corpus", "--name", "brown", "--out", out, "--package_dir", path("file.txt")});
+  expect_failure({"data", "corpus", "--name", "brown", "--out", path("empty_dir"), "--package_dir", path("empty_dir")},
+                 {"is a directory"});
+  for (const auto& bad : unwritable("corpus.jsonl"))
+    expect_failure({"data", "corpus", "--name", "brown", "--out", bad, "--package_dir", path("empty_dir")});
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(Cli, TokenizerTrain) {
+  const std::string docs = corpus("docs.jsonl", 20), out = path("tok.tiktoken");
+  expect_failure({"tokenizer", "train", "--input", path("missing.txt"), "--out", out}, {"missing.txt"});
+  expect_failure({"tokenizer", "train", "--input", docs, "--out", out, "--vocab_size", "10"}, {"--vocab_size"});
+  expect_failure({"tokenizer", "train", "--input", docs, "--out", out, "--threads", "-2"}, {"--threads"});
+  expect_failure({"tokenizer", "train", "--input", docs, "--out", out, "--vocab_size", "100000"}, {"--vocab_size"});
+  expect_failure({"tokenizer", "train", "--input", docs, "--out", path("empty_dir"), "--vocab_size", "300"},
+                 {"is a directory"});
+  for (const auto& bad : unwritable("tok.tiktoken"))
+    expect_failure({"tokenizer", "train", "--input", docs, "--out", bad, "--vocab_size", "300"});
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(Cli, TokenizerBadFiles) {
+  const std::string tok = tokenizer("tok.tiktoken");
+  write("text.txt", "hello");
+  auto encode_with = [&](const std::string& t, std::initializer_list<std::string> wants) {
+    expect_failure({"tokenizer", "encode", "--tokenizer", t, "--input", path("text.txt")}, wants);
+  };
+  encode_with(path("missing.tiktoken"), {"missing.tiktoken"});
+  encode_with(path("empty_dir"), {"empty_dir"});
+  encode_with(path("file.txt"), {"file.txt"});
+  // Good ranks, then a sidecar that is not JSON, one without an integer id, one without a BOS.
+  const std::string ranks = testing::read_file(tok), sidecar = testing::read_file(tok + ".json");
+  write("bad_json.tiktoken", ranks);
+  write("bad_json.tiktoken.json", "{\"format\": ");
+  encode_with(path("bad_json.tiktoken"), {"bad_json.tiktoken.json"});
+  auto side = nlohmann::json::parse(sidecar);
+  side["special_tokens"]["<|bos|>"] = "first";
+  write("bad_id.tiktoken", ranks);
+  write("bad_id.tiktoken.json", side.dump());
+  encode_with(path("bad_id.tiktoken"), {"bad_id.tiktoken.json", "<|bos|>"});
+  // A rank far beyond the file's lines would size the table by it.
+  write("huge_rank.tiktoken", ranks + "QUJD 2000000000\n");
+  write("huge_rank.tiktoken.json", sidecar);
+  encode_with(path("huge_rank.tiktoken"), {"huge_rank.tiktoken", "2000000000"});
+}
+
+// Regression: a special-token id of 99,999,999 was accepted, and a later command asked for 49 GiB.
+TEST_F(Cli, TokenizerHugeSpecialIdIsRefused) {
+  const std::string tok = tokenizer("tok.tiktoken");
+  auto side = nlohmann::json::parse(testing::read_file(tok + ".json"));
+  side["special_tokens"]["<|bos|>"] = 99'999'999;
+  write("huge.tiktoken", testing::read_file(tok));
+  write("huge.tiktoken.json", side.dump());
+  write("text.txt", "hello");
+  expect_failure({"tokenizer", "encode", "--tokenizer", path("huge.tiktoken"), "--input", path("text.txt")},
+                 {"99999999", "<|bos|>"});
+  expect_failure({"data", "prepare", "--input", corpus("docs.jsonl", 10), "--out", path("d"), "--tokenizer",
+                  path("huge.tiktoken")},
+                 {"99999999"});
+  EXPECT_FALSE(fs::exists(path("d")));
+}
+
+TEST_F(Cli, TokenizerEncodeDecodeBadInputs) {
+  for (const char* sub : {"encode", "decode"}) {
+    expect_failure({"tokenizer", sub, "--tokenizer", "bytes", "--input", path("missing.txt")}, {"missing.txt"});
+    expect_failure({"tokenizer", sub, "--tokenizer", "bytes", "--input", path("empty_dir")}, {"is a directory"});
+    expect_failure({"tokenizer", sub, "--tokenizer", "no_such_tokenizer", "--input", path("file.txt")},
+                   {"no_such_tokenizer"});
+  }
+  write("words.txt", "1 2 three");
+  expect_failure({"tokenizer", "decode", "--tokenizer", "bytes", "--input", path("words.txt")}, {"three"});
+}
+
+// Regression: decode dropped ids outside the vocabulary without a word.
+TEST_F(Cli, TokenizerDecodeOutOfRangeIdIsNamed) {
+  for (const char* id : {"300", "-1", "99999999999"}) {
+    write("ids.txt", std::string("72 105 ") + id + "\n");
+    expect_failure({"tokenizer", "decode", "--tokenizer", "bytes", "--input", path("ids.txt")},
+                   {std::string("token id ") + id, "vocab_size 265"});
+  }
+  // A trained tokenizer has its own bound.
+  const std::string tok = tokenizer("tok.tiktoken");
+  write("ids.txt", "72 300\n");
+  expect_failure({"tokenizer", "decode", "--tokenizer", tok, "--input", path("ids.txt")},
+                 {"token id 300", "vocab_size 300"});
+}
+
+TEST_F(Cli, ExportBadCheckpoints) {
+  const std::string out = path("model.safetensors");
+  expect_failure({"export", "--checkpoint", path("missing"), "--out", out}, {"missing"});
+  expect_failure({"export", "--checkpoint", path("file.txt"), "--out", out}, {"file.txt"});
+  expect_failure({"export", "--checkpoint", path("empty_dir"), "--out", out}, {"empty_dir"});
+  // Complete-looking checkpoints (DONE present) with broken contents.
+  const std::string good = checkpoint("run");
+  const std::string ckpt = good + "/checkpoints/step_000000";
+  auto broken = [&](const std::string& name, const std::string& file, const std::string& text) {
+    fs::copy(ckpt, path(name), fs::copy_options::recursive);
+    write(name + "/" + file, text);
+    return path(name);
+  };
+  expect_failure({"export", "--checkpoint", broken("bad_meta", "meta.json", "{\"step\": "), "--out", out},
+                 {"meta.json"});
+  expect_failure({"export", "--checkpoint", broken("no_config", "meta.json", "{\"step\": 0}"), "--out", out},
+                 {"model_config"});
+  expect_failure({"export", "--checkpoint", broken("bad_weights", "model.safetensors", "garbage"), "--out", out},
+                 {"model.safetensors"});
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// Regression: export onto an existing directory threw out of main and left DIR.tmp behind.
+TEST_F(Cli, ExportOntoDirectoryIsAnError) {
+  const std::string run = checkpoint("run");
+  expect_failure({"export", "--checkpoint", run, "--out", path("empty_dir")}, {"empty_dir", "is a directory"});
+  EXPECT_TRUE(fs::is_directory(path("empty_dir")));
+  for (const auto& bad : unwritable("model.safetensors"))
+    expect_failure({"export", "--checkpoint", run, "--out", bad}, {bad});
+  // And it still works, replacing an existing file.
+  write("model.safetensors", "old");
+  expect_success({"export", "--checkpoint", run, "--out", path("model.safetensors")});
+  EXPECT_NO_THROW(SafetensorsFile f(path("model.safetensors")));
+}
+
+TEST_F(Cli, ImportBadFiles) {
+  const std::string out = path("imported");
+  expect_failure({"import", "--input", path("missing.safetensors"), "--out", out}, {"missing.safetensors"});
+  expect_failure({"import", "--input", path("empty_dir"), "--out", out}, {"empty_dir"});
+  expect_failure({"import", "--input", path("file.txt"), "--out", out}, {"file.txt"});
+  // A header length past the end of the file; a header that is not JSON.
+  write("truncated.safetensors", std::string("\xff\x00\x00\x00\x00\x00\x00\x00{}", 10));
+  expect_failure({"import", "--input", path("truncated.safetensors"), "--out", out}, {"truncated.safetensors"});
+  write("bad_header.safetensors", std::string("\x04\x00\x00\x00\x00\x00\x00\x00{no}", 12));
+  expect_failure({"import", "--input", path("bad_header.safetensors"), "--out", out}, {"bad_header.safetensors"});
+  // A valid safetensors file that is not a GPT.
+  {
+    SafetensorsWriter w;
+    w.add("transformer.wte.weight", Tensor::zeros({320 * 64}, DType::F32));  // 1-d: indexing it must not abort
+    w.write(path("flat.safetensors"));
+  }
+  expect_failure({"import", "--input", path("flat.safetensors"), "--out", out, "--vocab_size", "265"},
+                 {"transformer.wte.weight"});
+  // Metadata that is not JSON, or that describes another model.
+  auto with_metadata = [&](const std::string& name, const std::string& config) {
+    SafetensorsFile f(model_file("source.safetensors"));
+    SafetensorsWriter w;
+    for (const auto& n : f.names()) w.add(n, f.read(n));
+    w.set_metadata("nanoddp.model_config", config);
+    w.write(path(name));
+    return path(name);
+  };
+  expect_failure({"import", "--input", with_metadata("bad_meta.safetensors", "{oops"), "--out", out},
+                 {"nanoddp.model_config"});
+  auto config = nlohmann::json::parse(SafetensorsFile(model_file("source.safetensors")).metadata().at(
+      "nanoddp.model_config"));
+  config["n_embd"] = 4096;
+  config["n_head"] = 32;
+  config["n_kv_head"] = 32;
+  config["n_layer"] = 1000;
+  expect_failure({"import", "--input", with_metadata("big.safetensors", config.dump()), "--out", out},
+                 {"model_dim 4096"});
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(Cli, ImportBareFileNeedsTheRightShape) {
+  const std::string bare = model_file("bare.safetensors", /*bare=*/true), out = path("imported");
+  expect_failure({"import", "--input", bare, "--out", out}, {"--vocab_size"});
+  expect_failure({"import", "--input", bare, "--out", out, "--vocab_size", "100"}, {"vocab_size 100"});
+  expect_failure({"import", "--input", bare, "--out", out, "--vocab_size", "265", "--n_head", "3"}, {"3 heads"});
+  expect_failure({"import", "--input", bare, "--out", out, "--vocab_size", "-4"}, {"--vocab_size"});
+  expect_failure({"import", "--input", bare, "--out", out, "--vocab_size", "265", "--max_seq_len", "0"},
+                 {"max_seq_len"});
+  EXPECT_FALSE(fs::exists(out));
+  // With the right numbers it imports.
+  expect_success({"import", "--input", bare, "--out", out, "--vocab_size", "265", "--n_head", "1", "--max_seq_len",
+                  "16"});
+}
+
+// Regression: an --out that is a regular file or cannot be created threw out of main.
+TEST_F(Cli, ImportUnwritableOut) {
+  const std::string input = model_file("model.safetensors");
+  expect_failure({"import", "--input", input, "--out", path("file.txt")}, {"file.txt", "not a directory"});
+  EXPECT_EQ(testing::read_file(path("file.txt")), "not a directory\n");
+  for (const auto& bad : unwritable("imported")) expect_failure({"import", "--input", input, "--out", bad}, {bad});
+}
+
+// Regression: import --data with a dataset of another vocabulary wrote a checkpoint that failed later.
+TEST_F(Cli, ImportRefusesDatasetOfAnotherVocabulary) {
+  const std::string tok = tokenizer("tok.tiktoken");
+  const std::string other = path("other_data");
+  expect_success({"data", "prepare", "--input", corpus("docs.jsonl", 10), "--out", other, "--tokenizer", tok,
+                  "--val_every", "2"});
+  const std::string input = model_file("model.safetensors"), out = path("imported");
+  expect_failure({"import", "--input", input, "--out", out, "--data", other}, {"300", "265", "other_data"});
+  expect_failure({"import", "--input", input, "--out", out, "--data", path("missing")}, {"missing"});
+  expect_failure({"import", "--input", input, "--out", out, "--data", path("file.txt")}, {"file.txt"});
+  EXPECT_FALSE(fs::exists(out));
+  // The matching dataset is accepted, and supplies a bare file's vocabulary.
+  const std::string same = dataset("same_data");
+  expect_success({"import", "--input", input, "--out", out, "--data", same});
+  expect_success({"import", "--input", model_file("bare.safetensors", true), "--out", path("imported_bare"), "--data",
+                  same, "--max_seq_len", "16"});
+}
+
+// Regression: import wrote a meta.json without world_size, which `train --resume` then reported as
+// "json key 'world_size' not found". It is a model-only checkpoint and now says so.
+TEST_F(Cli, ImportWritesCompleteModelOnlyMeta) {
+  const std::string run = checkpoint("run");
+  const auto meta = nlohmann::json::parse(testing::read_file(run + "/checkpoints/step_000000/meta.json"));
+  ASSERT_TRUE(meta.contains("world_size")) << meta.dump(2);
+  EXPECT_TRUE(meta["world_size"].is_null()) << meta.dump(2);
+  EXPECT_EQ(meta.value("model_only", false), true) << meta.dump(2);
+  EXPECT_EQ(meta.value("step", -1), 0);
+  EXPECT_TRUE(meta.contains("model_config"));
+  EXPECT_TRUE(fs::exists(run + "/checkpoints/step_000000/DONE"));
+}
+
+TEST_F(Cli, Sample) {
+  expect_failure({"sample", "--checkpoint", path("missing")}, {"missing"});
+  expect_failure({"sample", "--checkpoint", path("file.txt")}, {"file.txt"});
+  expect_failure({"sample", "--checkpoint", path("empty_dir")}, {"empty_dir"});
+  const std::string run = checkpoint("run");
+  expect_failure({"sample", "--checkpoint", run, "--device", "toaster"}, {"toaster"});
+  expect_failure({"sample", "--checkpoint", run, "--data", path("missing")}, {"missing"});
+}
+
+// Train's flags and checks belong to the trainer; here only the binary's contract is checked.
+TEST_F(Cli, Train) {
+  const std::vector<std::string> tiny = {"--depth", "1", "--max_seq_len", "16", "--device_batch_size", "2",
+                                         "--total_batch_size", "32", "--num_iterations", "1"};
+  auto train = [&](std::vector<std::string> more) {
+    std::vector<std::string> args{"train"};
+    args.insert(args.end(), tiny.begin(), tiny.end());
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  expect_failure(train({"--data", path("missing"), "--out", path("run")}), {"missing"});
+  expect_failure(train({"--data", path("file.txt"), "--out", path("run")}), {"file.txt"});
+  expect_failure(train({"--data", path("empty_dir"), "--out", path("run")}), {"empty_dir"});
+  const std::string data = dataset("data");
+  expect_failure(train({"--data", data, "--out", path("file.txt")}));
+  for (const auto& bad : unwritable("run")) expect_failure(train({"--data", data, "--out", bad}));
+}
+
+TEST_F(Cli, Run) {
+  expect_failure({"run"}, {"command"});
+  expect_failure({"run", "--bogus"}, {"--bogus"});
+  expect_failure({"run", path("missing_program")}, {"missing_program"});
+  expect_failure({"run", path("file.txt")}, {"file.txt"});
+  expect_failure({"run", "--nproc_per_node", "0", "info"}, {"--nproc_per_node"});
+  // A worker's error reaches the launcher's stderr, and its status the launcher's.
+  expect_failure({"run", "--standalone", "--nproc_per_node", "1", "data", "prepare", "--input", path("missing.txt"),
+                  "--out", path("d")},
+                 {"missing.txt"});
+}
+
+}  // namespace
+}  // namespace nanoddp
