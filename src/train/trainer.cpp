@@ -147,6 +147,7 @@ class Trainer {
  private:
   int64_t resume_step();
   void claim_run_folder(int64_t resume);
+  void keep_tokenizer();
   void restore(int64_t step);
   void init_from(const std::string& path);
   void save(int64_t step);
@@ -291,6 +292,19 @@ int64_t Trainer::resume_step() {
 // Gives this run the folder --out: a resumed run keeps its identity; a fresh one gets a new run id,
 // and refuses a folder that holds another run unless --overwrite moves that run aside. Collective:
 // every rank checks, then rank 0 alone changes the folder between two barriers.
+// A run folder is self-contained: it keeps a copy of a trained tokenizer (OUT/tokenizer/), so
+// sample and export work after the dataset folder is gone. Rank 0, once per run.
+void Trainer::keep_tokenizer() {
+  namespace fs = std::filesystem;
+  if (group_.rank() != 0 || !meta_.tokenizer.ends_with(".tiktoken")) return;
+  const fs::path src = fs::path(opts_.data) / meta_.tokenizer, dest = fs::path(opts_.out) / "tokenizer";
+  if (!fs::is_regular_file(src) || fs::exists(dest / src.filename())) return;
+  fs::create_directories(dest);
+  fs::copy_file(src, dest / src.filename());
+  if (fs::exists(src.string() + ".json"))
+    fs::copy_file(src.string() + ".json", dest / (src.filename().string() + ".json"));
+}
+
 void Trainer::claim_run_folder(int64_t resume) {
   const auto info = read_run_info(opts_.out);
   if (resume >= 0) {
@@ -513,6 +527,7 @@ TrainResult Trainer::run() {
   // Weights first: a bad --init_from must fail before --overwrite moves anything.
   if (resume < 0 && !opts_.init_from.empty()) init_from(opts_.init_from);
   claim_run_folder(resume);
+  keep_tokenizer();
   if (resume >= 0) {
     restore(resume);
   } else {

@@ -228,6 +228,30 @@ TEST(InitFrom, ANewRunStartsFromTheWeightsOfAnother) {
   NANODDP_EXPECT_ERROR(train_single(b_opts), "--init_from", "nope.safetensors");
 }
 
+TEST(RunFolder, ARunKeepsItsTokenizerAndExportWritesItBesideTheWeights) {
+  testing::ScratchDir dir("run_tokenizer");
+  const std::string bin = testing::nanoddp_binary(), corpus = dir.str("corpus.jsonl"), tok = dir.str("t.tiktoken");
+  testing::write_corpus_jsonl(corpus, 100, 5);
+  auto run = [&](const std::vector<std::string>& args) {
+    testing::Proc p(args);
+    auto st = p.wait_exit(std::chrono::seconds(120));
+    EXPECT_EQ(st.value_or(-1), 0) << p.all();
+    return p.all();
+  };
+  run({bin, "tokenizer", "train", "--input", corpus, "--vocab_size", "300", "--out", tok});
+  run({bin, "data", "prepare", "--input", corpus, "--tokenizer", tok, "--out", dir.str("data"), "--val_every", "10"});
+  run({bin, "train", "--data", dir.str("data"), "--out", dir.str("run"), "--depth", "1", "--aspect_ratio", "32",
+       "--head_dim", "32", "--max_seq_len", "16", "--device_batch_size", "2", "--total_batch_size", "32",
+       "--num_iterations", "2", "--eval_every", "-1", "--eval_tokens", "32", "--threads", "1", "--peak_flops", "1e9"});
+  // Was: sample and export needed the dataset folder for the tokenizer.
+  fs::remove_all(dir.str("data"));
+  const std::string text = run({bin, "sample", "--checkpoint", dir.str("run"), "--prompt", "the", "--max_tokens", "5"});
+  EXPECT_NE(text.find("the"), std::string::npos);
+  run({bin, "export", "--checkpoint", dir.str("run"), "--out", dir.str("w.safetensors")});
+  EXPECT_TRUE(fs::exists(dir.str("w.tiktoken")));
+  EXPECT_EQ(testing::read_file(dir.str("w.tiktoken")), testing::read_file(tok));
+}
+
 TEST(Signals, SigtermSavesAtTheNextStepAndResumeFinishesTheRun) {
   testing::ScratchDir out("sigterm");
   const std::vector<std::string> args = {testing::nanoddp_binary(), "train", "--data", dataset(), "--out", out.str(),
