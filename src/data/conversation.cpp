@@ -146,4 +146,34 @@ RenderedConversation render_conversation(const Tokenizer& tok, const Conversatio
   return r;
 }
 
+std::vector<Question> read_questions(const std::string& path) {
+  std::ifstream in(path);
+  NANODDP_CHECK(in.good(), "cannot open {}: give a JSONL file of questions (nanoddp task --format questions)", path);
+  std::vector<Question> out;
+  int64_t number = 0;
+  for (std::string line; std::getline(in, line);) {
+    number++;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", path, number);
+    const json j = json::parse(line, nullptr, false);
+    NANODDP_CHECK(j.is_object() && j.contains("answer") && (j["answer"].is_string() || j["answer"].is_number()),
+                  "{}: a question is {{\"messages\": [...], \"answer\": ...}}", where);
+    Question q{parse_conversation(line, where), j["answer"].is_string() ? j["answer"].get<std::string>()
+                                                                         : j["answer"].dump()};
+    NANODDP_CHECK(q.conversation.messages.back().role == "user", "{}: a question's last message must be the "
+                  "user's", where);
+    out.push_back(std::move(q));
+  }
+  NANODDP_CHECK(!out.empty(), "{} holds no questions", path);
+  return out;
+}
+
+std::vector<int32_t> render_for_completion(const Tokenizer& tok, const Conversation& c) {
+  NANODDP_CHECK(c.messages.back().role == "user", "{}: the conversation to complete must end with a user turn",
+                c.where);
+  auto r = render_conversation(tok, c);
+  r.ids.push_back(tok.special_id("<|assistant_start|>"));
+  return r.ids;
+}
+
 }  // namespace nanoddp::data

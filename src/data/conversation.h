@@ -51,6 +51,19 @@ std::vector<Conversation> read_conversations(const std::string& path);
 // Parses one conversation (a JSON line); `where` names it in errors.
 Conversation parse_conversation(const std::string& json_line, const std::string& where);
 
+// A question for RL and evaluation: a conversation ending with a user turn, and the answer a
+// completion must reach (data/tasks.h's answer_is_correct).
+struct Question {
+  Conversation conversation;
+  std::string answer;
+};
+
+// Reads JSONL lines {"messages": [..., user], "answer": "..."} (`nanoddp task --format questions`).
+std::vector<Question> read_questions(const std::string& path);
+
+// The prompt the model completes: `c` (ending with a user turn) rendered, then <|assistant_start|>.
+std::vector<int32_t> render_for_completion(const Tokenizer& tok, const Conversation& c);
+
 // Renders `c`, keeping at most max_tokens tokens (0: all). Throws nanoddp::Error when the
 // tokenizer lacks nanochat's special tokens (gpt2, say), naming the missing one.
 RenderedConversation render_conversation(const Tokenizer& tok, const Conversation& c, int64_t max_tokens = 0);

@@ -346,7 +346,7 @@ TEST(Resharding, OneRankResumedOnThreeContinuesLikeTheStraightRun) {
 
 // SFT (issue 12): conversations packed into rows and strided by rank train exactly as token shards
 // do: 2 ranks equal 1 rank with 2 accumulation steps, bit for bit.
-TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationSteps) {
+TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationStepsAndEvalCountsAlike) {
   ScratchDir base("sft_base"), one("sft_one"), two("sft_two"), tasks("sft_tasks");
   Proc b(single(train_flags(base.str(), 4 * 32, 4)));
   ASSERT_EQ(b.wait_exit(60s), 0) << b.all();
@@ -372,6 +372,23 @@ TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationSteps) {
   const auto j = nlohmann::json::parse(meta);
   EXPECT_EQ(j["stage"], "sft");
   EXPECT_NE(j["source"].get<std::string>().find("sft_base"), std::string::npos);
+
+  // eval: 7 problems x 3 samples strided over 1 and 2 ranks (7 does not divide) count the same
+  // answers: each (problem, sample) draws from its own stream, and the counts are summed exactly.
+  auto eval = [&](int ranks) {
+    std::vector<std::string> e = {"eval", "--checkpoint", one.str(), "--task", "arithmetic", "--count", "7",
+                                  "--num_samples", "3", "--temperature", "1", "--max_tokens", "24", "--timeout", "20"};
+    Proc p(ranks == 1 ? single(e) : launch(ranks, {}, e));
+    EXPECT_EQ(p.wait_exit(120s), 0) << p.all();
+    const std::string out = p.out();
+    const size_t brace = out.rfind('{');
+    return nlohmann::json::parse(out.substr(brace, out.find('}', brace) - brace + 1));
+  };
+  const auto e1 = eval(1), e2 = eval(2);
+  EXPECT_EQ(e1["n"], 21);
+  EXPECT_EQ(e2["n"], 21);
+  EXPECT_EQ(e1["correct"], e2["correct"]);
+  EXPECT_EQ(e1["task"], "arithmetic");
 }
 
 TEST(BadInput, PortInUseAndUnreachableMaster) {

@@ -1,0 +1,115 @@
+// nanoddp eval: sampled accuracy of a checkpoint on a task (nanochat's chat_eval): problems are
+// strided by rank, each is answered num_samples times with the KV cache, and the counts are summed
+// over ranks, so any world size gives the same numbers. The last line printed is JSON.
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "cli/option_flags.h"
+#include "comm/consistency.h"
+#include "comm/init.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "data/conversation.h"
+#include "data/tasks.h"
+#include "model/generate.h"
+#include "train/checkpoint.h"
+#include "train/model_io.h"
+
+namespace nanoddp::cli {
+
+namespace {
+
+struct EvalArgs {
+  std::string checkpoint = "out";
+  std::string task = "";
+  int64_t count = 100;
+  uint64_t task_seed = 1000;
+  int64_t num_samples = 1;
+  double temperature = 0;
+  int64_t top_k = 0;
+  int64_t max_tokens = 64;
+  uint64_t seed = 42;
+  std::string device = "cpu";
+  std::string backend = "auto";
+  double timeout = 300;
+  template <typename V>
+  void visit(V&& v) {
+    v(checkpoint, "checkpoint", "Checkpoint directory, or a run's --out (its newest checkpoint)");
+    v(task, "task", "A JSONL file of questions (nanoddp task --format questions), or a bundled task's name");
+    v(count, "count", "With a bundled task's name: how many problems");
+    v(task_seed, "task_seed", "With a bundled task's name: the seed of the problems (not the training seed)");
+    v(num_samples, "num_samples", "Answers sampled per problem");
+    v(temperature, "temperature", "Sampling temperature (0 = greedy)");
+    v(top_k, "top_k", "Sample among the k most likely tokens (0 = all)");
+    v(max_tokens, "max_tokens", "Longest answer in tokens");
+    v(seed, "seed", "Seed of the sampler (each problem and sample draws from its own stream)");
+    v(device, "device", "cpu or cuda");
+    v(backend, "backend", "Process group: auto, gloo, mpi, nccl");
+    v(timeout, "timeout", "Seconds before a rendezvous or collective that does not complete is an error");
+  }
+};
+
+std::vector<data::Question> load_questions(const EvalArgs& a) {
+  if (std::filesystem::exists(a.task)) return data::read_questions(a.task);
+  std::vector<data::Question> out;
+  for (const auto& it : data::make_task(a.task, a.count, a.task_seed)) {
+    out.push_back({data::parse_conversation(data::task_item_question_json(it), a.task), it.answer});
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& root) {
+  auto* cmd = root.add_subcommand("eval", "Accuracy of a checkpoint on a task, problems strided over the ranks");
+  auto args = std::make_shared<EvalArgs>();
+  add_option_flags(*cmd, *args);
+  cmd->callback([args] {
+    const EvalArgs& a = *args;
+    NANODDP_CHECK(!a.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
+    NANODDP_CHECK(a.num_samples >= 1 && a.max_tokens >= 1 && a.top_k >= 0 && std::isfinite(a.temperature) &&
+                      a.temperature >= 0,
+                  "--num_samples and --max_tokens must be at least 1, --top_k and --temperature at least 0");
+    const dist::DistEnv env = dist::discover_environment();
+    const Device device = dist::local_device(a.device, env);
+    dist::DistOptions d;
+    d.backend = a.backend;
+    d.collective_timeout = a.timeout;
+    d.rendezvous_timeout = a.timeout;
+    auto ctx = dist::init_distributed(d, device, env);
+    dist::ProcessGroup& group = *ctx->group;
+    const std::string dir = train::resolve_checkpoint(a.checkpoint);
+    auto model = train::load_model(dir, device);
+    auto tok = train::load_checkpoint_tokenizer(dir, "");
+    const auto questions = load_questions(a);
+    const int32_t end = tok->special_id("<|assistant_end|>");
+    // sums: correct answers, answers
+    std::vector<double> sums{0, 0};
+    for (size_t i = static_cast<size_t>(group.rank()); i < questions.size(); i += static_cast<size_t>(group.size())) {
+      const auto prompt = data::render_for_completion(*tok, questions[i].conversation);
+      for (int64_t k = 0; k < a.num_samples; k++) {
+        model::SampleOptions so;
+        so.max_tokens = a.max_tokens;
+        so.temperature = static_cast<float>(a.temperature);
+        so.top_k = a.top_k;
+        // One stream per (problem, sample): the result does not depend on which rank draws it.
+        so.seed = a.seed ^ (0x9E3779B97F4A7C15ull * (i * static_cast<uint64_t>(a.num_samples) + k + 1));
+        so.stop_token = end;
+        auto ids = model::generate(*model, prompt, so);
+        if (!ids.empty() && ids.back() == end) ids.pop_back();
+        sums[0] += data::answer_is_correct(tok->decode(ids), questions[i].answer) ? 1 : 0;
+        sums[1] += 1;
+      }
+    }
+    dist::allreduce_scalars(group, sums, dist::ReduceOp::Sum);
+    const double accuracy = sums[1] > 0 ? sums[0] / sums[1] : 0;
+    log::print0("{}", nlohmann::json{{"task", a.task}, {"accuracy", accuracy}, {"n", static_cast<int64_t>(sums[1])},
+                                     {"correct", static_cast<int64_t>(sums[0])}, {"problems", questions.size()},
+                                     {"num_samples", a.num_samples}, {"checkpoint", dir}}
+                          .dump());
+  });
+}
+
+}  // namespace nanoddp::cli
