@@ -15,6 +15,7 @@ void add_train_command(CLI::App& root);      // nanoddp train
 void add_sft_command(CLI::App& root);        // nanoddp sft
 void add_task_command(CLI::App& root);       // nanoddp task
 void add_eval_command(CLI::App& root);       // nanoddp eval
+void add_chat_command(CLI::App& root);       // nanoddp chat
 void add_sample_command(CLI::App& root);     // nanoddp sample
 void add_export_commands(CLI::App& root);    // nanoddp export / import
 void add_data_command(CLI::App& root);       // nanoddp data prepare

@@ -389,6 +389,13 @@ TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationStepsAndEvalCountsAlike) {
   EXPECT_EQ(e2["n"], 21);
   EXPECT_EQ(e1["correct"], e2["correct"]);
   EXPECT_EQ(e1["task"], "arithmetic");
+
+  // chat --prompt answers once in chat format and exits; a message beyond the context is an error.
+  Proc c(single({"chat", "--checkpoint", one.str(), "--prompt", "hi", "--max_tokens", "8", "--temperature", "0"}));
+  EXPECT_EQ(c.wait_exit(60s), 0) << c.all();
+  Proc too_long(single({"chat", "--checkpoint", one.str(), "--prompt", std::string(100, 'x')}));
+  EXPECT_EQ(too_long.wait_exit(60s), 1) << too_long.all();
+  EXPECT_NE(too_long.err().find("longer than the model's context of 32"), std::string::npos) << too_long.err();
 }
 
 TEST(BadInput, PortInUseAndUnreachableMaster) {

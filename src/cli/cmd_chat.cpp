@@ -1,0 +1,112 @@
+// nanoddp chat: talk to an SFT checkpoint in the terminal (nanochat's chat_cli): each turn renders
+// the whole conversation so far with nanochat's special tokens and samples the assistant's reply
+// until <|assistant_end|>, printing it as it comes. --prompt TEXT answers once and exits (scripts).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/option_flags.h"
+#include "core/error.h"
+#include "data/conversation.h"
+#include "model/generate.h"
+#include "train/checkpoint.h"
+#include "train/model_io.h"
+
+namespace nanoddp::cli {
+
+namespace {
+
+struct ChatArgs {
+  std::string checkpoint = "out";
+  std::string prompt = "";
+  double temperature = 0.6;
+  int64_t top_k = 50;
+  int64_t max_tokens = 256;
+  uint64_t seed = 42;
+  std::string data = "";
+  std::string device = "cpu";
+  template <typename V>
+  void visit(V&& v) {
+    v(checkpoint, "checkpoint", "Checkpoint directory, or a run's --out (its newest checkpoint)");
+    v(prompt, "prompt", "Answer this one message and exit (otherwise: an interactive chat; 'quit' ends it)");
+    v(temperature, "temperature", "Sampling temperature (0 = greedy)");
+    v(top_k, "top_k", "Sample among the k most likely tokens (0 = all)");
+    v(max_tokens, "max_tokens", "Longest reply in tokens");
+    v(seed, "seed", "Seed of the sampler");
+    v(data, "data", "Dataset directory whose tokenizer to use (default: the checkpoint's)");
+    v(device, "device", "cpu or cuda");
+  }
+};
+
+}  // namespace
+
+void add_chat_command(CLI::App& root) {
+  auto* cmd = root.add_subcommand("chat", "Chat with a checkpoint in the terminal (nanochat's chat_cli)");
+  auto args = std::make_shared<ChatArgs>();
+  add_option_flags(*cmd, *args);
+  cmd->callback([args] {
+    const ChatArgs& a = *args;
+    NANODDP_CHECK(a.max_tokens >= 1, "--max_tokens must be at least 1 (got {})", a.max_tokens);
+    NANODDP_CHECK(std::isfinite(a.temperature) && a.temperature >= 0, "--temperature must be a finite number >= 0 "
+                  "(got {})", a.temperature);
+    NANODDP_CHECK(a.top_k >= 0, "--top_k must be 0 (all tokens) or positive (got {})", a.top_k);
+    const std::string dir = train::resolve_checkpoint(a.checkpoint);
+    auto model = train::load_model(dir, parse_device(a.device));
+    auto tok = train::load_checkpoint_tokenizer(dir, a.data);
+    const int32_t end = tok->special_id("<|assistant_end|>");
+    data::Conversation conv;
+    conv.where = "the chat";
+    const bool once = !a.prompt.empty();
+    uint64_t turn = 0;
+    if (!once) fmt::print("nanoddp chat with {} ('quit' or Ctrl-D ends it)\n", dir);
+    for (;;) {
+      std::string line = a.prompt;
+      if (!once) {
+        fmt::print("\nuser> ");
+        std::fflush(stdout);
+        if (!std::getline(std::cin, line) || line == "quit" || line == "exit") break;
+        if (line.find_first_not_of(" \t") == std::string::npos) continue;
+      }
+      conv.messages.push_back({"user", {{"text", line}}});
+      auto prompt = data::render_for_completion(*tok, conv);
+      // Room for the reply within the model's context: forget the oldest turns when it is full.
+      while (static_cast<int64_t>(prompt.size()) + a.max_tokens > model->config().max_seq_len &&
+             conv.messages.size() > 1) {
+        conv.messages.erase(conv.messages.begin(), conv.messages.begin() + 2);
+        prompt = data::render_for_completion(*tok, conv);
+      }
+      NANODDP_CHECK(static_cast<int64_t>(prompt.size()) < model->config().max_seq_len, "the message is {} tokens, "
+                    "longer than the model's context of {}", prompt.size(), model->config().max_seq_len);
+      model::SampleOptions so;
+      so.max_tokens = a.max_tokens;
+      so.temperature = static_cast<float>(a.temperature);
+      so.top_k = a.top_k;
+      so.seed = a.seed + turn++;
+      so.stop_token = end;
+      if (!once) fmt::print("assistant> ");
+      std::vector<int32_t> reply;
+      size_t printed = 0;
+      model::generate(*model, prompt, so, [&](int32_t id) {
+        if (id == end) return;
+        reply.push_back(id);
+        const std::string text = tok->decode(reply);
+        // Hold back a partial UTF-8 character until the next token completes it.
+        size_t cut = text.size();
+        while (cut > printed && (static_cast<unsigned char>(text[cut - 1]) & 0xC0) == 0x80) cut--;
+        if (cut > printed && static_cast<unsigned char>(text[cut - 1]) >= 0xC0) cut--;
+        fmt::print("{}", text.substr(printed, cut - printed));
+        std::fflush(stdout);
+        printed = cut;
+      });
+      const std::string text = tok->decode(reply);
+      fmt::print("{}\n", text.substr(printed));
+      conv.messages.push_back({"assistant", {{"text", text.empty() ? " " : text}}});
+      if (once) break;
+    }
+  });
+}
+
+}  // namespace nanoddp::cli
