@@ -235,8 +235,9 @@ void announce(const LaunchPlan& plan, const Membership& m, int store_port) {
   if (plan.routing.any_file()) launcher_say(fmt::format("writing worker logs under {}", plan.routing.log_dir));
 }
 
-// Node 0 hosts the store on every interface (a single node only on loopback); every launcher,
-// node 0's included, talks to it as a client at MASTER_ADDR:MASTER_PORT, the way the workers will.
+// Node 0 hosts the store where LaunchPlan::store_host says (every interface for several nodes,
+// loopback for one); every launcher, node 0's included, talks to it as a client at
+// MASTER_ADDR:MASTER_PORT, the way the workers will.
 struct StoreConnection {
   std::unique_ptr<TcpStoreServer> server;  // node 0 only
   std::shared_ptr<TcpStore> client;
@@ -247,9 +248,15 @@ StoreConnection open_store(const LaunchPlan& plan) {
   StoreConnection c;
   c.port = plan.master_port;
   if (plan.node_rank == 0) {
-    c.server = std::make_unique<TcpStoreServer>(
-        TcpStoreServerOptions{plan.standalone ? "127.0.0.1" : "", plan.master_port, plan.store_token});
+    c.server =
+        std::make_unique<TcpStoreServer>(TcpStoreServerOptions{plan.store_host, plan.master_port, plan.store_token});
     c.port = c.server->port();
+    // Said once, by the node whose store is open: the others only connect to it.
+    if (plan.store_host.empty() && plan.store_token.empty())
+      launcher_say(fmt::format("warning: the rendezvous store on port {} listens on every interface without a token, "
+                               "so any process that can reach this host can read, change or stall the job's keys: "
+                               "set NANODDP_STORE_TOKEN to the same secret on every node",
+                               c.port));
   }
   c.client = std::make_shared<TcpStore>(
       TcpStoreOptions{plan.master_addr, c.port, plan.rdzv_timeout, plan.rdzv_timeout, plan.store_token});

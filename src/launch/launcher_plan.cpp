@@ -154,6 +154,13 @@ LaunchPlan make_launch_plan(const LaunchOptions& o) {
     NANODDP_CHECK(!p.master_addr.empty(), "--master_addr is empty: give node 0's address");
   }
 
+  // Where node 0's store listens. One node: only this machine's processes need the store, so the
+  // loopback interface, unless --master_addr names another address, which is then bound as given
+  // (the user asked for the store there). Several nodes: every interface, as MASTER_ADDR may be a
+  // name or an address (behind NAT, say) that this host cannot bind although others reach it by it.
+  bool loopback = p.master_addr == "127.0.0.1" || p.master_addr == "localhost";
+  p.store_host = p.nnodes > 1 ? "" : loopback ? "localhost" : p.master_addr;
+
   // Timing and restarts.
   p.max_restarts = o.max_restarts;
   NANODDP_CHECK(p.max_restarts >= 0, "--max_restarts {} must be zero or more", o.max_restarts);
@@ -179,6 +186,9 @@ LaunchPlan make_launch_plan(const LaunchOptions& o) {
     p.store_token = random_token();
     p.store_token_generated = true;
   }
+  // One id for this `nanoddp run` and all its restarts: a restarted trainer resumes only a run
+  // folder its own job started (train/run_folder.h). Not the token: that one is a secret.
+  p.job_id = random_token().substr(0, 16);
   return p;
 }
 
@@ -200,6 +210,7 @@ std::vector<std::pair<std::string, std::string>> worker_variables(const LaunchPl
       {"TORCHELASTIC_RESTART_COUNT", s(id.attempt)},
       {"TORCHELASTIC_MAX_RESTARTS", s(plan.max_restarts)},
       {"NANODDP_AGENT_STORE", "1"},
+      {"NANODDP_JOB_ID", plan.job_id},
   };
   if (plan.omp_threads) vars.emplace_back("OMP_NUM_THREADS", s(*plan.omp_threads));
   if (plan.store_token_generated) vars.emplace_back("NANODDP_STORE_TOKEN", plan.store_token);

@@ -25,8 +25,12 @@ struct LaunchPlan {
   OutputRouting routing;
   std::string host;                  // this machine's name, for reports
   std::optional<int> omp_threads;    // OMP_NUM_THREADS for the workers when the user set none
+  // Where node 0's store listens: "localhost" (loopback only), "" (every interface) or the
+  // address the user gave as --master_addr (see make_launch_plan).
+  std::string store_host;
   std::string store_token;           // NANODDP_STORE_TOKEN of the job ("" = none)
   bool store_token_generated = false;  // made up by this launcher: the workers must be given it
+  std::string job_id;                  // NANODDP_JOB_ID: the same for every attempt of this launch
 };
 
 // Checks the flags and resolves them. Throws nanoddp::Error naming the flag that is wrong.

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "core/error.h"
 
@@ -86,47 +87,57 @@ void set_nodelay(int fd) {
 }
 
 Fd listen_tcp(const std::string& host, int port, int* bound_port) {
+  // The addresses to try, in order. "" binds the IPv6 wildcard, which also accepts IPv4 where the
+  // system allows dual-stack sockets, then the IPv4 wildcard where IPv6 is off. "localhost" binds
+  // the loopback address by number: resolving the name may give ::1 only, or list it first, and
+  // the IPv4 one is what MASTER_ADDR=127.0.0.1 clients dial.
+  std::vector<std::string> names = host.empty()           ? std::vector<std::string>{"::", "0.0.0.0"}
+                                   : host == "localhost" ? std::vector<std::string>{"127.0.0.1", "::1"}
+                                                         : std::vector<std::string>{host};
+  bool ours = host.empty() || host == "localhost";  // an address we chose, not the user's
   std::string why;
-  // "" binds the IPv6 wildcard, which also accepts IPv4 when the system allows dual-stack sockets;
-  // fall back to the IPv4 wildcard where IPv6 is disabled.
-  std::string bind_host = host;
-  AddrInfoPtr addrs = resolve(bind_host.empty() ? "::" : bind_host, port, SOCK_STREAM, true, &why);
-  if (!addrs && bind_host.empty()) addrs = resolve("0.0.0.0", port, SOCK_STREAM, true, &why);
-  NANODDP_CHECK(addrs, "cannot listen on {}:{}: {}", host.empty() ? "*" : host, port, why);
   int last_err = 0;
-  for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
-    Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
-    if (!fd.valid()) {
-      last_err = errno;
-      continue;
+  bool resolved = false;
+  for (const std::string& name : names) {
+    AddrInfoPtr addrs = resolve(name, port, SOCK_STREAM, true, &why);
+    if (!addrs) continue;
+    resolved = true;
+    for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
+      Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+      if (!fd.valid()) {
+        last_err = errno;
+        continue;
+      }
+      int one = 1, zero = 0;
+      // SO_REUSEADDR: a restarted job can bind the port while the old server's connections sit in
+      // TIME_WAIT. V6ONLY off explicitly: some systems default to IPv6-only sockets.
+      setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (a->ai_family == AF_INET6) setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+      // A backlog of 1024: every rank of a job connects at about the same moment at start-up.
+      if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), 1024) != 0) {
+        last_err = errno;
+        // The port is taken: another address would not help, and would hide the reason.
+        if (last_err == EADDRINUSE) break;
+        continue;
+      }
+      sockaddr_storage ss{};
+      socklen_t len = sizeof ss;
+      // The port actually bound, which differs from `port` when that was 0.
+      getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
+      *bound_port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                                   : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+      set_nonblocking(fd.get());
+      return fd;
     }
-    int one = 1, zero = 0;
-    // SO_REUSEADDR: a restarted job can bind the port while the old server's connections sit in
-    // TIME_WAIT. V6ONLY off explicitly: some systems default to IPv6-only sockets.
-    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (a->ai_family == AF_INET6) setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-    // A backlog of 1024: every rank of a job connects at about the same moment at start-up.
-    if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), 1024) != 0) {
-      last_err = errno;
-      // The port is taken: another address would not help, and would hide the reason.
-      if (last_err == EADDRINUSE) break;
-      continue;
-    }
-    sockaddr_storage ss{};
-    socklen_t len = sizeof ss;
-    // The port actually bound, which differs from `port` when that was 0.
-    getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
-    *bound_port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                                 : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-    set_nonblocking(fd.get());
-    return fd;
+    if (last_err == EADDRINUSE) break;
   }
-  std::string where = host.empty() ? "this host" : host;
+  NANODDP_CHECK(resolved, "cannot listen on {}:{}: {}", host, port, why);
+  std::string where = ours ? "this host" : host;
   NANODDP_CHECK(last_err != EADDRINUSE,
                 "port {} on {} is already in use: pick another --master_port or stop the process using it", port,
                 where);
-  NANODDP_FAIL("cannot listen on {}:{}: {}: check that {} is an address of this machine", where, port,
-               errno_text(last_err), where);
+  NANODDP_FAIL("cannot listen on {}:{}: {}{}", host.empty() ? "*" : host, port, errno_text(last_err),
+               ours ? "" : fmt::format(": check that {} is an address of this machine", host));
 }
 
 Fd try_connect_tcp(const std::string& host, int port, std::chrono::milliseconds timeout, std::string* why) {

@@ -43,7 +43,8 @@ class Fd {
 };
 
 // Binds and listens on host:port. host "" means every interface (IPv4 and IPv6 where the system
-// allows a dual-stack socket). port 0 picks a free port; the port bound is returned in *bound_port.
+// allows a dual-stack socket); "localhost" means the loopback interface only (127.0.0.1, or ::1
+// where IPv4 is missing). port 0 picks a free port; the port bound is returned in *bound_port.
 // Throws nanoddp::Error when the port is taken or the address is not this host's.
 // The socket returned is non-blocking (the store server polls it).
 Fd listen_tcp(const std::string& host, int port, int* bound_port);

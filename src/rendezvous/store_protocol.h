@@ -7,7 +7,9 @@
 //
 // A connection opens with kHello (magic, protocol version, token); the server answers kOk or closes
 // the connection after an error reply. Frames larger than kMaxFrameBytes are refused on both sides,
-// so a confused or hostile peer cannot make the server allocate without bound.
+// and before its Hello has succeeded a peer may send no frame larger than kMaxHelloFrameBytes, so a
+// confused or hostile peer cannot make the server allocate without bound (see Note [store limits]
+// in tcp_store_server.cpp).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +34,15 @@ inline constexpr size_t kMaxValueBytes = 16 << 20;          // 16 MiB per value
 inline constexpr size_t kMaxKeysPerRequest = 1 << 16;
 // A CompareSet frame carries two values; the extra 1 MiB covers its key and the field headers.
 inline constexpr size_t kMaxFrameBytes = kMaxValueBytes * 2 + (1 << 20);
+// NANODDP_STORE_TOKEN, as the server reads it from a Hello.
+inline constexpr size_t kMaxTokenBytes = 4 << 10;
+// The largest frame a peer may send before it has authenticated. A Hello is at most
+// 1 (op) + 4 + 64 (magic field, as the server reads it) + 8 (version) + 4 + kMaxTokenBytes = 4177
+// bytes; 8 KiB is the next power of two, so every token the server accepts still fits, while a
+// stranger costs the server at most this much buffer instead of kMaxFrameBytes (33 MiB).
+inline constexpr size_t kMaxHelloFrameBytes = 8 << 10;
+inline constexpr size_t kMaxMagicBytes = 64;
+static_assert(1 + 4 + kMaxMagicBytes + 8 + 4 + kMaxTokenBytes <= kMaxHelloFrameBytes);
 
 enum class Op : uint8_t {
   Hello = 1,       // magic, version, token                -> Ok | Error

@@ -65,44 +65,62 @@ TcpStore::~TcpStore() = default;
 std::string TcpStore::endpoint() const { return fmt::format("{}:{}", options_.host, options_.port); }
 
 net::Fd TcpStore::connect_once(milliseconds connect_timeout) {
-  // Retry with backoff: the server may start after this client (rank 0 can be slower to launch).
-  auto start = Clock::now(), deadline = start + connect_timeout;
+  // Checked here, with its size, rather than met as the server closing the connection.
+  NANODDP_CHECK(options_.token.size() <= wire::kMaxTokenBytes,
+                "NANODDP_STORE_TOKEN is {} bytes; the rendezvous store accepts at most {}: use a shorter token",
+                options_.token.size(), wire::kMaxTokenBytes);
+  // Retry with backoff: the server may start after this client (rank 0 can be slower to launch),
+  // and a server at its connection limit closes new connections before answering their Hello
+  // (Note [store limits] in tcp_store_server.cpp).
+  auto deadline = Clock::now() + connect_timeout;
   // 20 ms doubling up to 1 s: quick when the server is about to start, light on it when it is late.
   // Each attempt gets at most 5 s, so a host that drops packets is tried again rather than once.
   milliseconds backoff{20};
   std::string why = "no attempt made";
-  net::Fd fd;
+  bool refused = false;  // the last attempt connected, and the peer closed before answering
   for (;;) {
     auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    fd = net::try_connect_tcp(options_.host, options_.port, std::clamp(left, milliseconds(1), milliseconds(5000)), &why);
-    if (fd.valid() || Clock::now() + backoff >= deadline) break;
+    net::Fd fd =
+        net::try_connect_tcp(options_.host, options_.port, std::clamp(left, milliseconds(1), milliseconds(5000)), &why);
+    if (fd.valid() && hello(fd, connect_timeout, &why)) return fd;
+    refused = fd.valid();
+    if (Clock::now() + backoff >= deadline) break;
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, milliseconds(1000));
   }
-  NANODDP_CHECK(fd.valid(),
-                "could not reach the rendezvous store at {} after {} s ({}): check MASTER_ADDR/MASTER_PORT and that "
-                "rank 0 / node 0 is running",
+  NANODDP_CHECK(!refused,
+                "the rendezvous store at {} closed the connection before answering, attempt after attempt for {} s "
+                "({}): it may be at its connection limit (see the output of the process hosting it), or another "
+                "program is using this port: check MASTER_PORT",
                 endpoint(), seconds_text(connect_timeout), why);
+  NANODDP_FAIL("could not reach the rendezvous store at {} after {} s ({}): check MASTER_ADDR/MASTER_PORT and that "
+               "rank 0 / node 0 is running",
+               endpoint(), seconds_text(connect_timeout), why);
+}
 
+bool TcpStore::hello(const net::Fd& fd, milliseconds connect_timeout, std::string* why) {
   // Authenticate. A server that is not ours (another service on the port) will not answer in form.
   wire::Writer w;
-  Bytes hello = w.u8(uint8_t(Op::Hello)).str(wire::kMagic).i64(wire::kVersion).str(options_.token).take();
+  Bytes frame = w.u8(uint8_t(Op::Hello)).str(wire::kMagic).i64(wire::kVersion).str(options_.token).take();
   auto reply_deadline = Clock::now() + std::min(connect_timeout + kReplyMargin, kQuickRequest);
   uint8_t header[4];
-  bool ok = net::send_all(fd.get(), hello.data(), hello.size(), reply_deadline, &why) &&
-            net::recv_all(fd.get(), header, 4, reply_deadline, &why);
+  bool ok = net::send_all(fd.get(), frame.data(), frame.size(), reply_deadline, why) &&
+            net::recv_all(fd.get(), header, 4, reply_deadline, why);
+  // Closed or reset before the deadline, with no answer: refused, worth another try. Silence until
+  // the deadline is not: a server that stopped serving would only be waited on again.
+  if (!ok && Clock::now() < reply_deadline) return false;
   uint32_t len = ok ? wire::read_u32_be(header) : 0;
   NANODDP_CHECK(ok && len >= 1 && len <= wire::kMaxFrameBytes,
                 "{} at {} did not answer as a nanoddp rendezvous store ({}): check MASTER_PORT",
-                ok ? "the service" : "the rendezvous store", endpoint(), ok ? "malformed reply" : why);
+                ok ? "the service" : "the rendezvous store", endpoint(), ok ? "malformed reply" : *why);
   wire::Bytes payload(len);
-  NANODDP_CHECK(net::recv_all(fd.get(), payload.data(), len, reply_deadline, &why),
-                "lost the connection to the rendezvous store at {} during the handshake ({})", endpoint(), why);
+  NANODDP_CHECK(net::recv_all(fd.get(), payload.data(), len, reply_deadline, why),
+                "lost the connection to the rendezvous store at {} during the handshake ({})", endpoint(), *why);
   if (Status(payload[0]) != Status::Ok) {
     wire::Reader r(payload.data() + 1, len - 1);
     NANODDP_FAIL("the rendezvous store at {} rejected this process: {}", endpoint(), r.str(wire::kMaxFrameBytes));
   }
-  return fd;
+  return true;
 }
 
 TcpStore::Reply TcpStore::call(const Bytes& request, milliseconds reply_within) {

@@ -24,15 +24,32 @@ namespace nanoddp::dist {
 std::string store_token_from_env();
 
 struct TcpStoreServerOptions {
-  std::string host;                            // address to bind; "" = every interface
+  // Address to bind: "" = every interface; "localhost" = the loopback interface only (127.0.0.1,
+  // or ::1 where IPv4 is missing), so that only processes on this machine can connect.
+  std::string host;
   // 29500: torchrun's default MASTER_PORT.
   int port = 29500;                            // 0 = pick a free port (see TcpStoreServer::port())
   std::string token = store_token_from_env();  // "" = accept every client
+
+  // Limits on what a peer costs the server before and after its Hello; the reasons for each
+  // default are in Note [store limits] (tcp_store_server.cpp).
+  // Connections of every kind; a newcomer beyond it is closed at once (clients retry).
+  size_t max_connections = 16384;
+  // Connections that have not completed their Hello; a newcomer beyond it makes the server drop
+  // the oldest of them.
+  size_t max_unauthenticated = 256;
+  // How long a connection may take to complete its Hello before it is closed. Authenticated
+  // connections have no such limit: they may sit in a blocking get for as long as they asked.
+  std::chrono::milliseconds hello_timeout{std::chrono::seconds(20)};
+  // How long the server stops accepting after accept() fails for lack of descriptors or memory.
+  std::chrono::milliseconds accept_backoff{250};
 };
 
 // Serves the store from a background thread: one poll() loop over every client connection, so a
 // thousand ranks cost one thread. Constructing binds and listens (throws nanoddp::Error "port P on
 // HOST is already in use: ..." when taken); destroying stops the thread and closes every connection.
+// A peer that is not a client (a port scan, garbage, a flood of connections, a full descriptor
+// table) costs bounded memory and no busy loop, and does not stop the server serving the others.
 class TcpStoreServer {
  public:
   explicit TcpStoreServer(TcpStoreServerOptions options);
@@ -92,6 +109,10 @@ class TcpStore final : public Store {
  private:
   struct Reply;
   net::Fd connect_once(std::chrono::milliseconds connect_timeout);
+  // Sends the Hello on a new connection and reads the answer. False when the peer closed the
+  // connection without answering (the server refused it; worth a retry); throws nanoddp::Error on
+  // a rejection (wrong token, another version) or a peer that does not speak the protocol.
+  bool hello(const net::Fd& fd, std::chrono::milliseconds connect_timeout, std::string* why);
   // Sends one request frame and reads its reply; `reply_within` bounds the wait for the reply.
   // Throws nanoddp::Error when the connection breaks (it is then closed, not pooled) or the server
   // answers with an error.
