@@ -1,5 +1,6 @@
 #include "launch/launcher_plan.h"
 
+#include <netdb.h>
 #include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -93,6 +94,11 @@ int resolve_nproc_per_node(const std::string& spec) {
   }
   auto n = parse_int(spec);
   NANODDP_CHECK(n && *n >= 1, "--nproc_per_node '{}' is not a positive number, auto, gpu or cpu", spec);
+  // Workers beyond 8 per core are a typo, not a job: 100000 of them once left the launcher forking
+  // for minutes, deaf to SIGTERM. (Several workers per core is legitimate for tests and debugging.)
+  const int cap = 8 * std::max(1, usable_cores());
+  NANODDP_CHECK(*n <= cap, "--nproc_per_node {} is more than 8 workers per core of this machine ({} cores): one "
+                "worker per GPU, or per few cores, is the usual choice", *n, usable_cores());
   return *n;
 }
 
@@ -152,6 +158,16 @@ LaunchPlan make_launch_plan(const LaunchOptions& o) {
     NANODDP_CHECK(p.master_port > 0 && p.master_port < 65536, "--master_port {} is not a port (1..65535)",
                   p.master_port);
     NANODDP_CHECK(!p.master_addr.empty(), "--master_addr is empty: give node 0's address");
+    // A name that does not resolve never will within the rendezvous timeout: say so now, instead
+    // of waiting the whole timeout in silence. A temporary DNS failure (EAI_AGAIN) is left to the
+    // store client's retries.
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int rc = ::getaddrinfo(p.master_addr.c_str(), nullptr, &hints, &found);
+    if (found != nullptr) ::freeaddrinfo(found);
+    NANODDP_CHECK(rc == 0 || rc == EAI_AGAIN, "--master_addr {} does not resolve ({}): give node 0's host name or "
+                  "address as the other nodes reach it", p.master_addr, ::gai_strerror(rc));
   }
 
   // Where node 0's store listens. One node: only this machine's processes need the store, so the

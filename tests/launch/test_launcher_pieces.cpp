@@ -3,6 +3,8 @@
 // end to end is in test_launcher_run.cpp, several nodes in test_launcher_multinode.cpp.
 #include <gtest/gtest.h>
 
+#include <netdb.h>
+
 #include <algorithm>
 #include <map>
 #include <string>
@@ -45,10 +47,20 @@ TEST(LauncherPieces, PlanRejectsBadFlags) {
   NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.master_port = 70000; }), "--master_port");
   NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.redirects = 4; }), "--redirects");
   NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.monitor_interval = 0; }), "--monitor_interval");
+  // Was: --nproc_per_node 100000 forked for minutes, deaf to SIGTERM.
+  EXPECT_THROW(resolve_nproc_per_node("100000"), Error);
+  // Was: node 0 waited the whole 300 s rendezvous timeout in silence. (.invalid never resolves;
+  // without a reachable DNS server the answer is "try again", which the launcher lets through.)
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo("node0.invalid", nullptr, nullptr, &found);
+  if (found != nullptr) ::freeaddrinfo(found);
+  if (rc != EAI_AGAIN)
+    NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.master_addr = "node0.invalid"; }),
+                         "--master_addr node0.invalid does not resolve");
   LaunchOptions o;
-  o.rdzv_endpoint = "node0.example:1234";
+  o.rdzv_endpoint = "10.1.2.3:1234";
   LaunchPlan p = make_launch_plan(o);
-  EXPECT_EQ(p.master_addr, "node0.example");
+  EXPECT_EQ(p.master_addr, "10.1.2.3");
   EXPECT_EQ(p.master_port, 1234);
 }
 
