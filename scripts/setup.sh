@@ -17,8 +17,11 @@ done
 
 # libdnnl-dev only recommends ocl-icd-opencl-dev, yet oneDNN's CMake package calls
 # find_package(OpenCL): without it configure fails on a bare machine (we install without recommends).
+# Likewise libFuzzer and the sanitizer runtimes that the fuzz tests link (docs/fuzzing.md) are in
+# libclang-rt-dev, which clang only recommends.
 packages=(
   build-essential cmake pkg-config git ca-certificates
+  clang libclang-rt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev libomp-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -35,6 +36,18 @@ bool st_dtype(const std::string& name, DType* out) {
       return true;
     }
   return false;
+}
+
+// Bytes of a `dtype` tensor of `shape` (non-negative dims), or SIZE_MAX when that exceeds `limit` or
+// the element count overflows on the way. The dims come from the file, and Shape::numel() multiplies
+// them in this order with no check: [2^40, 2^40, 0] would overflow before reaching the 0.
+size_t bytes_within(const Shape& shape, DType dtype, size_t limit) {
+  int64_t n = 1;
+  for (int i = 0; i < shape.ndim(); i++) {
+    if (shape[i] != 0 && n > INT64_MAX / shape[i]) return SIZE_MAX;
+    n *= shape[i];
+  }
+  return static_cast<size_t>(n) <= limit / dtype_size(dtype) ? static_cast<size_t>(n) * dtype_size(dtype) : SIZE_MAX;
 }
 
 }  // namespace
@@ -90,6 +103,16 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   // The descriptor is not needed once the mapping exists.
   if (map_bytes_ > 0) map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
+  // A constructor that throws never runs the destructor: without this every rejected file would
+  // stay mapped for the life of the process.
+  struct UnmapUnlessKept {
+    void*& map;
+    size_t bytes;
+    bool keep = false;
+    ~UnmapUnlessKept() {
+      if (!keep && map != nullptr && map != MAP_FAILED) ::munmap(map, bytes);
+    }
+  } unmap_on_error{map_, map_bytes_};
   NANODDP_CHECK(map_bytes_ >= 8 && map_ != MAP_FAILED, "{} is not a safetensors file (empty or unreadable)", path);
   uint64_t n = 0;
   std::memcpy(&n, map_, 8);
@@ -113,12 +136,26 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       std::string dt = it->at("dtype").get<std::string>();
       NANODDP_CHECK(st_dtype(dt, &e.dtype), "{}: tensor '{}' has dtype {} which nanoddp does not read", path,
                     it.key(), dt);
-      for (int64_t d : it->at("shape")) e.shape.push_back(d);
-      e.begin = it->at("data_offsets").at(0).get<size_t>();
-      e.end = it->at("data_offsets").at(1).get<size_t>();
+      // Numbers are checked for their kind before get<>(), which casts a float to an integer with
+      // undefined behaviour when it is out of range; dims before Shape, which asserts (a bug) on a
+      // negative dim or too many dims, here a corrupt file.
+      const nlohmann::json& dims = it->at("shape");
+      NANODDP_CHECK(dims.is_array() && dims.size() <= size_t{Shape::kMaxDims}, "{}: tensor '{}' has shape {}; "
+                    "expected a list of at most {} dims", path, it.key(), dims.dump(), Shape::kMaxDims);
+      for (const nlohmann::json& d : dims) {
+        NANODDP_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, "{}: tensor '{}' has shape {}; dims must be "
+                      "non-negative integers", path, it.key(), dims.dump());
+        e.shape.push_back(d.get<int64_t>());
+      }
+      const nlohmann::json& offsets = it->at("data_offsets");
+      NANODDP_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+                        offsets[1].is_number_unsigned(), "{}: tensor '{}' has data_offsets {}; expected [begin, end], "
+                    "two non-negative integers", path, it.key(), offsets.dump());
+      e.begin = offsets[0].get<size_t>();
+      e.end = offsets[1].get<size_t>();
       // Every extent is validated here, so read_into() can copy without further checks.
       NANODDP_CHECK(e.begin <= e.end && e.end <= data_bytes &&
-                        e.end - e.begin == static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype),
+                        e.end - e.begin == bytes_within(e.shape, e.dtype, data_bytes),
                     "{} is truncated or corrupt: tensor '{}' claims bytes [{}, {}) of a {}-byte data section", path,
                     it.key(), e.begin, e.end, data_bytes);
       entries_[it.key()] = e;
@@ -126,6 +163,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   } catch (const nlohmann::json::exception& e) {
     NANODDP_FAIL("{} has a corrupt safetensors header: {}", path, e.what());
   }
+  unmap_on_error.keep = true;
 }
 
 SafetensorsFile::~SafetensorsFile() {

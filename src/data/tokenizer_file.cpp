@@ -129,6 +129,9 @@ void read_sidecar(const std::string& path, BpeVocab& vocab) {
     vocab.bos = j.at("bos").get<std::string>();
     const int64_t n = static_cast<int64_t>(vocab.tokens.size());
     for (auto& [text, id] : j.at("special_tokens").items()) {
+      // An empty text would match everywhere: encoding with specials allowed would never advance.
+      NANODDP_CHECK(!text.empty(), "tokenizer sidecar {}: special token id {} has an empty text; give it a name such "
+                    "as \"<|bos|>\"", side, id.dump());
       // get<int32_t>() would quietly truncate 1e10 or 2.5; the check below needs the id as written.
       NANODDP_CHECK(id.is_number_integer(), "tokenizer sidecar {}: special token '{}' has id {}, which is not an "
                     "integer", side, text, id.dump());

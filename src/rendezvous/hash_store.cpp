@@ -32,7 +32,9 @@ int64_t HashStore::add(const std::string& key, int64_t delta) {
       NANODDP_CHECK(ec == std::errc() && end == b + it->second.size(),
                     "store key '{}' holds a value that is not an integer", key);
     }
-    value += delta;
+    // Counters are int64: wrapping would be undefined behaviour, so an overflow is an error.
+    NANODDP_CHECK(!__builtin_add_overflow(value, delta, &value), "store key '{}': adding {} overflows a 64-bit "
+                  "counter", key, delta);
     // Decimal text, as the TCP server stores it, so code behaves alike on both stores.
     std::string text = std::to_string(value);
     data_[key] = Bytes(text.begin(), text.end());

@@ -451,7 +451,9 @@ void TcpStoreServer::Loop::handle(Client& c, wire::Reader& r) {
         if (ec != std::errc() || end != b + it->second.size())
           return reply_error(c, fmt::format("store key '{}' holds a value that is not an integer", key), false);
       }
-      value += delta;
+      // Counters are int64: wrapping would be undefined behaviour, so an overflow is a value error.
+      if (__builtin_add_overflow(value, delta, &value))
+        return reply_error(c, fmt::format("store key '{}': adding {} overflows a 64-bit counter", key, delta), false);
       // Decimal text, as HashStore stores it: get() of a counter reads "3".
       std::string text = std::to_string(value);
       data_[key] = wire::Bytes(text.begin(), text.end());

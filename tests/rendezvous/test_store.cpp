@@ -102,6 +102,10 @@ TEST_P(StoreTest, AddCountsFromZeroAndIsAtomic) {
   EXPECT_EQ(f.store->add("counter", 0), kThreads * kAdds);
   f.store->set_string("text", "abc");
   NANODDP_EXPECT_ERROR(f.store->add("text", 1), "not an integer");
+  // Was: signed overflow (undefined behaviour) in both stores, found by reading after fuzzing.
+  EXPECT_EQ(f.store->add("big", INT64_MAX), INT64_MAX);
+  NANODDP_EXPECT_ERROR(f.store->add("big", 1), "overflows a 64-bit counter");
+  EXPECT_EQ(f.store->add("big", 0), INT64_MAX);  // unchanged, and the store still answers
 }
 
 TEST_P(StoreTest, CompareSet) {
