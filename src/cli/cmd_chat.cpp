@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/text_stream.h"
 #include "core/error.h"
 #include "data/conversation.h"
 #include "model/generate.h"
@@ -87,22 +88,11 @@ void add_chat_command(CLI::App& root) {
       so.seed = a.seed + turn++;
       so.stop_token = end;
       if (!once) fmt::print("assistant> ");
-      std::vector<int32_t> reply;
-      size_t printed = 0;
+      TextStream reply(*tok);
       model::generate(*model, prompt, so, [&](int32_t id) {
-        if (id == end) return;
-        reply.push_back(id);
-        const std::string text = tok->decode(reply);
-        // Hold back a partial UTF-8 character until the next token completes it.
-        size_t cut = text.size();
-        while (cut > printed && (static_cast<unsigned char>(text[cut - 1]) & 0xC0) == 0x80) cut--;
-        if (cut > printed && static_cast<unsigned char>(text[cut - 1]) >= 0xC0) cut--;
-        fmt::print("{}", text.substr(printed, cut - printed));
-        std::fflush(stdout);
-        printed = cut;
+        if (id != end) reply.add(id);
       });
-      const std::string text = tok->decode(reply);
-      fmt::print("{}\n", text.substr(printed));
+      const std::string text = reply.finish();
       conv.messages.push_back({"assistant", {{"text", text.empty() ? " " : text}}});
       if (once) break;
     }

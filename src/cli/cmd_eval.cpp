@@ -7,8 +7,8 @@
 
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/rank_setup.h"
 #include "comm/consistency.h"
-#include "comm/init.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/conversation.h"
@@ -72,14 +72,9 @@ void add_eval_command(CLI::App& root) {
     NANODDP_CHECK(a.num_samples >= 1 && a.max_tokens >= 1 && a.top_k >= 0 && std::isfinite(a.temperature) &&
                       a.temperature >= 0,
                   "--num_samples and --max_tokens must be at least 1, --top_k and --temperature at least 0");
-    const dist::DistEnv env = dist::discover_environment();
-    const Device device = dist::local_device(a.device, env);
-    dist::DistOptions d;
-    d.backend = a.backend;
-    d.collective_timeout = a.timeout;
-    d.rendezvous_timeout = a.timeout;
-    auto ctx = dist::init_distributed(d, device, env);
-    dist::ProcessGroup& group = *ctx->group;
+    const RankSetup rank = join_process_group(a.device, a.backend, a.timeout);
+    const Device device = rank.device;
+    dist::ProcessGroup& group = *rank.context->group;
     const std::string dir = train::resolve_checkpoint(a.checkpoint);
     auto model = train::load_model(dir, device);
     auto tok = train::load_checkpoint_tokenizer(dir, "");

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/text_stream.h"
 #include "core/error.h"
 #include "model/generate.h"
 #include "train/checkpoint.h"
@@ -62,10 +63,7 @@ void add_sample_command(CLI::App& root) {
     so.top_k = args->top_k;
     so.seed = args->seed;
     so.stop_token = tokenizer->bos_id();
-    // Print as tokens arrive: decode everything so far and print what is new (a token may end in
-    // the middle of a UTF-8 character, which the next one completes).
-    std::vector<int32_t> generated;
-    size_t printed = 0;
+    TextStream generated(*tokenizer);
     bool stopped = false;  // generated the stop token
     fmt::print("{}", args->prompt);
     model::generate(*model, prompt, so, [&](int32_t id) {
@@ -73,26 +71,14 @@ void add_sample_command(CLI::App& root) {
         stopped = true;
         return;
       }
-      generated.push_back(id);
-      std::string text = tokenizer->decode(generated);
-      size_t end = text.size();
-      while (end > printed && (static_cast<unsigned char>(text[end - 1]) & 0xC0) == 0x80) end--;  // a partial char
-      // Then the lead byte. This may hold back a complete character too; the print after generate()
-      // writes whatever is left.
-      if (end > printed && static_cast<unsigned char>(text[end - 1]) >= 0xC0) end--;
-      fmt::print("{}", text.substr(printed, end - printed));
-      // Each piece at once: stdout is buffered (by line at best), and the text may go a long way
-      // without a newline.
-      std::fflush(stdout);
-      printed = end;
+      generated.add(id);
     });
-    std::string text = tokenizer->decode(generated);
-    fmt::print("{}\n", text.substr(printed));
+    generated.finish();
     // Ended neither by BOS nor by --max_tokens: the model's context is full. Say so, on stderr.
-    const bool ended = stopped || static_cast<int64_t>(generated.size()) >= args->max_tokens;
+    const bool ended = stopped || static_cast<int64_t>(generated.ids().size()) >= args->max_tokens;
     if (!ended)
       fmt::print(stderr, "nanoddp sample: stopped after {} tokens: prompt and text fill the model's context of {} "
-                 "tokens\n", generated.size(), model->config().max_seq_len);
+                 "tokens\n", generated.ids().size(), model->config().max_seq_len);
   });
 }
 

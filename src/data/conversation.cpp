@@ -37,6 +37,21 @@ std::vector<MessagePart> parse_content(const json& content, const std::string& r
   return parts;
 }
 
+// Calls fn(line, "path:N") for each non-blank line of a JSONL file of `what`; at least one.
+template <typename Fn>
+void for_each_jsonl_line(const std::string& path, const char* what, Fn&& fn) {
+  std::ifstream in(path);
+  NANODDP_CHECK(in.good(), "cannot open {}: give a JSONL file of {}", path, what);
+  int64_t number = 0, lines = 0;
+  for (std::string line; std::getline(in, line);) {
+    number++;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are allowed
+    fn(line, fmt::format("{}:{}", path, number));
+    lines++;
+  }
+  NANODDP_CHECK(lines > 0, "{} holds no {}", path, what);
+}
+
 }  // namespace
 
 Conversation parse_conversation(const std::string& line, const std::string& where) {
@@ -72,16 +87,10 @@ Conversation parse_conversation(const std::string& line, const std::string& wher
 }
 
 std::vector<Conversation> read_conversations(const std::string& path) {
-  std::ifstream in(path);
-  NANODDP_CHECK(in.good(), "cannot open {}: give a JSONL file of conversations", path);
   std::vector<Conversation> out;
-  int64_t number = 0;
-  for (std::string line; std::getline(in, line);) {
-    number++;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are allowed
-    out.push_back(parse_conversation(line, fmt::format("{}:{}", path, number)));
-  }
-  NANODDP_CHECK(!out.empty(), "{} holds no conversations", path);
+  for_each_jsonl_line(path, "conversations", [&](const std::string& line, const std::string& where) {
+    out.push_back(parse_conversation(line, where));
+  });
   return out;
 }
 
@@ -147,14 +156,8 @@ RenderedConversation render_conversation(const Tokenizer& tok, const Conversatio
 }
 
 std::vector<Question> read_questions(const std::string& path) {
-  std::ifstream in(path);
-  NANODDP_CHECK(in.good(), "cannot open {}: give a JSONL file of questions (nanoddp task --format questions)", path);
   std::vector<Question> out;
-  int64_t number = 0;
-  for (std::string line; std::getline(in, line);) {
-    number++;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{}:{}", path, number);
+  for_each_jsonl_line(path, "questions", [&](const std::string& line, const std::string& where) {
     const json j = json::parse(line, nullptr, false);
     NANODDP_CHECK(j.is_object() && j.contains("answer") && (j["answer"].is_string() || j["answer"].is_number()),
                   "{}: a question is {{\"messages\": [...], \"answer\": ...}}", where);
@@ -163,8 +166,7 @@ std::vector<Question> read_questions(const std::string& path) {
     NANODDP_CHECK(q.conversation.messages.back().role == "user", "{}: a question's last message must be the "
                   "user's", where);
     out.push_back(std::move(q));
-  }
-  NANODDP_CHECK(!out.empty(), "{} holds no questions", path);
+  });
   return out;
 }
 
