@@ -3,7 +3,6 @@
 // until <|assistant_end|>, printing it as it comes. --prompt TEXT answers once and exits (scripts).
 #include <fmt/format.h>
 
-#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -50,10 +49,7 @@ void add_chat_command(CLI::App& root) {
   add_option_flags(*cmd, *args);
   cmd->callback([args] {
     const ChatArgs& a = *args;
-    NANODDP_CHECK(a.max_tokens >= 1, "--max_tokens must be at least 1 (got {})", a.max_tokens);
-    NANODDP_CHECK(std::isfinite(a.temperature) && a.temperature >= 0, "--temperature must be a finite number >= 0 "
-                  "(got {})", a.temperature);
-    NANODDP_CHECK(a.top_k >= 0, "--top_k must be 0 (all tokens) or positive (got {})", a.top_k);
+    check_sampling_flags(a.max_tokens, a.temperature, a.top_k);
     const std::string dir = train::resolve_checkpoint(a.checkpoint);
     auto model = train::load_model(dir, parse_device(a.device));
     auto tok = train::load_checkpoint_tokenizer(dir, a.data);

@@ -69,9 +69,8 @@ void add_eval_command(CLI::App& root) {
   cmd->callback([args] {
     const EvalArgs& a = *args;
     NANODDP_CHECK(!a.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
-    NANODDP_CHECK(a.num_samples >= 1 && a.max_tokens >= 1 && a.top_k >= 0 && std::isfinite(a.temperature) &&
-                      a.temperature >= 0,
-                  "--num_samples and --max_tokens must be at least 1, --top_k and --temperature at least 0");
+    NANODDP_CHECK(a.num_samples >= 1, "--num_samples must be at least 1 (got {})", a.num_samples);
+    check_sampling_flags(a.max_tokens, a.temperature, a.top_k);
     const RankSetup rank = join_process_group(a.device, a.backend, a.timeout);
     const Device device = rank.device;
     dist::ProcessGroup& group = *rank.context->group;

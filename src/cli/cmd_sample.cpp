@@ -41,15 +41,19 @@ struct SampleArgs {
 
 }  // namespace
 
+void check_sampling_flags(int64_t max_tokens, double temperature, int64_t top_k) {
+  NANODDP_CHECK(max_tokens >= 1, "--max_tokens must be at least 1 (got {})", max_tokens);
+  NANODDP_CHECK(std::isfinite(temperature) && temperature >= 0, "--temperature must be a finite number >= 0 (0 = "
+                "greedy; got {})", temperature);
+  NANODDP_CHECK(top_k >= 0, "--top_k must be 0 (all tokens) or positive (got {})", top_k);
+}
+
 void add_sample_command(CLI::App& root) {
   auto* cmd = root.add_subcommand("sample", "Generate text from a trained checkpoint");
   auto args = std::make_shared<SampleArgs>();
   add_option_flags(*cmd, *args);
   cmd->callback([args] {
-    NANODDP_CHECK(args->max_tokens >= 1, "--max_tokens must be at least 1 (got {})", args->max_tokens);
-    NANODDP_CHECK(std::isfinite(args->temperature) && args->temperature >= 0, "--temperature must be a finite number "
-                  ">= 0 (0 = greedy; got {})", args->temperature);
-    NANODDP_CHECK(args->top_k >= 0, "--top_k must be 0 (all tokens) or positive (got {})", args->top_k);
+    check_sampling_flags(args->max_tokens, args->temperature, args->top_k);
     const std::string dir = train::resolve_checkpoint(args->checkpoint);
     auto model = train::load_model(dir, parse_device(args->device));
     auto tokenizer = train::load_checkpoint_tokenizer(dir, args->data);

@@ -2,12 +2,10 @@
 // for RL and evaluation (questions with answers).
 #include <fmt/format.h>
 
-#include <filesystem>
-#include <fstream>
-
 #include "cli/commands.h"
 #include "cli/option_flags.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "data/tasks.h"
 
 namespace nanoddp::cli {
@@ -43,20 +41,11 @@ void add_task_command(CLI::App& root) {
     NANODDP_CHECK(args->format == "conversations" || args->format == "questions", "--format must be conversations "
                   "or questions (got '{}')", args->format);
     const auto items = data::make_task(args->name, args->count, args->seed, args->words);
-    // Written to a temporary name and renamed, so a failed write never leaves half a file.
-    const std::string tmp = args->out + ".tmp";
-    {
-      std::ofstream f(tmp);
-      NANODDP_CHECK(f.good(), "cannot write {}: check that the directory exists and is writable", tmp);
-      for (const auto& it : items)
-        f << (args->format == "conversations" ? data::task_item_conversation_json(it)
-                                              : data::task_item_question_json(it))
-          << '\n';
-      NANODDP_CHECK(f.good(), "cannot write {} (disk full?)", tmp);
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, args->out, ec);
-    NANODDP_CHECK(!ec, "cannot move {} to {}: {}", tmp, args->out, ec.message());
+    std::string text;
+    for (const auto& it : items)
+      text += (args->format == "conversations" ? data::task_item_conversation_json(it)
+                                               : data::task_item_question_json(it)) + "\n";
+    write_file_atomically(args->out, text);
     fmt::print("wrote {} {} items of task {} to {}\n", items.size(), args->format, args->name, args->out);
   });
 }

@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
+
 #include "train/options.h"
 
 namespace nanoddp::cli {
@@ -22,6 +24,9 @@ void add_data_command(CLI::App& root);       // nanoddp data prepare
 void add_tokenizer_command(CLI::App& root);  // nanoddp tokenizer train|encode|decode
 void add_run_command(CLI::App& root);        // nanoddp run (the launcher)
 void add_info_command(CLI::App& root);       // nanoddp info
+
+// The sampling flags of sample, chat and eval, checked before a model is loaded.
+void check_sampling_flags(int64_t max_tokens, double temperature, int64_t top_k);
 
 // Trains `opts` in this process as one rank of whatever launched it (nanoddp run, torchrun-style
 // variables, mpirun, srun, or alone): what `train` and the chat stages run.

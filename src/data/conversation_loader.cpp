@@ -45,14 +45,8 @@ void ConversationLoader::build_stream() {
 void ConversationLoader::next(Tensor& inputs, Tensor& targets) {
   const int64_t b = opts_.batch, t = opts_.seq;
   NANODDP_ASSERT(inputs.numel() == b * t && targets.numel() == b * t && inputs.dtype() == DType::I32);
-  const int64_t usable = units_ / opts_.world * opts_.world;
-  if (state_.cursor >= usable) {
-    state_.epoch++;
-    state_.cursor = 0;
-  }
+  const int64_t unit = take_unit(state_, units_, opts_.rank, opts_.world);
   build_stream();
-  const int64_t unit = state_.cursor + opts_.rank;
-  state_.cursor += opts_.world;
   int32_t* in = inputs.data<int32_t>();
   int32_t* tg = targets.data<int32_t>();
   for (int64_t r = 0; r < b; r++) {

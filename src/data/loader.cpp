@@ -23,6 +23,18 @@ std::vector<std::string> list_shards(const std::string& dir, const std::string& 
   return paths;
 }
 
+int64_t take_unit(LoaderState& state, int64_t units, int rank, int world) {
+  // Units per epoch that every rank can take in lockstep.
+  const int64_t usable = units / world * world;
+  if (state.cursor >= usable) {
+    state.epoch++;
+    state.cursor = 0;
+  }
+  const int64_t unit = state.cursor + rank;
+  state.cursor += world;
+  return unit;
+}
+
 TokenLoader::TokenLoader(const std::string& dir, const std::string& split, const LoaderOptions& opts)
     : opts_(opts) {
   NANODDP_ASSERT(opts.batch >= 1 && opts.seq >= 1 && opts.world >= 1 && opts.rank >= 0 && opts.rank < opts.world);
@@ -49,15 +61,8 @@ void TokenLoader::prepare_order() {
 void TokenLoader::next(Tensor& inputs, Tensor& targets) {
   const int64_t b = opts_.batch, t = opts_.seq;
   NANODDP_ASSERT(inputs.numel() == b * t && targets.numel() == b * t && inputs.dtype() == DType::I32);
-  // Units per epoch that every rank can take in lockstep (Note [data order]).
-  const int64_t usable = units_ / opts_.world * opts_.world;
-  if (state_.cursor >= usable) {
-    state_.epoch++;
-    state_.cursor = 0;
-  }
+  const int64_t unit = take_unit(state_, units_, opts_.rank, opts_.world);
   prepare_order();
-  const int64_t unit = state_.cursor + opts_.rank;
-  state_.cursor += opts_.world;
   const int64_t first_window = (opts_.shuffle ? order_[unit] : unit) * b;
   std::vector<int32_t> buf(t + 1);
   for (int64_t i = 0; i < b; i++) {

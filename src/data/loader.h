@@ -40,6 +40,11 @@ struct LoaderOptions {
   int64_t vocab_size = 0;
 };
 
+// Note [data order]'s rule, shared by every BatchSource: the global unit this rank reads next (before
+// any shuffle). The cursor moves by the world size; a new epoch starts when fewer than `world` units
+// are left, so every rank takes the same number of units per epoch.
+int64_t take_unit(LoaderState& state, int64_t units, int rank, int world);
+
 // Where the trainer's micro-batches come from: token shards (TokenLoader) or rendered
 // conversations (ConversationLoader, data/conversation_loader.h). Both keep a global cursor over
 // units of B rows that ranks take in turn (Note [data order]), so a position is {epoch, cursor}.

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "data/base64.h"
 #include "data/bytes_map.h"
 
@@ -29,31 +30,6 @@ std::string read_whole_file(const std::string& path, const char* what) {
   ss << in.rdbuf();
   NANODDP_CHECK(!in.bad(), "cannot read {} {}: {}", what, path, std::strerror(errno));
   return ss.str();
-}
-
-// Through PATH.tmp, so `path` is never half-written; a failure removes PATH.tmp again.
-void write_file_atomically(const std::string& path, const std::string& data) {
-  const std::string tmp = path + ".tmp";
-  std::error_code ec;
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    NANODDP_CHECK(out.good(), "cannot write {}: {}", tmp, std::strerror(errno));
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    out.flush();
-    if (!out.good()) {
-      const std::string why = std::strerror(errno);
-      out.close();
-      fs::remove(tmp, ec);
-      NANODDP_FAIL("cannot write {}: {} (disk full?)", tmp, why);
-    }
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    NANODDP_FAIL("cannot write {}: {}; if it is a directory, remove it or choose another file name", path,
-                 ec.message());
-  }
 }
 
 // Collects (rank -> token bytes), checking that every rank and every token occurs once. Places are
@@ -150,6 +126,13 @@ void read_sidecar(const std::string& path, BpeVocab& vocab) {
 }  // namespace
 
 std::string sidecar_path(const std::string& path) { return path + ".json"; }
+
+void copy_tokenizer_file(const std::string& src, const std::string& dest) {
+  namespace fs = std::filesystem;
+  fs::copy_file(src, dest, fs::copy_options::overwrite_existing);
+  if (fs::exists(sidecar_path(src)))
+    fs::copy_file(sidecar_path(src), sidecar_path(dest), fs::copy_options::overwrite_existing);
+}
 
 BpeVocab read_tokenizer_file(const std::string& path) {
   const std::string text = read_whole_file(path, "tokenizer file");

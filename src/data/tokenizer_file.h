@@ -24,6 +24,9 @@ BpeVocab read_tokenizer_file(const std::string& path);
 // Writes FILE and FILE.json (each through a temporary file renamed into place).
 void write_tokenizer_file(const std::string& path, const BpeVocab& vocab);
 std::string sidecar_path(const std::string& path);
+// Copies a tokenizer file and its sidecar (when it has one) to `dest` and sidecar_path(dest),
+// replacing what is there.
+void copy_tokenizer_file(const std::string& src, const std::string& dest);
 
 // The names read_npm_encoding accepts.
 bool is_npm_encoding(const std::string& name);

@@ -15,10 +15,6 @@ namespace nanoddp::train {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-}  // namespace
-
 std::vector<int64_t> complete_checkpoint_steps(const std::string& out) {
   std::vector<int64_t> steps;
   const fs::path root = fs::path(out) / "checkpoints";
@@ -138,6 +134,8 @@ void save_checkpoint(const std::string& out, const CheckpointContents& c, dist::
     std::vector<int64_t> ours;
     const std::string run_id = c.meta.value("run_id", std::string());
     for (int64_t step : complete_checkpoint_steps(out)) {
+      // Parsed leniently (not read_checkpoint_meta, which throws): an unreadable meta.json is not
+      // this run's, so it is kept, not a reason to fail the save that just completed.
       const auto meta = nlohmann::json::parse(std::ifstream(fs::path(checkpoint_dir(out, step)) / files.meta), nullptr,
                                               false);
       if (!meta.is_discarded() && meta.is_object() && meta.value("run_id", std::string()) == run_id)

@@ -153,8 +153,14 @@ std::unique_ptr<model::GPT> load_model(const std::string& dir, Device device) {
 
 // Where a checkpoint's trained tokenizer file is: the run folder's copy, else the recorded dataset's;
 // "" when neither exists.
+// The run folder's copy of a trained tokenizer: the trainer keeps one in OUT/tokenizer/ (dir is
+// OUT/checkpoints/step_N), so a run is self-contained.
+static fs::path run_tokenizer_copy(const std::string& dir, const std::string& spec) {
+  return fs::path(dir).parent_path().parent_path() / "tokenizer" / fs::path(spec).filename();
+}
+
 static std::string tokenizer_file_of(const std::string& dir, const std::string& spec) {
-  const fs::path own = fs::path(dir).parent_path().parent_path() / "tokenizer" / fs::path(spec).filename();
+  const fs::path own = run_tokenizer_copy(dir, spec);
   if (fs::is_regular_file(own)) return own.string();
   const auto meta = read_checkpoint_meta(dir);
   const fs::path recorded = fs::path(meta.value("data_dir", "")) / spec;
@@ -168,8 +174,7 @@ std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& di
   const std::string recorded = meta.value("data_dir", "");
   if (!recorded.empty() && fs::exists(recorded + "/meta.json")) return data::load_dataset_tokenizer(recorded);
   const std::string spec = meta.value("tokenizer", "");
-  // The run folder's own copy (the trainer keeps one in OUT/tokenizer/, so a run is self-contained).
-  const fs::path own = fs::path(dir).parent_path().parent_path() / "tokenizer" / fs::path(spec).filename();
+  const fs::path own = run_tokenizer_copy(dir, spec);
   if (!spec.empty() && fs::is_regular_file(own)) return data::load_tokenizer(own.string());
   // Otherwise only a built-in tokenizer (bytes, gpt2, ...) can be rebuilt from its name; a trained
   // .tiktoken file lived in the dataset directory.
@@ -212,11 +217,7 @@ void export_safetensors(const std::string& dir, const std::string& file) {
     if (spec.ends_with(".tiktoken")) {
       const fs::path base = fs::path(file).replace_extension(".tiktoken");
       const std::string src = tokenizer_file_of(dir, spec);
-      if (!src.empty()) {
-        fs::copy_file(src, base, fs::copy_options::overwrite_existing);
-        if (fs::exists(src + ".json"))
-          fs::copy_file(src + ".json", base.string() + ".json", fs::copy_options::overwrite_existing);
-      }
+      if (!src.empty()) data::copy_tokenizer_file(src, base.string());
     }
   } catch (const Error&) {
     fs::remove(tmp, ec);

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "train/checkpoint.h"
 
 namespace nanoddp::train {
@@ -27,18 +28,13 @@ std::optional<RunInfo> read_run_info(const std::string& out) {
 
 void write_run_info(const std::string& out, const RunInfo& info) {
   fs::create_directories(out);
-  const fs::path path = fs::path(out) / "run.json", tmp = path.string() + ".tmp";
   const auto now = std::chrono::system_clock::now().time_since_epoch();
-  {
-    std::ofstream f(tmp);
-    f << nlohmann::json{{"run_id", info.run_id},
-                        {"job_id", info.job_id},
-                        {"created_unix", std::chrono::duration_cast<std::chrono::seconds>(now).count()}}
-             .dump(2)
-      << '\n';
-    NANODDP_CHECK(f.good(), "cannot write {} (disk full, or no permission?)", tmp.string());
-  }
-  fs::rename(tmp, path);
+  write_file_atomically((fs::path(out) / "run.json").string(),
+                        nlohmann::json{{"run_id", info.run_id},
+                                       {"job_id", info.job_id},
+                                       {"created_unix", std::chrono::duration_cast<std::chrono::seconds>(now).count()}}
+                                .dump(2) +
+                            "\n");
 }
 
 std::string new_run_id() {

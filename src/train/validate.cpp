@@ -57,6 +57,8 @@ void validate_options(const TrainOptions& o) {
                 "--target_param_data_ratio must be positive (got {})", o.target_param_data_ratio);
   NANODDP_CHECK(o.optimizer == "muon" || o.optimizer == "adamw", "--optimizer must be muon or adamw (got '{}')",
                 o.optimizer);
+  NANODDP_CHECK(o.muon_precision == "bf16" || o.muon_precision == "f32", "--muon_precision must be bf16 or f32 "
+                "(got '{}')", o.muon_precision);
   NANODDP_CHECK(o.zero >= 0 && o.zero <= 2, "--zero must be 0, 1 or 2 (got {})", o.zero);
   finite_non_negative(o.embedding_lr, "embedding_lr");
   finite_non_negative(o.unembedding_lr, "unembedding_lr");
