@@ -12,6 +12,7 @@
 #include "data/conversation_loader.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "data/tokenizer_file.h"
 #include "comm/consistency.h"
 #include "ddp/optimizer.h"
 #include "ddp/reducer.h"
@@ -104,7 +105,6 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
   Plan p;
   p.config = model::GPTConfig::from_depth(o.depth, meta.vocab_size, o.max_seq_len, o.aspect_ratio, o.head_dim,
                                           o.n_kv_head);
-  NANODDP_CHECK(o.device_batch_size >= 1, "--device_batch_size must be positive");
   // Tokens of one micro-step over all ranks.
   const int64_t per_micro = o.device_batch_size * o.max_seq_len * world;
   const int64_t total = o.total_batch_size < 0 ? per_micro : o.total_batch_size;
@@ -113,8 +113,8 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
                 o.device_batch_size, o.max_seq_len, world, per_micro);
   p.grad_accum = total / per_micro;
   p.tokens_per_step = total;
-  // The length of training, first that applies (as in nanochat): --num_iterations, --target_flops,
-  // then tokens = target_param_data_ratio x parameters.
+  // The length of training, first that applies (as in nanochat): --num_iterations, --num_epochs,
+  // --target_flops, then tokens = target_param_data_ratio x parameters.
   if (o.num_iterations > 0) {
     p.num_iterations = o.num_iterations;
   } else if (o.num_epochs > 0) {
@@ -226,8 +226,6 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
   oc.matrix_lr = opts.matrix_lr;
   oc.adamw_matrix_lr = opts.adamw_matrix_lr;
   oc.weight_decay = opts.weight_decay;
-  NANODDP_CHECK(opts.muon_precision == "bf16" || opts.muon_precision == "f32", "--muon_precision must be bf16 or "
-                "f32 (got '{}')", opts.muon_precision);
   oc.ns_bf16 = opts.muon_precision == "bf16";
   optimizer_ = std::make_unique<ddp::Optimizer>(*model_, *reducer_, oc);
   // Rank-strided: each rank reads its own rows of the one seeded order.
@@ -289,9 +287,6 @@ int64_t Trainer::resume_step() {
   return step;
 }
 
-// Gives this run the folder --out: a resumed run keeps its identity; a fresh one gets a new run id,
-// and refuses a folder that holds another run unless --overwrite moves that run aside. Collective:
-// every rank checks, then rank 0 alone changes the folder between two barriers.
 // A run folder is self-contained: it keeps a copy of a trained tokenizer (OUT/tokenizer/), so
 // sample and export work after the dataset folder is gone. Rank 0, once per run.
 void Trainer::keep_tokenizer() {
@@ -300,11 +295,12 @@ void Trainer::keep_tokenizer() {
   const fs::path src = fs::path(opts_.data) / meta_.tokenizer, dest = fs::path(opts_.out) / "tokenizer";
   if (!fs::is_regular_file(src) || fs::exists(dest / src.filename())) return;
   fs::create_directories(dest);
-  fs::copy_file(src, dest / src.filename());
-  if (fs::exists(src.string() + ".json"))
-    fs::copy_file(src.string() + ".json", dest / (src.filename().string() + ".json"));
+  data::copy_tokenizer_file(src.string(), (dest / src.filename()).string());
 }
 
+// Gives this run the folder --out: a resumed run keeps its identity; a fresh one gets a new run id,
+// and refuses a folder that holds another run unless --overwrite moves that run aside. Collective:
+// every rank checks, then rank 0 alone changes the folder between two barriers.
 void Trainer::claim_run_folder(int64_t resume) {
   const auto info = read_run_info(opts_.out);
   if (resume >= 0) {
@@ -548,13 +544,23 @@ TrainResult Trainer::run() {
               group_.size(), opts_.device_batch_size, opts_.max_seq_len, plan_.grad_accum, n, ops::cpu_threads(),
               peak_flops_ / 1e9, opts_.optimizer, opts_.zero, group_.backend_name());
   double train_seconds = 0;  // time in training steps, for the ETA
+  // Set after a step when the ranks agree that the state after it must be saved: --save_minutes
+  // has passed, or a rank was asked to stop (then the run ends right after that save).
+  bool save_due = false, stop_requested = false;
   for (int64_t step = start_step_;; step++) {
     // Step s is the state after s steps: evaluate and save before training it, and go round once more
     // at `stop` for the final state. No save at start_step_: it is the checkpoint
     // just resumed from, or the untrained step 0.
     const bool last = step == stop;
     if (last || (opts_.eval_every > 0 && step % opts_.eval_every == 0)) evaluate_and_log(step);
-    if (last || (opts_.save_every > 0 && step % opts_.save_every == 0 && step > start_step_)) save(step);
+    if (last || save_due || (opts_.save_every > 0 && step % opts_.save_every == 0 && step > start_step_)) save(step);
+    if (stop_requested) {
+      const int sig = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM;
+      log::print0("stopped by signal {} after step {}; continue with --resume latest", sig, step);
+      result_.last_step = step;
+      result_.stopped_by_signal = sig;
+      return result_;
+    }
     if (last) break;
     const double lr = lr_multiplier(step, n, opts_.warmup_ratio, opts_.warmdown_ratio, opts_.final_lr_frac);
     Stopwatch sw;
@@ -578,16 +584,8 @@ TrainResult Trainer::run() {
     // A NaN or infinite loss poisons every later step and checkpoint: stop here, before saving.
     NANODDP_CHECK(std::isfinite(loss), "step {}: the training loss is {}; stopping before it reaches a checkpoint. "
                   "Lower the learning rates (or check the data), or resume from an earlier checkpoint", step + 1, loss);
-    if (agreed[1] > 0) {
-      const int sig = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM;
-      if (step + 1 < stop) save(step + 1);  // at stop the loop's own save follows; here it would not
-      log::print0("stopped by signal {} after step {}; continue with --resume latest", sig, step + 1);
-      result_.last_step = step + 1;
-      result_.stopped_by_signal = sig;
-      return result_;
-    }
-    const bool saved_next = step + 1 == stop || (opts_.save_every > 0 && (step + 1) % opts_.save_every == 0);
-    if (opts_.save_minutes > 0 && agreed[2] >= opts_.save_minutes * 60 && !saved_next) save(step + 1);
+    stop_requested = agreed[1] > 0;
+    save_due = stop_requested || (opts_.save_minutes > 0 && agreed[2] >= opts_.save_minutes * 60);
   }
   result_.last_step = stop;
   // A --stop_at run is a pause, not the end: no sample.
