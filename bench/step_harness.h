@@ -38,6 +38,9 @@ class StepBench {
   void synchronize();
 
   const model::GPTConfig& config() const { return config_; }
+  // The micro-batch step() trains on (random tokens until a caller refills them, e.g. from a loader).
+  Tensor& inputs() { return x_; }
+  Tensor& targets() { return y_; }
   model::GPT& model() { return *model_; }
   ddp::Reducer& reducer() { return *reducer_; }
   ddp::Optimizer& optimizer() { return *optimizer_; }

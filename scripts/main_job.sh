@@ -2,17 +2,19 @@
 # The main job on the bundled data: install and build, export the Brown corpus, train a BPE
 # tokenizer (vocab 4096), prepare token shards, train a depth-4 GPT on the CPU with 2 processes for
 # a few minutes, report validation bits per byte, and sample text from it; then fine-tune it on the
-# bundled arithmetic conversations (nanochat's chat_sft) with 2 processes, evaluate it, and ask it
-# a question in chat format.
-# A re-run moves the previous runs aside (out.previous-<run id>, sft.previous-<run id>).
+# bundled arithmetic conversations (nanochat's chat_sft) with 2 processes and evaluate it; then
+# reinforce it on arithmetic questions (nanochat's chat_rl) with 2 processes, evaluate it again, and
+# ask it a question in chat format.
+# A re-run moves the previous runs aside (out.previous-<run id>, sft.previous-<run id>, ...).
 # Environment: NANODDP_WORK (default runs/brown), NANODDP_STEPS (default 400), NANODDP_SFT_STEPS
-# (default 40).
+# (default 40), NANODDP_RL_STEPS (default 10).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${NANODDP_WORK:-runs/brown}"
 steps="${NANODDP_STEPS:-400}"
 sft_steps="${NANODDP_SFT_STEPS:-40}"
-stage() { printf '\n== [%s/6] %s\n' "$1" "$2"; }
+rl_steps="${NANODDP_RL_STEPS:-10}"
+stage() { printf '\n== [%s/7] %s\n' "$1" "$2"; }
 
 stage 1 "install and build (scripts/setup.sh)"
 scripts/setup.sh
@@ -34,18 +36,25 @@ $bin run --standalone --nproc_per_node 2 train --data "$work/data" --out "$work/
   --warmup_ratio 0.02 --eval_every 50 --eval_tokens 65536 --save_every 100 --sample_tokens 120 \
   --sample_prompt "The jury said" --overwrite
 
-stage 6 "fine-tune on arithmetic conversations (SFT, 2 processes, $sft_steps steps), evaluate, chat"
+stage 6 "fine-tune on arithmetic conversations (SFT, 2 processes, $sft_steps steps), evaluate"
 $bin task --name arithmetic --count 4000 --out "$work/arith_train.jsonl"
 $bin task --name arithmetic --count 100 --seed 2 --format questions --out "$work/arith_test.jsonl"
 $bin run --standalone --nproc_per_node 2 sft --source "$work/out" --data "$work/arith_train.jsonl" \
   --out "$work/sft" --device_batch_size 8 --num_iterations "$sft_steps" --overwrite
 $bin run --standalone --nproc_per_node 2 eval --checkpoint "$work/sft" --task "$work/arith_test.jsonl" \
   --max_tokens 40
+
+stage 7 "reinforce on arithmetic questions (RL, 2 processes, $rl_steps steps), evaluate, chat"
+$bin task --name arithmetic --count 400 --seed 3 --format questions --out "$work/arith_rl.jsonl"
+$bin run --standalone --nproc_per_node 2 rl --source "$work/sft" --task "$work/arith_rl.jsonl" --out "$work/rl" \
+  --num_samples 8 --examples_per_step 4 --max_new_tokens 40 --num_iterations "$rl_steps" --overwrite
+$bin run --standalone --nproc_per_node 2 eval --checkpoint "$work/rl" --task "$work/arith_test.jsonl" \
+  --max_tokens 40
 question="Ava has 12 apples. Ava gets 7 more and then gives away 5. How many apples does Ava have now?"
 echo "user> $question"
 printf 'assistant> '
-$bin chat --checkpoint "$work/sft" --prompt "$question" --temperature 0 --max_tokens 40
+$bin chat --checkpoint "$work/rl" --prompt "$question" --temperature 0 --max_tokens 40
 echo
-echo "done: metrics in $work/out/metrics.jsonl and $work/sft/metrics.jsonl, checkpoints under checkpoints/"
+echo "done: metrics in $work/{out,sft,rl}/metrics.jsonl, checkpoints under checkpoints/"
 echo "sample again: $bin sample --checkpoint $work/out --prompt 'It was' --max_tokens 100"
-echo "chat: $bin chat --checkpoint $work/sft"
+echo "chat: $bin chat --checkpoint $work/rl"

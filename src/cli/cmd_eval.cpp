@@ -3,8 +3,6 @@
 // over ranks, so any world size gives the same numbers. The last line printed is JSON.
 #include <fmt/format.h>
 
-#include <filesystem>
-
 #include "cli/commands.h"
 #include "cli/option_flags.h"
 #include "cli/rank_setup.h"
@@ -51,15 +49,6 @@ struct EvalArgs {
   }
 };
 
-std::vector<data::Question> load_questions(const EvalArgs& a) {
-  if (std::filesystem::exists(a.task)) return data::read_questions(a.task);
-  std::vector<data::Question> out;
-  for (const auto& it : data::make_task(a.task, a.count, a.task_seed)) {
-    out.push_back({data::parse_conversation(data::task_item_question_json(it), a.task), it.answer});
-  }
-  return out;
-}
-
 }  // namespace
 
 void add_eval_command(CLI::App& root) {
@@ -77,7 +66,7 @@ void add_eval_command(CLI::App& root) {
     const std::string dir = train::resolve_checkpoint(a.checkpoint);
     auto model = train::load_model(dir, device);
     auto tok = train::load_checkpoint_tokenizer(dir, "");
-    const auto questions = load_questions(a);
+    const auto questions = data::load_questions(a.task, a.count, a.task_seed);
     const int32_t end = tok->special_id("<|assistant_end|>");
     // sums: correct answers, answers
     std::vector<double> sums{0, 0};

@@ -29,6 +29,28 @@ struct SftInputs {
 
 }  // namespace
 
+// The model (depth, widths, context), the dataset (for its tokenizer) and the weights of `source`:
+// what sft and rl start from, whatever shape flags were given.
+void take_source_model(train::TrainOptions& o, const std::string& source) {
+  const std::string dir = train::resolve_checkpoint(source);
+  const nlohmann::json meta = train::read_checkpoint_meta(dir);
+  NANODDP_CHECK(meta.contains("data_dir") && meta.contains("options"), "--source {}: its meta.json lacks the dataset "
+                "and options it was trained with; start from a checkpoint written by `nanoddp train`, `sft` or `rl`",
+                dir);
+  const auto& src = meta.at("options");
+  o.depth = src.at("depth");
+  o.aspect_ratio = src.at("aspect_ratio");
+  o.head_dim = src.at("head_dim");
+  o.n_kv_head = src.at("n_kv_head");
+  o.max_seq_len = src.at("max_seq_len");
+  o.data = meta.at("data_dir");
+  o.init_from = dir;
+}
+
+void remove_flags(CLI::App& cmd, const std::vector<const char*>& flags) {
+  for (const char* flag : flags) cmd.remove_option(cmd.get_option(flag));
+}
+
 void add_sft_command(CLI::App& root) {
   auto* cmd = root.add_subcommand("sft", "Fine-tune a checkpoint on conversations (nanochat's chat_sft)");
   auto opts = std::make_shared<train::TrainOptions>();
@@ -42,29 +64,16 @@ void add_sft_command(CLI::App& root) {
   opts->eval_every = -1;
   add_option_flags(*cmd, *opts);
   // --data means conversation files here; the dataset (for the tokenizer) is the source's.
-  for (const char* flag : {"--data", "--conversations", "--val_conversations", "--init_from", "--stage"})
-    cmd->remove_option(cmd->get_option(flag));
+  remove_flags(*cmd, {"--data", "--conversations", "--val_conversations", "--init_from", "--stage"});
+  remove_flags(*cmd, kRlFlags);
   auto in = std::make_shared<SftInputs>();
   cmd->add_option("--source", in->source, "The checkpoint to fine-tune: a checkpoint directory or a run's --out")
       ->required();
   cmd->add_option("--data", in->data, "JSONL conversation files to train on")->required()->expected(1, -1);
   cmd->add_option("--val_data,--val-data", in->val_data, "JSONL conversation files to evaluate on")->expected(1, -1);
   cmd->callback([opts, in] {
-    const std::string dir = train::resolve_checkpoint(in->source);
-    const nlohmann::json meta = train::read_checkpoint_meta(dir);
-    NANODDP_CHECK(meta.contains("data_dir") && meta.contains("options"), "--source {}: its meta.json lacks the "
-                  "dataset and options it was trained with; fine-tune a checkpoint written by `nanoddp train` or "
-                  "`nanoddp sft`", dir);
     train::TrainOptions o = *opts;
-    // The model is the source's: its shape flags are taken from it, whatever was given here.
-    const auto& src = meta.at("options");
-    o.depth = src.at("depth");
-    o.aspect_ratio = src.at("aspect_ratio");
-    o.head_dim = src.at("head_dim");
-    o.n_kv_head = src.at("n_kv_head");
-    o.max_seq_len = src.at("max_seq_len");
-    o.data = meta.at("data_dir");
-    o.init_from = dir;
+    take_source_model(o, in->source);
     o.conversations = join(in->data);
     o.val_conversations = join(in->val_data);
     run_train_command(o);

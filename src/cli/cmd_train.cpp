@@ -22,6 +22,7 @@ void add_train_command(CLI::App& root) {
   auto* cmd = root.add_subcommand("train", "Train a GPT (nanochat's recipe) on prepared token shards");
   auto opts = std::make_shared<train::TrainOptions>();
   add_option_flags(*cmd, *opts);
+  remove_flags(*cmd, kRlFlags);
   cmd->callback([opts] { run_train_command(*opts); });
 }
 

@@ -8,6 +8,8 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "train/options.h"
 
@@ -15,9 +17,11 @@ namespace nanoddp::cli {
 
 void add_train_command(CLI::App& root);      // nanoddp train
 void add_sft_command(CLI::App& root);        // nanoddp sft
+void add_rl_command(CLI::App& root);         // nanoddp rl
 void add_task_command(CLI::App& root);       // nanoddp task
 void add_eval_command(CLI::App& root);       // nanoddp eval
 void add_chat_command(CLI::App& root);       // nanoddp chat
+void add_serve_command(CLI::App& root);      // nanoddp serve
 void add_sample_command(CLI::App& root);     // nanoddp sample
 void add_export_commands(CLI::App& root);    // nanoddp export / import
 void add_data_command(CLI::App& root);       // nanoddp data prepare
@@ -27,6 +31,16 @@ void add_info_command(CLI::App& root);       // nanoddp info
 
 // The sampling flags of sample, chat and eval, checked before a model is loaded.
 void check_sampling_flags(int64_t max_tokens, double temperature, int64_t top_k);
+
+// The flags only `nanoddp rl` takes (train and sft remove them).
+inline const std::vector<const char*> kRlFlags = {
+    "--task", "--task_count", "--task_seed", "--num_samples", "--examples_per_step", "--max_new_tokens",
+    "--temperature", "--top_k"};
+
+// sft and rl: the model shape flags, dataset and initial weights of the checkpoint `source` (a
+// checkpoint directory or a run's --out) go into `o`.
+void take_source_model(train::TrainOptions& o, const std::string& source);
+void remove_flags(CLI::App& cmd, const std::vector<const char*>& flags);
 
 // Trains `opts` in this process as one rank of whatever launched it (nanoddp run, torchrun-style
 // variables, mpirun, srun, or alone): what `train` and the chat stages run.

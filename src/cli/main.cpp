@@ -86,9 +86,11 @@ int main(int argc, char** argv) {
   add_info_command(app);
   add_train_command(app);
   add_sft_command(app);
+  add_rl_command(app);
   add_task_command(app);
   add_eval_command(app);
   add_chat_command(app);
+  add_serve_command(app);
   add_sample_command(app);
   add_export_commands(app);
   add_tokenizer_command(app);

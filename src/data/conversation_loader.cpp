@@ -26,13 +26,8 @@ ConversationLoader::ConversationLoader(const std::vector<std::string>& files, co
 
 void ConversationLoader::build_stream() {
   if (stream_epoch_ == state_.epoch) return;
-  std::vector<int64_t> order(rendered_.size());
-  std::iota(order.begin(), order.end(), 0);
-  if (opts_.shuffle) {
-    Rng rng(opts_.seed, stream_id("conversations") + static_cast<uint64_t>(state_.epoch));
-    for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; i--)
-      std::swap(order[i], order[rng.next_u64() % uint64_t(i + 1)]);
-  }
+  const std::vector<int64_t> order =
+      epoch_order(static_cast<int64_t>(rendered_.size()), opts_.shuffle, opts_.seed, "conversations", state_.epoch);
   ids_.clear();
   mask_.clear();
   for (int64_t i : order) {

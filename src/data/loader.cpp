@@ -35,6 +35,16 @@ int64_t take_unit(LoaderState& state, int64_t units, int rank, int world) {
   return unit;
 }
 
+std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, const char* what, int64_t epoch) {
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  if (!shuffle) return order;
+  // Fisher-Yates from the back.
+  Rng rng(seed, stream_id(what) + static_cast<uint64_t>(epoch));
+  for (int64_t i = n - 1; i > 0; i--) std::swap(order[i], order[rng.next_u64() % uint64_t(i + 1)]);
+  return order;
+}
+
 TokenLoader::TokenLoader(const std::string& dir, const std::string& split, const LoaderOptions& opts)
     : opts_(opts) {
   NANODDP_ASSERT(opts.batch >= 1 && opts.seq >= 1 && opts.world >= 1 && opts.rank >= 0 && opts.rank < opts.world);
@@ -51,10 +61,7 @@ TokenLoader::TokenLoader(const std::string& dir, const std::string& split, const
 
 void TokenLoader::prepare_order() {
   if (!opts_.shuffle || order_epoch_ == state_.epoch) return;
-  order_.resize(units_);
-  std::iota(order_.begin(), order_.end(), 0);
-  Rng rng(opts_.seed, stream_id("loader") + static_cast<uint64_t>(state_.epoch));
-  for (int64_t i = units_ - 1; i > 0; i--) std::swap(order_[i], order_[rng.next_u64() % uint64_t(i + 1)]);
+  order_ = epoch_order(units_, true, opts_.seed, "loader", state_.epoch);
   order_epoch_ = state_.epoch;
 }
 

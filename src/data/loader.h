@@ -45,6 +45,10 @@ struct LoaderOptions {
 // are left, so every rank takes the same number of units per epoch.
 int64_t take_unit(LoaderState& state, int64_t units, int rank, int world);
 
+// The order of n items in `epoch`: 0..n-1, or with shuffle a permutation seeded by (seed, the
+// stream named `what`, epoch), the same on every rank. Shared by the loaders and RL's questions.
+std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, const char* what, int64_t epoch);
+
 // Where the trainer's micro-batches come from: token shards (TokenLoader) or rendered
 // conversations (ConversationLoader, data/conversation_loader.h). Both keep a global cursor over
 // units of B rows that ranks take in turn (Note [data order]), so a position is {epoch, cursor}.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -117,6 +118,14 @@ bool answer_is_correct(const std::string& completion, const std::string& answer)
   };
   double g = 0, w = 0;
   return number(got, g) && number(want, w) && g == w;
+}
+
+std::vector<Question> load_questions(const std::string& file_or_name, int64_t count, uint64_t seed) {
+  if (std::filesystem::exists(file_or_name)) return read_questions(file_or_name);
+  std::vector<Question> out;
+  for (const auto& it : make_task(file_or_name, count, seed))
+    out.push_back({parse_conversation(task_item_question_json(it), file_or_name), it.answer});
+  return out;
 }
 
 }  // namespace nanoddp::data

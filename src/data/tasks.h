@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "data/conversation.h"
+
 namespace nanoddp::data {
 
 struct TaskItem {
@@ -32,6 +34,10 @@ std::vector<TaskItem> make_task(const std::string& name, int64_t count, uint64_t
 // (for RL and evaluation).
 std::string task_item_conversation_json(const TaskItem& item);
 std::string task_item_question_json(const TaskItem& item);
+
+// RL's and evaluation's questions: a JSONL file of them (read_questions) when `file_or_name` is a
+// file, else `count` items of the bundled task of that name drawn with `seed`.
+std::vector<Question> load_questions(const std::string& file_or_name, int64_t count, uint64_t seed);
 
 // The reward rule of RL and evaluation: 1 when the completion's final answer (the text after its
 // last "####", trimmed; else the whole completion) equals `answer`, numbers compared as numbers.

@@ -49,4 +49,42 @@ std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, co
   return out;
 }
 
+std::vector<std::vector<int32_t>> generate_batch(GPT& model, const std::vector<int32_t>& prompt,
+                                                 const std::vector<uint64_t>& seeds, const SampleOptions& opts) {
+  NANODDP_CHECK(!prompt.empty(), "generation needs a prompt of at least one token");
+  const int64_t n = static_cast<int64_t>(seeds.size()), vocab = model.config().vocab_size;
+  std::vector<std::vector<int32_t>> out(n);
+  if (n == 0) return out;
+  KVCache one(model, 1);
+  Tensor ids = Tensor::empty({1, static_cast<int64_t>(prompt.size())}, DType::I32);
+  std::copy(prompt.begin(), prompt.end(), ids.data<int32_t>());
+  if (one.length() + ids.dim(1) > one.capacity() || opts.max_tokens < 1) return out;
+  Tensor logits = model.forward_next(ids, one);
+  KVCache cache(model, n);
+  cache.replicate(one);
+  std::vector<Rng> rngs;
+  for (uint64_t s : seeds) rngs.emplace_back(s, stream_id("sample"));
+  std::vector<bool> done(n, false);
+  ids = Tensor::empty({n, 1}, DType::I32);
+  for (int64_t step = 0;; step++) {
+    int64_t running = 0;
+    for (int64_t i = 0; i < n; i++) {
+      // After the prompt every row sees the same logits (row 0 of the batch-1 forward).
+      const float* row = logits.data<float>() + (step == 0 ? 0 : i * vocab);
+      int32_t next = opts.stop_token >= 0 ? opts.stop_token : 0;
+      if (!done[i]) {
+        next = sample_token(row, vocab, opts.temperature, opts.top_k, rngs[i]);
+        out[i].push_back(next);
+        done[i] = next == opts.stop_token || static_cast<int64_t>(out[i].size()) >= opts.max_tokens;
+        running += done[i] ? 0 : 1;
+      }
+      // A finished row is fed a placeholder whose output nobody reads; the rows stay one batch.
+      ids.data<int32_t>()[i] = next;
+    }
+    if (running == 0 || cache.length() + 1 > cache.capacity()) break;
+    logits = model.forward_next(ids, cache);
+  }
+  return out;
+}
+
 }  // namespace nanoddp::model

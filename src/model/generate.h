@@ -24,6 +24,13 @@ struct SampleOptions {
 std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opts,
                               const std::function<void(int32_t)>& on_token = {});
 
+// Continues `prompt` once per seed, batched: the prompt runs once, its KV cache is replicated to
+// seeds.size() rows, and each step samples every unfinished row from its own stream (row i draws
+// as generate() with seed seeds[i] would). A row ends at stop_token (kept) or max_tokens. This is
+// what RL's N samples per question cost: one forward of N rows per token instead of N forwards.
+std::vector<std::vector<int32_t>> generate_batch(GPT& model, const std::vector<int32_t>& prompt,
+                                                 const std::vector<uint64_t>& seeds, const SampleOptions& opts);
+
 // Picks an id from logits [vocab] (already soft-capped): greedy at temperature 0, otherwise a draw
 // from softmax(logits / temperature) restricted to the top_k largest.
 int32_t sample_token(const float* logits, int64_t vocab, float temperature, int64_t top_k, Rng& rng);

@@ -117,6 +117,9 @@ class KVCache {
   int64_t length() const { return length_; }
   int64_t capacity() const { return capacity_; }
   void reset() { length_ = 0; }
+  // Every row of this cache becomes a copy of `one`'s single row (same length): a prompt is run once
+  // and its keys and values shared by the samples that continue it (model/generate.h).
+  void replicate(const KVCache& one);
 
  private:
   friend class GPT;

@@ -15,6 +15,18 @@ KVCache::KVCache(const GPT& model, int64_t batch) : capacity_(model.config().max
   }
 }
 
+void KVCache::replicate(const KVCache& one) {
+  NANODDP_ASSERT(one.k_.size() == k_.size() && one.k_[0].dim(0) == 1 && one.capacity_ == capacity_);
+  const int64_t batch = k_[0].dim(0);
+  for (size_t l = 0; l < k_.size(); l++) {
+    for (int64_t b = 0; b < batch; b++) {
+      copy(k_[l].rows(b, b + 1), one.k_[l]);
+      copy(v_[l].rows(b, b + 1), one.v_[l]);
+    }
+  }
+  length_ = one.length_;
+}
+
 namespace {
 
 // Soft-capped f32 host copy of the first `vocab` columns of logits [rows, Vpad] (any device/dtype).

@@ -47,6 +47,15 @@ struct TrainOptions {
   std::string val_conversations = "";
   std::string mask = "assistant";
   std::string stage = "base";
+  // RL (nanoddp rl; nanochat's chat_rl): questions instead of token shards.
+  std::string task = "";
+  int64_t task_count = 1000;
+  uint64_t task_seed = 1;
+  int64_t num_samples = 16;
+  int64_t examples_per_step = 16;
+  int64_t max_new_tokens = 256;
+  double temperature = 1.0;
+  int64_t top_k = 50;
   std::string out = "out";
   uint64_t seed = 42;
   bool shuffle = true;
@@ -109,6 +118,16 @@ struct TrainOptions {
       "shards; --data still gives the tokenizer");
     v(val_conversations, "val_conversations", "Evaluate on these JSONL conversation files (comma-separated)");
     v(mask, "mask", "With --conversations: train on the assistant's tokens (assistant) or on every token (all)");
+    v(task, "task", "RL: a JSONL file of questions with answers (nanoddp task --format questions), or a bundled "
+      "task's name");
+    v(task_count, "task_count", "RL with a bundled task's name: how many problems");
+    v(task_seed, "task_seed", "RL with a bundled task's name: the seed of the problems");
+    v(num_samples, "num_samples", "RL: completions sampled per question (their mean reward is the baseline)");
+    v(examples_per_step, "examples_per_step", "RL: questions per optimizer step over all ranks (a multiple of the "
+      "world size)");
+    v(max_new_tokens, "max_new_tokens", "RL: longest completion in tokens");
+    v(temperature, "temperature", "RL: sampling temperature of the completions");
+    v(top_k, "top_k", "RL: sample among the k most likely tokens (0 = all)");
     v(stage, "stage", "What this run is, recorded in its checkpoints: base, sft or rl");
     v(out, "out", "Output directory: metrics.jsonl and checkpoints/");
     v(seed, "seed", "Seed of the initial weights and the data order");

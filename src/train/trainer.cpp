@@ -12,6 +12,7 @@
 #include "data/conversation_loader.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "data/tasks.h"
 #include "data/tokenizer_file.h"
 #include "comm/consistency.h"
 #include "ddp/optimizer.h"
@@ -24,6 +25,7 @@
 #include "ops/profile.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
+#include "train/rl.h"
 #include "train/run_folder.h"
 #include "train/schedule.h"
 #include "train/validate.h"
@@ -107,6 +109,17 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
                                           o.n_kv_head);
   // Tokens of one micro-step over all ranks.
   const int64_t per_micro = o.device_batch_size * o.max_seq_len * world;
+  if (o.stage == "rl") {
+    // RL's batch is questions, not tokens: examples_per_step over all ranks; the tokens a step trains
+    // on depend on what is sampled. Its length is --num_iterations, or --num_epochs over the questions
+    // (counted once they are loaded).
+    NANODDP_CHECK(o.examples_per_step % world == 0, "--examples_per_step {} is not a multiple of the world size {}: "
+                  "each rank takes the same number of questions per step", o.examples_per_step, world);
+    p.grad_accum = o.examples_per_step / world;
+    p.num_iterations = o.num_iterations > 0 ? o.num_iterations : -1;
+    NANODDP_CHECK(p.num_iterations > 0 || o.num_epochs > 0, "RL needs --num_iterations or --num_epochs");
+    return p;
+  }
   const int64_t total = o.total_batch_size < 0 ? per_micro : o.total_batch_size;
   NANODDP_CHECK(total % per_micro == 0, "--total_batch_size {} is not a multiple of device_batch_size x max_seq_len x "
                 "world size = {} x {} x {} = {}: choose a total batch that divides, or another device batch", total,
@@ -154,6 +167,12 @@ class Trainer {
   // Returns this rank's mean micro-batch loss.
   double train_step(int64_t step, double lr_mult);
   nlohmann::json dataset_identity() const;
+  bool rl() const { return questions_ != nullptr; }
+  data::LoaderState data_position() const { return rl() ? questions_->state() : loader_->state(); }
+  void set_data_position(const data::LoaderState& s) {
+    if (rl()) questions_->set_state(s);
+    else loader_->set_state(s);
+  }
   void evaluate_and_log(int64_t step);
   void sample();
 
@@ -167,7 +186,9 @@ class Trainer {
   std::unique_ptr<model::GPT> model_;
   std::unique_ptr<ddp::Reducer> reducer_;
   std::unique_ptr<ddp::Optimizer> optimizer_;
-  std::unique_ptr<data::BatchSource> loader_;
+  std::unique_ptr<data::BatchSource> loader_;     // base and SFT
+  std::unique_ptr<QuestionSource> questions_;     // RL (stage rl) instead
+  RlStepStats rl_stats_;                          // of the last RL step, on this rank
   // One micro-batch: i32 [device_batch_size, max_seq_len] on the host.
   Tensor inputs_, targets_;
   std::unique_ptr<MetricsLog> metrics_;
@@ -232,7 +253,13 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
   data::LoaderOptions lo{opts.device_batch_size, opts.max_seq_len, group.rank(), group.size(), opts.shuffle,
                          opts.seed};
   lo.vocab_size = meta_.vocab_size;
-  if (opts.conversations.empty()) {
+  if (opts.stage == "rl") {
+    questions_ = std::make_unique<QuestionSource>(data::load_questions(opts.task, opts.task_count, opts.task_seed),
+                                                  group.rank(), group.size(), opts.shuffle, opts.seed);
+    if (plan_.num_iterations < 0)
+      plan_.num_iterations = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
+          opts.num_epochs * static_cast<double>(questions_->size()) / static_cast<double>(opts.examples_per_step))));
+  } else if (opts.conversations.empty()) {
     loader_ = std::make_unique<data::TokenLoader>(opts.data, "train", lo);
   } else {
     loader_ = std::make_unique<data::ConversationLoader>(split_list(opts.conversations), *tokenizer_, lo,
@@ -381,7 +408,7 @@ void Trainer::restore(int64_t step) {
                 meta.at("options").value("zero", 0), group_.size(), opts_.zero);
   }
   // The resumed run reads exactly the rows the interrupted one would have read next.
-  loader_->set_state({meta.at("loader").at("epoch"), meta.at("loader").at("cursor")});
+  set_data_position({meta.at("loader").at("epoch"), meta.at("loader").at("cursor")});
   // Keep the last evaluation, so the next checkpoint's meta.json carries it until the next one.
   if (meta.contains("val_bpb") && !meta["val_bpb"].is_null())
     result_.eval = EvalResult{meta.value("val_loss", 0.0), meta["val_bpb"], 0};
@@ -415,6 +442,7 @@ nlohmann::json Trainer::dataset_identity() const {
   nlohmann::json id = {{"vocab_size", meta_.vocab_size}, {"train_tokens", meta_.train_tokens},
                        {"tokenizer", meta_.tokenizer}};
   if (!opts_.conversations.empty()) id["conversations"] = opts_.conversations;
+  if (rl()) id["task"] = {{"task", opts_.task}, {"questions", questions_->size()}};
   return id;
 }
 
@@ -428,7 +456,7 @@ void Trainer::save(int64_t step) {
   c.step = step;
   for (const auto& p : model_->parameters()) c.model.emplace_back(p.name, p.data);
   c.optimizer = optimizer_->state();
-  const auto loader = loader_->state();
+  const auto loader = data_position();
   // data_dir is absolute so that `nanoddp sample` and `export` work from another directory.
   c.meta = {{"step", step},
             {"model_config", plan_.config.to_json()},
@@ -452,6 +480,15 @@ void Trainer::save(int64_t step) {
 
 // One optimizer step: grad_accum micro-steps, gradients synchronised during the last backward.
 double Trainer::train_step(int64_t step, double lr_mult) {
+  if (rl()) {
+    const RlSettings rs{.num_samples = opts_.num_samples, .max_new_tokens = opts_.max_new_tokens,
+                        .temperature = static_cast<float>(opts_.temperature), .top_k = opts_.top_k,
+                        .device_batch_size = opts_.device_batch_size, .seed = opts_.seed};
+    rl_stats_ = rl_forward_backward(*model_, *reducer_, *tokenizer_, *questions_, plan_.grad_accum, rs);
+    reducer_->finish();
+    optimizer_->step(lr_mult, muon_momentum(step));
+    return rl_stats_.loss;
+  }
   double loss = 0;
   // Micro-batch gradients of the unscaled loss are summed; the reducer divides by grad_accum
   // (Note [accumulation order] in model/gpt.cpp).
@@ -471,6 +508,8 @@ double Trainer::train_step(int64_t step, double lr_mult) {
 void Trainer::evaluate_and_log(int64_t step) {
   Stopwatch sw;
   EvalResult r;
+  // RL is measured by its reward (logged every step) and `nanoddp eval`, not by a validation loss.
+  if (rl()) return;
   if (opts_.conversations.empty()) {
     r = evaluate(*model_, opts_.data, opts_.device_batch_size, opts_.max_seq_len, plan_.eval_micro_batches,
                  token_bytes_, group_);
@@ -539,10 +578,17 @@ TrainResult Trainer::run() {
   log::print0("model: depth {} | dim {} | heads {}/{} | vocab {} (padded {}) | {:.2f}M parameters",
               plan_.config.n_layer, plan_.config.n_embd, plan_.config.n_head, plan_.config.n_kv_head,
               plan_.config.vocab_size, plan_.config.padded_vocab(), plan_.config.num_params() / 1e6);
-  log::print0("batch: {} tokens/step = {} ranks x {} rows x {} tokens x {} accumulation | {} steps | {} threads/rank "
-              "| peak {:.1f} GFLOP/s per rank | optimizer {} zero {} | backend {}", plan_.tokens_per_step,
-              group_.size(), opts_.device_batch_size, opts_.max_seq_len, plan_.grad_accum, n, ops::cpu_threads(),
-              peak_flops_ / 1e9, opts_.optimizer, opts_.zero, group_.backend_name());
+  if (rl()) {
+    log::print0("batch: {} questions/step = {} ranks x {} questions x {} samples (of {} questions) | {} steps | {} "
+                "threads/rank | optimizer {} zero {} | backend {}", opts_.examples_per_step, group_.size(),
+                plan_.grad_accum, opts_.num_samples, questions_->size(), n, ops::cpu_threads(), opts_.optimizer,
+                opts_.zero, group_.backend_name());
+  } else {
+    log::print0("batch: {} tokens/step = {} ranks x {} rows x {} tokens x {} accumulation | {} steps | {} threads/rank "
+                "| peak {:.1f} GFLOP/s per rank | optimizer {} zero {} | backend {}", plan_.tokens_per_step,
+                group_.size(), opts_.device_batch_size, opts_.max_seq_len, plan_.grad_accum, n, ops::cpu_threads(),
+                peak_flops_ / 1e9, opts_.optimizer, opts_.zero, group_.backend_name());
+  }
   double train_seconds = 0;  // time in training steps, for the ETA
   // Set after a step when the ranks agree that the state after it must be saved: --save_minutes
   // has passed, or a rank was asked to stop (then the run ends right after that save).
@@ -567,19 +613,37 @@ TrainResult Trainer::run() {
     const double local_loss = train_step(step, lr);
     // One allreduce per step carries what the ranks must agree on: the mean loss, whether any rank
     // was asked to stop, and the time since the last save (averaged, so every rank decides alike).
+    // RL adds its reward and token counts (every rank has as many samples, so means average exactly).
     std::vector<double> agreed{local_loss, static_cast<double>(g_stop_signal), since_save_.seconds()};
+    if (rl()) {
+      agreed.insert(agreed.end(), {rl_stats_.reward_sum / rl_stats_.samples, rl_stats_.trained_tokens,
+                                   rl_stats_.sampled_tokens, rl_stats_.sample_seconds});
+    }
     dist::allreduce_scalars(group_, agreed, dist::ReduceOp::Avg);
     const double loss = agreed[0];
-    const double dt = sw.seconds(), tok_s = plan_.tokens_per_step / dt;
+    const double dt = sw.seconds();
+    const double step_tokens = rl() ? agreed[4] * group_.size() : static_cast<double>(plan_.tokens_per_step);
+    const double tok_s = step_tokens / dt;
     // MFU of the whole job: achieved FLOP/s over the peak of world_size devices.
     const double mfu = flops_per_token * tok_s / (peak_flops_ * group_.size());
     train_seconds += dt;
     // From the mean step time of this run so far; evaluations and saves are not counted.
     const double eta = train_seconds / static_cast<double>(step + 1 - start_step_) * static_cast<double>(stop - step - 1);
-    log::print0("step {:05d}/{:05d} | loss {:.6f} | lrm {:.3f} | dt {:.0f}ms | tok/s {:.0f} | mfu {:.1f}% | eta {}",
-                step + 1, n, loss, lr, dt * 1000, tok_s, 100 * mfu, format_duration(eta));
-    metrics_->write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"tokens_per_s", tok_s}, {"mfu", mfu},
-                     {"dt_ms", dt * 1000}, {"tokens", (step + 1) * plan_.tokens_per_step}});
+    if (rl()) {
+      // Sampling throughput: completion tokens over all ranks per second of generation on each.
+      const double sample_tok_s = agreed[6] > 0 ? agreed[5] * group_.size() / agreed[6] : 0;
+      log::print0("step {:05d}/{:05d} | reward {:.4f} | loss {:.6f} | lrm {:.3f} | dt {:.0f}ms | sampled {:.0f} tok "
+                  "({:.0f} tok/s) | trained {:.0f} tok | eta {}", step + 1, n, agreed[3], loss, lr, dt * 1000,
+                  agreed[5] * group_.size(), sample_tok_s, step_tokens, format_duration(eta));
+      metrics_->write({{"step", step + 1}, {"reward", agreed[3]}, {"loss", loss}, {"lr", lr}, {"dt_ms", dt * 1000},
+                       {"sampled_tokens", agreed[5] * group_.size()}, {"sample_tokens_per_s", sample_tok_s},
+                       {"trained_tokens", step_tokens}});
+    } else {
+      log::print0("step {:05d}/{:05d} | loss {:.6f} | lrm {:.3f} | dt {:.0f}ms | tok/s {:.0f} | mfu {:.1f}% | eta {}",
+                  step + 1, n, loss, lr, dt * 1000, tok_s, 100 * mfu, format_duration(eta));
+      metrics_->write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"tokens_per_s", tok_s}, {"mfu", mfu},
+                       {"dt_ms", dt * 1000}, {"tokens", (step + 1) * plan_.tokens_per_step}});
+    }
     result_.last_loss = loss;
     // A NaN or infinite loss poisons every later step and checkpoint: stop here, before saving.
     NANODDP_CHECK(std::isfinite(loss), "step {}: the training loss is {}; stopping before it reaches a checkpoint. "

@@ -51,6 +51,16 @@ void validate_options(const TrainOptions& o) {
   NANODDP_CHECK(o.mask == "assistant" || o.mask == "all", "--mask must be assistant or all (got '{}')", o.mask);
   NANODDP_CHECK(o.stage == "base" || o.stage == "sft" || o.stage == "rl", "--stage must be base, sft or rl (got "
                 "'{}')", o.stage);
+  if (o.stage == "rl") {
+    NANODDP_CHECK(!o.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
+    positive(o.task_count, "task_count");
+    positive(o.num_samples, "num_samples");
+    positive(o.examples_per_step, "examples_per_step");
+    positive(o.max_new_tokens, "max_new_tokens");
+    NANODDP_CHECK(std::isfinite(o.temperature) && o.temperature > 0, "--temperature must be positive (got {}): RL "
+                  "learns from differences between samples, and greedy samples do not differ", o.temperature);
+    NANODDP_CHECK(o.top_k >= 0, "--top_k must be 0 (all tokens) or positive (got {})", o.top_k);
+  }
   NANODDP_CHECK(o.target_flops == -1 || (std::isfinite(o.target_flops) && o.target_flops > 0),
                 "--target_flops must be -1 (off) or a positive number (got {})", o.target_flops);
   NANODDP_CHECK(std::isfinite(o.target_param_data_ratio) && o.target_param_data_ratio > 0,
@@ -89,8 +99,10 @@ void validate_options(const TrainOptions& o) {
   NANODDP_CHECK(o.threads >= 0 && o.threads <= cores, "--threads must be between 0 (all cores) and {}, the cores "
                 "of this machine (got {})", cores, o.threads);
   finite_non_negative(o.peak_flops, "peak_flops");
-  NANODDP_CHECK(o.init_from.empty() || o.resume.empty(), "--init_from starts a new run and --resume continues one: "
-                "give one of them");
+  // sft and rl set init_from to their --source, which a resumed run keeps as its provenance (the
+  // weights come from the checkpoint resumed); only train's own --init_from conflicts with --resume.
+  NANODDP_CHECK(o.init_from.empty() || o.resume.empty() || o.stage != "base", "--init_from starts a new run and "
+                "--resume continues one: give one of them");
 }
 
 double estimate_rank_bytes(const model::GPTConfig& c, const TrainOptions& o) {

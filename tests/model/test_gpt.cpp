@@ -217,5 +217,32 @@ TEST(Sampling, GreedyAndTopKAreDeterministic) {
   }
 }
 
+// RL's batched sampling (model/generate.h): the prompt's KV cache replicated to N rows, then one
+// forward of N rows per token. Each row must draw what generate() draws with its seed.
+// Tolerance: none on tokens. The batched and single-row forwards compute each row with the same
+// kernels on the same numbers; a last-bit difference between GEMM shapes could only flip a draw
+// whose uniform lands within ~1e-7 of a boundary, which these few draws do not.
+TEST(Sampling, BatchedSamplesEqualOneByOneWithTheSameSeeds) {
+  const auto c = tiny_config(1);
+  GPT gpt(c, Device::cpu());
+  randomise(gpt, 600);
+  const std::vector<int32_t> prompt = {3, 17, 42, 8};
+  model::SampleOptions so{.max_tokens = 9, .temperature = 1.f, .top_k = 0, .seed = 0, .stop_token = 5};
+  const std::vector<uint64_t> seeds = {11, 12, 13, 14, 15};
+  const auto batched = model::generate_batch(gpt, prompt, seeds, so);
+  ASSERT_EQ(batched.size(), seeds.size());
+  size_t distinct = 0;
+  for (size_t i = 0; i < seeds.size(); i++) {
+    so.seed = seeds[i];
+    EXPECT_EQ(batched[i], model::generate(gpt, prompt, so)) << "sample " << i;
+    distinct += i > 0 && batched[i] != batched[0] ? 1 : 0;
+  }
+  EXPECT_GT(distinct, 0u) << "the seeds should give different samples";
+  for (const auto& row : batched) EXPECT_LE(row.size(), 9u);
+  // As generate(): a prompt that fills the context (16) gets one token, a longer one none.
+  EXPECT_EQ(model::generate_batch(gpt, std::vector<int32_t>(16, 1), seeds, so)[2].size(), 1u);
+  EXPECT_TRUE(model::generate_batch(gpt, std::vector<int32_t>(17, 1), seeds, so)[0].empty());
+}
+
 }  // namespace
 }  // namespace nanoddp

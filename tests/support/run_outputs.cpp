@@ -8,15 +8,17 @@
 
 namespace nanoddp::testing {
 
-std::map<int64_t, double> training_losses(const std::string& out) {
+std::map<int64_t, double> training_metric(const std::string& out, const std::string& key) {
   std::map<int64_t, double> m;
   std::ifstream in(out + "/metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
     auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) m[j["step"]] = j["loss"];
+    if (j.contains(key)) m[j["step"]] = j[key];
   }
   return m;
 }
+
+std::map<int64_t, double> training_losses(const std::string& out) { return training_metric(out, "loss"); }
 
 std::vector<float> checkpoint_weights(const std::string& checkpoint_dir) {
   SafetensorsFile f(checkpoint_dir + "/model.safetensors");

@@ -8,6 +8,8 @@
 
 namespace nanoddp::testing {
 
+// step -> `key` (e.g. "reward") of every line of OUT/metrics.jsonl that has it.
+std::map<int64_t, double> training_metric(const std::string& out, const std::string& key);
 // step -> training loss of every training line of OUT/metrics.jsonl.
 std::map<int64_t, double> training_losses(const std::string& out);
 

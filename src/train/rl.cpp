@@ -1,0 +1,153 @@
+#include "train/rl.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "data/tasks.h"
+#include "model/generate.h"
+
+namespace nanoddp::train {
+
+QuestionSource::QuestionSource(std::vector<data::Question> questions, int rank, int world, bool shuffle, uint64_t seed)
+    : questions_(std::move(questions)), rank_(rank), world_(world), shuffle_(shuffle), seed_(seed) {
+  NANODDP_CHECK(static_cast<int64_t>(questions_.size()) >= world, "RL has {} question(s), fewer than the {} ranks: "
+                "give more questions (--task_count, or a longer --task file)", questions_.size(), world);
+}
+
+const data::Question& QuestionSource::next(uint64_t& draw) {
+  const int64_t n = size();
+  const int64_t unit = data::take_unit(state_, n, rank_, world_);
+  if (order_epoch_ != state_.epoch) {
+    order_ = data::epoch_order(n, shuffle_, seed_, "questions", state_.epoch);
+    order_epoch_ = state_.epoch;
+  }
+  draw = static_cast<uint64_t>(state_.epoch * n + unit);
+  return questions_[order_[unit]];
+}
+
+namespace {
+
+// One sampled completion as a training row: inputs = (prompt + completion)[:-1], targets the next
+// token where it is a sampled one, -1 on the prompt.
+struct Row {
+  std::vector<int32_t> inputs, targets;
+  int64_t valid = 0;
+};
+
+Row make_row(const std::vector<int32_t>& prompt, const std::vector<int32_t>& completion) {
+  Row r;
+  r.inputs = prompt;
+  r.inputs.insert(r.inputs.end(), completion.begin(), completion.end());
+  r.inputs.pop_back();
+  r.targets.assign(r.inputs.size(), -1);
+  for (size_t j = 0; j < completion.size(); j++) r.targets[prompt.size() - 1 + j] = completion[j];
+  r.valid = static_cast<int64_t>(completion.size());
+  return r;
+}
+
+struct MicroBatch {
+  Tensor inputs, targets;  // i32 [rows, longest], host
+  float loss_scale = 0;
+};
+
+// Rows padded to the longest with ignored targets (the padding's input id is never trained on).
+MicroBatch pack(const std::vector<const Row*>& rows, float loss_scale) {
+  size_t longest = 0;
+  for (const Row* r : rows) longest = std::max(longest, r->inputs.size());
+  const auto b = static_cast<int64_t>(rows.size()), t = static_cast<int64_t>(longest);
+  MicroBatch mb{Tensor::empty({b, t}, DType::I32), Tensor::empty({b, t}, DType::I32), loss_scale};
+  int32_t* in = mb.inputs.data<int32_t>();
+  int32_t* tg = mb.targets.data<int32_t>();
+  std::fill(in, in + b * t, 0);
+  std::fill(tg, tg + b * t, -1);
+  for (int64_t i = 0; i < b; i++) {
+    std::copy(rows[i]->inputs.begin(), rows[i]->inputs.end(), in + i * t);
+    std::copy(rows[i]->targets.begin(), rows[i]->targets.end(), tg + i * t);
+  }
+  return mb;
+}
+
+// The seed of sample i of draw d: one stream per (question draw, sample).
+uint64_t sample_seed(uint64_t seed, uint64_t draw, int64_t i, int64_t n) {
+  return seed ^ (0x9E3779B97F4A7C15ull * (draw * static_cast<uint64_t>(n) + static_cast<uint64_t>(i) + 1));
+}
+
+}  // namespace
+
+RlStepStats rl_forward_backward(model::GPT& model, ddp::Reducer& reducer, const data::Tokenizer& tok,
+                                QuestionSource& source, int64_t questions, const RlSettings& s) {
+  RlStepStats st;
+  const int32_t end = tok.special_id("<|assistant_end|>");
+  std::vector<MicroBatch> batches;
+  for (int64_t q = 0; q < questions; q++) {
+    uint64_t draw = 0;
+    const data::Question& question = source.next(draw);
+    const std::vector<int32_t> prompt = data::render_for_completion(tok, question.conversation);
+    NANODDP_CHECK(static_cast<int64_t>(prompt.size()) < model.config().max_seq_len, "an RL question is {} tokens, "
+                  "not shorter than the model's context of {}: shorten the task's questions", prompt.size(),
+                  model.config().max_seq_len);
+    std::vector<uint64_t> seeds;
+    for (int64_t i = 0; i < s.num_samples; i++) seeds.push_back(sample_seed(s.seed, draw, i, s.num_samples));
+    model::SampleOptions so{.max_tokens = s.max_new_tokens, .temperature = s.temperature, .top_k = s.top_k,
+                            .seed = 0, .stop_token = end};
+    Stopwatch sw;
+    const auto completions = model::generate_batch(model, prompt, seeds, so);
+    st.sample_seconds += sw.seconds();
+
+    std::vector<Row> rows;
+    std::vector<double> rewards;
+    int64_t question_tokens = 0;
+    for (const auto& c : completions) {
+      std::vector<int32_t> text_ids = c;
+      if (!text_ids.empty() && text_ids.back() == end) text_ids.pop_back();
+      rewards.push_back(data::answer_is_correct(tok.decode(text_ids), question.answer) ? 1.0 : 0.0);
+      rows.push_back(make_row(prompt, c));
+      question_tokens += rows.back().valid;
+      st.sampled_tokens += static_cast<double>(c.size());
+    }
+    double mean = 0;
+    for (double r : rewards) mean += r;
+    mean /= static_cast<double>(rewards.size());
+    st.reward_sum += mean * static_cast<double>(rewards.size());
+    st.samples += static_cast<double>(rewards.size());
+    // Note [advantage groups]: rows of equal advantage, at most device_batch_size per micro-batch.
+    std::map<double, std::vector<const Row*>> groups;
+    for (size_t i = 0; i < rows.size(); i++) {
+      const double adv = rewards[i] - mean;
+      if (adv != 0 && rows[i].valid > 0) groups[adv].push_back(&rows[i]);
+    }
+    for (const auto& [adv, members] : groups) {
+      for (size_t first = 0; first < members.size(); first += static_cast<size_t>(s.device_batch_size)) {
+        const std::vector<const Row*> chunk(
+            members.begin() + static_cast<std::ptrdiff_t>(first),
+            members.begin() + static_cast<std::ptrdiff_t>(std::min(members.size(), first + s.device_batch_size)));
+        int64_t valid = 0;
+        for (const Row* r : chunk) valid += r->valid;
+        const double scale = adv * static_cast<double>(valid) /
+                             (static_cast<double>(question_tokens) * static_cast<double>(questions));
+        batches.push_back(pack(chunk, static_cast<float>(scale)));
+      }
+    }
+  }
+  // Every rank must run a backward for the reducer's collectives, even one whose samples all carry
+  // zero advantage: one row of ignored targets gives a zero gradient.
+  if (batches.empty()) {
+    Row idle;
+    idle.inputs = {end};
+    idle.targets = {-1};
+    batches.push_back(pack({&idle}, 1.f));
+  }
+  for (size_t m = 0; m < batches.size(); m++) {
+    const MicroBatch& mb = batches[m];
+    const bool last = m + 1 == batches.size();
+    const double mean_ce = model.forward_backward(mb.inputs, mb.targets, mb.loss_scale, m > 0,
+                                                  last ? reducer.sync_hook(1) : nullptr);
+    st.loss += mb.loss_scale * mean_ce;
+    st.trained_tokens += static_cast<double>(mb.inputs.numel());
+  }
+  return st;
+}
+
+}  // namespace nanoddp::train

@@ -1,0 +1,77 @@
+// nanochat's chat_rl step, on one rank: on-policy REINFORCE with a mean baseline and no KL term.
+//
+// For each of this rank's questions: sample num_samples completions with the KV cache, batched
+// (model/generate.h); reward 1 when a completion reaches the reference answer (data/tasks.h);
+// advantage A_i = reward_i - mean reward over the question's samples. The loss is
+//
+//   loss = (1 / Q) sum_q (1 / N_q) sum_{i in q} A_i sum_t -log p(token_it)
+//
+// over the sampled tokens only (the prompt is not trained on), Q = questions per rank per step,
+// N_q = the question's sampled tokens. DDP then averages over ranks: every question weighs the same.
+//
+// Note [advantage groups]: forward_backward takes one scale per micro-batch, and -log p is the
+// cross-entropy it already computes. Rows of one question with equal advantage share a scale, so
+// each such group is a micro-batch with loss_scale = A * n_group / (N_q * Q); rows with A = 0 (all
+// samples right, or all wrong) carry no gradient and are not run at all. With 0/1 rewards a
+// question costs at most two groups: no new kernel, and no rows of padding.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "data/conversation.h"
+#include "data/loader.h"
+#include "data/tokenizer.h"
+#include "ddp/reducer.h"
+#include "model/gpt.h"
+
+namespace nanoddp::train {
+
+// The run's questions, taken by the ranks in turn with the loaders' cursor rule (Note [data order]
+// in data/loader.h), in a seeded order per epoch: a position is {epoch, cursor}, so RL resumes
+// exactly, and world W reads step by step the questions world 1 reads.
+class QuestionSource {
+ public:
+  QuestionSource(std::vector<data::Question> questions, int rank, int world, bool shuffle, uint64_t seed);
+  // This rank's next question and its global draw number (epoch and position: seeds its samples,
+  // so they do not depend on which rank draws them).
+  const data::Question& next(uint64_t& draw);
+  data::LoaderState state() const { return state_; }
+  void set_state(const data::LoaderState& s) { state_ = s; order_epoch_ = -1; }
+  int64_t size() const { return static_cast<int64_t>(questions_.size()); }
+
+ private:
+  std::vector<data::Question> questions_;
+  int rank_, world_;
+  bool shuffle_;
+  uint64_t seed_;
+  data::LoaderState state_;
+  std::vector<int64_t> order_;
+  int64_t order_epoch_ = -1;
+};
+
+struct RlSettings {
+  int64_t num_samples = 16;
+  int64_t max_new_tokens = 256;
+  float temperature = 1.0f;
+  int64_t top_k = 50;
+  int64_t device_batch_size = 8;  // most rows per forward/backward
+  uint64_t seed = 42;
+};
+
+struct RlStepStats {
+  double reward_sum = 0;   // over this rank's samples
+  double samples = 0;
+  double loss = 0;         // this rank's policy-gradient loss
+  double trained_tokens = 0;   // rows x length of the forward/backward passes (padding included)
+  double sampled_tokens = 0;   // completion tokens generated
+  double sample_seconds = 0;   // time spent generating
+};
+
+// One optimizer step's forward and backward on this rank: `questions` questions from `source`,
+// gradients synchronised through `reducer` (the caller then runs reducer.finish() and the optimizer).
+// Collective through the reducer: every rank calls it once per step.
+RlStepStats rl_forward_backward(model::GPT& model, ddp::Reducer& reducer, const data::Tokenizer& tok,
+                                QuestionSource& source, int64_t questions, const RlSettings& s);
+
+}  // namespace nanoddp::train

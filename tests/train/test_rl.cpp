@@ -1,0 +1,176 @@
+// RL (issue 12; train/rl.h), through the nanoddp binary as users run it:
+//  - on a toy task where it must, RL raises the mean reward and the evaluated accuracy;
+//  - 2 ranks sample, reward and step like 1 rank (questions strided, rewards all-reduced);
+//  - a run stopped and resumed ends bit for bit like a straight one (question cursor, optimizer);
+//  - bad input: no task, greedy sampling, a world size that does not divide the questions per step.
+//
+// The toy task: SFT teaches "Pick a digit." -> "#### d" with d uniform, so about 1 answer in 10 is
+// a 7; RL then rewards only 7. The policy gradient has one direction to go, and a tiny model gets
+// there in a few dozen steps.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "corpus.h"
+#include "run_outputs.h"
+#include "subprocess.h"
+#include "test_util.h"
+
+namespace nanoddp {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Proc;
+using testing::ScratchDir;
+
+std::vector<std::string> single(std::vector<std::string> args) {
+  args.insert(args.begin(), testing::nanoddp_binary());
+  return args;
+}
+
+std::vector<std::string> launch(int nproc, std::vector<std::string> args) {
+  std::vector<std::string> argv = {testing::nanoddp_binary(), "run", "--standalone", "--nproc_per_node",
+                                   std::to_string(nproc)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+void run_ok(const std::vector<std::string>& argv) {
+  Proc p(argv);
+  ASSERT_EQ(p.wait_exit(120s), 0) << p.all();
+}
+
+// The SFT checkpoint of the toy task, made once per test process, and the RL questions file.
+struct Toy {
+  ScratchDir dir{"rl_toy_" + std::to_string(::getpid())};
+  std::string sft = dir.str("sft"), questions = dir.str("seven.jsonl");
+  Toy() {
+    testing::make_byte_dataset(dir.str(), 200, 5);
+    run_ok(single({"train", "--data", dir.str("data"), "--out", dir.str("base"), "--depth", "2", "--aspect_ratio", "32",
+                   "--head_dim", "32", "--max_seq_len", "64", "--device_batch_size", "8", "--total_batch_size", "512",
+                   "--num_iterations", "20", "--eval_every", "-1", "--eval_tokens", "512", "--threads", "1",
+                   "--peak_flops", "1e9"}));
+    std::ofstream sft_data(dir.str("digits.jsonl")), rl_data(questions);
+    for (int i = 0; i < 400; i++) {
+      // d = i * 7 mod 10 in a scrambled order: each digit equally often.
+      const int d = (i * 7 + i / 10) % 10;
+      sft_data << nlohmann::json{{"messages", {{{"role", "user"}, {"content", "Pick a digit."}},
+                                               {{"role", "assistant"}, {"content", "#### " + std::to_string(d)}}}}}
+                      .dump()
+               << "\n";
+    }
+    for (int i = 0; i < 64; i++)
+      rl_data << R"({"messages": [{"role": "user", "content": "Pick a digit."}], "answer": "7"})" << "\n";
+    sft_data.close();
+    rl_data.close();
+    run_ok(single({"sft", "--source", dir.str("base"), "--data", dir.str("digits.jsonl"), "--out", sft,
+                   "--device_batch_size", "8", "--num_iterations", "30", "--threads", "1", "--peak_flops", "1e9"}));
+  }
+};
+
+const Toy& toy() {
+  static Toy t;
+  return t;
+}
+
+// `nanoddp rl` on the toy task; learning rates 20% of base training's (rl's default 5% is for
+// models that sample long answers; the toy's answer is two tokens).
+std::vector<std::string> rl(const std::string& out, int steps, int examples_per_step = 4) {
+  return {"rl", "--source", toy().sft, "--task", toy().questions, "--out", out, "--num_samples", "8",
+          "--examples_per_step", std::to_string(examples_per_step), "--num_iterations", std::to_string(steps),
+          "--max_new_tokens", "8", "--matrix_lr", "0.004", "--unembedding_lr", "0.004", "--embedding_lr", "0.04",
+          "--threads", "1", "--timeout", "30"};
+}
+
+double accuracy(const std::string& checkpoint) {
+  Proc p(single({"eval", "--checkpoint", checkpoint, "--task", toy().questions, "--num_samples", "4",
+                 "--temperature", "1", "--max_tokens", "8"}));
+  EXPECT_EQ(p.wait_exit(60s), 0) << p.all();
+  const std::string out = p.out();
+  return nlohmann::json::parse(out.substr(out.rfind('{')))["accuracy"];
+}
+
+TEST(Rl, RaisesTheMeanRewardOnAToyTaskWhereItMust) {
+  ScratchDir out("rl_rises");
+  run_ok(single(rl(out.str(), 30)));
+  const auto reward = testing::training_metric(out.str(), "reward");
+  ASSERT_EQ(reward.size(), 30u);
+  double last = 0;
+  for (int64_t s = 26; s <= 30; s++) last += reward.at(s) / 5;
+  std::printf("reward: step 1 %.3f, steps 26-30 %.3f\n", reward.at(1), last);
+  // Margins, not exact values: the trajectory depends on the CPU's float rounding (oneDNN picks
+  // AVX-512 or AMX kernels). Measured on Zen 5: step 1 0.125, steps 26-30 ~0.99; by chance alone
+  // (no learning) the mean of 160 samples at p = 0.1 stays below 0.25 with probability > 0.9999.
+  EXPECT_LT(reward.at(1), 0.35);
+  EXPECT_GT(last, 0.6);
+  const double before = accuracy(toy().sft), after = accuracy(out.str());
+  std::printf("accuracy before RL %.3f, after %.3f\n", before, after);
+  EXPECT_LT(before, 0.3);
+  EXPECT_GT(after, 0.6);
+  std::ifstream meta(out.str("checkpoints/step_000030/meta.json"));
+  const auto j = nlohmann::json::parse(meta);
+  EXPECT_EQ(j["stage"], "rl");
+  EXPECT_NE(j["source"].get<std::string>().find("sft"), std::string::npos);
+}
+
+TEST(Rl, TwoRanksSampleRewardAndStepLikeOneRank) {
+  ScratchDir one("rl_one"), two("rl_two");
+  run_ok(single(rl(one.str(), 3)));
+  run_ok(launch(2, rl(two.str(), 3)));
+  const auto r1 = testing::training_metric(one.str(), "reward"), r2 = testing::training_metric(two.str(), "reward");
+  const auto l1 = testing::training_losses(one.str()), l2 = testing::training_losses(two.str());
+  ASSERT_EQ(r1.size(), 3u);
+  ASSERT_EQ(r2.size(), 3u);
+  // Step 1 samples from the same weights with one stream per (question, sample), whichever rank
+  // draws it: the same completions, so exactly the same rewards.
+  EXPECT_EQ(r1.at(1), r2.at(1));
+  // The gradients are the same sums in another order (each rank sums its questions, then the
+  // all-reduce averages): equal to f32 rounding, ~1e-7 relative per step.
+  for (int64_t s = 1; s <= 3; s++) EXPECT_NEAR(l1.at(s), l2.at(s), 1e-4 * std::abs(l1.at(s))) << "step " << s;
+  const auto w1 = testing::checkpoint_weights(one.str("checkpoints/step_000003")),
+             w2 = testing::checkpoint_weights(two.str("checkpoints/step_000003"));
+  ASSERT_EQ(w1.size(), w2.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < w1.size(); i++) {
+    diff += (double(w1[i]) - w2[i]) * (double(w1[i]) - w2[i]);
+    norm += double(w1[i]) * w1[i];
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 1e-4);
+}
+
+TEST(Rl, AStoppedAndResumedRunEndsBitForBitLikeAStraightOne) {
+  ScratchDir straight("rl_straight"), resumed("rl_resumed");
+  run_ok(single(rl(straight.str(), 6)));
+  auto first = rl(resumed.str(), 6);
+  first.insert(first.end(), {"--stop_at", "3"});
+  run_ok(single(first));
+  auto second = rl(resumed.str(), 6);
+  second.insert(second.end(), {"--resume", "latest"});
+  run_ok(single(second));
+  EXPECT_EQ(testing::training_metric(resumed.str(), "reward"), testing::training_metric(straight.str(), "reward"));
+  EXPECT_EQ(testing::checkpoint_weights(resumed.str("checkpoints/step_000006")),
+            testing::checkpoint_weights(straight.str("checkpoints/step_000006")));
+}
+
+TEST(Rl, BadInputEndsWithOneClearLine) {
+  ScratchDir out("rl_bad");
+  auto expect_error = [](std::vector<std::string> argv, const std::string& says) {
+    Proc p(argv);
+    EXPECT_NE(p.wait_exit(60s), 0) << p.all();
+    EXPECT_NE(p.err().find(says), std::string::npos) << p.err();
+  };
+  auto no_task = rl(out.str(), 2);
+  no_task.erase(no_task.begin() + 3, no_task.begin() + 5);
+  expect_error(single(no_task), "--task is required");
+  auto greedy = rl(out.str(), 2);
+  greedy.insert(greedy.end(), {"--temperature", "0"});
+  expect_error(single(greedy), "--temperature must be positive");
+  expect_error(launch(2, rl(out.str(), 2, 3)), "--examples_per_step 3 is not a multiple of the world size 2");
+  auto missing = rl(out.str(), 2);
+  missing[4] = out.str("nope.jsonl");
+  expect_error(single(missing), "nope.jsonl");
+}
+
+}  // namespace
+}  // namespace nanoddp
