@@ -16,6 +16,7 @@
 #include <typeinfo>
 
 #include "cli/commands.h"
+#include "cli/suggest.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "nanoddp/build_config.h"
@@ -70,6 +71,43 @@ int report_unexpected() {
   }
 }
 
+// For an unknown flag, the nearest flag of the command it was given to: "; did you mean --depth?".
+// CLI11 hands a subcommand's unknown arguments up to its parent, and may fail first on another
+// error (a required flag that was mistyped is "required"), so the whole chain of parsed commands is
+// searched, for any error.
+std::string flag_suggestions(const CLI::App* app) {
+  while (app->get_parent() != nullptr) app = app->get_parent();
+  std::vector<std::string> flags, unknown;
+  for (const CLI::App* a = app; a != nullptr;) {
+    for (const CLI::Option* o : a->get_options())
+      for (const auto& l : o->get_lnames()) flags.push_back("--" + l);
+    for (const auto& extra : a->remaining())
+      if (extra.starts_with("--")) unknown.push_back(extra.substr(0, extra.find('=')));
+    const auto parsed = a->get_subcommands();
+    a = parsed.empty() ? nullptr : parsed.front();
+  }
+  std::string out;
+  for (const auto& name : unknown) {
+    const std::string near = nanoddp::cli::nearest_choice(name, flags);
+    if (!near.empty() && near != name) out += fmt::format("; did you mean {} (for {})?", near, name);
+  }
+  return out;
+}
+
+// `nanoddp trian ...`: CLI11 alone would say "A subcommand is required". Returns the error line for
+// a first argument that is neither a flag nor a command, else "".
+std::string unknown_command(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return "";
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    if (sub->check_name(argv[1])) return "";
+    names.push_back(sub->get_name());
+  }
+  const std::string near = nanoddp::cli::nearest_choice(argv[1], names);
+  return fmt::format("unknown command '{}'{}; `nanoddp --help` lists the commands", argv[1],
+                     near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,7 +115,10 @@ int main(int argc, char** argv) {
   // Set before the subcommands are added: each copies its parent's at creation. Command-line errors
   // then read like every other error ("nanoddp: error: --out is required").
   app.failure_message([](const CLI::App* a, const CLI::Error& e) {
-    return "nanoddp: error: " + CLI::FailureMessage::simple(a, e);
+    // The suggestion goes on the error's own line, before CLI11's "Run with --help" line.
+    std::string message = CLI::FailureMessage::simple(a, e);
+    message.insert(std::min(message.find('\n'), message.size()), flag_suggestions(a));
+    return "nanoddp: error: " + message;
   });
   // Exactly one: a bare `nanoddp` is a usage error that prints the help hint.
   app.require_subcommand(1);
@@ -96,6 +137,10 @@ int main(int argc, char** argv) {
   add_tokenizer_command(app);
   add_data_command(app);
   add_run_command(app);
+  if (const std::string bad = unknown_command(app, argc, argv); !bad.empty()) {
+    report(bad);
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

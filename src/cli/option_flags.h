@@ -25,10 +25,14 @@ void add_option_flags(CLI::App& app, Options& opts) {
     using T = std::decay_t<decltype(field)>;
     // A bool is a flag: --shuffle sets it, --shuffle=false clears one that defaults to true.
     // capture_default_str: --help shows the struct's default.
+    // TakeLast: a flag given twice takes its last value, as argparse does (scripts append overrides:
+    // `train.sh --depth 12` on top of a line that already says --depth 20).
     if constexpr (std::is_same_v<T, bool>) {
-      app.add_flag(flag_names(name), field, help)->capture_default_str();
+      app.add_flag(flag_names(name), field, help)->capture_default_str()->multi_option_policy(
+          CLI::MultiOptionPolicy::TakeLast);
     } else {
-      app.add_option(flag_names(name), field, help)->capture_default_str();
+      app.add_option(flag_names(name), field, help)->capture_default_str()->multi_option_policy(
+          CLI::MultiOptionPolicy::TakeLast);
     }
   });
 }

@@ -195,6 +195,19 @@ TEST_F(Cli, UsageErrorsExitTwo) {
   }
 }
 
+// Habits from argparse and torchrun: a typo gets the nearest command or flag, and a flag given twice
+// takes its last value (scripts append overrides).
+TEST_F(Cli, TyposGetDidYouMeanAndARepeatedFlagTakesTheLast) {
+  EXPECT_EQ(expect_failure({"trian"}, {"unknown command 'trian' (did you mean 'train'?)"}).status, 2);
+  EXPECT_EQ(expect_failure({"xyzzy"}, {"unknown command 'xyzzy'", "nanoddp --help"}).status, 2);
+  EXPECT_EQ(expect_failure({"train", "--dpeth", "2"}, {"did you mean --depth (for --dpeth)?"}).status, 2);
+  expect_failure({"train", "--device-batch_sise=3"}, {"did you mean --device_batch_size"});
+  expect_failure({"sft", "--sorce", "x", "--data", "y"}, {"did you mean --source"});
+  // The last --depth decides: 0 is refused by name, 2 passes validation and fails on the data.
+  expect_failure({"train", "--depth", "2", "--depth", "0"}, {"--depth must be between 1"});
+  expect_failure({"train", "--depth=0", "--depth=2", "--data", path("no_such_data")}, {"no_such_data"});
+}
+
 TEST_F(Cli, Info) {
   expect_success({"info"});
   expect_failure({"info", "extra"});
