@@ -15,7 +15,12 @@ inline std::string flag_names(const std::string& name) {
   std::string dashed = name;
   for (char& c : dashed)
     if (c == '_') c = '-';
-  return dashed == name ? "--" + name : "--" + name + ",--" + dashed;
+  std::string names = dashed == name ? "--" + name : "--" + name + ",--" + dashed;
+  // nanochat's names for the same settings, so its command lines work unchanged: --device_type
+  // (cuda|cpu, as ours) and --resume_from_step N (our --resume N).
+  if (name == "device") names += ",--device_type,--device-type";
+  if (name == "resume") names += ",--resume_from_step,--resume-from-step";
+  return names;
 }
 
 // Fields are bound by reference: `opts` must outlive parsing and the callbacks (see commands.h).
