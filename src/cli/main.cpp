@@ -25,6 +25,7 @@ namespace {
 
 // "nanoddp: error: MESSAGE" (with the rank once comm/init has run; before that this is rank 0 of 1).
 int report(const std::string& message) {
+  nanoddp::log::end_status0();  // a live progress line ends before the error's line
   if (nanoddp::log::world_size() > 1)
     std::fprintf(stderr, "nanoddp: error: [rank %d] %s\n", nanoddp::log::rank(), message.c_str());
   else

@@ -39,4 +39,18 @@ int cuda_device_count() {
 #endif
 }
 
+std::string cuda_device_name(int index) {
+#if NANODDP_HAVE_CUDA
+  cudaDeviceProp prop{};
+  if (index < 0 || index >= cuda_device_count() || cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return prop.name;
+#else
+  (void)index;
+  return "";
+#endif
+}
+
 }  // namespace nanoddp

@@ -32,4 +32,7 @@ Device parse_device(std::string_view text);
 // Number of CUDA devices visible to this process (0 without CUDA or without a GPU).
 int cuda_device_count();
 
+// The CUDA device's product name ("NVIDIA H100 80GB HBM3"); "" without CUDA or that device.
+std::string cuda_device_name(int index);
+
 }  // namespace nanoddp

@@ -1,6 +1,10 @@
 #include "core/log.h"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <mutex>
+#include <string>
 
 namespace nanoddp::log {
 
@@ -8,7 +12,48 @@ namespace {
 // Atomics: set once at start-up, read by any thread that logs.
 std::atomic<int> g_rank{0};
 std::atomic<int> g_world{1};
+
+// The live line (status0): shown only when stdout is a terminal. Guarded, as any thread may log.
+std::mutex g_out_mutex;
+std::string g_status;
+bool stdout_is_terminal() {
+  static const bool tty = ::isatty(STDOUT_FILENO) == 1;
+  return tty;
+}
+// "\r" then erase to the end of the line (ANSI EL): the cursor is back at the live line's start.
+constexpr const char* kClearLine = "\r\033[K";
 }  // namespace
+
+void print0_line(const std::string& text) {
+  if (!is_primary()) return;
+  std::lock_guard<std::mutex> lock(g_out_mutex);
+  if (!g_status.empty()) std::fputs(kClearLine, stdout);
+  std::fputs(text.c_str(), stdout);
+  std::fputc('\n', stdout);
+  if (!g_status.empty()) std::fputs(g_status.c_str(), stdout);
+  // Flushed at once: under `nanoddp run` stdout is a pipe to the launcher, where it would otherwise be
+  // block-buffered and arrive late.
+  std::fflush(stdout);
+}
+
+void status0(const std::string& text) {
+  if (!is_primary()) return;
+  if (!stdout_is_terminal()) return print0_line(text);
+  std::lock_guard<std::mutex> lock(g_out_mutex);
+  std::fputs(kClearLine, stdout);
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+  g_status = text;
+}
+
+void end_status0() {
+  if (!is_primary()) return;
+  std::lock_guard<std::mutex> lock(g_out_mutex);
+  if (g_status.empty()) return;
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  g_status.clear();
+}
 
 void set_rank(int rank, int world_size) {
   g_rank = rank;

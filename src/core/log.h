@@ -17,16 +17,20 @@ int rank();
 int world_size();
 bool is_primary();
 
-// rank 0 only, to stdout, flushed.
+// rank 0 only, to stdout, flushed: one line.
+void print0_line(const std::string& text);
 template <typename... Args>
 void print0(fmt::format_string<Args...> format, Args&&... args) {
   if (!is_primary()) return;
-  fmt::print(stdout, format, std::forward<Args>(args)...);
-  std::fputc('\n', stdout);
-  // Flushed at once: under `nanoddp run` stdout is a pipe to the launcher, where it would otherwise be
-  // block-buffered and arrive late.
-  std::fflush(stdout);
+  print0_line(fmt::format(format, std::forward<Args>(args)...));
 }
+
+// Rank 0's live status line (training progress). On a terminal it is rewritten in place, and
+// print0's lines scroll above it; anywhere else (a file, a pipe to the launcher) it is an ordinary
+// print0 line, so logs keep every step.
+void status0(const std::string& text);
+// Ends the live line (a newline after it on a terminal), so that later output starts below it.
+void end_status0();
 
 // every rank, to stderr: "[rank R] warning: ..."
 void warn_line(const std::string& text);

@@ -7,7 +7,9 @@
 #include <numbers>
 
 #include "core/rng.h"
+#include "core/timer.h"
 #include "model/workspace.h"
+#include "ops/backend.h"
 #include "ops/ops.h"
 
 namespace nanoddp::model {
@@ -212,7 +214,10 @@ double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float 
   const float grad_scale = valid > 0 ? loss_scale / static_cast<float>(valid) : loss_scale;
   GradReadyFn ready = on_grad_ready ? on_grad_ready : [](int) {};
 
+  Stopwatch forward;
   forward_trunk(ws);
+  if (phase_timing_) ops::backend(device_).synchronize();
+  last_forward_seconds_ = forward.seconds();
   double loss_sum = head_forward_backward(ws, grad_scale, accumulate, nullptr);
   ready(lm_head_);
   for (int l = static_cast<int>(config_.n_layer) - 1; l >= 0; l--) {

@@ -62,6 +62,12 @@ class GPT {
   double forward_backward(const Tensor& inputs, const Tensor& targets, float loss_scale, bool accumulate,
                           const GradReadyFn& on_grad_ready = {});
 
+  // Seconds the last forward_backward spent before its loss (embedding and blocks; the LM head's
+  // chunks run forward and backward interleaved and count as backward). On a GPU this times the
+  // launches unless set_phase_timing(true) makes the boundary wait for the device.
+  double last_forward_seconds() const { return last_forward_seconds_; }
+  void set_phase_timing(bool on) { phase_timing_ = on; }
+
   // Per-token losses in nats, f32 [B * T] on the host (0 where target == -1). No gradients.
   Tensor forward_losses(const Tensor& inputs, const Tensor& targets);
 
@@ -108,6 +114,8 @@ class GPT {
   std::unique_ptr<Workspace> train_ws_;  // training and evaluation
   std::unique_ptr<Workspace> infer_ws_;  // forward_next
   Tensor grad_scratch_;  // f32 [numel of the largest parameter], made on the first accumulation
+  double last_forward_seconds_ = 0;
+  bool phase_timing_ = false;
 };
 
 // Keys and values of past positions, per layer: [B, max_seq_len, n_kv_head, head_dim] each.

@@ -1,5 +1,7 @@
 #include "ops/profile.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -42,21 +44,22 @@ OpTimer::~OpTimer() {
   s.calls++;
 }
 
-double measure_matmul_flops(Device device) {
-  // 2048 x 1024 x 256: the shape of a small transformer layer's GEMM.
-  const int64_t m = 2048, n = 1024, k = 256;
-  Tensor a = Tensor::zeros({m, k}, DType::F32, device), b = Tensor::zeros({n, k}, DType::F32, device),
-         c = Tensor::zeros({m, n}, DType::F32, device);
-  fill(a, 0.5f);
-  fill(b, 0.25f);
-  double best = 1e30;
-  for (int i = 0; i < 10; i++) {
-    Stopwatch sw;
-    matmul(c, a, false, b, true);
-    backend(device).synchronize();
-    best = std::min(best, sw.seconds());
-  }
-  return 2.0 * m * n * k / best;
+PeakFlops peak_flops(Device device) {
+  if (device.is_cpu()) return {0, "no datasheet peak for a CPU: give --peak_flops for MFU"};
+  // NVIDIA's datasheet figures without sparsity: what nanochat and llm.c quote MFU against.
+  struct Row {
+    const char* match;
+    double flops;
+    const char* what;
+  };
+  const Row table[] = {{"H100 PCIe", 756e12, "H100 PCIe dense bf16"}, {"H100", 989e12, "H100 SXM dense bf16"},
+                       {"H200", 989e12, "H200 dense bf16"},          {"H800", 989e12, "H800 dense bf16"},
+                       {"A100", 312e12, "A100 dense bf16"},          {"L40S", 362e12, "L40S dense bf16"},
+                       {"4090", 165e12, "RTX 4090 dense bf16"}};
+  const std::string name = cuda_device_name(device.index);
+  for (const auto& r : table)
+    if (name.find(r.match) != std::string::npos) return {r.flops, r.what};
+  return {0, fmt::format("{} is not in the peak table: give --peak_flops for MFU", name.empty() ? "this GPU" : name)};
 }
 
 }  // namespace nanoddp::ops

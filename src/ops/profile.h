@@ -20,9 +20,17 @@ void set_profiling(bool on);
 void reset_profile();
 std::map<std::string, OpStats> profile_snapshot();
 
-// FLOP/s of an f32 GEMM the size of a transformer layer's on `device` with the current thread
-// count: the best of a few runs (~0.1 s on a CPU), so other load on the machine is filtered out.
-double measure_matmul_flops(Device device);
+// The MFU denominator: the datasheet peak of one device for the arithmetic training uses, from a
+// table, never a measurement (a start-up GEMM on a shared machine swung 57-330 GFLOP/s and printed
+// "mfu 110%"). CUDA: the dense bf16 tensor-core peak by product name. A CPU has no such figure
+// (its clock boosts above the nominal one by an amount no file tells, so a table peak can be
+// exceeded): flops = 0, and MFU is reported only when the user gives --peak_flops; the achieved
+// FLOP/s are reported either way.
+struct PeakFlops {
+  double flops = 0;
+  std::string what;  // what the figure is, e.g. "H100 SXM dense bf16", or why there is none
+};
+PeakFlops peak_flops(Device device);
 
 // RAII timer used by ops.cpp.
 class OpTimer {

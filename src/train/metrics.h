@@ -1,6 +1,15 @@
-// OUT/metrics.jsonl: one JSON object per line, written by rank 0 only (print0 discipline).
-// Training lines carry step, loss, lr, tokens_per_s, mfu, dt_ms, tokens; evaluation lines carry
-// step, val_loss, val_bpb.
+// OUT/metrics.jsonl: one JSON object per line, written by rank 0 only (print0 discipline). The
+// console's step line uses the same names. Field names are stable:
+//   every training line: step (after it), loss (mean over ranks, nats), lrm (learning-rate
+//     multiplier of the schedule), epoch, dt_ms (the step's wall time);
+//     rank 0's phases: data_ms, forward_ms, backward_ms, comm_ms (gradient communication the backward
+//     did not hide), optimizer_ms; rank 0's memory: host_rss_mb, host_peak_mb, device_peak_mb (GPU);
+//   base and SFT: tokens (seen so far), tokens_per_s (all ranks), flops_per_s (model FLOP/s per
+//     device, 6N + attention per token as nanochat counts), mfu (flops_per_s / the device's
+//     datasheet peak or --peak_flops; absent when neither is known, e.g. on a CPU);
+//   RL: reward (mean over the step's samples), sampled_tokens, sample_tokens_per_s, trained_tokens,
+//     sample_ms;
+//   evaluation lines: step, val_loss, val_bpb.
 // Written by the trainer; scripts/main_job.sh and the test helpers (tests/support/run_outputs) read
 // it back. One object per line, so a reader can follow the file as it grows.
 #pragma once

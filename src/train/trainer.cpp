@@ -25,16 +25,13 @@
 #include "ops/profile.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
+#include "train/progress.h"
 #include "train/rl.h"
 #include "train/run_folder.h"
 #include "train/schedule.h"
 #include "train/validate.h"
 
 namespace nanoddp::train {
-
-// The H100 SXM's dense bf16 tensor-core peak (NVIDIA's datasheet figure without sparsity), the MFU
-// denominator nanochat and llm.c report against on any GPU unless --peak_flops says otherwise.
-constexpr double kH100DenseBf16Flops = 989e12;
 
 namespace {
 
@@ -143,14 +140,6 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
   return p;
 }
 
-// "1h02m", "3m07s", "12s"
-std::string format_duration(double seconds) {
-  const int64_t s = std::llround(std::max(0.0, seconds));
-  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s % 3600) / 60);
-  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
-  return fmt::format("{}s", s);
-}
-
 // One run on this rank: built once, run() once.
 class Trainer {
  public:
@@ -175,6 +164,8 @@ class Trainer {
   }
   void evaluate_and_log(int64_t step);
   void sample();
+  // The end-of-run lines: time, tokens, the best evaluation, where the checkpoints are.
+  void summarize(int64_t last_step, double train_seconds, double trained_tokens) const;
 
   TrainOptions opts_;
   dist::ProcessGroup& group_;
@@ -193,7 +184,9 @@ class Trainer {
   Tensor inputs_, targets_;
   std::unique_ptr<MetricsLog> metrics_;
   TrainResult result_;
-  double peak_flops_ = 0;
+  ops::PeakFlops peak_;    // MFU's denominator (0: not reported)
+  std::optional<std::pair<int64_t, EvalResult>> best_eval_;  // the lowest val bpb of this process's run
+  StepPhases phases_;      // of the last step, on this rank
   int64_t start_step_ = 0;
   Stopwatch since_save_;   // for --save_minutes
   std::string run_id_;     // OUT/run.json's (train/run_folder.h); every checkpoint records it
@@ -272,10 +265,17 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
   }
   inputs_ = Tensor::empty({opts.device_batch_size, opts.max_seq_len}, DType::I32);
   targets_ = Tensor::empty({opts.device_batch_size, opts.max_seq_len}, DType::I32);
-  // MFU's denominator: the user's --peak_flops, else on the CPU a layer-sized GEMM measured now,
-  // else the H100's dense bf16 peak (the figure nanochat and PyTorch users quote MFU against).
-  peak_flops_ = opts.peak_flops > 0 ? opts.peak_flops
-                                    : (device_.is_cpu() ? ops::measure_matmul_flops(device_) : kH100DenseBf16Flops);
+  // MFU's denominator: the user's --peak_flops, else the device's datasheet peak (ops/profile.h).
+  peak_ = opts.peak_flops > 0 ? ops::PeakFlops{opts.peak_flops, "--peak_flops"} : ops::peak_flops(device_);
+  // The step times are split into phases (metrics.jsonl); on a GPU the phase boundaries wait for it.
+  model_->set_phase_timing(device_.is_cuda());
+  if (!rl()) {
+    const int64_t epoch_tokens = loader_->tokens_per_epoch();
+    if (plan_.tokens_per_step > epoch_tokens)
+      log::warn("one step ({} tokens) is larger than the whole training split ({} tokens): each step reads the data "
+                "{:.1f} times over; lower --total_batch_size or use more data", plan_.tokens_per_step, epoch_tokens,
+                static_cast<double>(plan_.tokens_per_step) / static_cast<double>(epoch_tokens));
+  }
 }
 
 // The step to resume from, or -1 for a fresh run (see --resume). A launcher restart implies
@@ -484,23 +484,46 @@ double Trainer::train_step(int64_t step, double lr_mult) {
     const RlSettings rs{.num_samples = opts_.num_samples, .max_new_tokens = opts_.max_new_tokens,
                         .temperature = static_cast<float>(opts_.temperature), .top_k = opts_.top_k,
                         .device_batch_size = opts_.device_batch_size, .seed = opts_.seed};
+    phases_ = StepPhases{};
+    Stopwatch compute;
     rl_stats_ = rl_forward_backward(*model_, *reducer_, *tokenizer_, *questions_, plan_.grad_accum, rs);
+    phases_.sample = rl_stats_.sample_seconds;
+    phases_.backward = compute.seconds() - rl_stats_.sample_seconds;  // forward and backward of the samples
+    Stopwatch comm;
     reducer_->finish();
+    phases_.exposed_comm = comm.seconds();
+    Stopwatch opt;
     optimizer_->step(lr_mult, muon_momentum(step));
+    phases_.optimizer = opt.seconds();
     return rl_stats_.loss;
   }
   double loss = 0;
   // Micro-batch gradients of the unscaled loss are summed; the reducer divides by grad_accum
   // (Note [accumulation order] in model/gpt.cpp).
   const int accum = static_cast<int>(plan_.grad_accum);
+  phases_ = StepPhases{};
+  ops::Backend& dev = ops::backend(device_);
   for (int m = 0; m < accum; m++) {
+    Stopwatch data;
     loader_->next(inputs_, targets_);
+    phases_.data += data.seconds();
     const bool last = m == accum - 1;
+    Stopwatch compute;
     loss += model_->forward_backward(inputs_, targets_, 1.f, m > 0, last ? reducer_->sync_hook(accum) : nullptr);
+    if (device_.is_cuda()) dev.synchronize();
+    phases_.forward += model_->last_forward_seconds();
+    phases_.backward += compute.seconds() - model_->last_forward_seconds();
   }
-  // The optimizer reads the gradients: wait for the last buckets' collectives.
+  // The optimizer reads the gradients: wait for the last buckets' collectives. What this waits is
+  // the communication the backward did not hide.
+  Stopwatch comm;
   reducer_->finish();
+  if (device_.is_cuda()) dev.synchronize();
+  phases_.exposed_comm = comm.seconds();
+  Stopwatch opt;
   optimizer_->step(lr_mult, muon_momentum(step));
+  if (device_.is_cuda()) dev.synchronize();
+  phases_.optimizer = opt.seconds();
   // This rank's mean; run() averages it over the ranks with what else they must agree on.
   return loss / static_cast<double>(plan_.grad_accum);
 }
@@ -522,6 +545,7 @@ void Trainer::evaluate_and_log(int64_t step) {
                  group_);
   }
   result_.eval = r;
+  if (!best_eval_ || r.bpb < best_eval_->second.bpb) best_eval_ = {step, r};
   log::print0("step {:05d} | val loss {:.4f} | val bpb {:.4f} | {} tokens in {:.1f}s", step, r.loss, r.bpb,
               r.tokens, sw.seconds());
   metrics_->write({{"step", step}, {"val_loss", r.loss}, {"val_bpb", r.bpb}});
@@ -542,6 +566,17 @@ void Trainer::sample() {
   auto ids = model::generate(*model_, prompt, so);
   if (!ids.empty() && ids.back() == so.stop_token) ids.pop_back();
   log::print0("sample: {}{}", opts_.sample_prompt, tokenizer_->decode(ids));
+}
+
+void Trainer::summarize(int64_t last_step, double train_seconds, double trained_tokens) const {
+  const int64_t steps = last_step - start_step_;
+  if (steps <= 0) return;
+  log::print0("done: {} steps in {} ({:.0f} tokens, {:.0f} tokens/s) | last loss {:.6f}{} | checkpoints: {} (newest "
+              "step {})", steps, format_duration(train_seconds), trained_tokens,
+              train_seconds > 0 ? trained_tokens / train_seconds : 0.0, result_.last_loss,
+              best_eval_ ? fmt::format(" | best val bpb {:.4f} at step {}", best_eval_->second.bpb, best_eval_->first)
+                         : std::string(),
+              std::filesystem::absolute(opts_.out + "/checkpoints").lexically_normal().string(), last_step);
 }
 
 TrainResult Trainer::run() {
@@ -585,11 +620,14 @@ TrainResult Trainer::run() {
                 opts_.zero, group_.backend_name());
   } else {
     log::print0("batch: {} tokens/step = {} ranks x {} rows x {} tokens x {} accumulation | {} steps | {} threads/rank "
-                "| peak {:.1f} GFLOP/s per rank | optimizer {} zero {} | backend {}", plan_.tokens_per_step,
+                "| optimizer {} zero {} | backend {} | {} arithmetic | mfu peak: {}", plan_.tokens_per_step,
                 group_.size(), opts_.device_batch_size, opts_.max_seq_len, plan_.grad_accum, n, ops::cpu_threads(),
-                peak_flops_ / 1e9, opts_.optimizer, opts_.zero, group_.backend_name());
+                opts_.optimizer, opts_.zero, group_.backend_name(), model_->act_dtype() == DType::BF16 ? "bf16" : "f32",
+                peak_.flops > 0 ? fmt::format("{:.4g} TFLOP/s per device ({})", peak_.flops / 1e12, peak_.what)
+                                : peak_.what);
   }
-  double train_seconds = 0;  // time in training steps, for the ETA
+  double train_seconds = 0;  // time in training steps, for the ETA and the summary
+  double trained_tokens = 0;
   // Set after a step when the ranks agree that the state after it must be saved: --save_minutes
   // has passed, or a rank was asked to stop (then the run ends right after that save).
   bool save_due = false, stop_requested = false;
@@ -602,6 +640,7 @@ TrainResult Trainer::run() {
     if (last || save_due || (opts_.save_every > 0 && step % opts_.save_every == 0 && step > start_step_)) save(step);
     if (stop_requested) {
       const int sig = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM;
+      log::end_status0();
       log::print0("stopped by signal {} after step {}; continue with --resume latest", sig, step);
       result_.last_step = step;
       result_.stopped_by_signal = sig;
@@ -624,26 +663,43 @@ TrainResult Trainer::run() {
     const double dt = sw.seconds();
     const double step_tokens = rl() ? agreed[4] * group_.size() : static_cast<double>(plan_.tokens_per_step);
     const double tok_s = step_tokens / dt;
-    // MFU of the whole job: achieved FLOP/s over the peak of world_size devices.
-    const double mfu = flops_per_token * tok_s / (peak_flops_ * group_.size());
+    // Model FLOP/s per device, and MFU against the device's peak when one is known.
+    const double flops_s = flops_per_token * tok_s / group_.size();
     train_seconds += dt;
+    trained_tokens += step_tokens;
     // From the mean step time of this run so far; evaluations and saves are not counted.
     const double eta = train_seconds / static_cast<double>(step + 1 - start_step_) * static_cast<double>(stop - step - 1);
+    // metrics.jsonl's line and the console's use the same names (train/metrics.h documents them).
+    nlohmann::json line = {{"step", step + 1}, {"loss", loss}, {"lrm", lr}, {"epoch", data_position().epoch},
+                           {"dt_ms", dt * 1000}};
+    std::string console = fmt::format("step {:05d}/{:05d} | loss {:.6f} | lrm {:.3f} | epoch {} | dt_ms {:.0f}",
+                                      step + 1, n, loss, lr, data_position().epoch, dt * 1000);
     if (rl()) {
       // Sampling throughput: completion tokens over all ranks per second of generation on each.
-      const double sample_tok_s = agreed[6] > 0 ? agreed[5] * group_.size() / agreed[6] : 0;
-      log::print0("step {:05d}/{:05d} | reward {:.4f} | loss {:.6f} | lrm {:.3f} | dt {:.0f}ms | sampled {:.0f} tok "
-                  "({:.0f} tok/s) | trained {:.0f} tok | eta {}", step + 1, n, agreed[3], loss, lr, dt * 1000,
-                  agreed[5] * group_.size(), sample_tok_s, step_tokens, format_duration(eta));
-      metrics_->write({{"step", step + 1}, {"reward", agreed[3]}, {"loss", loss}, {"lr", lr}, {"dt_ms", dt * 1000},
-                       {"sampled_tokens", agreed[5] * group_.size()}, {"sample_tokens_per_s", sample_tok_s},
-                       {"trained_tokens", step_tokens}});
+      const double sampled = agreed[5] * group_.size(), sample_tok_s = agreed[6] > 0 ? sampled / agreed[6] : 0;
+      line.update({{"reward", agreed[3]}, {"sampled_tokens", sampled}, {"sample_tokens_per_s", sample_tok_s},
+                   {"trained_tokens", step_tokens}});
+      console += fmt::format(" | reward {:.4f} | sampled_tokens {:.0f} | sample_tokens_per_s {:.0f} | trained_tokens "
+                             "{:.0f}", agreed[3], sampled, sample_tok_s, step_tokens);
     } else {
-      log::print0("step {:05d}/{:05d} | loss {:.6f} | lrm {:.3f} | dt {:.0f}ms | tok/s {:.0f} | mfu {:.1f}% | eta {}",
-                  step + 1, n, loss, lr, dt * 1000, tok_s, 100 * mfu, format_duration(eta));
-      metrics_->write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"tokens_per_s", tok_s}, {"mfu", mfu},
-                       {"dt_ms", dt * 1000}, {"tokens", (step + 1) * plan_.tokens_per_step}});
+      line.update({{"tokens", (step + 1) * plan_.tokens_per_step}, {"tokens_per_s", tok_s}, {"flops_per_s", flops_s}});
+      console += fmt::format(" | tokens_per_s {:.0f} | flops_per_s {:.1f}G", tok_s, flops_s / 1e9);
+      if (peak_.flops > 0) {
+        line["mfu"] = flops_s / peak_.flops;
+        console += fmt::format(" | mfu {:.1f}%", 100 * flops_s / peak_.flops);
+      }
     }
+    console += fmt::format(" | eta {}", format_duration(eta));
+    // Rank 0's own phases and memory.
+    const MemoryUse mem = memory_use(device_);
+    line.update({{"data_ms", 1000 * phases_.data}, {"forward_ms", 1000 * phases_.forward},
+                 {"backward_ms", 1000 * phases_.backward}, {"comm_ms", 1000 * phases_.exposed_comm},
+                 {"optimizer_ms", 1000 * phases_.optimizer}, {"host_rss_mb", mem.host_rss_mb},
+                 {"host_peak_mb", mem.host_peak_mb}});
+    if (rl()) line["sample_ms"] = 1000 * phases_.sample;
+    if (device_.is_cuda()) line["device_peak_mb"] = mem.device_peak_mb;
+    log::status0(console);
+    metrics_->write(line);
     result_.last_loss = loss;
     // A NaN or infinite loss poisons every later step and checkpoint: stop here, before saving.
     NANODDP_CHECK(std::isfinite(loss), "step {}: the training loss is {}; stopping before it reaches a checkpoint. "
@@ -652,8 +708,10 @@ TrainResult Trainer::run() {
     save_due = stop_requested || (opts_.save_minutes > 0 && agreed[2] >= opts_.save_minutes * 60);
   }
   result_.last_step = stop;
+  log::end_status0();
   // A --stop_at run is a pause, not the end: no sample.
   if (stop == n) sample();
+  summarize(stop, train_seconds, trained_tokens);
   return result_;
 }
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "core/safetensors.h"
 #include "corpus.h"
@@ -43,6 +44,48 @@ TEST(Training, ValidationLossFalls) {
   EXPECT_LT(after.eval->loss, 2.0);
   EXPECT_LT(after.eval->bpb, before.eval->bpb - 3.0);
   EXPECT_TRUE(fs::exists(out.str("checkpoints/step_000040/DONE")));
+}
+
+// metrics.jsonl (train/metrics.h): every training line has the documented fields; the phases are
+// parts of the step; MFU appears only with a peak (a CPU has none in the table).
+TEST(Metrics, EveryStepHasItsPhasesMemoryAndDocumentedNames) {
+  testing::ScratchDir with("metrics_peak"), without("metrics_no_peak");
+  auto o = tiny(with.str());
+  o.num_iterations = 4;
+  train_single(o);
+  o.out = without.str();
+  o.peak_flops = 0;
+  train_single(o);
+  auto lines = [](const std::string& out) {
+    std::vector<nlohmann::json> v;
+    std::ifstream in(out + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("loss")) v.push_back(j);
+    }
+    return v;
+  };
+  const auto a = lines(with.str()), b = lines(without.str());
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (const auto& j : a) {
+    for (const char* key : {"step", "loss", "lrm", "epoch", "dt_ms", "tokens", "tokens_per_s", "flops_per_s", "mfu",
+                            "data_ms", "forward_ms", "backward_ms", "comm_ms", "optimizer_ms", "host_rss_mb",
+                            "host_peak_mb"})
+      EXPECT_TRUE(j.contains(key)) << key << " missing in " << j.dump();
+    const double parts = j["data_ms"].get<double>() + j["forward_ms"].get<double>() + j["backward_ms"].get<double>() +
+                         j["comm_ms"].get<double>() + j["optimizer_ms"].get<double>();
+    // The phases are disjoint intervals inside the step; what is left is the step's small scalar
+    // all-reduce and the metrics line itself, well under half of even this tiny model's step.
+    EXPECT_LE(parts, j["dt_ms"].get<double>());
+    EXPECT_GE(parts, 0.5 * j["dt_ms"].get<double>());
+    EXPECT_GT(j["forward_ms"].get<double>(), 0);
+    EXPECT_GT(j["backward_ms"].get<double>(), 0);
+    EXPECT_GE(j["host_peak_mb"].get<double>(), j["host_rss_mb"].get<double>());
+    // mfu = flops_per_s / peak (1e9 here).
+    EXPECT_DOUBLE_EQ(j["mfu"].get<double>(), j["flops_per_s"].get<double>() / 1e9);
+  }
+  for (const auto& j : b) EXPECT_FALSE(j.contains("mfu")) << j.dump();
 }
 
 class BitwiseResume : public ::testing::TestWithParam<std::string> {};
