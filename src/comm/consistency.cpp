@@ -80,6 +80,24 @@ void allreduce_scalars(ProcessGroup& pg, std::vector<double>& values, ReduceOp o
   on_host_tensor(pg, host, [&](const Tensor& t) { return pg.allreduce(t, op); });
 }
 
+std::vector<std::string> all_gather_strings(ProcessGroup& pg, const std::string& mine) {
+  if (pg.size() == 1) return {mine};
+  Tensor length = Tensor::empty({1}, DType::I64);
+  length.data<int64_t>()[0] = static_cast<int64_t>(mine.size());
+  const Tensor lengths = all_gather_via(pg, length);
+  int64_t longest = 1;  // a collective of zero bytes is a no-op in some backends: keep one
+  for (int r = 0; r < pg.size(); r++) longest = std::max(longest, lengths.data<int64_t>()[r]);
+  Tensor bytes = Tensor::zeros({longest}, DType::U8);
+  std::copy(mine.begin(), mine.end(), bytes.data<uint8_t>());
+  const Tensor all = all_gather_via(pg, bytes);
+  std::vector<std::string> out;
+  for (int r = 0; r < pg.size(); r++) {
+    const auto* p = all.data<uint8_t>() + r * longest;
+    out.emplace_back(reinterpret_cast<const char*>(p), static_cast<size_t>(lengths.data<int64_t>()[r]));
+  }
+  return out;
+}
+
 void check_consistent(ProcessGroup& pg, const Fields& fields, std::string_view remedy) {
   if (pg.size() == 1) return;
   const int rank = pg.rank();

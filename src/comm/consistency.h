@@ -28,6 +28,10 @@ void check_consistent(ProcessGroup& pg, const Fields& fields,
 // group's device (NCCL reduces device memory only); returns when the result is on the host.
 void allreduce_scalars(ProcessGroup& pg, std::vector<double>& values, ReduceOp op);
 
+// Every rank's `mine`, in rank order, on every rank (a collective). For text of any length:
+// lengths first, then the bytes padded to the longest.
+std::vector<std::string> all_gather_strings(ProcessGroup& pg, const std::string& mine);
+
 // What this binary was built with and runs on: nanoddp version, compiler, build type, and where
 // present Gloo, MPI, CUDA runtime and driver and NCCL versions. Compare it across ranks with
 // check_consistent(pg, build_fingerprint(), "install the same nanoddp build on every node").

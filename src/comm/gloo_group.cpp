@@ -15,6 +15,7 @@
 #include <csignal>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "comm/collective.h"
 #include "comm/collective_watch.h"
 #include "rendezvous/net.h"
@@ -185,6 +186,7 @@ WorkPtr GlooGroup::submit(const char* name, const Tensor& t, const char* op, std
     NANODDP_CHECK(st->failure.empty(), "{} was not run because this process group failed earlier ({}); restart the job",
                   info.describe(), st->failure);
     try {
+      trace::Scope traced(info.name, trace::kComm, static_cast<int64_t>(info.bytes));
       body(static_cast<uint32_t>(info.seq));
     } catch (const gloo::Exception& e) {
       std::string text = gloo_message_text(e.what());

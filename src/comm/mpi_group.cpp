@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "comm/collective.h"
 #include "comm/collective_watch.h"
 #include "rendezvous/prefix_store.h"
@@ -222,7 +223,11 @@ WorkPtr MpiGroup::submit(const char* name, const Tensor& t, const char* op, std:
       st->current = info;
       st->started = Clock::now();
     }
-    int rc = call();
+    int rc = 0;
+    {
+      trace::Scope traced(info.name, trace::kComm, static_cast<int64_t>(info.bytes));
+      rc = call();
+    }
     {
       std::lock_guard lock(st->mu);
       st->busy = false;

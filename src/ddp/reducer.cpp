@@ -1,6 +1,7 @@
 #include "ddp/reducer.h"
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "ops/ops.h"
 
 namespace nanoddp::ddp {
@@ -69,6 +70,7 @@ void Reducer::on_ready(int param) {
 }
 
 void Reducer::launch(int b) {
+  trace::instant("launch bucket", trace::kCompute, b);
   const Tensor& g = grads_[b];
   if (micro_scale_ != 1.f) ops::scale(g, micro_scale_);  // the mean over this rank's micro-steps
   if (group_.size() == 1) return;  // nothing to average with
@@ -89,6 +91,7 @@ void Reducer::finish() {
     NANODDP_ASSERT(false, "bucket {} still waits for {} gradient(s) among{}: every parameter must receive a gradient "
                    "in the synchronised backward", next_launch_, pending_[next_launch_], names);
   }
+  trace::Scope traced("wait for gradients");
   for (auto& w : works_) w->wait();
   works_.clear();
 }

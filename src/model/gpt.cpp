@@ -8,6 +8,7 @@
 
 #include "core/rng.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "model/workspace.h"
 #include "ops/backend.h"
 #include "ops/ops.h"
@@ -215,9 +216,12 @@ double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float 
   GradReadyFn ready = on_grad_ready ? on_grad_ready : [](int) {};
 
   Stopwatch forward;
+  const double trace_start = trace::now_us();
   forward_trunk(ws);
   if (phase_timing_) ops::backend(device_).synchronize();
   last_forward_seconds_ = forward.seconds();
+  const double trace_mid = trace::now_us();
+  trace::record("forward", trace::kCompute, trace_start, trace_mid);
   double loss_sum = head_forward_backward(ws, grad_scale, accumulate, nullptr);
   ready(lm_head_);
   for (int l = static_cast<int>(config_.n_layer) - 1; l >= 0; l--) {
@@ -231,6 +235,7 @@ double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float 
   ops::embedding_backward(dwte, ws.dxn, ws.ids);
   add_micro_grad(params_[wte_], accumulate);
   ready(wte_);
+  trace::record("backward", trace::kCompute, trace_mid, trace::now_us());
   return valid > 0 ? loss_sum / static_cast<double>(valid) : 0.0;
 }
 

@@ -82,6 +82,7 @@ struct TrainOptions {
   double timeout = 300;
   int threads = 0;
   double peak_flops = 0;
+  bool trace = false;
 
   // Each name is a flag and a JSON key: checkpoints store options by it and restore() reads some back,
   // so renaming a field breaks resuming older checkpoints.
@@ -153,7 +154,9 @@ struct TrainOptions {
     v(backend, "backend", "Process group: auto, gloo, mpi, nccl");
     v(timeout, "timeout", "Seconds before a collective or rendezvous that does not complete is an error");
     v(threads, "threads", "CPU threads per rank (0 = OMP_NUM_THREADS or all cores)");
-    v(peak_flops, "peak_flops", "Peak FLOP/s of one device for MFU (0 = measure the CPU's sgemm rate at start)");
+    v(trace, "trace", "Write OUT/trace.json: every rank's data, forward, backward, gradient collectives and optimizer "
+      "on one time axis (Chrome trace format: open in ui.perfetto.dev or chrome://tracing)");
+    v(peak_flops, "peak_flops", "Peak FLOP/s of one device for MFU (0 = the GPU's datasheet figure; a CPU then reports no MFU)");
   }
 };
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "data/tasks.h"
 #include "model/generate.h"
 
@@ -93,6 +94,7 @@ RlStepStats rl_forward_backward(model::GPT& model, ddp::Reducer& reducer, const 
     model::SampleOptions so{.max_tokens = s.max_new_tokens, .temperature = s.temperature, .top_k = s.top_k,
                             .seed = 0, .stop_token = end};
     Stopwatch sw;
+    trace::Scope traced("sample");
     const auto completions = model::generate_batch(model, prompt, seeds, so);
     st.sample_seconds += sw.seconds();
 

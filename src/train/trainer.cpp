@@ -9,6 +9,8 @@
 #include "core/options.h"
 #include "core/safetensors.h"
 #include "core/timer.h"
+#include "core/trace.h"
+#include "core/files.h"
 #include "data/conversation_loader.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -166,6 +168,8 @@ class Trainer {
   void sample();
   // The end-of-run lines: time, tokens, the best evaluation, where the checkpoints are.
   void summarize(int64_t last_step, double train_seconds, double trained_tokens) const;
+  // --trace: gathers every rank's events and rank 0 writes OUT/trace.json (a collective).
+  void write_trace();
 
   TrainOptions opts_;
   dist::ProcessGroup& group_;
@@ -493,7 +497,10 @@ double Trainer::train_step(int64_t step, double lr_mult) {
     reducer_->finish();
     phases_.exposed_comm = comm.seconds();
     Stopwatch opt;
-    optimizer_->step(lr_mult, muon_momentum(step));
+    {
+      trace::Scope traced("optimizer");
+      optimizer_->step(lr_mult, muon_momentum(step));
+    }
     phases_.optimizer = opt.seconds();
     return rl_stats_.loss;
   }
@@ -505,7 +512,10 @@ double Trainer::train_step(int64_t step, double lr_mult) {
   ops::Backend& dev = ops::backend(device_);
   for (int m = 0; m < accum; m++) {
     Stopwatch data;
-    loader_->next(inputs_, targets_);
+    {
+      trace::Scope traced("data");
+      loader_->next(inputs_, targets_);
+    }
     phases_.data += data.seconds();
     const bool last = m == accum - 1;
     Stopwatch compute;
@@ -521,8 +531,11 @@ double Trainer::train_step(int64_t step, double lr_mult) {
   if (device_.is_cuda()) dev.synchronize();
   phases_.exposed_comm = comm.seconds();
   Stopwatch opt;
-  optimizer_->step(lr_mult, muon_momentum(step));
-  if (device_.is_cuda()) dev.synchronize();
+  {
+    trace::Scope traced("optimizer");
+    optimizer_->step(lr_mult, muon_momentum(step));
+    if (device_.is_cuda()) dev.synchronize();
+  }
   phases_.optimizer = opt.seconds();
   // This rank's mean; run() averages it over the ranks with what else they must agree on.
   return loss / static_cast<double>(plan_.grad_accum);
@@ -568,6 +581,21 @@ void Trainer::sample() {
   log::print0("sample: {}{}", opts_.sample_prompt, tokenizer_->decode(ids));
 }
 
+void Trainer::write_trace() {
+  if (!opts_.trace) return;
+  trace::enable(false);
+  if (trace::dropped() > 0)
+    log::warn("--trace: {} events beyond the first {} were not recorded", trace::dropped(), trace::kMaxEvents);
+  const std::vector<std::string> ranks = dist::all_gather_strings(group_, trace::take_events_json(group_.rank()));
+  if (group_.rank() != 0) return;
+  std::string json = R"({"displayTimeUnit":"ms","otherData":{"tool":"nanoddp --trace"},"traceEvents":[)";
+  for (size_t r = 0; r < ranks.size(); r++) json += (r > 0 ? "," : "") + ranks[r];
+  json += "]}\n";
+  const std::string path = opts_.out + "/trace.json";
+  write_file_atomically(path, json);
+  log::print0("trace: {} ({} ranks; open it in https://ui.perfetto.dev or chrome://tracing)", path, ranks.size());
+}
+
 void Trainer::summarize(int64_t last_step, double train_seconds, double trained_tokens) const {
   const int64_t steps = last_step - start_step_;
   if (steps <= 0) return;
@@ -608,6 +636,12 @@ TrainResult Trainer::run() {
   start_step_ = std::max<int64_t>(0, resume);
   metrics_ = std::make_unique<MetricsLog>(opts_.out, group_.rank() == 0, resume);
   StopSignals signals;  // Note [stopping on a signal]
+  if (opts_.trace) {
+    // One time axis for all ranks: zero is the moment they leave this barrier.
+    group_.barrier()->wait();
+    trace::set_origin();
+    trace::enable(true);
+  }
   since_save_ = Stopwatch();
   const double flops_per_token = plan_.config.flops_per_token(opts_.max_seq_len);
   log::print0("model: depth {} | dim {} | heads {}/{} | vocab {} (padded {}) | {:.2f}M parameters",
@@ -641,6 +675,7 @@ TrainResult Trainer::run() {
     if (stop_requested) {
       const int sig = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM;
       log::end_status0();
+      write_trace();
       log::print0("stopped by signal {} after step {}; continue with --resume latest", sig, step);
       result_.last_step = step;
       result_.stopped_by_signal = sig;
@@ -709,6 +744,7 @@ TrainResult Trainer::run() {
   }
   result_.last_step = stop;
   log::end_status0();
+  write_trace();
   // A --stop_at run is a pause, not the end: no sample.
   if (stop == n) sample();
   summarize(stop, train_seconds, trained_tokens);

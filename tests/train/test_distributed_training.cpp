@@ -398,6 +398,67 @@ TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationStepsAndEvalCountsAlike) {
   EXPECT_NE(too_long.err().find("longer than the model's context of 32"), std::string::npos) << too_long.err();
 }
 
+// --trace (issue 13 item 4): one Chrome-format file with both ranks, each with its compute phases
+// and its collectives on one time axis; the console ends with the run's summary.
+TEST(Observability, TwoRankTraceHoldsBothRanksPhasesAndCollectives) {
+  ScratchDir out("trace_two");
+  auto flags = train_flags(out.str(), 4 * 32 * 2, 3);
+  flags.push_back("--trace");
+  Proc p(launch(2, {}, flags));
+  ASSERT_EQ(p.wait_exit(120s), 0) << p.all();
+  EXPECT_NE(p.out().find("done: 3 steps in "), std::string::npos) << p.out();
+  EXPECT_NE(p.out().find("trace: "), std::string::npos) << p.out();
+  std::ifstream in(out.str("trace.json"));
+  const auto j = nlohmann::json::parse(in);  // the JSON object format: {"traceEvents": [...]}
+  ASSERT_TRUE(j.contains("traceEvents") && j["traceEvents"].is_array());
+  std::map<int, std::map<std::string, int>> count;                 // pid -> name -> events
+  std::map<int, std::vector<std::pair<double, double>>> compute;   // pid -> top-level compute intervals
+  std::map<int, std::vector<std::pair<double, double>>> backward;  // pid -> backward intervals
+  std::map<int, std::vector<double>> launches;                     // pid -> bucket launch times
+  for (const auto& e : j["traceEvents"]) {
+    for (const char* key : {"name", "ph", "pid", "tid"}) ASSERT_TRUE(e.contains(key)) << e.dump();
+    const int pid = e["pid"];
+    const std::string name = e["name"], ph = e["ph"];
+    count[pid][name]++;
+    if (ph == "M") continue;
+    ASSERT_TRUE(e.contains("ts")) << e.dump();
+    const double ts = e["ts"];
+    EXPECT_GE(ts, 0) << e.dump();
+    if (ph == "i") {
+      if (name == "launch bucket") launches[pid].push_back(ts);
+      continue;
+    }
+    ASSERT_EQ(ph, "X") << e.dump();
+    const double dur = e["dur"];
+    EXPECT_GE(dur, 0) << e.dump();
+    if (e["tid"] == 0) compute[pid].push_back({ts, ts + dur});
+    if (name == "backward") backward[pid].push_back({ts, ts + dur});
+    if (name == "allreduce") {
+      EXPECT_EQ(e["tid"], 1) << e.dump();
+      EXPECT_GT(e.value("args", nlohmann::json::object()).value("bytes", 0), 0) << e.dump();
+    }
+  }
+  ASSERT_EQ(count.size(), 2u) << "one process per rank";
+  for (int pid : {0, 1}) {
+    EXPECT_EQ(count[pid]["process_name"], 1);
+    // One micro-step per step on each rank (256 tokens = 2 ranks x 4 rows x 32), 3 steps.
+    for (const char* name : {"data", "forward", "backward", "optimizer", "wait for gradients"})
+      EXPECT_EQ(count[pid][name], 3) << pid << " " << name;
+    EXPECT_GE(count[pid]["allreduce"], 3) << "the gradient buckets' collectives";
+    // The compute row's phases follow one another without overlapping (1 us: the printed precision).
+    auto& c = compute[pid];
+    std::sort(c.begin(), c.end());
+    for (size_t i = 1; i < c.size(); i++) EXPECT_LE(c[i - 1].second, c[i].first + 1) << "pid " << pid << " event " << i;
+    // Buckets are launched from inside the backward (the overlap DDP is for).
+    for (double t : launches[pid]) {
+      bool inside = false;
+      for (auto [b, e] : backward[pid]) inside |= t >= b - 1 && t <= e + 1;
+      EXPECT_TRUE(inside) << "a bucket launched at " << t << " us outside every backward of rank " << pid;
+    }
+    EXPECT_FALSE(launches[pid].empty());
+  }
+}
+
 TEST(BadInput, PortInUseAndUnreachableMaster) {
   ScratchDir out("dist_bad_port");
   // Rank 0 hosts the store: a port someone else holds is a clear error.
