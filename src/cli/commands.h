@@ -20,6 +20,7 @@ void add_sft_command(CLI::App& root);        // nanoddp sft
 void add_rl_command(CLI::App& root);         // nanoddp rl
 void add_task_command(CLI::App& root);       // nanoddp task
 void add_eval_command(CLI::App& root);       // nanoddp eval
+void add_report_command(CLI::App& root);     // nanoddp report
 void add_chat_command(CLI::App& root);       // nanoddp chat
 void add_serve_command(CLI::App& root);      // nanoddp serve
 void add_sample_command(CLI::App& root);     // nanoddp sample

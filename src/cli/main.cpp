@@ -131,6 +131,7 @@ int main(int argc, char** argv) {
   add_rl_command(app);
   add_task_command(app);
   add_eval_command(app);
+  add_report_command(app);
   add_chat_command(app);
   add_serve_command(app);
   add_sample_command(app);

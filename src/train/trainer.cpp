@@ -1,9 +1,13 @@
 #include "train/trainer.h"
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <set>
 
 #include "core/log.h"
 #include "core/options.h"
@@ -168,6 +172,9 @@ class Trainer {
   void sample();
   // The end-of-run lines: time, tokens, the best evaluation, where the checkpoints are.
   void summarize(int64_t last_step, double train_seconds, double trained_tokens) const;
+  // OUT/environment.json (rank 0; a collective for the host names): hardware and versions, for
+  // `nanoddp report`.
+  void write_environment();
   // --trace: gathers every rank's events and rank 0 writes OUT/trace.json (a collective).
   void write_trace();
 
@@ -581,6 +588,29 @@ void Trainer::sample() {
   log::print0("sample: {}{}", opts_.sample_prompt, tokenizer_->decode(ids));
 }
 
+void Trainer::write_environment() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::vector<std::string> hosts = dist::all_gather_strings(group_, host);
+  if (group_.rank() != 0) return;
+  std::string cpu;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; cpu.empty() && std::getline(cpuinfo, line);)
+    if (line.starts_with("model name")) cpu = line.substr(line.find(':') + 2);
+  nlohmann::json env = {{"hosts", std::set<std::string>(hosts.begin(), hosts.end())},
+                        {"world size", group_.size()},
+                        {"backend", group_.backend_name()},
+                        {"device", device_.str()},
+                        {"cpu", cpu},
+                        {"threads per rank", ops::cpu_threads()},
+                        {"arithmetic", model_->act_dtype() == DType::BF16 ? "bf16 activations, f32 master weights" : "f32"},
+                        {"mfu peak", peak_.flops > 0 ? fmt::format("{:.4g} TFLOP/s ({})", peak_.flops / 1e12, peak_.what)
+                                                     : peak_.what}};
+  if (device_.is_cuda()) env["gpu"] = cuda_device_name(device_.index);
+  for (const auto& [k, v] : dist::build_fingerprint()) env[k] = v;
+  write_file_atomically(opts_.out + "/environment.json", env.dump(2) + "\n");
+}
+
 void Trainer::write_trace() {
   if (!opts_.trace) return;
   trace::enable(false);
@@ -626,6 +656,7 @@ TrainResult Trainer::run() {
   if (resume < 0 && !opts_.init_from.empty()) init_from(opts_.init_from);
   claim_run_folder(resume);
   keep_tokenizer();
+  write_environment();
   if (resume >= 0) {
     restore(resume);
   } else {
