@@ -19,15 +19,17 @@ done
 # find_package(OpenCL): without it configure fails on a bare machine (we install without recommends).
 # Likewise libFuzzer and the sanitizer runtimes that the fuzz tests link (docs/fuzzing.md) are in
 # libclang-rt-dev, which clang only recommends.
+# chromium and chromium-driver run the browser test of `nanoddp serve`'s page (tests/cli/serve_browser.py).
 packages=(
   build-essential cmake pkg-config git ca-certificates
   clang libclang-rt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev libomp-dev
-  libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev
+  libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev
   libgloo-dev libopenmpi-dev openmpi-bin
   python3-torch python3-numpy
   nodejs npm iproute2 procps
+  chromium chromium-driver
 )
 
 missing=()

@@ -1,0 +1,442 @@
+// nanoddp serve: a chat checkpoint behind HTTP (nanochat's chat_web), with cpp-httplib.
+//
+//   GET  /                  the chat page (serve_page.h)
+//   GET  /health            {"status": "ok"}
+//   POST /chat/completions  {"messages": [{"role", "content"}...], "temperature", "top_k",
+//                           "max_tokens", "seed" (each optional: the server's flags)}
+//                           -> text/event-stream: data: {"token": "..."} per piece of UTF-8 text,
+//                              then data: {"done": true, "tokens": N, "dropped_messages": K}
+//                              (or data: {"error": "..."} when generation fails or the server stops)
+// Errors are JSON {"error": "..."}: 400 for a request that is wrong (the message says what), 404,
+// 413 above --max_request_bytes, 503 when --max_queue requests already wait.
+//
+// Threads: cpp-httplib answers each connection on a worker thread; the model runs on this command's
+// own thread, one generation at a time, in arrival order (serve_queue.h says why). A request is
+// validated, rendered and fitted to the context on its worker, so a bad one is answered at once,
+// without waiting for the model.
+//
+// There is no authentication: the default --host is loopback, and any other address is warned about.
+#include <fmt/format.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <pthread.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/option_flags.h"
+#include "cli/serve_page.h"
+#include "cli/serve_queue.h"
+#include "core/error.h"
+#include "data/conversation.h"
+#include "model/generate.h"
+#include "train/checkpoint.h"
+#include "train/model_io.h"
+
+namespace nanoddp::cli {
+
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+struct ServeArgs {
+  std::string checkpoint = "out";
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;
+  double temperature = 0.6;
+  int64_t top_k = 50;
+  int64_t max_tokens = 256;
+  uint64_t seed = 42;
+  std::string data = "";
+  std::string device = "cpu";
+  int64_t max_request_bytes = 64 << 10;
+  int64_t max_queue = 16;
+  template <typename V>
+  void visit(V&& v) {
+    v(checkpoint, "checkpoint", "Checkpoint directory, or a run's --out (its newest checkpoint)");
+    v(host, "host", "Address to listen on (anything but loopback exposes an unauthenticated API)");
+    v(port, "port", "TCP port (0: any free port; the chosen one is printed)");
+    v(temperature, "temperature", "Default sampling temperature (0 = greedy); a request may set its own");
+    v(top_k, "top_k", "Default top-k (0 = all tokens); a request may set its own");
+    v(max_tokens, "max_tokens", "Default longest reply in tokens (at most the model's context)");
+    v(seed, "seed", "Default seed of the sampler: a request with the same messages and seed gets the same reply");
+    v(data, "data", "Dataset directory whose tokenizer to use (default: the checkpoint's)");
+    v(device, "device", "cpu or cuda");
+    v(max_request_bytes, "max_request_bytes", "Largest request body; a larger one is refused with 413");
+    v(max_queue, "max_queue", "Requests that may wait for the model (1 to 1024); more are refused with 503");
+  }
+};
+
+void check_serve_flags(const ServeArgs& a) {
+  check_sampling_flags(a.max_tokens, a.temperature, a.top_k);
+  NANODDP_CHECK(!a.host.empty(), "--host must name an address to listen on (127.0.0.1: this machine only)");
+  NANODDP_CHECK(a.port >= 0 && a.port <= 65535, "--port must be 0 (any free port) to 65535 (got {})", a.port);
+  NANODDP_CHECK(a.max_request_bytes >= 1, "--max_request_bytes must be at least 1 (got {})", a.max_request_bytes);
+  // Each waiting request holds an HTTP worker thread until its turn.
+  NANODDP_CHECK(a.max_queue >= 1 && a.max_queue <= 1024, "--max_queue must be 1 to 1024 (got {})", a.max_queue);
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// JSON for clients: text the model made may be invalid UTF-8, which JSON cannot carry; such bytes
+// become U+FFFD instead of failing the reply.
+// Events keep their fields in the order written ("done" first), hence ordered_json.
+std::string to_json(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+std::string sse_event(const nlohmann::ordered_json& j) { return "data: " + to_json(j) + "\n\n"; }
+
+void reply_error(httplib::Response& res, int status, const std::string& message) {
+  res.status = status;
+  res.set_content(to_json({{"error", message}}), "application/json");
+}
+
+// The length of `text` without a trailing UTF-8 character that is still incomplete (a lead byte
+// followed by fewer continuation bytes than it announces): the next token may complete it. Unlike
+// TextStream, a complete character at the end is not held back. Invalid bytes are not waited for.
+size_t complete_utf8_prefix(const std::string& text) {
+  size_t i = text.size(), continuations = 0;
+  while (i > 0 && continuations < 3 && (static_cast<unsigned char>(text[i - 1]) & 0xC0) == 0x80) {
+    i--;
+    continuations++;
+  }
+  if (i == 0) return text.size();
+  const unsigned char lead = static_cast<unsigned char>(text[i - 1]);
+  const size_t announced = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
+  return continuations < announced ? i - 1 : text.size();
+}
+
+// The text of a growing reply in pieces that never split a character. Everything so far is decoded
+// each time (as TextStream does): a piece of a multi-byte character decodes to no text of its own.
+class Utf8Pieces {
+ public:
+  explicit Utf8Pieces(const data::Tokenizer& tok) : tok_(tok) {}
+  // The new complete text after `id` ("" while a character is incomplete).
+  std::string add(int32_t id) {
+    ids_.push_back(id);
+    const std::string text = tok_.decode(ids_);
+    const size_t end = complete_utf8_prefix(text);
+    if (end <= sent_) return "";
+    std::string piece = text.substr(sent_, end - sent_);
+    sent_ = end;
+    return piece;
+  }
+  // What is left once the reply has ended.
+  std::string finish() const { return tok_.decode(ids_).substr(sent_); }
+  int64_t tokens() const { return static_cast<int64_t>(ids_.size()); }
+
+ private:
+  const data::Tokenizer& tok_;
+  std::vector<int32_t> ids_;
+  size_t sent_ = 0;
+};
+
+// "got 1.5", "got string": the value if it is a number, else its type (a string may be long).
+std::string got(const json& v) { return v.is_number() ? v.dump() : v.type_name(); }
+
+uint64_t unsigned_field(const json& body, const char* name) {
+  const json& v = body[name];
+  NANODDP_CHECK(v.is_number_unsigned(), "\"{}\" must be an integer >= 0 (got {})", name, got(v));
+  return v.get<uint64_t>();
+}
+
+// The request's sampling values over the server's defaults. Throws nanoddp::Error naming the field.
+model::SampleOptions sampling(const json& body, const ServeArgs& defaults, int64_t context) {
+  model::SampleOptions so;
+  so.temperature = static_cast<float>(defaults.temperature);
+  so.top_k = defaults.top_k;
+  so.max_tokens = defaults.max_tokens;
+  so.seed = defaults.seed;
+  if (body.contains("temperature")) {
+    const json& v = body["temperature"];
+    NANODDP_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0,
+                  "\"temperature\" must be a number >= 0 (0 = greedy; got {})", got(v));
+    so.temperature = v.get<float>();
+  }
+  // A top_k beyond the vocabulary means all of it, as --top_k does.
+  if (body.contains("top_k")) so.top_k = static_cast<int64_t>(std::min<uint64_t>(unsigned_field(body, "top_k"), 1u << 30));
+  if (body.contains("max_tokens")) {
+    const uint64_t n = unsigned_field(body, "max_tokens");
+    NANODDP_CHECK(n >= 1 && n <= static_cast<uint64_t>(context), "\"max_tokens\" must be 1 to {} (the model's "
+                  "context; got {})", context, n);
+    so.max_tokens = static_cast<int64_t>(n);
+  }
+  if (body.contains("seed")) so.seed = unsigned_field(body, "seed");
+  return so;
+}
+
+// The prompt of `conv` with room for max_tokens of reply in the context: the oldest user/assistant
+// turns are left out until it fits, as `nanoddp chat` does, keeping a system message (it is merged
+// into the first remaining user message). When only the last message is left the reply may be cut
+// by the context; the prompt itself must fit. Returns the prompt; `dropped` counts the messages left out.
+std::vector<int32_t> fit_to_context(const data::Tokenizer& tok, data::Conversation& conv, int64_t max_tokens,
+                                    int64_t context, int64_t& dropped) {
+  const size_t first = conv.messages[0].role == "system" ? 1 : 0;
+  auto prompt = data::render_for_completion(tok, conv);
+  while (static_cast<int64_t>(prompt.size()) + max_tokens > context && conv.messages.size() > first + 1) {
+    conv.messages.erase(conv.messages.begin() + first, conv.messages.begin() + first + 2);
+    dropped += 2;
+    prompt = data::render_for_completion(tok, conv);
+  }
+  NANODDP_CHECK(static_cast<int64_t>(prompt.size()) < context, "the last message{} is {} tokens, longer than the "
+                "model's context of {}", first ? " with the system message" : "", prompt.size(), context);
+  return prompt;
+}
+
+// A POST /chat/completions body as a job for the model thread. The messages follow the rules of the
+// JSONL files (data::parse_conversation): roles system?, user, assistant, user, ..., no empty
+// content, and here the last one must be the user's. Throws nanoddp::Error (400 for the client).
+std::shared_ptr<ServeJob> parse_request(const std::string& body, const ServeArgs& defaults, const data::Tokenizer& tok,
+                                        int64_t context) {
+  const json j = json::parse(body, nullptr, false);
+  NANODDP_CHECK(!j.is_discarded(), "the request body is not JSON");
+  NANODDP_CHECK(j.is_object() && j.contains("messages"), "the request body must be a JSON object with \"messages\": "
+                "[{{\"role\": \"user\", \"content\": \"...\"}}, ...]");
+  // A misspelt field would otherwise be ignored without a word, and the reply sampled differently.
+  for (const auto& [key, value] : j.items())
+    NANODDP_CHECK(key == "messages" || key == "temperature" || key == "top_k" || key == "max_tokens" || key == "seed",
+                  "unknown field \"{}\" (the fields are messages, temperature, top_k, max_tokens, seed)", key);
+  auto job = std::make_shared<ServeJob>();
+  job->options = sampling(j, defaults, context);
+  data::Conversation conv = data::parse_conversation(body, "the request");
+  job->prompt = fit_to_context(tok, conv, job->options.max_tokens, context, job->dropped_messages);
+  job->options.stop_token = tok.special_id("<|assistant_end|>");
+  return job;
+}
+
+// Thrown from the token callback to end a generation whose client is gone or when stopping.
+struct Abandoned {};
+
+// The model thread: replies to each job in turn, streaming its events; returns once the queue stops.
+// Nothing escapes: a failed generation is reported to its client and on stderr, and the next runs.
+void serve_jobs(JobQueue& queue, model::GPT& model, const data::Tokenizer& tok) {
+  while (auto job = queue.next()) {
+    if (job->cancelled()) {  // the client left while it waited
+      job->finish();
+      continue;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    Utf8Pieces text(tok);
+    try {
+      model::generate(model, job->prompt, job->options, [&](int32_t id) {
+        if (job->cancelled() || queue.stopping()) throw Abandoned{};
+        if (id == job->options.stop_token) return;
+        if (std::string piece = text.add(id); !piece.empty()) job->push(sse_event({{"token", piece}}));
+      });
+      if (std::string rest = text.finish(); !rest.empty()) job->push(sse_event({{"token", rest}}));
+      job->push(sse_event({{"done", true}, {"tokens", text.tokens()}, {"dropped_messages", job->dropped_messages}}));
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      fmt::print("reply: {} tokens in {:.2f} s, {} waiting\n", text.tokens(), seconds, queue.waiting());
+    } catch (const Abandoned&) {
+      if (!job->cancelled()) job->push(sse_event({{"error", "the server is stopping"}}));
+    } catch (const std::exception& e) {
+      job->push(sse_event({{"error", std::string("generation failed: ") + e.what()}}));
+      fmt::print(stderr, "nanoddp serve: generation failed: {}\n", e.what());
+    }
+    std::fflush(stdout);
+    job->finish();
+  }
+}
+
+// The routes, and JSON bodies for the errors cpp-httplib answers itself (404, 413, 400 for broken HTTP).
+void add_routes(httplib::Server& server, const ServeArgs& a, JobQueue& queue, const data::Tokenizer& tok,
+                int64_t context) {
+  server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(kServePage, "text/html; charset=utf-8");
+  });
+  server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(to_json({{"status", "ok"}}), "application/json");
+  });
+  server.Post("/chat/completions", [&a, &queue, &tok, context](const httplib::Request& req, httplib::Response& res) {
+    std::shared_ptr<ServeJob> job;
+    try {
+      job = parse_request(req.body, a, tok, context);
+    } catch (const Error& e) {
+      return reply_error(res, 400, e.what());
+    }
+    if (!queue.submit(job)) {
+      if (queue.stopping()) return reply_error(res, 503, "the server is stopping");
+      res.set_header("Retry-After", "1");
+      return reply_error(res, 503, fmt::format("busy: {} requests already wait for the model (--max_queue); try "
+                                               "again later", queue.max_waiting()));
+    }
+    res.set_header("Cache-Control", "no-cache");
+    // Runs on this worker after the headers are sent; waits for the model thread's events. The
+    // releaser runs when the response goes away, sent or not: a job whose client is gone is skipped.
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [job](size_t, httplib::DataSink& sink) {
+          while (auto events = job->take()) {
+            if (!sink.write(events->data(), events->size())) {
+              job->cancel();
+              return false;
+            }
+          }
+          sink.done();
+          return true;
+        },
+        [job](bool) { job->cancel(); });
+  });
+  using HandlerResponse = httplib::Server::HandlerResponse;
+  server.set_error_handler(httplib::Server::HandlerWithResponse([max = a.max_request_bytes](
+                                                                    const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return HandlerResponse::Unhandled;  // a route's own error
+    if (res.status == 404)
+      reply_error(res, 404, fmt::format("no route {} {} (GET /, GET /health, POST /chat/completions)", req.method,
+                                        req.path));
+    else if (res.status == 413)
+      reply_error(res, 413, fmt::format("the request body is larger than {} bytes (--max_request_bytes)", max));
+    else
+      reply_error(res, res.status, fmt::format("HTTP {} for {} {}", res.status, req.method, req.path));
+    return HandlerResponse::Handled;
+  }));
+  server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      reply_error(res, 500, fmt::format("internal error: {}", e.what()));
+    } catch (...) {
+      reply_error(res, 500, "internal error");
+    }
+  });
+}
+
+// SIGINT and SIGTERM stop the server. They are blocked before any other thread starts (threads
+// inherit the mask: HTTP workers, OpenMP's team, the CUDA runtime's), and this thread takes them
+// with sigwait, so stopping runs as ordinary code rather than in a signal handler. A second signal
+// while stopping exits at once.
+class SignalWatcher {
+ public:
+  explicit SignalWatcher(std::function<void(int)> on_signal) {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    thread_ = std::thread([this, on_signal = std::move(on_signal)] {
+      for (int received = 0;; received++) {
+        int sig = 0;
+        sigwait(&set_, &sig);
+        if (quitting_) return;
+        if (received > 0) {
+          std::fprintf(stderr, "nanoddp serve: second signal, exiting now\n");
+          std::_Exit(128 + sig);
+        }
+        on_signal(sig);
+      }
+    });
+  }
+  // The mask stays as it is: the process is ending.
+  ~SignalWatcher() {
+    quitting_ = true;
+    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait
+    thread_.join();
+  }
+  SignalWatcher(const SignalWatcher&) = delete;
+  SignalWatcher& operator=(const SignalWatcher&) = delete;
+
+ private:
+  sigset_t set_;
+  std::atomic<bool> quitting_{false};
+  std::thread thread_;
+};
+
+// Binds the listening socket (port 0: any free one) and returns the port. Throws nanoddp::Error.
+int bind_port(httplib::Server& server, const std::string& host, int64_t port) {
+  errno = 0;
+  const int bound = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, static_cast<int>(port))
+                                                                     ? static_cast<int>(port) : -1);
+  const int err = errno;
+  NANODDP_CHECK(bound > 0, "cannot listen on {}:{}{}: another process may hold the port (choose another --port, or "
+                "0 for any free one), or --host is not an address of this machine", host, port,
+                err ? fmt::format(" ({})", std::strerror(err)) : "");
+  return bound;
+}
+
+void serve(const ServeArgs& a) {
+  check_serve_flags(a);
+  JobQueue queue(static_cast<size_t>(a.max_queue));
+  SignalWatcher signals([&queue](int sig) {
+    fmt::print("nanoddp serve: {}, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    std::fflush(stdout);
+    queue.stop(sse_event({{"error", "the server is stopping"}}));
+  });
+  const std::string dir = train::resolve_checkpoint(a.checkpoint);
+  auto model = train::load_model(dir, parse_device(a.device));
+  auto tok = train::load_checkpoint_tokenizer(dir, a.data);
+  const int64_t context = model->config().max_seq_len;
+  NANODDP_CHECK(a.max_tokens <= context, "--max_tokens {} is more than the model's context of {} tokens: give "
+                "--max_tokens {} or less", a.max_tokens, context, context);
+  // A tokenizer without nanochat's special tokens (gpt2) fails here, naming the missing token.
+  data::render_for_completion(*tok, data::parse_conversation(R"([{"role": "user", "content": "hi"}])", "the tokenizer check"));
+  if (queue.stopping()) return;  // a signal came while loading
+
+  httplib::Server server;
+  add_routes(server, a, queue, *tok, context);
+  server.set_payload_max_length(static_cast<size_t>(a.max_request_bytes));
+  // Every token is its own small write: without TCP_NODELAY Nagle's algorithm would hold them back.
+  server.set_tcp_nodelay(true);
+  // A worker per waiting request, plus some for the running one, /health and refusals.
+  const size_t workers = static_cast<size_t>(a.max_queue) + 8;
+  server.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  // Idle keep-alive connections hold a worker, and stopping waits for them.
+  server.set_keep_alive_timeout(2);
+  // cpp-httplib's default sets SO_REUSEPORT, with which a second server binds the same port and the
+  // kernel splits the connections between the two. SO_REUSEADDR alone still allows a restart while
+  // old connections linger in TIME_WAIT, and a port someone listens on is an error.
+  server.set_socket_options([](socket_t sock) {
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  const int port = bind_port(server, a.host, a.port);
+  if (!is_loopback(a.host))
+    fmt::print(stderr, "nanoddp serve: warning: listening on {}, not loopback: the API has no authentication, so "
+               "anyone who can reach this port can use the model\n", a.host);
+  const std::string url = fmt::format("http://{}:{}", a.host.find(':') != std::string::npos ? "[" + a.host + "]"
+                                                                                              : a.host, port);
+  fmt::print("nanoddp serve: {} (context {} tokens), Ctrl-C stops\nserving on {}\n", dir, context, url);
+  std::fflush(stdout);
+
+  std::atomic<bool> listen_returned{false};
+  std::thread http([&] {
+    server.listen_after_bind();
+    listen_returned = true;
+    queue.stop(sse_event({{"error", "the server stopped"}}));
+  });
+  serve_jobs(queue, *model, *tok);
+  // stop() acts only on a running server: wait for listen to start if a signal came first.
+  for (bool stopped = false; !listen_returned; std::this_thread::sleep_for(10ms)) {
+    if (!stopped && server.is_running()) {
+      server.stop();
+      stopped = true;
+    }
+  }
+  http.join();
+  fmt::print("nanoddp serve: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& root) {
+  auto* cmd = root.add_subcommand("serve", "Chat with a checkpoint in the browser or over HTTP (nanochat's chat_web)");
+  auto args = std::make_shared<ServeArgs>();
+  add_option_flags(*cmd, *args);
+  cmd->callback([args] { serve(*args); });
+}
+
+}  // namespace nanoddp::cli

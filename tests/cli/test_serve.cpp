@@ -1,0 +1,423 @@
+// nanoddp serve as clients use it: the binary on a free port (--port 0) with a tiny checkpoint,
+// driven with cpp-httplib's client.
+//  - the job queue on its own: arrival order, the --max_queue bound, stopping;
+//  - /health, the page, and a JSON error with the right status for each bad request;
+//  - a streamed reply: token events, then a done event whose count is the tokens generated; at
+//    temperature 0 its text is `nanoddp chat --prompt`'s and the in-process model::generate's;
+//  - a conversation beyond the context loses its oldest turns (a system message stays);
+//  - concurrent clients (and one that hangs up) all get complete replies or a clean 503;
+//  - a port in use, a missing checkpoint and bad flags exit 1 with one clear line; SIGINT and
+//    SIGTERM stop the server with exit 0.
+// The page in a real browser is tests/cli/serve_browser.py.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/serve_queue.h"
+#include "corpus.h"
+#include "data/conversation.h"
+#include "model/generate.h"
+#include "subprocess.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/model_io.h"
+
+namespace nanoddp {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+using testing::Proc;
+using testing::ScratchDir;
+
+constexpr int64_t kContext = 32;   // --max_seq_len of the test model
+constexpr int kMaxTokens = 8;      // the server's --max_tokens
+
+// A scratch directory named after the running test: ctest runs each test case as its own process.
+std::string test_name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+
+// A base checkpoint of a tiny model on the byte tokenizer, which has nanochat's special tokens, so
+// it can chat (badly: it never saw a conversation, which does not matter here).
+std::string make_checkpoint(const ScratchDir& dir) {
+  testing::make_byte_dataset(dir.str(), 100, 3);  // into DIR/data
+  Proc train({testing::nanoddp_binary(), "train", "--data", dir.str("data"), "--out", dir.str("out"), "--depth", "2",
+              "--aspect_ratio", "32", "--head_dim", "32", "--max_seq_len", std::to_string(kContext),
+              "--device_batch_size", "4", "--total_batch_size", "128", "--num_iterations", "4", "--eval_every", "4",
+              "--eval_tokens", "512", "--threads", "1", "--peak_flops", "1e9"});
+  EXPECT_EQ(train.wait_exit(60s), 0) << train.all();
+  return dir.str("out");
+}
+
+// `nanoddp serve --port 0` and the port it printed.
+struct Server {
+  explicit Server(const std::string& checkpoint, std::vector<std::string> extra = {})
+      : proc(argv(checkpoint, std::move(extra))) {
+    const std::regex line(R"(serving on http://127\.0\.0\.1:(\d+))");
+    EXPECT_TRUE(proc.wait_for([&](const std::string& s) {
+      return std::regex_search(s, line) || s.find("nanoddp: error:") != std::string::npos;
+    }, 30s)) << proc.all();
+    std::smatch m;
+    const std::string out = proc.out();
+    if (std::regex_search(out, m, line)) port = std::stoi(m[1]);
+  }
+  static std::vector<std::string> argv(const std::string& checkpoint, std::vector<std::string> extra) {
+    std::vector<std::string> a = {testing::nanoddp_binary(), "serve", "--checkpoint", checkpoint, "--port", "0",
+                                  "--max_tokens", std::to_string(kMaxTokens)};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(30, 0);
+    return c;
+  }
+  Proc proc;
+  int port = 0;
+};
+
+// A completion request's body: one user message and optional fields.
+std::string request(const std::string& message, json fields = json::object()) {
+  fields["messages"] = json::array({{{"role", "user"}, {"content", message}}});
+  return fields.dump();
+}
+
+// The events of an event-stream body.
+struct Reply {
+  std::string text;
+  int token_events = 0;
+  bool done = false;
+  int64_t tokens = -1, dropped = -1;
+  std::string error;
+};
+Reply parse_events(const std::string& body) {
+  Reply r;
+  size_t pos = 0;
+  for (size_t end; (end = body.find("\n\n", pos)) != std::string::npos; pos = end + 2) {
+    const std::string event = body.substr(pos, end - pos);
+    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+    const json j = json::parse(event.substr(6));
+    EXPECT_FALSE(r.done) << "an event after done: " << event;
+    if (j.contains("token")) {
+      r.text += j["token"].get<std::string>();
+      r.token_events++;
+    } else if (j.contains("done")) {
+      r.done = true;
+      r.tokens = j["tokens"];
+      r.dropped = j["dropped_messages"];
+    } else {
+      r.error = j.value("error", event);
+    }
+  }
+  EXPECT_EQ(pos, body.size()) << "the stream ends inside an event";
+  return r;
+}
+
+Reply complete(httplib::Client& c, const std::string& body) {
+  auto res = c.Post("/chat/completions", body, "application/json");
+  EXPECT_TRUE(res) << "no response: " << httplib::to_string(res.error());
+  if (!res) return {};
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+  return parse_events(res->body);
+}
+
+// A request answered with `status` and {"error": ...} containing `needle`.
+void expect_error(httplib::Client& c, const std::string& body, int status, const std::string& needle) {
+  auto res = c.Post("/chat/completions", body, "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, status) << body << " -> " << res->body;
+  const json j = json::parse(res->body, nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("error")) << res->body;
+  EXPECT_NE(j["error"].get<std::string>().find(needle), std::string::npos) << res->body;
+}
+
+TEST(ServeQueue, ArrivalOrderBoundAndStop) {
+  cli::JobQueue q(2);
+  auto a = std::make_shared<cli::ServeJob>(), b = std::make_shared<cli::ServeJob>(),
+       c = std::make_shared<cli::ServeJob>();
+  EXPECT_TRUE(q.submit(a));
+  EXPECT_TRUE(q.submit(b));
+  EXPECT_FALSE(q.submit(c)) << "a third would wait beyond max_waiting 2";
+  EXPECT_EQ(q.next(), a);
+  EXPECT_TRUE(q.submit(c)) << "a has left the queue: it runs";
+  EXPECT_EQ(q.waiting(), 2u);
+  // A running job streams its events; the reader sees them all, then the end.
+  a->push("x");
+  a->push("y");
+  a->finish();
+  EXPECT_EQ(a->take(), "xy");
+  EXPECT_EQ(a->take(), std::nullopt);
+  // Stopping ends the waiting jobs with the given event and refuses new ones.
+  q.stop("bye");
+  for (auto& job : {b, c}) {
+    EXPECT_EQ(job->take(), "bye");
+    EXPECT_EQ(job->take(), std::nullopt);
+  }
+  EXPECT_EQ(q.next(), nullptr);
+  EXPECT_FALSE(q.submit(std::make_shared<cli::ServeJob>()));
+}
+
+TEST(ServeQueue, StopWakesTheModelThread) {
+  cli::JobQueue q(1);
+  std::shared_ptr<cli::ServeJob> got = std::make_shared<cli::ServeJob>();
+  std::thread model([&] { got = q.next(); });
+  std::this_thread::sleep_for(50ms);
+  q.stop("");
+  model.join();
+  EXPECT_EQ(got, nullptr);
+}
+
+TEST(Serve, HealthPageAndErrors) {
+  ScratchDir dir("serve_" + test_name());
+  Server s(make_checkpoint(dir), {"--max_request_bytes", "2048"});
+  ASSERT_GT(s.port, 0);
+  auto c = s.client();
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body), json({{"status", "ok"}}));
+  auto page = c.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  for (const char* id : {"id=\"message\"", "id=\"send\"", "/chat/completions"})
+    EXPECT_NE(page->body.find(id), std::string::npos) << id;
+  // Self-contained: nothing loaded from elsewhere.
+  EXPECT_EQ(page->body.find("http://"), std::string::npos);
+  EXPECT_EQ(page->body.find("https://"), std::string::npos);
+
+  auto missing = c.Get("/v1/models");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_NE(json::parse(missing->body)["error"].get<std::string>().find("/v1/models"), std::string::npos);
+
+  expect_error(c, "{\"messages\": [", 400, "not JSON");
+  expect_error(c, R"({"messages": [{"role": "bot", "content": "hi"}]})", 400, "unknown role 'bot'");
+  expect_error(c, R"({"messages": []})", 400, "non-empty list");
+  expect_error(c, R"({"messages": [{"role": "user", "content": ""}]})", 400, "empty content");
+  expect_error(c, R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})", 400,
+               "must end with a user turn");
+  expect_error(c, request("hi", {{"temperature", -0.5}}), 400, "\"temperature\" must be a number >= 0");
+  expect_error(c, request("hi", {{"temperature", "hot"}}), 400, "\"temperature\"");
+  expect_error(c, request("hi", {{"top_k", -1}}), 400, "\"top_k\" must be an integer >= 0");
+  expect_error(c, request("hi", {{"max_tokens", 0}}), 400, "\"max_tokens\" must be 1 to 32");
+  expect_error(c, request("hi", {{"max_tokens", kContext + 1}}), 400, "\"max_tokens\" must be 1 to 32");
+  expect_error(c, request("hi", {{"temprature", 1}}), 400, "unknown field \"temprature\"");
+  // A last message that cannot fit the context of 32 tokens.
+  expect_error(c, request(std::string(40, 'x')), 400, "longer than the model's context of 32");
+  // Over --max_request_bytes: refused before it is parsed.
+  expect_error(c, request(std::string(3000, 'x')), 413, "larger than 2048 bytes");
+  // The server is still fine.
+  EXPECT_TRUE(complete(c, request("hi")).done);
+}
+
+// The reference reply: the checkpoint loaded here and model::generate, as serve and chat do.
+std::vector<int32_t> reference_reply(const std::string& checkpoint, const std::string& message, int max_tokens) {
+  const std::string dir = train::resolve_checkpoint(checkpoint);
+  auto model = train::load_model(dir, parse_device("cpu"));
+  auto tok = train::load_checkpoint_tokenizer(dir);
+  const auto conv = data::parse_conversation(request(message), "the reference");
+  model::SampleOptions so;
+  so.max_tokens = max_tokens;
+  so.temperature = 0;
+  so.stop_token = tok->special_id("<|assistant_end|>");
+  auto ids = model::generate(*model, data::render_for_completion(*tok, conv), so);
+  if (!ids.empty() && ids.back() == so.stop_token) ids.pop_back();
+  return ids;
+}
+
+TEST(Serve, StreamsTheReplyThatChatAndGenerateGive) {
+  ScratchDir dir("serve_" + test_name());
+  const std::string ckpt = make_checkpoint(dir);
+  Server s(ckpt);
+  ASSERT_GT(s.port, 0);
+  auto c = s.client();
+  const Reply r = complete(c, request("hi", {{"temperature", 0}}));
+  ASSERT_TRUE(r.done) << r.error;
+  EXPECT_GE(r.token_events, 1);
+  EXPECT_GE(r.tokens, r.token_events);
+  EXPECT_LE(r.tokens, kMaxTokens);
+  EXPECT_EQ(r.dropped, 0);
+
+  const auto ids = reference_reply(ckpt, "hi", kMaxTokens);
+  EXPECT_EQ(r.tokens, static_cast<int64_t>(ids.size()));
+  const auto tok = train::load_checkpoint_tokenizer(train::resolve_checkpoint(ckpt));
+  EXPECT_EQ(r.text, tok->decode(ids));
+
+  // nanoddp chat --prompt prints the reply and a newline.
+  Proc chat({testing::nanoddp_binary(), "chat", "--checkpoint", ckpt, "--prompt", "hi", "--temperature", "0",
+             "--max_tokens", std::to_string(kMaxTokens)});
+  ASSERT_EQ(chat.wait_exit(60s), 0) << chat.all();
+  EXPECT_EQ(chat.out(), r.text + "\n");
+
+  // Sampling is reproducible: the same messages and seed give the same reply.
+  const Reply a = complete(c, request("hi", {{"temperature", 1.0}, {"seed", 7}, {"top_k", 0}}));
+  const Reply b = complete(c, request("hi", {{"temperature", 1.0}, {"seed", 7}, {"top_k", 0}}));
+  ASSERT_TRUE(a.done && b.done);
+  EXPECT_EQ(a.text, b.text);
+  EXPECT_EQ(a.tokens, b.tokens);
+  // max_tokens is obeyed.
+  const Reply one = complete(c, request("hi", {{"max_tokens", 1}}));
+  ASSERT_TRUE(one.done);
+  EXPECT_LE(one.tokens, 1);
+}
+
+TEST(Serve, LongConversationsLoseTheirOldestTurns) {
+  ScratchDir dir("serve_" + test_name());
+  Server s(make_checkpoint(dir));
+  ASSERT_GT(s.port, 0);
+  auto c = s.client();
+  // 1 + (1 + 10 + 1) + (1 + 10 + 1) + (1 + 2 + 1) + 1 = 30 tokens of prompt: with 8 to reply, the
+  // first two turns go.
+  auto message = [](const std::string& role, const std::string& content) {
+    json m = json::object();
+    m["role"] = role;
+    m["content"] = content;
+    return m;
+  };
+  json turns = json::array({message("user", std::string(10, 'a')), message("assistant", std::string(10, 'b')),
+                            message("user", "hi")});
+  Reply r = complete(c, json({{"messages", turns}}).dump());
+  ASSERT_TRUE(r.done) << r.error;
+  EXPECT_EQ(r.dropped, 2);
+  // A system message stays (merged into the user message that is left).
+  turns.insert(turns.begin(), message("system", "be kind"));
+  r = complete(c, json({{"messages", turns}}).dump());
+  ASSERT_TRUE(r.done) << r.error;
+  EXPECT_EQ(r.dropped, 2);
+  // Short enough: nothing dropped.
+  r = complete(c, json({{"messages", json::array({turns[0], turns[3]})}}).dump());
+  ASSERT_TRUE(r.done) << r.error;
+  EXPECT_EQ(r.dropped, 0);
+}
+
+// Connects, sends half a request or a whole one, and hangs up without reading.
+void hang_up(int port, const std::string& what) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::write(fd, what.data(), what.size()), static_cast<ssize_t>(what.size()));
+  ::close(fd);
+}
+
+TEST(Serve, ConcurrentClientsAllGetCompleteReplies) {
+  ScratchDir dir("serve_" + test_name());
+  Server s(make_checkpoint(dir));
+  ASSERT_GT(s.port, 0);
+  const std::string body = request("hello there");
+  std::vector<Reply> replies(4);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < replies.size(); i++)
+    clients.emplace_back([&, i] {
+      auto c = s.client();
+      replies[i] = complete(c, body);
+    });
+  // Clients that leave: mid-request, and right after a whole one.
+  hang_up(s.port, "POST /chat/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"mess");
+  hang_up(s.port, "POST /chat/completions HTTP/1.1\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  for (auto& t : clients) t.join();
+  for (const Reply& r : replies) {
+    EXPECT_TRUE(r.done) << r.error;
+    EXPECT_GE(r.token_events, 1);
+    EXPECT_EQ(r.text, replies[0].text) << "same messages, same seed";
+  }
+  auto c = s.client();
+  EXPECT_TRUE(complete(c, body).done);
+}
+
+TEST(Serve, AFullQueueAnswers503AndEveryOtherRequestCompletes) {
+  ScratchDir dir("serve_" + test_name());
+  Server s(make_checkpoint(dir), {"--max_queue", "1"});
+  ASSERT_GT(s.port, 0);
+  // 8 at once for 1 running and 1 waiting: how many are refused depends on timing; each must be a
+  // whole reply or a clean 503 with a JSON error, and the server must go on.
+  std::vector<int> status(8, 0);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < status.size(); i++)
+    clients.emplace_back([&, i] {
+      auto c = s.client();
+      auto res = c.Post("/chat/completions", request("hi"), "application/json");
+      if (!res) return;
+      status[i] = res->status;
+      if (res->status == 200) {
+        EXPECT_TRUE(parse_events(res->body).done);
+      } else {
+        EXPECT_EQ(res->status, 503);
+        EXPECT_NE(res->body.find("--max_queue"), std::string::npos) << res->body;
+      }
+    });
+  for (auto& t : clients) t.join();
+  for (int st : status) EXPECT_TRUE(st == 200 || st == 503) << st;
+  auto c = s.client();
+  EXPECT_TRUE(complete(c, request("hi")).done);
+}
+
+TEST(Serve, PortInUseMissingCheckpointAndBadFlagsExit1) {
+  ScratchDir dir("serve_" + test_name());
+  const std::string ckpt = make_checkpoint(dir);
+  Server s(ckpt);
+  ASSERT_GT(s.port, 0);
+  auto run = [](std::vector<std::string> args) {
+    args.insert(args.begin(), testing::nanoddp_binary());
+    auto p = std::make_unique<Proc>(args);
+    EXPECT_EQ(p->wait_exit(30s), 1) << p->all();
+    return p->err();
+  };
+  std::string err = run({"serve", "--checkpoint", ckpt, "--max_tokens", "8", "--port", std::to_string(s.port)});
+  EXPECT_NE(err.find("cannot listen on 127.0.0.1:" + std::to_string(s.port)), std::string::npos) << err;
+  EXPECT_NE(err.find("Address already in use"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << "one line: " << err;
+  err = run({"serve", "--checkpoint", dir.str("nowhere"), "--port", "0"});
+  EXPECT_NE(err.find("nowhere is neither a complete checkpoint"), std::string::npos) << err;
+  err = run({"serve", "--checkpoint", ckpt, "--port", "0"});  // --max_tokens 256 > 32
+  EXPECT_NE(err.find("--max_tokens 256 is more than the model's context of 32"), std::string::npos) << err;
+  err = run({"serve", "--checkpoint", ckpt, "--port", "0", "--max_queue", "0"});
+  EXPECT_NE(err.find("--max_queue must be 1 to 1024"), std::string::npos) << err;
+  err = run({"serve", "--checkpoint", ckpt, "--port", "70000"});
+  EXPECT_NE(err.find("--port must be 0"), std::string::npos) << err;
+  // The first server did not notice.
+  auto c = s.client();
+  EXPECT_TRUE(complete(c, request("hi")).done);
+}
+
+TEST(Serve, SigintAndSigtermStopItWithExit0) {
+  ScratchDir dir("serve_" + test_name());
+  const std::string ckpt = make_checkpoint(dir);
+  for (int sig : {SIGINT, SIGTERM}) {
+    Server s(ckpt);
+    ASSERT_GT(s.port, 0);
+    auto c = s.client();
+    EXPECT_TRUE(complete(c, request("hi")).done);  // leaves a keep-alive connection open
+    ::kill(s.proc.pid(), sig);
+    EXPECT_EQ(s.proc.wait_exit(20s), 0) << s.proc.all();
+    EXPECT_NE(s.proc.out().find("nanoddp serve: stopped"), std::string::npos) << s.proc.all();
+  }
+}
+
+TEST(Serve, NonLoopbackHostIsWarnedAbout) {
+  ScratchDir dir("serve_" + test_name());
+  Proc p({testing::nanoddp_binary(), "serve", "--checkpoint", make_checkpoint(dir), "--max_tokens", "8", "--port", "0",
+          "--host", "0.0.0.0"});
+  EXPECT_TRUE(p.wait_for_text("serving on http://0.0.0.0:", 30s)) << p.all();
+  EXPECT_NE(p.err().find("warning: listening on 0.0.0.0, not loopback: the API has no authentication"),
+            std::string::npos) << p.err();
+  ::kill(p.pid(), SIGTERM);
+  EXPECT_EQ(p.wait_exit(20s), 0) << p.all();
+}
+
+}  // namespace
+}  // namespace nanoddp
