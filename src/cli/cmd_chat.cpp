@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "cli/chat_prompt.h"
 #include "cli/commands.h"
 #include "cli/option_flags.h"
 #include "cli/text_stream.h"
@@ -68,15 +69,9 @@ void add_chat_command(CLI::App& root) {
         if (line.find_first_not_of(" \t") == std::string::npos) continue;
       }
       conv.messages.push_back({"user", {{"text", line}}});
-      auto prompt = data::render_for_completion(*tok, conv);
-      // Room for the reply within the model's context: forget the oldest turns when it is full.
-      while (static_cast<int64_t>(prompt.size()) + a.max_tokens > model->config().max_seq_len &&
-             conv.messages.size() > 1) {
-        conv.messages.erase(conv.messages.begin(), conv.messages.begin() + 2);
-        prompt = data::render_for_completion(*tok, conv);
-      }
-      NANODDP_CHECK(static_cast<int64_t>(prompt.size()) < model->config().max_seq_len, "the message is {} tokens, "
-                    "longer than the model's context of {}", prompt.size(), model->config().max_seq_len);
+      // Room for the reply within the model's context: the oldest turns are forgotten when it is full.
+      int64_t dropped = 0;
+      const auto prompt = fit_to_context(*tok, conv, a.max_tokens, model->config().max_seq_len, dropped);
       model::SampleOptions so;
       so.max_tokens = a.max_tokens;
       so.temperature = static_cast<float>(a.temperature);

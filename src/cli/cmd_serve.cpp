@@ -36,7 +36,9 @@
 #include <thread>
 #include <vector>
 
+#include "cli/chat_prompt.h"
 #include "cli/commands.h"
+#include "cli/text_stream.h"
 #include "cli/option_flags.h"
 #include "cli/serve_page.h"
 #include "cli/serve_queue.h"
@@ -107,46 +109,6 @@ void reply_error(httplib::Response& res, int status, const std::string& message)
   res.set_content(to_json({{"error", message}}), "application/json");
 }
 
-// The length of `text` without a trailing UTF-8 character that is still incomplete (a lead byte
-// followed by fewer continuation bytes than it announces): the next token may complete it. Unlike
-// TextStream, a complete character at the end is not held back. Invalid bytes are not waited for.
-size_t complete_utf8_prefix(const std::string& text) {
-  size_t i = text.size(), continuations = 0;
-  while (i > 0 && continuations < 3 && (static_cast<unsigned char>(text[i - 1]) & 0xC0) == 0x80) {
-    i--;
-    continuations++;
-  }
-  if (i == 0) return text.size();
-  const unsigned char lead = static_cast<unsigned char>(text[i - 1]);
-  const size_t announced = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
-  return continuations < announced ? i - 1 : text.size();
-}
-
-// The text of a growing reply in pieces that never split a character. Everything so far is decoded
-// each time (as TextStream does): a piece of a multi-byte character decodes to no text of its own.
-class Utf8Pieces {
- public:
-  explicit Utf8Pieces(const data::Tokenizer& tok) : tok_(tok) {}
-  // The new complete text after `id` ("" while a character is incomplete).
-  std::string add(int32_t id) {
-    ids_.push_back(id);
-    const std::string text = tok_.decode(ids_);
-    const size_t end = complete_utf8_prefix(text);
-    if (end <= sent_) return "";
-    std::string piece = text.substr(sent_, end - sent_);
-    sent_ = end;
-    return piece;
-  }
-  // What is left once the reply has ended.
-  std::string finish() const { return tok_.decode(ids_).substr(sent_); }
-  int64_t tokens() const { return static_cast<int64_t>(ids_.size()); }
-
- private:
-  const data::Tokenizer& tok_;
-  std::vector<int32_t> ids_;
-  size_t sent_ = 0;
-};
-
 // "got 1.5", "got string": the value if it is a number, else its type (a string may be long).
 std::string got(const json& v) { return v.is_number() ? v.dump() : v.type_name(); }
 
@@ -181,23 +143,6 @@ model::SampleOptions sampling(const json& body, const ServeArgs& defaults, int64
   return so;
 }
 
-// The prompt of `conv` with room for max_tokens of reply in the context: the oldest user/assistant
-// turns are left out until it fits, as `nanoddp chat` does, keeping a system message (it is merged
-// into the first remaining user message). When only the last message is left the reply may be cut
-// by the context; the prompt itself must fit. Returns the prompt; `dropped` counts the messages left out.
-std::vector<int32_t> fit_to_context(const data::Tokenizer& tok, data::Conversation& conv, int64_t max_tokens,
-                                    int64_t context, int64_t& dropped) {
-  const size_t first = conv.messages[0].role == "system" ? 1 : 0;
-  auto prompt = data::render_for_completion(tok, conv);
-  while (static_cast<int64_t>(prompt.size()) + max_tokens > context && conv.messages.size() > first + 1) {
-    conv.messages.erase(conv.messages.begin() + first, conv.messages.begin() + first + 2);
-    dropped += 2;
-    prompt = data::render_for_completion(tok, conv);
-  }
-  NANODDP_CHECK(static_cast<int64_t>(prompt.size()) < context, "the last message{} is {} tokens, longer than the "
-                "model's context of {}", first ? " with the system message" : "", prompt.size(), context);
-  return prompt;
-}
 
 // A POST /chat/completions body as a job for the model thread. The messages follow the rules of the
 // JSONL files (data::parse_conversation): roles system?, user, assistant, user, ..., no empty
