@@ -19,10 +19,7 @@ void add_rl_command(CLI::App& root) {
   opts->device_batch_size = 8;
   opts->total_batch_size = -1;
   opts->eval_every = -1;
-  opts->embedding_lr *= 0.05;
-  opts->unembedding_lr *= 0.05;
-  opts->matrix_lr *= 0.05;
-  opts->adamw_matrix_lr *= 0.05;
+  opts->init_lr_frac = 0.05;
   add_option_flags(*cmd, *opts);
   remove_flags(*cmd, {"--depth", "--max_seq_len", "--aspect_ratio", "--head_dim", "--n_kv_head", "--data", "--conversations", "--val_conversations", "--mask", "--init_from", "--stage",
                       "--total_batch_size", "--eval_every", "--eval_tokens", "--target_flops",

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <new>
 #include <string>
@@ -87,8 +88,19 @@ std::string flag_suggestions(const CLI::App* app) {
     const auto parsed = a->get_subcommands();
     a = parsed.empty() ? nullptr : parsed.front();
   }
+  // nanochat's flags with no equivalent here, and what to do instead.
+  static const std::map<std::string, std::string> nanochat = {
+      {"--core_metric_every", "nanochat's CORE evaluation is not in nanoddp: evaluate with `nanoddp eval`"},
+      {"--core_metric_max_per_task", "nanochat's CORE evaluation is not in nanoddp: evaluate with `nanoddp eval`"},
+      {"--model_tag", "checkpoints go to --out (a run folder), not to a tagged folder in a base directory"},
+      {"--dry_run", "nanoddp logs nothing to wandb; for a throwaway run give a scratch --out"},
+      {"--run", "nanoddp logs nothing to wandb; the run's name is its --out folder (run.json holds its id)"}};
   std::string out;
   for (const auto& name : unknown) {
+    if (auto it = nanochat.find(name); it != nanochat.end()) {
+      out += fmt::format("; {} is nanochat's: {}", name, it->second);
+      continue;
+    }
     const std::string near = nanoddp::cli::nearest_choice(name, flags);
     if (!near.empty() && near != name) out += fmt::format("; did you mean {} (for {})?", near, name);
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "comm/consistency.h"
 #include "core/error.h"
 #include "ops/ops.h"
 
@@ -49,8 +50,32 @@ Optimizer::Optimizer(model::GPT& model, Reducer& reducer, const OptimizerConfig&
   }
 }
 
+void Optimizer::clip_gradients() {
+  auto& params = model_.parameters();
+  // Each rank sums the squares of the gradient pieces it updates; sharded (--zero), those are
+  // disjoint and the sums are added over the ranks; replicated, every rank owns them all.
+  const Device device = params[0].grad.device();
+  Tensor partial = Tensor::empty({1}, DType::F32, device);
+  std::vector<Tensor> regions;
+  for (const MuonMatrix& mm : muon_) regions.push_back(params[mm.param].grad);
+  for (const AdamPiece& a : adam_) regions.push_back(params[a.param].grad.view({params[a.param].grad.numel()})
+                                                        .region(a.offset, {a.numel}));
+  std::vector<double> sum{0};
+  for (const Tensor& g : regions) {
+    ops::sum_squares(partial, g);
+    sum[0] += static_cast<double>((device.is_cpu() ? partial : partial.copy_to(Device::cpu())).data<float>()[0]);
+  }
+  if (reducer_.sharded()) dist::allreduce_scalars(reducer_.group(), sum, dist::ReduceOp::Sum);
+  last_grad_norm_ = std::sqrt(sum[0]);
+  // clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
+  const double coef = cfg_.grad_clip / (last_grad_norm_ + 1e-6);
+  if (coef < 1)
+    for (const Tensor& g : regions) ops::scale(g, static_cast<float>(coef));
+}
+
 void Optimizer::step(double lr_multiplier, double momentum) {
   auto& params = model_.parameters();
+  if (cfg_.grad_clip > 0) clip_gradients();
   for (MuonMatrix& mm : muon_) {
     model::Parameter& p = params[mm.param];
     ops::muon_momentum(p.grad, mm.momentum, static_cast<float>(momentum));  // grad <- Nesterov direction

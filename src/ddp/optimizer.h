@@ -29,6 +29,7 @@ struct OptimizerConfig {
   double adam_beta1 = 0.8, adam_beta2 = 0.95, adam_eps = 1e-10;
   int ns_steps = 5;
   bool ns_bf16 = true;              // Newton-Schulz in bf16 (nanochat) or f32
+  double grad_clip = 0;             // clip the gradients' global L2 norm to this (0 = off)
 };
 
 class Optimizer {
@@ -40,6 +41,8 @@ class Optimizer {
   void step(double lr_multiplier, double momentum);
 
   int64_t steps_taken() const { return adam_step_; }
+  // The gradients' global L2 norm before clipping in the last step (computed only with grad_clip).
+  double last_grad_norm() const { return last_grad_norm_; }
   size_t state_bytes() const;
   // This rank's optimizer state, named by parameter and offset, for checkpoints.
   std::vector<std::pair<std::string, Tensor>> state() const;
@@ -60,6 +63,10 @@ class Optimizer {
     Tensor momentum;
   };
   void gather_parameters();
+  // With grad_clip: scales the gradients this rank updates so that the global norm is at most
+  // grad_clip (torch.nn.utils.clip_grad_norm_'s rule).
+  void clip_gradients();
+  double last_grad_norm_ = 0;
 
   model::GPT& model_;
   Reducer& reducer_;

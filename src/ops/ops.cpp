@@ -176,6 +176,14 @@ void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tenso
   backend(p.device()).adamw_update(p, g, m, v, s);
 }
 
+void sum_squares(const Tensor& out, const Tensor& x) {
+  is_f32(x, x.numel());
+  is_f32(out, 1);
+  NANODDP_ASSERT(out.device() == x.device(), "sum_squares: out and x on different devices");
+  OpTimer timer("sum_squares");
+  backend(x.device()).sum_squares(out, x);
+}
+
 void muon_momentum(const Tensor& g, const Tensor& buf, float momentum) {
   is_f32(g, g.numel());
   is_f32(buf, g.numel());

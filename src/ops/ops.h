@@ -38,6 +38,9 @@ struct AdamWStep {
   X(scale, (const Tensor& x, float s))                                                                        \
   X(axpy, (const Tensor& y, const Tensor& x, float alpha))                                                    \
   X(cast, (const Tensor& dst, const Tensor& src))                                                             \
+  /* ---- out[0] = sum(x^2) for f32 x, out an f32 [1] tensor on x's device (gradient-norm clipping).       \
+     Summed in a fixed order (deterministic), in double on the CPU, by blocks of f32 then double on CUDA. */   \
+  X(sum_squares, (const Tensor& out, const Tensor& x))                                                        \
   /* ---- embedding: out[N, C] = table[ids[n], :], ids i32 [N], table [V, C]; backward: dtable[V, C] +=      \
      scatter of dout[N, C] by ids, deterministic (the same sum order every run). */                          \
   X(embedding_forward, (const Tensor& out, const Tensor& table, const Tensor& ids))                          \

@@ -34,6 +34,8 @@ struct TrainOptions {
   double adamw_matrix_lr = 0.003;
   std::string muon_precision = "bf16";
   double weight_decay = 0.0;
+  double grad_clip = 0.0;
+  double init_lr_frac = 1.0;
   double warmup_ratio = 0.0;
   double warmdown_ratio = 0.2;
   double final_lr_frac = 0.0;
@@ -74,6 +76,7 @@ struct TrainOptions {
   std::string init_from = "";
   int64_t stop_at = -1;
   int64_t sample_tokens = 0;
+  int64_t sample_every = -1;
   std::string sample_prompt = "The";
   // runtime
   std::string device = "cpu";
@@ -109,6 +112,10 @@ struct TrainOptions {
     v(adamw_matrix_lr, "adamw_matrix_lr", "AdamW lr of the block matrices with --optimizer adamw");
     v(muon_precision, "muon_precision", "Arithmetic of Muon's Newton-Schulz: bf16 (nanochat) or f32");
     v(weight_decay, "weight_decay", "AdamW weight decay");
+    v(grad_clip, "grad_clip", "Clip the gradients' global L2 norm to this before the update (0 = off; "
+      "torch.nn.utils.clip_grad_norm_'s rule)");
+    v(init_lr_frac, "init_lr_frac", "Every learning rate times this (nanochat's chat stages start from a fraction of "
+      "base training's)");
     v(warmup_ratio, "warmup_ratio", "Fraction of iterations of linear LR warmup");
     v(warmdown_ratio, "warmdown_ratio", "Fraction of iterations of linear LR warmdown at the end");
     v(final_lr_frac, "final_lr_frac", "LR multiplier reached at the end of the warmdown");
@@ -149,6 +156,7 @@ struct TrainOptions {
       ".safetensors file (optimizer state and data position start fresh)");
     v(stop_at, "stop_at", "Save a checkpoint at this step and stop, without changing the schedule");
     v(sample_tokens, "sample_tokens", "At the end, rank 0 prints this many sampled tokens (0 = none)");
+    v(sample_every, "sample_every", "Also sample every N steps (-1 = only at the end; needs --sample_tokens)");
     v(sample_prompt, "sample_prompt", "Prompt of the final sample");
     v(device, "device", "cpu or cuda");
     v(backend, "backend", "Process group: auto, gloo, mpi, nccl");

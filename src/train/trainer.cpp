@@ -246,10 +246,11 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
   reducer_ = std::make_unique<ddp::Reducer>(*model_, group, ro);
   ddp::OptimizerConfig oc;
   oc.optimizer = opts.optimizer;
-  oc.embedding_lr = opts.embedding_lr;
-  oc.unembedding_lr = opts.unembedding_lr;
-  oc.matrix_lr = opts.matrix_lr;
-  oc.adamw_matrix_lr = opts.adamw_matrix_lr;
+  oc.embedding_lr = opts.embedding_lr * opts.init_lr_frac;
+  oc.unembedding_lr = opts.unembedding_lr * opts.init_lr_frac;
+  oc.matrix_lr = opts.matrix_lr * opts.init_lr_frac;
+  oc.adamw_matrix_lr = opts.adamw_matrix_lr * opts.init_lr_frac;
+  oc.grad_clip = opts.grad_clip;
   oc.weight_decay = opts.weight_decay;
   oc.ns_bf16 = opts.muon_precision == "bf16";
   optimizer_ = std::make_unique<ddp::Optimizer>(*model_, *reducer_, oc);
@@ -763,6 +764,7 @@ TrainResult Trainer::run() {
                  {"optimizer_ms", 1000 * phases_.optimizer}, {"host_rss_mb", mem.host_rss_mb},
                  {"host_peak_mb", mem.host_peak_mb}});
     if (rl()) line["sample_ms"] = 1000 * phases_.sample;
+    if (opts_.grad_clip > 0) line["grad_norm"] = optimizer_->last_grad_norm();
     if (device_.is_cuda()) line["device_peak_mb"] = mem.device_peak_mb;
     log::status0(console);
     metrics_->write(line);
@@ -770,6 +772,7 @@ TrainResult Trainer::run() {
     // A NaN or infinite loss poisons every later step and checkpoint: stop here, before saving.
     NANODDP_CHECK(std::isfinite(loss), "step {}: the training loss is {}; stopping before it reaches a checkpoint. "
                   "Lower the learning rates (or check the data), or resume from an earlier checkpoint", step + 1, loss);
+    if (opts_.sample_every > 0 && (step + 1) % opts_.sample_every == 0 && step + 1 < n) sample();
     stop_requested = agreed[1] > 0;
     save_due = stop_requested || (opts_.save_minutes > 0 && agreed[2] >= opts_.save_minutes * 60);
   }

@@ -75,6 +75,11 @@ void validate_options(const TrainOptions& o) {
   finite_non_negative(o.matrix_lr, "matrix_lr");
   finite_non_negative(o.adamw_matrix_lr, "adamw_matrix_lr");
   finite_non_negative(o.weight_decay, "weight_decay");
+  finite_non_negative(o.grad_clip, "grad_clip");
+  NANODDP_CHECK(std::isfinite(o.init_lr_frac) && o.init_lr_frac > 0, "--init_lr_frac must be positive (got {})",
+                o.init_lr_frac);
+  NANODDP_CHECK(o.sample_every == -1 || o.sample_every >= 1, "--sample_every must be -1 (only at the end) or at "
+                "least 1 (got {})", o.sample_every);
   fraction(o.warmup_ratio, "warmup_ratio");
   fraction(o.warmdown_ratio, "warmdown_ratio");
   fraction(o.final_lr_frac, "final_lr_frac");

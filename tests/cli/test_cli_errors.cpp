@@ -209,6 +209,9 @@ TEST_F(Cli, TyposGetDidYouMeanAndARepeatedFlagTakesTheLast) {
   // nanochat's spellings of the same settings are taken as ours.
   expect_failure({"train", "--device_type", "tpu"}, {"tpu"});
   expect_failure({"train", "--resume_from_step", "7", "--init_from", path("x")}, {"--init_from starts a new run"});
+  // nanochat's flags without an equivalent say what to do instead.
+  expect_failure({"train", "--core_metric_every", "2000"}, {"--core_metric_every is nanochat's", "nanoddp eval"});
+  expect_failure({"train", "--model_tag=d20"}, {"--model_tag is nanochat's", "--out"});
 }
 
 TEST_F(Cli, Info) {

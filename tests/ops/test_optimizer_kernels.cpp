@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernel_test_util.h"
+#include "ops/backend.h"
 #include "ops/ops.h"
 
 namespace nanoddp {
@@ -36,6 +37,25 @@ TEST(AdamW, ThreeStepsMatchTheFormula) {
   EXPECT_LT(max_rel_error(vec(p), pd), 1e-6);
   EXPECT_LT(max_rel_error(vec(m), md), 1e-6);
   EXPECT_LT(max_rel_error(vec(v), vd), 1e-6);
+}
+
+// Gradient clipping's norm: against a double sum, and the same bits at any thread count (fixed chunks).
+// Tolerance: the kernel sums doubles of f32 squares in chunks; 1e-6 relative covers the final
+// rounding to f32 (6e-8) with room.
+TEST(SumSquares, MatchesADoubleSumAndIsTheSameAtAnyThreadCount) {
+  for (int64_t n : {1, 7, 100000, 1 << 20}) {
+    Tensor x = randn({n}, 40 + static_cast<uint64_t>(n)), out = Tensor::empty({1}, DType::F32);
+    double want = 0;
+    for (int64_t i = 0; i < n; i++) want += double(x.data<float>()[i]) * x.data<float>()[i];
+    ops::set_cpu_threads(1);
+    ops::sum_squares(out, x);
+    const float one = out.data<float>()[0];
+    ops::set_cpu_threads(2);
+    ops::sum_squares(out, x);
+    EXPECT_EQ(out.data<float>()[0], one) << n;
+    EXPECT_NEAR(one, want, 1e-6 * want) << n;
+  }
+  ops::set_cpu_threads(0);
 }
 
 TEST(Muon, NesterovMomentumMatchesDefinition) {

@@ -74,12 +74,13 @@ const Toy& toy() {
   return t;
 }
 
-// `nanoddp rl` on the toy task; learning rates 20% of base training's (rl's default 5% is for
-// models that sample long answers; the toy's answer is two tokens).
+// `nanoddp rl` on the toy task with its own learning rates (rl's default, 5% of base training's,
+// is for models that sample long answers; the toy's answer is two tokens).
 std::vector<std::string> rl(const std::string& out, int steps, int examples_per_step = 4) {
   return {"rl", "--source", toy().sft, "--task", toy().questions, "--out", out, "--num_samples", "8",
           "--examples_per_step", std::to_string(examples_per_step), "--num_iterations", std::to_string(steps),
-          "--max_new_tokens", "8", "--matrix_lr", "0.004", "--unembedding_lr", "0.004", "--embedding_lr", "0.04",
+          "--max_new_tokens", "8", "--init_lr_frac", "1", "--matrix_lr", "0.004", "--unembedding_lr", "0.004",
+          "--embedding_lr", "0.04",
           "--threads", "1", "--timeout", "30"};
 }
 

@@ -88,6 +88,28 @@ TEST(Metrics, EveryStepHasItsPhasesMemoryAndDocumentedNames) {
   for (const auto& j : b) EXPECT_FALSE(j.contains("mfu")) << j.dump();
 }
 
+// --grad_clip: a bound above the gradients' norm changes nothing, bit for bit; a bound below it
+// changes the weights and the logged norm is what was clipped.
+TEST(GradClip, OnlyClipsNormsAboveTheBound) {
+  testing::ScratchDir off("clip_off"), high("clip_high"), low("clip_low");
+  auto o = tiny(off.str());
+  o.num_iterations = 3;
+  train_single(o);
+  o.out = high.str();
+  o.grad_clip = 1e9;
+  train_single(o);
+  o.out = low.str();
+  o.grad_clip = 1e-3;
+  train_single(o);
+  EXPECT_EQ(weights(off.str("checkpoints/step_000003")), weights(high.str("checkpoints/step_000003")));
+  EXPECT_NE(weights(off.str("checkpoints/step_000003")), weights(low.str("checkpoints/step_000003")));
+  const auto norms = testing::training_metric(low.str(), "grad_norm");
+  ASSERT_EQ(norms.size(), 3u);
+  for (auto [step, norm] : norms) EXPECT_GT(norm, 1e-3) << "step " << step;  // so the clip acted
+  // The same gradients, unclipped, have the same norm in both clipped runs' first step.
+  EXPECT_DOUBLE_EQ(testing::training_metric(high.str(), "grad_norm").at(1), norms.at(1));
+}
+
 class BitwiseResume : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BitwiseResume, StopAndResumeEqualsStraightRun) {

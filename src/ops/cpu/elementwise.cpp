@@ -6,6 +6,8 @@
 // (measured: relu^2 over 2M elements took 10.7 ms instead of 0.6 ms).
 #include <algorithm>
 
+#include <vector>
+
 #include "ops/cpu/kernels.h"
 
 namespace nanoddp::ops::cpu {
@@ -24,6 +26,24 @@ void CpuBackend::scale(const Tensor& x, float s) {
   int64_t n = x.numel();
 #pragma omp parallel for simd if (n > kParallelGrain)
   for (int64_t i = 0; i < n; i++) p[i] *= s;
+}
+
+void CpuBackend::sum_squares(const Tensor& out, const Tensor& x) {
+  const float* p = x.data<float>();
+  const int64_t n = x.numel();
+  // Fixed chunks summed in order: the same result whatever the thread count.
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks));
+#pragma omp parallel for if (n > kParallelGrain)
+  for (int64_t c = 0; c < chunks; c++) {
+    double s = 0;
+    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); i++) s += double(p[i]) * p[i];
+    partial[static_cast<size_t>(c)] = s;
+  }
+  double total = 0;
+  for (double s : partial) total += s;
+  out.data<float>()[0] = static_cast<float>(total);
 }
 
 void CpuBackend::axpy(const Tensor& y, const Tensor& x, float alpha) {

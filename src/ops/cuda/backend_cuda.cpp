@@ -230,6 +230,13 @@ void CudaBackend::adamw_update(const Tensor& p, const Tensor& g, const Tensor& m
                                        p.numel(), sc, s));
 }
 
+void CudaBackend::sum_squares(const Tensor& out, const Tensor& x) {
+  cudaStream_t s = begin();
+  // The partials come from the caching allocator (stream-ordered on the compute stream).
+  Tensor partials = Tensor::empty({cuda::kSumSquaresBlocks}, DType::F32, x.device());
+  NANODDP_CUDA_CHECK(cuda::launch_sum_squares(out.data<float>(), x.data<float>(), x.numel(), partials.data<float>(), s));
+}
+
 void CudaBackend::muon_momentum(const Tensor& g, const Tensor& buf, float momentum) {
   cudaStream_t s = begin();
   NANODDP_CUDA_CHECK(cuda::launch_muon_momentum(g.data<float>(), buf.data<float>(), g.numel(), momentum, s));

@@ -85,4 +85,37 @@ cudaError_t launch_muon_momentum(float* g, float* buf, int64_t n, float momentum
   return cudaGetLastError();
 }
 
+namespace {
+
+constexpr int kSumThreads = 256;
+
+__global__ void sum_squares_partial_kernel(const float* x, int64_t n, float* partials) {
+  __shared__ float shared[kSumThreads];
+  float s = 0.f;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    s = fmaf(x[i], x[i], s);
+  shared[threadIdx.x] = s;
+  __syncthreads();
+  for (int half = kSumThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[blockIdx.x] = shared[0];
+}
+
+__global__ void sum_squares_final_kernel(const float* partials, int count, float* out) {
+  if (threadIdx.x != 0) return;
+  double s = 0;
+  for (int i = 0; i < count; i++) s += partials[i];
+  out[0] = static_cast<float>(s);
+}
+
+}  // namespace
+
+cudaError_t launch_sum_squares(float* out, const float* x, int64_t n, float* partials, cudaStream_t stream) {
+  sum_squares_partial_kernel<<<kSumSquaresBlocks, kSumThreads, 0, stream>>>(x, n, partials);
+  sum_squares_final_kernel<<<1, 32, 0, stream>>>(partials, kSumSquaresBlocks, out);
+  return cudaGetLastError();
+}
+
 }  // namespace nanoddp::cuda

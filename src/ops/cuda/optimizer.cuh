@@ -19,5 +19,9 @@ cudaError_t launch_adamw(float* p, const float* g, float* m, float* v, int64_t n
 
 // buf = lerp(buf, g, 1 - momentum); g = lerp(g, buf, momentum), torch.lerp's two-sided formula.
 cudaError_t launch_muon_momentum(float* g, float* buf, int64_t n, float momentum, cudaStream_t stream);
+// out[0] = sum(x^2): kSumSquaresBlocks blocks write f32 partials (partials: that many floats), one
+// block adds them in double in a fixed order, so the result does not depend on scheduling.
+inline constexpr int kSumSquaresBlocks = 256;
+cudaError_t launch_sum_squares(float* out, const float* x, int64_t n, float* partials, cudaStream_t stream);
 
 }  // namespace nanoddp::cuda
