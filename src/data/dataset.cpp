@@ -20,6 +20,10 @@ bool is_builtin(const std::string& spec) { return spec == "bytes" || is_npm_enco
 
 DatasetMeta read_dataset_meta(const std::string& dir) {
   const std::string path = (fs::path(dir) / "meta.json").string();
+  // nanoGPT's habit: --data input.txt. The text must be prepared into a dataset folder first.
+  NANODDP_CHECK(!fs::is_regular_file(dir), "--data {} is a file, but training reads a prepared dataset folder: "
+                "prepare the text first with `nanoddp data prepare --input {} --out data`, then train with --data data",
+                dir, dir);
   std::ifstream in(path);
   NANODDP_CHECK(in.good(), "{} is missing: {} is not a prepared dataset (run `nanoddp data prepare --out {}`)", path,
                 dir, dir);

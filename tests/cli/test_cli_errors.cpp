@@ -527,11 +527,17 @@ TEST_F(Cli, Train) {
     return args;
   };
   expect_failure(train({"--data", path("missing"), "--out", path("run")}), {"missing"});
-  expect_failure(train({"--data", path("file.txt"), "--out", path("run")}), {"file.txt"});
+  // nanoGPT's habit (--data input.txt) is told how to prepare the text, not to prepare into the file.
+  expect_failure(train({"--data", path("file.txt"), "--out", path("run")}),
+                 {"is a file", "nanoddp data prepare --input " + path("file.txt") + " --out data"});
   expect_failure(train({"--data", path("empty_dir"), "--out", path("run")}), {"empty_dir"});
   const std::string data = dataset("data");
   expect_failure(train({"--data", data, "--out", path("file.txt")}));
   for (const auto& bad : unwritable("run")) expect_failure(train({"--data", data, "--out", bad}));
+  // A budget smaller than one step says so, with the step's cost.
+  expect_failure({"train", "--depth", "1", "--max_seq_len", "16", "--device_batch_size", "2", "--total_batch_size",
+                  "32", "--target_flops", "1000", "--data", data, "--out", path("run")},
+                 {"--target_flops 1000 is less than half of one step, which costs"});
 }
 
 TEST_F(Cli, Run) {
