@@ -18,15 +18,16 @@ bool uses_muon(const OptimizerConfig& cfg, const model::Parameter& p) {
 
 }  // namespace
 
-Optimizer::Optimizer(model::GPT& model, Reducer& reducer, const OptimizerConfig& cfg)
+Optimizer::Optimizer(model::ParameterSet& model, Reducer& reducer, const OptimizerConfig& cfg)
     : model_(model), reducer_(reducer), cfg_(cfg) {
   NANODDP_CHECK(cfg.optimizer == "muon" || cfg.optimizer == "adamw", "--optimizer must be muon or adamw (got '{}')",
                 cfg.optimizer);
-  const double s = std::pow(model.config().n_embd / 768.0, -0.5);
+  const double s = model.adamw_lr_scale();
   auto& params = model.parameters();
+  NANODDP_CHECK(!params.empty(), "the optimizer got a model without parameters");
   const auto& layout = reducer.layout();
   const int rank = reducer.group().rank(), world = reducer.group().size();
-  const Device dev = model.device();
+  const Device dev = params[0].data.device();
   for (size_t bi = 0; bi < layout.buckets.size(); bi++) {
     const Bucket& b = layout.buckets[bi];
     // The elements of this bucket this rank updates: all of them, or its shard.

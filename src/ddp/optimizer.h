@@ -34,7 +34,7 @@ struct OptimizerConfig {
 
 class Optimizer {
  public:
-  Optimizer(model::GPT& model, Reducer& reducer, const OptimizerConfig& cfg);
+  Optimizer(model::ParameterSet& model, Reducer& reducer, const OptimizerConfig& cfg);
 
   // One update with every group's lr multiplied by lr_multiplier and Muon's momentum set to
   // `momentum`; then (sharded) gathers the parameters and refreshes the model's compute copies.
@@ -68,7 +68,7 @@ class Optimizer {
   void clip_gradients();
   double last_grad_norm_ = 0;
 
-  model::GPT& model_;
+  model::ParameterSet& model_;
   Reducer& reducer_;
   OptimizerConfig cfg_;
   std::vector<AdamPiece> adam_;

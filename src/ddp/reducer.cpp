@@ -6,10 +6,11 @@
 
 namespace nanoddp::ddp {
 
-Reducer::Reducer(model::GPT& model, dist::ProcessGroup& group, const ReducerOptions& opts)
+Reducer::Reducer(model::ParameterSet& model, dist::ProcessGroup& group, const ReducerOptions& opts)
     : model_(model), group_(group), opts_(opts) {
   NANODDP_CHECK(opts.zero >= 0 && opts.zero <= 2, "--zero must be 0, 1 or 2 (got {})", opts.zero);
   auto& params = model.parameters();
+  NANODDP_CHECK(!params.empty(), "the DDP engine got a model without parameters");
   std::vector<ParamInfo> infos;
   for (auto& p : params)
     infos.push_back({p.name, p.data.shape(), opts.whole_matrices && p.kind == model::ParamKind::Matrix});
@@ -21,7 +22,7 @@ Reducer::Reducer(model::GPT& model, dist::ProcessGroup& group, const ReducerOpti
   NANODDP_CHECK(lo.first_bucket_bytes > 0 && lo.bucket_cap_bytes > 0, "bucket sizes must be positive");
   layout_ = make_bucket_layout(infos, lo);
 
-  const Device dev = model.device();
+  const Device dev = params[0].data.device();
   for (const Bucket& b : layout_.buckets) {
     params_.push_back(Tensor::zeros({b.numel}, DType::F32, dev));
     grads_.push_back(Tensor::zeros({b.numel}, DType::F32, dev));

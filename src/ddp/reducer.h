@@ -31,7 +31,7 @@ struct ReducerOptions {
 class Reducer {
  public:
   // Moves every parameter and gradient of `model` into the bucket buffers (values are kept).
-  Reducer(model::GPT& model, dist::ProcessGroup& group, const ReducerOptions& opts);
+  Reducer(model::ParameterSet& model, dist::ProcessGroup& group, const ReducerOptions& opts);
 
   // Rank 0's parameters to every rank (after initialisation or loading a checkpoint).
   void broadcast_parameters();
@@ -55,7 +55,7 @@ class Reducer {
   void on_ready(int param);
   void launch(int bucket);
 
-  model::GPT& model_;
+  model::ParameterSet& model_;
   dist::ProcessGroup& group_;
   ReducerOptions opts_;
   BucketLayout layout_;

@@ -98,6 +98,8 @@ void GPT::init_weights(uint64_t seed) {
   refresh_compute_weights();
 }
 
+double GPT::adamw_lr_scale() const { return std::pow(static_cast<double>(config_.n_embd) / 768.0, -0.5); }
+
 void GPT::refresh_compute_weights() {
   if (act_dtype_ == DType::F32) return;
   for (auto& p : params_) ops::cast(p.compute, p.data);

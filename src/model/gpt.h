@@ -29,10 +29,10 @@ using GradReadyFn = std::function<void(int)>;
 class KVCache;
 struct Workspace;
 
-class GPT {
+class GPT final : public ParameterSet {
  public:
   GPT(const GPTConfig& config, Device device, DType act_dtype = DType::F32);
-  ~GPT();
+  ~GPT() override;
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 
@@ -42,7 +42,7 @@ class GPT {
 
   // In nanochat's named_parameters() order: wte, then per block c_q, c_k, c_v, attn.c_proj,
   // c_fc, mlp.c_proj, then lm_head.
-  std::vector<Parameter>& parameters() { return params_; }
+  std::vector<Parameter>& parameters() override { return params_; }
   const std::vector<Parameter>& parameters() const { return params_; }
   // Throws nanoddp::Error when no parameter has that name.
   Parameter& parameter(const std::string& name);
@@ -51,7 +51,8 @@ class GPT {
   // lm_head and both c_proj zero. Each tensor draws from its own stream of `seed`.
   void init_weights(uint64_t seed);
   // Copies the f32 weights into the activation-dtype copies (after the optimizer, or a load).
-  void refresh_compute_weights();
+  void refresh_compute_weights() override;
+  double adamw_lr_scale() const override;
   void zero_grad();
 
   // One micro-step: forward, loss, backward. inputs, targets: i32 [B, T] on the host; target -1

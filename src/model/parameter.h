@@ -23,4 +23,20 @@ struct Parameter {
   Tensor compute;
 };
 
+// What the DDP engine (ddp::Reducer) and the optimizers (ddp::Optimizer) need of a model: its
+// parameters, in a fixed order that is the same on every rank, and a hook run after the engine or
+// an optimizer has changed them. GPT implements it; so does a model of one's own (docs/library.md,
+// examples/fashion_mnist).
+class ParameterSet {
+ public:
+  virtual ~ParameterSet() = default;
+  virtual std::vector<Parameter>& parameters() = 0;
+  // Called after the weights change (an update, a broadcast, a load): refresh derived copies such
+  // as `compute`. Nothing to do when they are the same tensors.
+  virtual void refresh_compute_weights() {}
+  // AdamW's learning rates of Embedding and LmHead parameters are multiplied by this (nanochat's
+  // GPT: (model_dim / 768)^-0.5).
+  virtual double adamw_lr_scale() const { return 1.0; }
+};
+
 }  // namespace nanoddp::model
