@@ -27,7 +27,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev libomp-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev
   libgloo-dev libopenmpi-dev openmpi-bin
-  python3-torch python3-numpy
+  python3-torch python3-numpy dataset-fashion-mnist zlib1g-dev
   nodejs npm iproute2 procps
   chromium chromium-driver
 )
