@@ -1,4 +1,4 @@
-// examples/fashion_mnist, the DDP guide's MLP on nanoddp's engine:
+// The examples (examples/): fashion_mnist, the DDP guide's MLP on nanoddp's engine:
 //  - 2 ranks x 64 images per step end where 1 rank x 128 does (the DistributedSampler's shares of
 //    each global batch are the same images; only the order of float sums differs);
 //  - 2 epochs reach at least 80% test accuracy (the guide's model gets ~85%);
@@ -80,6 +80,16 @@ TEST(FashionMnist, BadInputIsAClearError) {
   Proc zero({NANODDP_FASHION_MNIST, "--batch_size", "0"});
   EXPECT_EQ(zero.wait_exit(60s), 1);
   EXPECT_NE(zero.err().find("--batch_size must be at least 1"), std::string::npos) << zero.err();
+}
+
+// examples/collectives under 3 ranks: every rank prints the sum 6, the mean 2, rank 0's 42 and [1,2,3].
+TEST(Collectives, TheGuidesManualCollectivesGiveTheSameAnswerOnEveryRank) {
+  Proc p({testing::nanoddp_binary(), "run", "--standalone", "--nproc_per_node", "3", NANODDP_COLLECTIVES});
+  ASSERT_EQ(p.wait_exit(60s), 0) << p.all();
+  for (int r = 0; r < 3; r++) {
+    const std::string want = "rank " + std::to_string(r) + "/3: all_reduce sum 6, mean 2 | broadcast 42 | all_gather [1,2,3]";
+    EXPECT_NE(p.out().find(want), std::string::npos) << p.out();
+  }
 }
 
 }  // namespace
