@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
+#include "core/timer.h"
 #include "data/distributed_sampler.h"
 #include "ddp/optimizer.h"
 #include "ddp/reducer.h"
@@ -196,7 +197,9 @@ int run(const Args& a) {
   ddp::Optimizer optimizer(model, reducer, oc);
 
   data::DistributedSampler sampler(train.size(), group.size(), group.rank(), true, a.seed, false);
+  double train_seconds = 0, samples = 0;  // training steps only (for bench/fashion_mnist_bench.sh)
   for (int epoch = 0; epoch < a.epochs; epoch++) {
+    Stopwatch epoch_time;
     sampler.set_epoch(epoch);
     const auto idx = sampler.indices();
     std::vector<double> loss{0, 0};  // sum of batch losses, batches
@@ -210,6 +213,8 @@ int run(const Args& a) {
       reducer.finish();
       optimizer.step(1.0, 0.0);
     }
+    train_seconds += epoch_time.seconds();
+    samples += static_cast<double>(idx.size()) * group.size();
     dist::allreduce_scalars(group, loss, dist::ReduceOp::Sum);
     // Test accuracy, test images strided by rank and the counts summed.
     std::vector<double> correct{0, 0};
@@ -229,7 +234,8 @@ int run(const Args& a) {
         w.write(a.out);
       }
       log::print0("{}", nlohmann::json{{"test_accuracy", correct[0] / correct[1]}, {"train_loss", loss[0] / loss[1]},
-                                       {"epochs", a.epochs}, {"world_size", group.size()}, {"saved", a.out}}
+                                       {"epochs", a.epochs}, {"world_size", group.size()}, {"saved", a.out},
+                                       {"samples_per_s", samples / train_seconds}}
                             .dump());
     }
   }
