@@ -20,8 +20,8 @@ bool uses_muon(const OptimizerConfig& cfg, const model::Parameter& p) {
 
 Optimizer::Optimizer(model::ParameterSet& model, Reducer& reducer, const OptimizerConfig& cfg)
     : model_(model), reducer_(reducer), cfg_(cfg) {
-  NANODDP_CHECK(cfg.optimizer == "muon" || cfg.optimizer == "adamw", "--optimizer must be muon or adamw (got '{}')",
-                cfg.optimizer);
+  NANODDP_CHECK(cfg.optimizer == "muon" || cfg.optimizer == "adamw" || cfg.optimizer == "sgd", "the optimizer must "
+                "be muon, adamw or sgd (got '{}')", cfg.optimizer);
   const double s = model.adamw_lr_scale();
   auto& params = model.parameters();
   NANODDP_CHECK(!params.empty(), "the optimizer got a model without parameters");
@@ -42,7 +42,8 @@ Optimizer::Optimizer(model::ParameterSet& model, Reducer& reducer, const Optimiz
         muon_.push_back({e.param, Tensor::zeros(p.data.shape(), DType::F32, dev)});
         continue;
       }
-      float lr = static_cast<float>(p.kind == model::ParamKind::Embedding ? cfg.embedding_lr * s
+      float lr = static_cast<float>(cfg.optimizer == "sgd"                     ? cfg.sgd_lr
+                                    : p.kind == model::ParamKind::Embedding ? cfg.embedding_lr * s
                                     : p.kind == model::ParamKind::LmHead  ? cfg.unembedding_lr * s
                                                                           : cfg.adamw_matrix_lr);
       adam_.push_back({e.param, a - e.offset, z - a, lr, Tensor::zeros({z - a}, DType::F32, dev),
@@ -87,6 +88,16 @@ void Optimizer::step(double lr_multiplier, double momentum) {
   adam_step_++;
   for (AdamPiece& a : adam_) {
     model::Parameter& p = params[a.param];
+    if (cfg_.optimizer == "sgd") {
+      const Tensor pd = p.data.view({p.data.numel()}).region(a.offset, {a.numel});
+      const Tensor pg = p.grad.view({p.grad.numel()}).region(a.offset, {a.numel});
+      if (cfg_.weight_decay != 0) ops::axpy(pg, pd, static_cast<float>(cfg_.weight_decay));
+      // buf = momentum buf + g (the first step's buf is g, as torch's clone(g), since buf starts at 0).
+      ops::scale(a.m, static_cast<float>(cfg_.sgd_momentum));
+      ops::axpy(a.m, pg, 1.f);
+      ops::axpy(pd, a.m, static_cast<float>(-a.base_lr * lr_multiplier));
+      continue;
+    }
     ops::AdamWStep s{static_cast<float>(a.base_lr * lr_multiplier), static_cast<float>(cfg_.adam_beta1),
                      static_cast<float>(cfg_.adam_beta2), static_cast<float>(cfg_.adam_eps),
                      static_cast<float>(cfg_.weight_decay), adam_step_};

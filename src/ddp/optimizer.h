@@ -20,7 +20,9 @@
 namespace nanoddp::ddp {
 
 struct OptimizerConfig {
-  std::string optimizer = "muon";  // "muon" (nanochat: Muon + AdamW) or "adamw" (AdamW everywhere)
+  // "muon" (nanochat: Muon + AdamW), "adamw" (AdamW everywhere) or "sgd" (SGD with momentum
+  // everywhere, torch.optim.SGD's rule: buf = momentum buf + g (+ weight_decay p first); p -= lr buf).
+  std::string optimizer = "muon";
   double embedding_lr = 0.2;       // AdamW, times s
   double unembedding_lr = 0.004;   // AdamW, times s
   double matrix_lr = 0.02;         // Muon
@@ -30,6 +32,7 @@ struct OptimizerConfig {
   int ns_steps = 5;
   bool ns_bf16 = true;              // Newton-Schulz in bf16 (nanochat) or f32
   double grad_clip = 0;             // clip the gradients' global L2 norm to this (0 = off)
+  double sgd_lr = 0.01, sgd_momentum = 0.9;  // "sgd" (the state keeps its buffer where AdamW keeps m)
 };
 
 class Optimizer {
