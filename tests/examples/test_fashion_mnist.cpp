@@ -92,5 +92,19 @@ TEST(Collectives, TheGuidesManualCollectivesGiveTheSameAnswerOnEveryRank) {
   }
 }
 
+// The same program under mpirun (Open MPI): the MPI backend gives the same answers.
+TEST(Collectives, UnderMpirunToo) {
+  auto which = testing::run_command("command -v mpirun");
+  NANODDP_SKIP_UNLESS(which.status == 0, "mpirun not installed (openmpi-bin)");
+  Proc p({which.output.substr(0, which.output.find('\n')), "--allow-run-as-root", "--oversubscribe", "-np", "2",
+          NANODDP_COLLECTIVES},
+         {"MASTER_ADDR", "MASTER_PORT", "OMPI_MCA_plm_rsh_agent="});
+  ASSERT_EQ(p.wait_exit(60s), 0) << p.all();
+  for (int r = 0; r < 2; r++) {
+    const std::string want = "rank " + std::to_string(r) + "/2: all_reduce sum 3, mean 1.5 | broadcast 42 | all_gather [1,2]";
+    EXPECT_NE(p.out().find(want), std::string::npos) << p.out();
+  }
+}
+
 }  // namespace
 }  // namespace nanoddp
