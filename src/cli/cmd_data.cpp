@@ -20,6 +20,9 @@ void add_prepare(CLI::App& parent) {
   add_option_flags(*cmd, *opts);
   cmd->get_option("--input")->required();
   cmd->get_option("--out")->required();
+  // One way to choose validation text at a time (prepare.cpp's Note [validation split]).
+  cmd->get_option("--val_every")->excludes("--val_fraction")->excludes("--val_input");
+  cmd->get_option("--val_fraction")->excludes("--val_input");
   cmd->callback([opts] {
     const auto st = data::prepare_dataset(*opts);
     const int64_t docs = st.train_documents + st.val_documents;

@@ -38,6 +38,8 @@ DatasetMeta read_dataset_meta(const std::string& dir) {
     m.token_width = j.at("token_width").get<int32_t>();
     m.shard_tokens = j.at("shard_tokens").get<int64_t>();
     m.val_every = j.at("val_every").get<int32_t>();
+    m.val_split = j.value("val_split", "");
+    m.text_split = j.value("text_split", "");
     m.train_documents = j.at("documents").at("train").get<int64_t>();
     m.val_documents = j.at("documents").at("val").get<int64_t>();
     m.train_tokens = j.at("tokens").at("train").get<int64_t>();
@@ -75,6 +77,8 @@ void write_dataset_meta(const DatasetMeta& m) {
       {"token_width", m.token_width},
       {"shard_tokens", m.shard_tokens},
       {"val_every", m.val_every},
+      {"val_split", m.val_split},
+      {"text_split", m.text_split},
       {"documents", {{"train", m.train_documents}, {"val", m.val_documents}}},
       {"tokens", {{"train", m.train_tokens}, {"val", m.val_tokens}}},
       {"chars", m.chars},

@@ -9,11 +9,13 @@
 // continue from one shard into the next (shards hold exactly shard_tokens tokens, the last one of
 // each split fewer). Document i (0-based, in input order, empty documents skipped) goes to
 // validation when i % val_every == val_every - 1, to training otherwise: every k-th document rather
-// than the last ones, so that a corpus ordered by genre (as Brown is) is represented in both.
+// than the last ones, so that a corpus ordered by genre (as Brown is) is represented in both. The
+// other choices (--val_input, --val_fraction) are in prepare.cpp's Note [validation split].
 //
 // meta.json: {"format": "nanoddp-dataset", "version": 1, "tokenizer": "cl100k_base" | "bytes" |
 //   "tokenizer.tiktoken", "vocab_size": V, "bos_id": B, "token_width": 2|4, "shard_tokens": N,
-//   "val_every": K, "documents": {"train": n, "val": m}, "tokens": {"train": n, "val": m},
+//   "val_every": K (0 unless it chose), "val_split": "...", "text_split": "file" | "paragraphs" | "lines",
+//   "documents": {"train": n, "val": m}, "tokens": {"train": n, "val": m},
 //   "chars": n (Unicode characters), "bytes": n (UTF-8 bytes), "shards": {"train": [...], "val": [...]}}
 #pragma once
 
@@ -33,7 +35,9 @@ struct DatasetMeta {
   int32_t bos_id = 0;
   int32_t token_width = 2;  // bytes per token in the shards
   int64_t shard_tokens = 0;
-  int32_t val_every = 0;
+  int32_t val_every = 0;      // 0 when validation was chosen another way (val_split says which)
+  std::string val_split;      // how validation was chosen, in words; "" in datasets written before it
+  std::string text_split;     // how plain text files were cut into documents; "" likewise
   int64_t train_documents = 0, val_documents = 0;
   int64_t train_tokens = 0, val_tokens = 0;  // BOS tokens included
   int64_t chars = 0, bytes = 0;              // of all documents

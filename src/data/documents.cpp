@@ -20,9 +20,19 @@ bool hidden(const fs::path& p) {
   return !name.empty() && name[0] == '.';
 }
 
+bool blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
+
 }  // namespace
 
-DocumentReader::DocumentReader(const std::vector<std::string>& inputs) {
+TextSplit parse_text_split(const std::string& name) {
+  if (name == "file") return TextSplit::kFile;
+  if (name == "paragraphs") return TextSplit::kParagraphs;
+  if (name == "lines") return TextSplit::kLines;
+  NANODDP_FAIL("--text_split {} is not one of file (a text file is one document), paragraphs (blank lines separate "
+               "documents), lines (every line is a document)", name);
+}
+
+DocumentReader::DocumentReader(const std::vector<std::string>& inputs, TextSplit split) : split_(split) {
   NANODDP_CHECK(!inputs.empty(), "no input files given");
   for (const auto& input : inputs) {
     std::error_code ec;
@@ -57,6 +67,7 @@ bool DocumentReader::open_next_file() {
   jsonl_ = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
   whole_file_done_ = false;
   line_ = 0;
+  lines_read_ = 0;
   return true;
 }
 
@@ -64,6 +75,11 @@ bool DocumentReader::next(std::string& text) {
   for (;;) {
     if (!in_.is_open() && !open_next_file()) return false;
     const std::string& path = files_[file_index_ - 1];
+    if (!jsonl_ && split_ != TextSplit::kFile) {
+      if (next_piece(text)) return true;
+      in_.close();
+      continue;
+    }
     if (!jsonl_) {
       if (whole_file_done_) {
         in_.close();
@@ -82,7 +98,7 @@ bool DocumentReader::next(std::string& text) {
       continue;
     }
     line_++;
-    if (line_buf_.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line
+    if (blank(line_buf_)) continue;
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line_buf_);
@@ -97,10 +113,31 @@ bool DocumentReader::next(std::string& text) {
   }
 }
 
+bool DocumentReader::next_piece(std::string& text) {
+  const std::string& path = files_[file_index_ - 1];
+  text.clear();
+  int64_t first = 0;  // line number of the piece's first line
+  while (std::getline(in_, line_buf_)) {
+    lines_read_++;
+    if (blank(line_buf_)) {
+      if (text.empty()) continue;  // blank lines before a piece
+      break;                       // the blank line that ends a paragraph
+    }
+    if (text.empty()) first = lines_read_;
+    else text += '\n';
+    text += line_buf_;
+    if (split_ == TextSplit::kLines) break;
+  }
+  NANODDP_CHECK(!in_.bad(), "cannot read {}: {}", path, std::strerror(errno));
+  if (text.empty()) return false;
+  line_ = first;
+  return true;
+}
+
 std::string DocumentReader::where() const {
   if (file_index_ == 0) return "";
   const std::string& path = files_[file_index_ - 1];
-  return jsonl_ ? path + ":" + std::to_string(line_) : path;
+  return jsonl_ || split_ != TextSplit::kFile ? path + ":" + std::to_string(line_) : path;
 }
 
 bool read_document_batch(DocumentReader& reader, std::vector<std::string>& docs, int64_t max_bytes) {

@@ -2,8 +2,11 @@
 //
 // Inputs are files and directories. A directory stands for every regular file below it (recursively,
 // in sorted path order, skipping names that start with '.'). A file named *.jsonl holds one JSON
-// object per line whose "text" string is a document (blank lines are skipped); any other file is one
-// document, its bytes as they are.
+// object per line whose "text" string is a document (blank lines are skipped). Any other file is plain
+// text, cut into documents by TextSplit: by default the whole file is one document, its bytes as they
+// are; `paragraphs` cuts it at blank lines (lines of only spaces, tabs and '\r'), which is how
+// nanoGPT's input.txt and most prose separate speeches and paragraphs; `lines` makes every non-blank
+// line a document. Paragraphs and lines keep their text as it is, less the newline that ends them.
 #pragma once
 
 #include <cstdint>
@@ -13,10 +16,15 @@
 
 namespace nanoddp::data {
 
+// How a plain text file is cut into documents (JSONL files are always one document per line).
+enum class TextSplit { kFile, kParagraphs, kLines };
+// "file" | "paragraphs" | "lines"; throws nanoddp::Error naming the choices otherwise.
+TextSplit parse_text_split(const std::string& name);
+
 class DocumentReader {
  public:
   // Throws nanoddp::Error naming an input that does not exist, or when there are no files at all.
-  explicit DocumentReader(const std::vector<std::string>& inputs);
+  explicit DocumentReader(const std::vector<std::string>& inputs, TextSplit split = TextSplit::kFile);
 
   // The next document into `text`; false at the end. Throws nanoddp::Error naming the file (and
   // line) of an unreadable file or a bad JSONL line.
@@ -29,12 +37,16 @@ class DocumentReader {
  private:
   bool open_next_file();
 
+  bool next_piece(std::string& text);  // a paragraph or line of a plain text file
+
   std::vector<std::string> files_;
+  TextSplit split_ = TextSplit::kFile;
   size_t file_index_ = 0;     // files_[file_index_ - 1] is open (or done)
   std::ifstream in_;
   bool jsonl_ = false;
   bool whole_file_done_ = false;
-  int64_t line_ = 0;          // JSONL: line number of the document last returned
+  int64_t line_ = 0;          // JSONL, paragraphs, lines: line number where the document last returned starts
+  int64_t lines_read_ = 0;    // paragraphs, lines: lines of the open file read so far
   std::string line_buf_;
 };
 

@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <optional>
 #include <regex>
 
 #include <fmt/ranges.h>
@@ -190,55 +193,136 @@ std::string record_tokenizer(const std::string& spec, const Tokenizer& tok, cons
   return copy.filename().string();
 }
 
+// Note [validation split]: three ways to choose the validation documents, one per habit.
+//  - --val_every K (the default, K = 20): document i goes to validation when i % K == K - 1, so a
+//    corpus ordered by genre is represented in both splits.
+//  - --val_input FILES: those documents are validation, all of --input is training (WikiText's
+//    train/valid files).
+//  - --val_fraction F: the last ceil(F * T) of the corpus's T tokens (BOS included) are validation
+//    (nanoGPT's 90/10 cut, there by characters, here by tokens). The cut may fall inside a document;
+//    validation then starts with a BOS of its own, and the cut document counts in both splits. The
+//    corpus is written once as "all" shards, then copied into the two splits once T is known.
+const char* kAllPrefix = "all";
+
+// Copies the "all" shards into train and val, cutting after train_count tokens; removes each "all"
+// shard once copied. Returns the documents (BOS tokens) in each part.
+std::pair<int64_t, int64_t> split_at(const std::vector<std::string>& all, int64_t train_count, int32_t bos,
+                                     ShardSink& train, ShardSink& val) {
+  std::vector<int32_t> buf;
+  int64_t pos = 0, train_docs = 0, val_docs = 0;
+  for (const auto& path : all) {
+    {
+      ShardReader shard(path);
+      constexpr int64_t kChunk = 1 << 20;
+      buf.resize(static_cast<size_t>(std::min(kChunk, shard.size())));
+      for (int64_t begin = 0; begin < shard.size(); begin += kChunk) {
+        const int64_t n = std::min(kChunk, shard.size() - begin);
+        shard.read(begin, n, buf.data());
+        // [0, k) of this chunk is training, [k, n) validation.
+        const int64_t k = std::clamp<int64_t>(train_count - pos, 0, n);
+        if (k < n && pos + k == train_count && buf[static_cast<size_t>(k)] != bos) {
+          val.append(&bos, 1);  // validation starts inside a document
+          val_docs++;
+        }
+        train.append(buf.data(), k);
+        val.append(buf.data() + k, n - k);
+        train_docs += std::count(buf.begin(), buf.begin() + k, bos);
+        val_docs += std::count(buf.begin() + k, buf.begin() + n, bos);
+        pos += n;
+      }
+    }
+    std::error_code ec;
+    fs::remove(path, ec);  // the staging directory goes with everything in it if this fails
+  }
+  return {train_docs, val_docs};
+}
+
 PrepareStats prepare_staged(const PrepareOptions& opt) {
   NANODDP_CHECK(!opt.out.empty(), "--out is required: the directory to write the dataset into");
   NANODDP_CHECK(opt.shard_tokens > 0 && opt.shard_tokens <= UINT32_MAX, "--shard_tokens {} must be in [1, 2^32)",
                 opt.shard_tokens);
-  NANODDP_CHECK(opt.val_every >= 2, "--val_every {} must be at least 2 (every k-th document goes to validation)",
-                opt.val_every);
+  const bool by_files = !opt.val_input.empty();
+  const bool by_fraction = opt.val_fraction != 0;
+  NANODDP_CHECK(!(by_files && by_fraction), "--val_input and --val_fraction both choose the validation text; give "
+                "one of them");
+  NANODDP_CHECK(opt.val_fraction >= 0 && opt.val_fraction < 1, "--val_fraction {} must be in (0, 1): the fraction "
+                "of the tokens held out for validation, e.g. 0.1", opt.val_fraction);
+  NANODDP_CHECK(by_files || by_fraction || opt.val_every >= 2, "--val_every {} must be at least 2 (every k-th "
+                "document goes to validation); to hold out the end of the text use --val_fraction 0.1", opt.val_every);
   // 0 would read no text at all and then report an empty corpus.
   NANODDP_CHECK(opt.batch_bytes > 0, "--batch_bytes {} must be positive (bytes of text encoded at a time)",
                 opt.batch_bytes);
   NANODDP_CHECK(opt.threads >= 0, "--threads {} must be 0 (all cores) or positive", opt.threads);
+  const TextSplit text_split = parse_text_split(opt.text_split);
   Stopwatch clock;
   auto tok = load_tokenizer(opt.tokenizer);
-  DocumentReader reader(opt.input);
+  DocumentReader reader(opt.input, text_split);
+  std::optional<DocumentReader> val_reader;
+  if (by_files) val_reader.emplace(opt.val_input, text_split);
   // Declared before the sinks, so it outlives them: a failure removes their .tmp files first, then it
   // removes the staging directory. See Note [staged output].
   StagedOutput staged(opt.out, opt.overwrite);
 
   ShardSink train(staged.dir(), "train", tok->vocab_size(), opt.shard_tokens);
   ShardSink val(staged.dir(), "val", tok->vocab_size(), opt.shard_tokens);
+  ShardSink all(staged.dir(), kAllPrefix, tok->vocab_size(), opt.shard_tokens);
   const int32_t bos = tok->bos_id();
   PrepareStats st;
-  int64_t index = 0;  // of the next non-empty document
   std::vector<std::string> batch;
   std::vector<std::string_view> views;
-  while (read_document_batch(reader, batch, opt.batch_bytes)) {
-    views.clear();
-    for (const auto& d : batch) {
-      if (d.empty())
-        st.empty_documents++;
-      else
-        views.push_back(d);
+  // Encodes every document of `docs`; the sink of the i-th non-empty one (counting from 0 over all
+  // readers) is choose(i). Returns the number of non-empty documents.
+  auto encode = [&](DocumentReader& docs, auto&& choose) {
+    int64_t index = 0;
+    while (read_document_batch(docs, batch, opt.batch_bytes)) {
+      views.clear();
+      for (const auto& d : batch) {
+        if (d.empty())
+          st.empty_documents++;
+        else
+          views.push_back(d);
+      }
+      const auto ids = tok->encode_batch(views, opt.threads);
+      for (size_t i = 0; i < views.size(); i++, index++) {
+        ShardSink& sink = choose(index);
+        sink.append(&bos, 1);
+        sink.append(ids[i].data(), static_cast<int64_t>(ids[i].size()));
+        if (&sink == &train) st.train_documents++;
+        if (&sink == &val) st.val_documents++;
+        st.chars += count_utf8_chars(views[i]);
+        st.bytes += static_cast<int64_t>(views[i].size());
+      }
     }
-    const auto ids = tok->encode_batch(views, opt.threads);
-    for (size_t i = 0; i < views.size(); i++, index++) {
-      const bool is_val = index % opt.val_every == opt.val_every - 1;
-      ShardSink& sink = is_val ? val : train;
-      sink.append(&bos, 1);
-      sink.append(ids[i].data(), static_cast<int64_t>(ids[i].size()));
-      (is_val ? st.val_documents : st.train_documents)++;
-      st.chars += count_utf8_chars(views[i]);
-      st.bytes += static_cast<int64_t>(views[i].size());
-    }
+    return index;
+  };
+  int64_t documents = 0;
+  if (by_files) {
+    documents = encode(reader, [&](int64_t) -> ShardSink& { return train; });
+    const int64_t held = encode(*val_reader, [&](int64_t) -> ShardSink& { return val; });
+    NANODDP_CHECK(documents > 0, "no training text: no non-empty documents in --input {}", fmt::join(opt.input, ", "));
+    NANODDP_CHECK(held > 0, "no validation text: no non-empty documents in --val_input {}",
+                  fmt::join(opt.val_input, ", "));
+    documents += held;
+  } else if (by_fraction) {
+    documents = encode(reader, [&](int64_t) -> ShardSink& { return all; });
+    all.finish();
+    const int64_t total = all.tokens();
+    const auto held = static_cast<int64_t>(std::ceil(opt.val_fraction * static_cast<double>(total)));
+    // ceil() holds out at least one token, so only the training split can end up empty.
+    NANODDP_CHECK(documents == 0 || held < total, "--val_fraction {} of {} tokens leaves the training split empty; "
+                  "choose a smaller fraction", opt.val_fraction, total);
+    std::tie(st.train_documents, st.val_documents) = split_at(all.paths(), total - held, bos, train, val);
+  } else {
+    documents = encode(reader, [&](int64_t i) -> ShardSink& { return i % opt.val_every == opt.val_every - 1 ? val : train; });
   }
   train.finish();
   val.finish();
-  NANODDP_CHECK(index > 0, "empty corpus: no non-empty documents in {}", fmt::join(opt.input, ", "));
-  NANODDP_CHECK(st.val_documents > 0 && st.train_documents > 0, "the corpus has {} documents and --val_every {} puts "
-                "every {}-th in validation, which leaves the {} split empty; lower --val_every or add documents",
-                index, opt.val_every, opt.val_every, st.val_documents == 0 ? "validation" : "training");
+  NANODDP_CHECK(documents > 0, "empty corpus: no non-empty documents in {}", fmt::join(opt.input, ", "));
+  NANODDP_CHECK(st.val_documents > 0 && st.train_documents > 0, "the corpus has {} document{} and --val_every {} puts "
+                "every {}-th in validation, which leaves the {} split empty; hold out the end of the text with "
+                "--val_fraction 0.1, cut text files at blank lines with --text_split paragraphs, give validation "
+                "text with --val_input, or lower --val_every", documents, documents == 1 ? "" : "s", opt.val_every,
+                opt.val_every, st.val_documents == 0 ? "validation" : "training");
 
   DatasetMeta meta;
   meta.dir = staged.dir();
@@ -247,7 +331,11 @@ PrepareStats prepare_staged(const PrepareOptions& opt) {
   meta.bos_id = bos;
   meta.token_width = tok->vocab_size() <= 65536 ? 2 : 4;
   meta.shard_tokens = opt.shard_tokens;
-  meta.val_every = opt.val_every;
+  meta.val_every = by_files || by_fraction ? 0 : opt.val_every;
+  meta.val_split = by_files ? fmt::format("files: {}", fmt::join(opt.val_input, ", "))
+                   : by_fraction ? fmt::format("the last {:g} of the tokens", opt.val_fraction)
+                                 : fmt::format("every {}th document", opt.val_every);
+  meta.text_split = opt.text_split;
   meta.train_documents = st.train_documents;
   meta.val_documents = st.val_documents;
   meta.train_tokens = st.train_tokens = train.tokens();

@@ -11,21 +11,29 @@ namespace nanoddp::data {
 
 struct PrepareOptions {
   std::vector<std::string> input;
+  std::vector<std::string> val_input;
   std::string out;
   std::string tokenizer = "bytes";
   int64_t shard_tokens = 100'000'000;
   int32_t val_every = 20;
+  double val_fraction = 0;
+  std::string text_split = "file";
   int threads = 0;
   int64_t batch_bytes = 32 << 20;
   bool overwrite = false;
 
   template <typename V>
   void visit(V&& v) {
-    v(input, "input", "text files (one document each), JSONL files (\"text\" field) or directories of them");
+    v(input, "input", "text files (see --text_split), JSONL files (\"text\" field) or directories of them");
+    v(val_input, "val_input", "validation text, files or directories as --input; then all of --input is training");
     v(out, "out", "directory to write the shards and meta.json into");
     v(tokenizer, "tokenizer", "bytes | gpt2 | cl100k_base | o200k_base | a tokenizer file");
     v(shard_tokens, "shard_tokens", "tokens per shard (the last shard of each split holds the rest)");
     v(val_every, "val_every", "every k-th document (the k-th, 2k-th, ...) goes to validation");
+    v(val_fraction, "val_fraction", "instead of --val_every: the last fraction of the tokens goes to validation "
+      "(nanoGPT's 0.1)");
+    v(text_split, "text_split", "file (a text file is one document) | paragraphs (blank lines separate documents) | "
+      "lines (each line is a document)");
     v(threads, "threads", "encoding threads (0: all cores)");
     v(batch_bytes, "batch_bytes", "bytes of text read and encoded at a time");
     v(overwrite, "overwrite", "replace a dataset already in --out");

@@ -3,6 +3,8 @@
 // bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -199,6 +201,100 @@ TEST(Prepare, BadInputIsAClearError) {
   fs::create_directories(dir.path() / "corrupt");
   std::ofstream(dir.path() / "corrupt" / "meta.json") << "{\"format\": \"nanoddp-dataset\"}";
   NANODDP_EXPECT_ERROR(read_dataset_meta(dir.str("corrupt")), "meta.json");
+}
+
+// nanoGPT's habit: one plain text file. Every way of cutting it (Note [validation split]) must give
+// back the text: the two splits, less their BOS tokens, decode to the file's documents in order.
+TEST(Prepare, OnePlainTextFileSplitsByParagraphsFractionOrValidationFile) {
+  ScratchDir dir("prepare_plain_text");
+  auto paragraphs = testing::generated_documents(40, 60, 5);
+  for (auto& p : paragraphs) std::replace(p.begin(), p.end(), '\n', ' ');  // one line each
+  std::string text = "\n\n";  // blank lines before the first paragraph are not a document
+  for (const auto& p : paragraphs) text += p + "\nsecond line of it\n \t\n\n";
+  std::ofstream(dir.str("input.txt"), std::ios::binary) << text;
+  const std::string valid = "held-out text\nin two lines";
+  std::ofstream(dir.str("valid.txt"), std::ios::binary) << valid;
+
+  PrepareOptions opt;
+  opt.input = {dir.str("input.txt")};
+  // As one document, --val_every cannot hold anything out: the error names the ways that can.
+  opt.out = dir.str("whole");
+  NANODDP_EXPECT_ERROR(prepare_dataset(opt), "--val_fraction 0.1");
+  EXPECT_FALSE(fs::exists(dir.path() / "whole")) << "a failed prepare leaves nothing behind";
+
+  // Paragraphs: blank (or whitespace-only) lines separate documents; the lines of one stay together.
+  opt.text_split = "paragraphs";
+  opt.val_every = 4;
+  opt.out = dir.str("paragraphs");
+  prepare_dataset(opt);
+  std::vector<std::string> expected;
+  for (const auto& p : paragraphs) expected.push_back(p + "\nsecond line of it");
+  check_dataset(opt.out, expected, 4);
+  EXPECT_EQ(read_dataset_meta(opt.out).text_split, "paragraphs");
+
+  // Lines: every non-blank line is a document.
+  opt.text_split = "lines";
+  opt.out = dir.str("lines");
+  prepare_dataset(opt);
+  expected.clear();
+  for (const auto& p : paragraphs) expected.insert(expected.end(), {p, "second line of it"});
+  check_dataset(opt.out, expected, 4);
+
+  // Fraction: the whole file, one document, cut by tokens; validation gets a BOS of its own.
+  opt.text_split = "file";
+  opt.val_fraction = 0.1;
+  opt.out = dir.str("fraction");
+  opt.shard_tokens = 500;  // several "all" shards, and the cut inside one of them
+  prepare_dataset(opt);
+  {
+    const DatasetMeta meta = read_dataset_meta(opt.out);
+    auto tok = load_dataset_tokenizer(opt.out);
+    const auto train = read_split(meta.train_shards), val = read_split(meta.val_shards);
+    const auto total = static_cast<int64_t>(train.size() + val.size()) - 1;  // less the inserted BOS
+    EXPECT_EQ(static_cast<int64_t>(val.size()) - 1, static_cast<int64_t>(std::ceil(0.1 * double(total))));
+    ASSERT_FALSE(val.empty());
+    EXPECT_EQ(val[0], meta.bos_id);
+    std::vector<int32_t> body(train.begin() + 1, train.end());
+    body.insert(body.end(), val.begin() + 1, val.end());
+    EXPECT_EQ(tok->decode(body), text) << "train then val, less the BOS tokens, is the file";
+    EXPECT_EQ(meta.train_documents, 1);
+    EXPECT_EQ(meta.val_documents, 1);
+    EXPECT_EQ(meta.val_every, 0);
+    EXPECT_EQ(meta.train_tokens, static_cast<int64_t>(train.size()));
+    EXPECT_EQ(meta.val_tokens, static_cast<int64_t>(val.size()));
+    for (const auto& e : fs::directory_iterator(opt.out))
+      EXPECT_NE(e.path().filename().string().rfind("all_", 0), 0u) << "a staging shard was left: " << e.path();
+  }
+
+  // A validation file: all of --input is training, all of --val_input validation.
+  opt.val_fraction = 0;
+  opt.val_input = {dir.str("valid.txt")};
+  opt.out = dir.str("files");
+  prepare_dataset(opt);
+  {
+    const DatasetMeta meta = read_dataset_meta(opt.out);
+    auto tok = load_dataset_tokenizer(opt.out);
+    const auto train = split_at_bos(read_split(meta.train_shards), meta.bos_id);
+    const auto val = split_at_bos(read_split(meta.val_shards), meta.bos_id);
+    ASSERT_EQ(train.size(), 1u);
+    ASSERT_EQ(val.size(), 1u);
+    EXPECT_EQ(tok->decode(train[0]), text);
+    EXPECT_EQ(tok->decode(val[0]), valid);
+  }
+
+  // Both ways at once, or a fraction that leaves a split empty, are errors that leave nothing.
+  opt.val_fraction = 0.1;
+  opt.out = dir.str("both");
+  NANODDP_EXPECT_ERROR(prepare_dataset(opt), "--val_input and --val_fraction");
+  opt.val_input.clear();
+  opt.val_fraction = 1 - 1e-12;  // ceil() rounds the held-out tokens up to all of them
+  NANODDP_EXPECT_ERROR(prepare_dataset(opt), "leaves the training split empty");
+  opt.val_fraction = 1.0;
+  NANODDP_EXPECT_ERROR(prepare_dataset(opt), "--val_fraction 1");
+  opt.text_split = "sentences";
+  opt.val_fraction = 0.1;
+  NANODDP_EXPECT_ERROR(prepare_dataset(opt), "--text_split sentences");
+  EXPECT_FALSE(fs::exists(dir.path() / "both"));
 }
 
 TEST(Prepare, CommandLineEndToEnd) {
