@@ -39,7 +39,8 @@ dist::WorkerProgram worker_program(const CLI::App& root, std::vector<std::string
   std::string subcommands;
   // An empty filter lists every subcommand (the overload without one lists only those parsed).
   for (const CLI::App* sub : root.get_subcommands(std::function<bool(const CLI::App*)>())) {
-    if (sub->get_name() == first) {
+    const auto& aliases = sub->get_aliases();
+    if (sub->get_name() == first || std::find(aliases.begin(), aliases.end(), first) != aliases.end()) {
       // The worker's argv[0].
       words.insert(words.begin(), "nanoddp");
       return {this_executable(), words};

@@ -28,7 +28,7 @@ void add_export_commands(CLI::App& root);    // nanoddp export / import
 void add_data_command(CLI::App& root);       // nanoddp data prepare
 void add_tokenizer_command(CLI::App& root);  // nanoddp tokenizer train|encode|decode
 void add_run_command(CLI::App& root);        // nanoddp run (the launcher)
-void add_info_command(CLI::App& root);       // nanoddp info
+void add_env_command(CLI::App& root);        // nanoddp env (alias: info)
 
 // The sampling flags of sample, chat and eval, checked before a model is loaded.
 void check_sampling_flags(int64_t max_tokens, double temperature, int64_t top_k);

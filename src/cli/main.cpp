@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", NANODDP_VERSION);
   using namespace nanoddp::cli;
-  add_info_command(app);
+  add_env_command(app);
   add_train_command(app);
   add_sft_command(app);
   add_rl_command(app);

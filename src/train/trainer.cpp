@@ -6,10 +6,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "core/log.h"
+#include "core/machine.h"
 #include "core/options.h"
 #include "core/safetensors.h"
 #include "core/timer.h"
@@ -602,15 +602,13 @@ void Trainer::write_environment() {
   ::gethostname(host, sizeof host - 1);
   const std::vector<std::string> hosts = dist::all_gather_strings(group_, host);
   if (group_.rank() != 0) return;
-  std::string cpu;
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; cpu.empty() && std::getline(cpuinfo, line);)
-    if (line.starts_with("model name")) cpu = line.substr(line.find(':') + 2);
+  const HostInfo machine = host_info();
   nlohmann::json env = {{"hosts", std::set<std::string>(hosts.begin(), hosts.end())},
                         {"world size", group_.size()},
                         {"backend", group_.backend_name()},
                         {"device", device_.str()},
-                        {"cpu", cpu},
+                        {"cpu", machine.cpu_model},
+                        {"bf16 matmul", bf16_matmul_hardware(machine)},
                         {"threads per rank", ops::cpu_threads()},
                         {"arithmetic", model_->act_dtype() == DType::BF16 ? "bf16 activations, f32 master weights" : "f32"},
                         {"mfu peak", peak_.flops > 0 ? fmt::format("{:.4g} TFLOP/s ({})", peak_.flops / 1e12, peak_.what)

@@ -1,0 +1,55 @@
+#include "ops/engines.h"
+
+#include <fmt/format.h>
+
+#include "nanoddp/build_config.h"
+
+#if NANODDP_HAVE_ONEDNN
+#include <dnnl.h>
+#endif
+#if NANODDP_HAVE_CUDA
+#include <cublasLt.h>
+#endif
+
+namespace nanoddp::ops {
+
+namespace {
+
+#if NANODDP_HAVE_ONEDNN
+// The widest instruction set oneDNN's JIT uses on this CPU (dnnl_types.h's dnnl_cpu_isa_t).
+const char* isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx (bf16 on AMX tiles)";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni (bf16 emulated)";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core (bf16 emulated)";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni (bf16 emulated)";
+    case dnnl_cpu_isa_avx2: return "avx2 (bf16 emulated)";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_sse41: return "sse41";
+    default: return "other";
+  }
+}
+#endif
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> engine_versions() {
+  std::vector<std::pair<std::string, std::string>> v;
+#if NANODDP_HAVE_ONEDNN
+  const dnnl_version_t* d = dnnl_version();
+  const char* runtime = d->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : d->cpu_runtime == DNNL_RUNTIME_SEQ ? "sequential"
+                                                                                                            : "threads";
+  v.emplace_back("onednn", fmt::format("{}.{}.{} ({})", d->major, d->minor, d->patch, runtime));
+  v.emplace_back("onednn isa", isa_name(dnnl_get_effective_cpu_isa()));
+#else
+  v.emplace_back("cpu gemm", "portable kernel (built without oneDNN)");
+#endif
+#if NANODDP_HAVE_CUDA
+  const size_t lt = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
+  v.emplace_back("cublaslt", fmt::format("{}.{}.{}", lt / 10000, lt % 10000 / 100, lt % 100));
+#endif
+  return v;
+}
+
+}  // namespace nanoddp::ops

@@ -1,0 +1,15 @@
+// The numeric libraries under the ops backends and their versions, for `nanoddp env` and reports:
+// oneDNN (the CPU GEMM) with the instruction set it dispatches to, cuBLASLt on CUDA builds.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nanoddp::ops {
+
+// {"onednn", "2.7.3 (omp)"}, {"onednn isa", "avx512_core_bf16"}, {"cublaslt", "13.0.0"}, ... in
+// that order; only the libraries this build has.
+std::vector<std::pair<std::string, std::string>> engine_versions();
+
+}  // namespace nanoddp::ops
