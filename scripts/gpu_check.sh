@@ -46,6 +46,7 @@ stage configure cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DNANODDP_CUDA=ON -DNANODDP_NCCL=ON -DNANODDP_GLOO=OFF -DNANODDP_MPI=OFF || { cat "$out/configure.log" >&2; exit 1; }
 stage build cmake --build "$build" -j"$(nproc)" || { tail -n 40 "$out/build.log" >&2; exit 1; }
 bin=$build/nanoddp
+stage nanoddp_env "$bin" env --device cuda
 
 if [[ " $parts " == *" B "* ]]; then
   stage ctest_cuda bash -c "cd '$build' && ctest -L cuda --output-on-failure --timeout 900"
