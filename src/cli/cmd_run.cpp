@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "cli/option_flags.h"
@@ -26,21 +27,46 @@ std::string this_executable() {
   return std::string(buf, size_t(n));
 }
 
-// The workers' program from the words after the flags.
-dist::WorkerProgram worker_program(const CLI::App& root, std::vector<std::string> words) {
+// python3 on PATH, for scripts and modules (torchrun runs them with its own interpreter).
+std::string python_interpreter(const std::string& what) {
+  const std::string py = dist::find_program("python3");
+  NANODDP_CHECK(!py.empty(), "{} needs python3, which is not on PATH: install it, or give a program and "
+                "--no_python", what);
+  return py;
+}
+
+// The workers' program from the words after the flags. Like torchrun: a .py script (or any file
+// with --run_path) runs under python3, -m runs a module, --no_python runs the word as a program;
+// otherwise a nanoddp subcommand runs this executable and anything else is a program on PATH.
+dist::WorkerProgram worker_program(const CLI::App& root, std::vector<std::string> words,
+                                   const dist::LaunchOptions& o) {
   // A leading "--" only separates the launcher's flags from the workers' command.
   if (!words.empty() && words.front() == "--") words.erase(words.begin());
   NANODDP_CHECK(!words.empty(), "nanoddp run needs the command the workers run, e.g. `nanoddp run "
                 "--nproc_per_node 2 train ...`");
-  const std::string& first = words.front();
+  const std::string first = words.front();  // a copy: words grows below
   NANODDP_CHECK(!first.starts_with("-"), "unknown flag '{}' for nanoddp run (see nanoddp run --help)", first);
   NANODDP_CHECK(first != "run", "nanoddp run cannot launch workers that run `nanoddp run` themselves");
+  NANODDP_CHECK(int(o.module) + int(o.no_python) + int(o.run_path) <= 1, "--module, --no_python and --run_path each "
+                "say how to run the command; give one of them");
+  if (o.module) {
+    words.insert(words.begin(), {std::string("python3"), std::string("-m")});
+    return {python_interpreter("-m " + first), words};
+  }
+  if (!o.no_python && (o.run_path || first.ends_with(".py"))) {
+    std::error_code ec;
+    NANODDP_CHECK(std::filesystem::is_regular_file(first, ec), "the script {} does not exist (relative paths start "
+                  "from the directory nanoddp run was started in)", first);
+    words.insert(words.begin(), "python3");
+    return {python_interpreter(first), words};
+  }
 
   std::string subcommands;
   // An empty filter lists every subcommand (the overload without one lists only those parsed).
   for (const CLI::App* sub : root.get_subcommands(std::function<bool(const CLI::App*)>())) {
     const auto& aliases = sub->get_aliases();
-    if (sub->get_name() == first || std::find(aliases.begin(), aliases.end(), first) != aliases.end()) {
+    if (!o.no_python &&
+        (sub->get_name() == first || std::find(aliases.begin(), aliases.end(), first) != aliases.end())) {
       // The worker's argv[0].
       words.insert(words.begin(), "nanoddp");
       return {this_executable(), words};
@@ -49,8 +75,11 @@ dist::WorkerProgram worker_program(const CLI::App& root, std::vector<std::string
   }
   // Not a subcommand: run it as a program (torchrun --no-python), by path or through PATH.
   std::string path = dist::find_program(first);
-  NANODDP_CHECK(!path.empty(), "'{}' is neither a nanoddp subcommand ({}) nor an executable program {}",
-                first, subcommands, first.find('/') == std::string::npos ? "on PATH" : "at that path");
+  std::error_code ec;
+  NANODDP_CHECK(!path.empty(), "'{}' is neither a nanoddp subcommand ({}) nor an executable program {}{}",
+                first, subcommands, first.find('/') == std::string::npos ? "on PATH" : "at that path",
+                std::filesystem::is_regular_file(first, ec) ? fmt::format("; to run the file {} with an interpreter, "
+                "name it (`nanoddp run ... python3 {}`), or give --run_path for a Python script", first, first) : "");
   return {path, words};
 }
 
@@ -78,7 +107,7 @@ void add_run_command(CLI::App& root) {
   cmd->validate_positionals();
   cmd->callback([cmd, opts, after_dashes, &root] {
     // Words after a "--" went to `command`; without one, prefix_command() left them in remaining().
-    dist::WorkerProgram program = worker_program(root, after_dashes->empty() ? cmd->remaining() : *after_dashes);
+    dist::WorkerProgram program = worker_program(root, after_dashes->empty() ? cmd->remaining() : *after_dashes, *opts);
     int status = dist::run_launcher(*opts, program);
     if (status != 0) throw CLI::RuntimeError(status);  // main() returns it without printing more
   });

@@ -20,6 +20,7 @@ inline std::string flag_names(const std::string& name) {
   // (cuda|cpu, as ours) and --resume_from_step N (our --resume N).
   if (name == "device") names += ",--device_type,--device-type";
   if (name == "resume") names += ",--resume_from_step,--resume-from-step";
+  if (name == "module") names += ",-m";  // torchrun -m (nanoddp run)
   return names;
 }
 

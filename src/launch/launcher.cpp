@@ -68,8 +68,8 @@ std::vector<WorkerSpec> make_specs(const LaunchPlan& plan, const Membership& m, 
   std::vector<std::string> base;
   for (char** e = environ; *e != nullptr; e++) base.emplace_back(*e);
   std::string attempt_dir;
-  if (plan.routing.any_file()) {
-    attempt_dir = fmt::format("{}/attempt_{}", plan.routing.log_dir, attempt);
+  if (!plan.log_dir.empty()) {
+    attempt_dir = fmt::format("{}/attempt_{}", plan.log_dir, attempt);
     std::error_code ec;
     std::filesystem::create_directories(attempt_dir, ec);
     NANODDP_CHECK(!ec, "cannot create the log directory {}: {}: check --log_dir", attempt_dir, ec.message());
@@ -82,7 +82,8 @@ std::vector<WorkerSpec> make_specs(const LaunchPlan& plan, const Membership& m, 
     s.rank = id.rank;
     s.local_rank = local;
     s.env = merge_environment(base, worker_variables(plan, id));
-    if (!attempt_dir.empty()) s.log_path = fmt::format("{}/rank_{}.log", attempt_dir, id.rank);
+    s.routing = plan.routing[size_t(local)];
+    if (s.routing.any_file()) s.log_path = fmt::format("{}/rank_{}.log", attempt_dir, id.rank);
     specs.push_back(std::move(s));
   }
   return specs;
@@ -126,7 +127,7 @@ class Attempt {
         rdzv_(rdzv),
         membership_(m),
         attempt_(attempt),
-        group_(program, make_specs(plan, m, attempt, store_port), plan.routing),
+        group_(program, make_specs(plan, m, attempt, store_port)),
         // Generous next to the interval: a launcher has little else to do, so a silence this long
         // means it is gone, not busy.
         heartbeats_(plan.nnodes, std::max(milliseconds(5000), 20 * plan.monitor_interval)) {}
@@ -232,7 +233,7 @@ void announce(const LaunchPlan& plan, const Membership& m, int store_port) {
     launcher_say(fmt::format("setting OMP_NUM_THREADS={} for each worker ({} cores / {} workers) so they do not "
                              "oversubscribe the CPU; set OMP_NUM_THREADS yourself to choose",
                              *plan.omp_threads, usable_cores(), plan.nproc));
-  if (plan.routing.any_file()) launcher_say(fmt::format("writing worker logs under {}", plan.routing.log_dir));
+  if (!plan.log_dir.empty()) launcher_say(fmt::format("writing worker logs under {}", plan.log_dir));
 }
 
 // Node 0 hosts the store where LaunchPlan::store_host says (every interface for several nodes,

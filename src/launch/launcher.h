@@ -27,8 +27,17 @@ struct LaunchOptions {
   double rdzv_timeout = 300;
   double stop_timeout = 5;
   std::string log_dir;
-  int redirects = 0;
-  int tee = 0;
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string local_ranks_filter;
+  std::string rdzv_backend = "static";
+  std::string rdzv_id = "none";
+  std::string rdzv_conf;
+  std::string role = "default";
+  std::string start_method = "spawn";
+  bool no_python = false;
+  bool module = false;
+  bool run_path = false;
 
   template <typename V>
   void visit(V&& v) {
@@ -44,9 +53,24 @@ struct LaunchOptions {
       "seconds between checks of the other nodes' state (local exits are seen at once)");
     v(rdzv_timeout, "rdzv_timeout", "seconds to wait for node 0's store and for every node to join");
     v(stop_timeout, "stop_timeout", "seconds between SIGTERM and SIGKILL when stopping workers");
-    v(log_dir, "log_dir", "write each rank's output to LOG_DIR/attempt_N/rank_R.log");
-    v(redirects, "redirects", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both");
-    v(tee, "tee", "streams copied to the log files as well as the console: 0 none, 1 stdout, 2 stderr, 3 both");
+    v(log_dir, "log_dir", "write each rank's output to LOG_DIR/<rdzv_id>_<random>/attempt_N/rank_R.log, a new "
+      "folder per launch");
+    v(redirects, "redirects", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both; or per local "
+      "rank, e.g. 0:3,1:0");
+    v(tee, "tee", "streams copied to the log files as well as the console (bits as --redirects; per rank too)");
+    v(local_ranks_filter, "local_ranks_filter", "show only these local ranks' output on the console, e.g. 0 or 0,2 "
+      "(the log files get every rank's)");
+    v(rdzv_backend, "rdzv_backend", "torchrun's rendezvous backend: c10d or static both mean nanoddp's own TCP store "
+      "on node 0 (etcd is not supported)");
+    v(rdzv_id, "rdzv_id", "the job's id: names the log folder and is given to workers as TORCHELASTIC_RUN_ID");
+    v(rdzv_conf, "rdzv_conf", "KEY=VALUE,...: join_timeout or timeout (seconds, as --rdzv_timeout); torchrun's other "
+      "keys are accepted and have no effect");
+    v(role, "role", "the workers' role, given to them as ROLE_NAME");
+    v(start_method, "start_method", "spawn, fork or forkserver: accepted for torchrun's sake; workers are always new "
+      "processes (spawn)");
+    v(no_python, "no_python", "run the command as a program, even a .py file (torchrun --no-python)");
+    v(module, "module", "run the command as a Python module: python3 -m MODULE (torchrun -m)");
+    v(run_path, "run_path", "run the command as a Python script with python3, whatever its name (torchrun --run-path)");
   }
 };
 

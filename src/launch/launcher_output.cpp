@@ -11,7 +11,7 @@
 
 namespace nanoddp::dist {
 
-OutputRouting OutputRouting::from_flags(int redirects, int tee, const std::string& log_dir) {
+OutputRouting OutputRouting::from_flags(int redirects, int tee, const std::string& log_dir, bool console_shown) {
   NANODDP_ASSERT(redirects >= 0 && redirects <= 3 && tee >= 0 && tee <= 3, "unchecked --redirects / --tee");
   OutputRouting r;
   r.log_dir = log_dir;
@@ -19,7 +19,7 @@ OutputRouting OutputRouting::from_flags(int redirects, int tee, const std::strin
   if (!log_dir.empty() && redirects == 0 && tee == 0) tee = 3;
   for (int s = 0; s < 2; s++) {
     int bit = 1 << s;
-    r.console[s] = (redirects & bit) == 0;
+    r.console[s] = console_shown && (redirects & bit) == 0;
     r.file[s] = ((redirects | tee) & bit) != 0;
   }
   NANODDP_ASSERT(!r.any_file() || !log_dir.empty(), "file output routed without a log directory");

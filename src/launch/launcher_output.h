@@ -21,7 +21,8 @@ struct OutputRouting {
 
   // From the flags: --redirects streams go to files only, --tee streams to both, the rest to the
   // console only; --log_dir on its own tees both streams. Needs a log_dir when files are used.
-  static OutputRouting from_flags(int redirects, int tee, const std::string& log_dir);
+  // `console_shown` false (--local_ranks_filter leaves the rank out) keeps both streams off the console.
+  static OutputRouting from_flags(int redirects, int tee, const std::string& log_dir, bool console_shown = true);
   bool any_file() const { return file[0] || file[1]; }
 };
 

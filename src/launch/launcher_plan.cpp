@@ -55,6 +55,34 @@ void parse_endpoint(const std::string& endpoint, std::string* host, int* port) {
   }
 }
 
+// --rdzv_conf KEY=VALUE,...: torchrun's c10d settings that mean something here, and the rest
+// accepted without effect (they tune torchrun's elastic agent, which nanoddp does not have).
+void apply_rdzv_conf(const std::string& conf, LaunchPlan* p) {
+  static const std::set<std::string> no_effect = {"read_timeout", "last_call_timeout", "close_timeout", "is_host",
+                                                   "keep_alive_interval", "keep_alive_max_attempt", "use_libuv"};
+  std::string_view rest = conf;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string item(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    NANODDP_CHECK(eq != std::string::npos, "--rdzv_conf: '{}' is not KEY=VALUE", item);
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "join_timeout" || key == "timeout") {
+      char* end = nullptr;
+      const double seconds = std::strtod(value.c_str(), &end);
+      NANODDP_CHECK(end != value.c_str() && *end == '\0' && seconds > 0, "--rdzv_conf {}={}: expected seconds above 0",
+                    key, value);
+      p->rdzv_timeout = std::chrono::milliseconds(int64_t(seconds * 1000 + 0.5));
+    } else {
+      NANODDP_CHECK(no_effect.count(key), "--rdzv_conf: unknown key '{}'; known: join_timeout, timeout (seconds), "
+                    "and torchrun's read_timeout, last_call_timeout, close_timeout, is_host, keep_alive_interval, "
+                    "keep_alive_max_attempt, use_libuv (accepted, no effect)", key);
+    }
+  }
+}
+
 std::string random_token() {
   std::random_device rd;
   return fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd());
@@ -133,6 +161,31 @@ std::string find_program(const std::string& name) {
   }
 }
 
+std::vector<int> parse_stream_map(const std::string& spec, const char* flag, int nproc) {
+  const std::string expected = fmt::format("--{} {}: expected 0-3 (0 none, 1 stdout, 2 stderr, 3 both) or a map of "
+                                           "local ranks, e.g. 0:3,1:0", flag, spec);
+  if (auto all = parse_int(spec)) {
+    NANODDP_CHECK(*all >= 0 && *all <= 3, "{}", expected);
+    return std::vector<int>(size_t(nproc), *all);
+  }
+  std::vector<int> out(size_t(nproc), 0);
+  std::string_view rest = spec;
+  NANODDP_CHECK(!rest.empty(), "{}", expected);
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const size_t colon = item.find(':');
+    NANODDP_CHECK(colon != std::string_view::npos, "{}", expected);
+    const auto rank = parse_int(item.substr(0, colon)), bits = parse_int(item.substr(colon + 1));
+    NANODDP_CHECK(rank && bits && *bits >= 0 && *bits <= 3, "{}", expected);
+    NANODDP_CHECK(*rank >= 0 && *rank < nproc, "--{} {}: local rank {} does not exist on this node (0..{})", flag,
+                  spec, *rank, nproc - 1);
+    out[size_t(*rank)] = *bits;
+  }
+  return out;
+}
+
 LaunchPlan make_launch_plan(const LaunchOptions& o) {
   // Who this node is.
   LaunchPlan p;
@@ -184,13 +237,56 @@ LaunchPlan make_launch_plan(const LaunchOptions& o) {
   p.rdzv_timeout = seconds_flag(o.rdzv_timeout, "rdzv_timeout", false);
   p.stop_timeout = seconds_flag(o.stop_timeout, "stop_timeout", true);
 
+  // torchrun's rendezvous flags. c10d is a TCP store on node 0, which is what ours is; static is
+  // torchrun's fixed-membership rendezvous over the same MASTER_ADDR:MASTER_PORT.
+  NANODDP_CHECK(o.rdzv_backend == "c10d" || o.rdzv_backend == "static", "--rdzv_backend {}: nanoddp's rendezvous is "
+                "its own TCP store on node 0 (c10d's role); use --rdzv_backend c10d with --rdzv_endpoint HOST:PORT, or "
+                "leave the flag out", o.rdzv_backend);
+  NANODDP_CHECK(!o.rdzv_id.empty() && o.rdzv_id.find_first_of("/\\ ") == std::string::npos,
+                "--rdzv_id '{}' must be a non-empty name without '/', '\\' or spaces (it names the log folder)",
+                o.rdzv_id);
+  p.rdzv_id = o.rdzv_id;
+  apply_rdzv_conf(o.rdzv_conf, &p);
+  NANODDP_CHECK(!o.role.empty(), "--role must not be empty (it is ROLE_NAME, default \"default\")");
+  p.role = o.role;
+  NANODDP_CHECK(o.start_method == "spawn" || o.start_method == "fork" || o.start_method == "forkserver",
+                "--start_method {} is not spawn, fork or forkserver", o.start_method);
+
   // Output; the temporary directory is made only once every flag has been checked.
-  for (auto [flag, value] : {std::pair{"redirects", o.redirects}, std::pair{"tee", o.tee}})
-    NANODDP_CHECK(value >= 0 && value <= 3, "--{} {} is not one of 0 (none), 1 (stdout), 2 (stderr), 3 (both)", flag,
-                  value);
-  std::string log_dir = o.log_dir;
-  if (log_dir.empty() && (o.redirects != 0 || o.tee != 0)) log_dir = temporary_log_dir();
-  p.routing = OutputRouting::from_flags(o.redirects, o.tee, log_dir);
+  const std::vector<int> redirects = parse_stream_map(o.redirects, "redirects", p.nproc);
+  const std::vector<int> tee = parse_stream_map(o.tee, "tee", p.nproc);
+  std::vector<bool> shown(size_t(p.nproc), o.local_ranks_filter.empty());
+  if (!o.local_ranks_filter.empty()) {
+    std::string_view rest = o.local_ranks_filter;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      const auto r = parse_int(rest.substr(0, comma));
+      NANODDP_CHECK(r && *r >= 0 && *r < p.nproc, "--local_ranks_filter {}: '{}' is not a local rank of this node "
+                    "(0..{})", o.local_ranks_filter, rest.substr(0, comma), p.nproc - 1);
+      shown[size_t(*r)] = true;
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
+  bool files = !o.log_dir.empty();
+  for (int l = 0; l < p.nproc; l++) files |= redirects[size_t(l)] != 0 || tee[size_t(l)] != 0;
+  if (files) {
+    // Note [a log folder per launch]: --log_dir gets a new folder each launch, <rdzv_id>_<random>
+    // as torchrun names it, so a folder reused from an earlier (larger, or restarted) run never
+    // mixes its stale rank_R.log files with this run's; nothing of the earlier run is removed.
+    if (o.log_dir.empty()) {
+      p.log_dir = temporary_log_dir();
+    } else {
+      p.log_dir = fmt::format("{}/{}_{}", o.log_dir, p.rdzv_id, random_token().substr(0, 8));
+      std::error_code ec;
+      std::filesystem::create_directories(p.log_dir, ec);
+      NANODDP_CHECK(!ec, "cannot create the log directory {}: {}: check --log_dir", p.log_dir, ec.message());
+    }
+  }
+  for (int l = 0; l < p.nproc; l++)
+    p.routing.push_back(OutputRouting::from_flags(redirects[size_t(l)], tee[size_t(l)],
+                                                  o.log_dir.empty() ? (redirects[size_t(l)] | tee[size_t(l)] ? p.log_dir : "")
+                                                                    : p.log_dir,
+                                                  shown[size_t(l)]));
 
   // Threads: torchrun's guard against nproc workers each starting one OpenMP thread per core.
   if (std::getenv("OMP_NUM_THREADS") == nullptr) p.omp_threads = std::max(1, usable_cores() / p.nproc);
@@ -227,6 +323,8 @@ std::vector<std::pair<std::string, std::string>> worker_variables(const LaunchPl
       {"TORCHELASTIC_MAX_RESTARTS", s(plan.max_restarts)},
       {"NANODDP_AGENT_STORE", "1"},
       {"NANODDP_JOB_ID", plan.job_id},
+      {"TORCHELASTIC_RUN_ID", plan.rdzv_id},
+      {"ROLE_NAME", plan.role},
   };
   if (plan.omp_threads) vars.emplace_back("OMP_NUM_THREADS", s(*plan.omp_threads));
   if (plan.store_token_generated) vars.emplace_back("NANODDP_STORE_TOKEN", plan.store_token);

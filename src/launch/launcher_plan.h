@@ -22,7 +22,12 @@ struct LaunchPlan {
   bool standalone = false;
   int max_restarts = 0;
   std::chrono::milliseconds monitor_interval{500}, rdzv_timeout{300000}, stop_timeout{5000};
-  OutputRouting routing;
+  // Where each local rank's output goes (index: local rank); log_dir is the folder of this launch,
+  // "" when no rank writes files.
+  std::vector<OutputRouting> routing;
+  std::string log_dir;
+  std::string rdzv_id = "none";  // TORCHELASTIC_RUN_ID
+  std::string role = "default";  // ROLE_NAME
   std::string host;                  // this machine's name, for reports
   std::optional<int> omp_threads;    // OMP_NUM_THREADS for the workers when the user set none
   // Where node 0's store listens: "localhost" (loopback only), "" (every interface) or the
@@ -35,6 +40,11 @@ struct LaunchPlan {
 
 // Checks the flags and resolves them. Throws nanoddp::Error naming the flag that is wrong.
 LaunchPlan make_launch_plan(const LaunchOptions& options);
+
+// --redirects / --tee: "B" for every local rank, or "L:B,L:B" per local rank (unlisted ranks: 0),
+// B in 0..3 (1 stdout, 2 stderr). Returns one value per local rank; throws nanoddp::Error naming
+// `flag` on anything else.
+std::vector<int> parse_stream_map(const std::string& spec, const char* flag, int nproc);
 
 // Who one worker is, for its environment.
 struct WorkerIdentity {

@@ -35,8 +35,7 @@ std::string WorkerStatus::describe() const {
   return "?";
 }
 
-WorkerGroup::WorkerGroup(WorkerProgram program, std::vector<WorkerSpec> specs, OutputRouting routing)
-    : program_(std::move(program)), routing_(std::move(routing)) {
+WorkerGroup::WorkerGroup(WorkerProgram program, std::vector<WorkerSpec> specs) : program_(std::move(program)) {
   workers_.resize(specs.size());
   for (size_t i = 0; i < specs.size(); i++) workers_[i].spec = std::move(specs[i]);
 }
@@ -62,7 +61,7 @@ void WorkerGroup::start() {
 // before fork(): between fork and exec a child of a multi-threaded process may only make
 // async-signal-safe calls.
 void WorkerGroup::spawn(Worker& w) {
-  w.output = std::make_unique<WorkerOutput>(w.spec.rank, routing_, w.spec.log_path);
+  w.output = std::make_unique<WorkerOutput>(w.spec.rank, w.spec.routing, w.spec.log_path);
   std::vector<char*> argv, envp;
   for (auto& a : program_.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);

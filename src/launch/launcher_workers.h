@@ -25,6 +25,7 @@ struct WorkerSpec {
   int local_rank = 0;
   std::vector<std::string> env;  // its whole environment, "KEY=VALUE"
   std::string log_path;          // its log file when output goes to files, else ""
+  OutputRouting routing;         // where its output goes
 };
 
 // How a worker is doing.
@@ -40,7 +41,7 @@ struct WorkerStatus {
 
 class WorkerGroup {
  public:
-  WorkerGroup(WorkerProgram program, std::vector<WorkerSpec> specs, OutputRouting routing);
+  WorkerGroup(WorkerProgram program, std::vector<WorkerSpec> specs);
   // Kills whatever is left of every worker's process group and reaps it.
   ~WorkerGroup();
   WorkerGroup(const WorkerGroup&) = delete;
@@ -86,7 +87,6 @@ class WorkerGroup {
   bool any_pipe_open() const;
 
   WorkerProgram program_;
-  OutputRouting routing_;
   std::vector<Worker> workers_;
   int first_failure_ = -1;
   bool stopping_ = false;

@@ -3,6 +3,8 @@
 // end to end is in test_launcher_run.cpp, several nodes in test_launcher_multinode.cpp.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <netdb.h>
 
 #include <algorithm>
@@ -45,7 +47,15 @@ TEST(LauncherPieces, PlanRejectsBadFlags) {
                        "--node_rank 2 is out of range");
   NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.nnodes = "2"; o.standalone = true; }), "--standalone");
   NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.master_port = 70000; }), "--master_port");
-  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.redirects = 4; }), "--redirects");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.redirects = "4"; }), "--redirects");
+  // torchrun's flags: what means something here is applied, the rest refused with what to use.
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.rdzv_backend = "etcd"; }), "use --rdzv_backend c10d");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.rdzv_conf = "bogus=1"; }), "unknown key 'bogus'");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.rdzv_conf = "join_timeout=soon"; }), "join_timeout=soon");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.rdzv_id = "a/b"; }), "--rdzv_id");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.start_method = "thread"; }), "--start_method thread");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.local_ranks_filter = "0,1"; }),
+                       "'1' is not a local rank of this node (0..0)");
   NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.monitor_interval = 0; }), "--monitor_interval");
   // Was: --nproc_per_node 100000 forked for minutes, deaf to SIGTERM.
   EXPECT_THROW(resolve_nproc_per_node("100000"), Error);
@@ -59,9 +69,35 @@ TEST(LauncherPieces, PlanRejectsBadFlags) {
                          "--master_addr node0.invalid does not resolve");
   LaunchOptions o;
   o.rdzv_endpoint = "10.1.2.3:1234";
+  o.rdzv_backend = "c10d";
+  o.rdzv_conf = "read_timeout=60,join_timeout=42.5";
+  o.start_method = "fork";
   LaunchPlan p = make_launch_plan(o);
   EXPECT_EQ(p.master_addr, "10.1.2.3");
   EXPECT_EQ(p.master_port, 1234);
+  EXPECT_EQ(p.rdzv_timeout, std::chrono::milliseconds(42500)) << "join_timeout is the rendezvous timeout";
+}
+
+TEST(LauncherPieces, PerRankStreamMapsAndConsoleFilter) {
+  EXPECT_EQ(parse_stream_map("3", "tee", 3), (std::vector<int>{3, 3, 3}));
+  EXPECT_EQ(parse_stream_map("0:3,2:1", "tee", 3), (std::vector<int>{3, 0, 1})) << "unlisted ranks: 0";
+  for (const char* bad : {"4", "x", "0:4", "0=3", "3:1", "-1:1", ""})
+    NANODDP_EXPECT_ERROR(parse_stream_map(bad, "redirects", 3), "--redirects");
+  LaunchOptions o;
+  o.nproc_per_node = "3";
+  o.redirects = "0:3";         // rank 0: files only
+  o.tee = "1:2";               // rank 1: stderr to both
+  o.local_ranks_filter = "0,1";  // rank 2 off the console
+  const LaunchPlan p = make_launch_plan(o);
+  ASSERT_EQ(p.routing.size(), 3u);
+  EXPECT_FALSE(p.log_dir.empty()) << "files without --log_dir go to a temporary folder";
+  EXPECT_FALSE(p.routing[0].console[0] || p.routing[0].console[1]);
+  EXPECT_TRUE(p.routing[0].file[0] && p.routing[0].file[1]);
+  EXPECT_TRUE(p.routing[1].console[0] && p.routing[1].console[1]);
+  EXPECT_TRUE(!p.routing[1].file[0] && p.routing[1].file[1]);
+  EXPECT_FALSE(p.routing[2].console[0] || p.routing[2].console[1]) << "filtered out";
+  EXPECT_FALSE(p.routing[2].any_file()) << "0 for rank 2: no file either";
+  std::filesystem::remove_all(p.log_dir);
 }
 
 TEST(LauncherPieces, EnvironmentMergeReplacesAndKeeps) {
@@ -90,6 +126,8 @@ TEST(LauncherPieces, EnvironmentMergeReplacesAndKeeps) {
   EXPECT_EQ(m["TORCHELASTIC_RESTART_COUNT"], "2");
   EXPECT_EQ(m["NANODDP_AGENT_STORE"], "1");
   EXPECT_EQ(m["OMP_NUM_THREADS"], "4");
+  EXPECT_EQ(m["ROLE_NAME"], "default");
+  EXPECT_EQ(m["TORCHELASTIC_RUN_ID"], "none");
 }
 
 TEST(LauncherPieces, RoutingFollowsTorchrunBits) {

@@ -10,6 +10,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -117,22 +118,93 @@ TEST(Launcher, OutputLinesArePrefixedAndWhole) {
         << p.out();
 }
 
+// The one folder of LOG_DIR whose name starts with `prefix` (Note [a log folder per launch]).
+std::vector<std::string> run_folders(const ScratchDir& dir, const std::string& prefix) {
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) found.push_back(e.path().string());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 TEST(Launcher, LogDirWithRedirectsAndTee) {
   ScratchDir dir("launcher_logs");
   // stdout only to the files, stderr to both.
-  Proc p(launch({"--standalone", "--nproc_per_node", "2", "--log_dir", dir.str(), "--redirects", "1", "--tee", "2"},
+  Proc p(launch({"--standalone", "--nproc_per_node", "2", "--log_dir", dir.str(), "--redirects", "1", "--tee", "2",
+                 "--rdzv_id", "job1"},
                 {"--lines", "3", "--err_lines", "2"}));
   ASSERT_EQ(p.wait_exit(), 0) << p.all();
   EXPECT_EQ(p.out().find("line 0 of rank"), std::string::npos) << "redirected stdout reached the console";
   EXPECT_NE(p.err().find("[rank 1]: errline 1 of rank 1"), std::string::npos) << p.err();
+  const auto runs = run_folders(dir, "job1_");
+  ASSERT_EQ(runs.size(), 1u);
   for (int r = 0; r < 2; r++) {
-    std::string log = read_file(dir.str("attempt_0/rank_" + std::to_string(r) + ".log"));
+    std::string log = read_file(runs[0] + "/attempt_0/rank_" + std::to_string(r) + ".log");
     for (int i = 0; i < 3; i++)
       EXPECT_NE(log.find(fmt::format("line {} of rank {}\n", i, r)), std::string::npos) << log;
     for (int i = 0; i < 2; i++)
       EXPECT_NE(log.find(fmt::format("errline {} of rank {}\n", i, r)), std::string::npos) << log;
     EXPECT_EQ(log.find("[rank"), std::string::npos) << "log files are not prefixed";
   }
+}
+
+// A folder reused by a smaller run: the new run gets a folder of its own, so none of its files is a
+// stale one from the earlier, larger run, and the earlier run's files are all still there.
+TEST(Launcher, AReusedLogDirKeepsRunsApartAndPerRankMapsRoute) {
+  ScratchDir dir("launcher_log_reuse");
+  Proc big(launch({"--standalone", "--nproc_per_node", "3", "--log_dir", dir.str()}, {"--lines", "1"}));
+  ASSERT_EQ(big.wait_exit(), 0) << big.all();
+  // rank 0: both streams to the file only; rank 1: 0, which with --log_dir means the console and
+  // the file (--log_dir alone tees); --local_ranks_filter 0 then keeps rank 1 off the console.
+  Proc small(launch({"--standalone", "--nproc_per_node", "2", "--log_dir", dir.str(), "--redirects", "0:3",
+                     "--tee", "1:0", "--local_ranks_filter", "0"},
+                    {"--lines", "2"}));
+  ASSERT_EQ(small.wait_exit(), 0) << small.all();
+  EXPECT_EQ(small.out().find("[rank 0]"), std::string::npos) << "rank 0 was redirected to its file";
+  EXPECT_EQ(small.out().find("[rank 1]"), std::string::npos) << "rank 1 was filtered off the console";
+  const auto runs = run_folders(dir, "none_");
+  ASSERT_EQ(runs.size(), 2u) << "one folder per launch";
+  int with_three = 0;
+  for (const auto& run : runs) {
+    const bool big_run = std::filesystem::exists(run + "/attempt_0/rank_2.log");
+    with_three += big_run;
+    if (!big_run) {
+      EXPECT_NE(read_file(run + "/attempt_0/rank_0.log").find("line 1 of rank 0"), std::string::npos);
+      EXPECT_NE(read_file(run + "/attempt_0/rank_1.log").find("line 1 of rank 1"), std::string::npos);
+      EXPECT_FALSE(std::filesystem::exists(run + "/attempt_0/rank_2.log"));
+    } else {
+      for (int r = 0; r < 3; r++)
+        EXPECT_NE(read_file(fmt::format("{}/attempt_0/rank_{}.log", run, r)).find(fmt::format("line 0 of rank {}", r)),
+                  std::string::npos) << "the earlier run's logs are kept";
+    }
+  }
+  EXPECT_EQ(with_three, 1);
+}
+
+// torchrun's habit: the command is a Python script (or -m module), run with python3, and the
+// workers see ROLE_NAME and TORCHELASTIC_RUN_ID.
+TEST(Launcher, PythonScriptsAndModulesRunUnderPython3) {
+  NANODDP_SKIP_UNLESS(!find_program("python3").empty(), "python3 is not on PATH");
+  ScratchDir dir("launcher_python");
+  std::ofstream(dir.str("show.py")) << "import os\nprint('py', os.environ['RANK'], os.environ['ROLE_NAME'], "
+                                       "os.environ['TORCHELASTIC_RUN_ID'])\n";
+  std::filesystem::create_directories(dir.path() / "pkg");
+  std::ofstream(dir.str("pkg/mod.py")) << "import os\nprint('mod', os.environ['RANK'])\n";
+  const std::string cd = "cd " + dir.str() + " && " + testing::nanoddp_binary();
+  auto script = testing::run_command(cd + " run --standalone --nproc_per_node 2 --role trainer --rdzv_id j7 show.py");
+  ASSERT_EQ(script.status, 0) << script.output;
+  for (int r = 0; r < 2; r++)
+    EXPECT_NE(script.output.find(fmt::format("[rank {}]: py {} trainer j7", r, r)), std::string::npos) << script.output;
+  auto module = testing::run_command(cd + " run --standalone --nproc_per_node 2 -m pkg.mod");
+  ASSERT_EQ(module.status, 0) << module.output;
+  EXPECT_NE(module.output.find("[rank 1]: mod 1"), std::string::npos) << module.output;
+  // --no_python: the file itself is the program, and it is not executable: one line saying how.
+  auto no_python = testing::run_command(cd + " run --standalone --no_python show.py");
+  EXPECT_EQ(no_python.status, 1) << no_python.output;
+  EXPECT_NE(no_python.output.find("python3 show.py"), std::string::npos) << no_python.output;
+  auto missing = testing::run_command(cd + " run --standalone missing.py");
+  EXPECT_EQ(missing.status, 1) << missing.output;
+  EXPECT_NE(missing.output.find("the script missing.py does not exist"), std::string::npos) << missing.output;
 }
 
 TEST(Launcher, NanoddpSubcommandRunsThisExecutable) {
