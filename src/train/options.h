@@ -139,7 +139,8 @@ struct TrainOptions {
     v(stage, "stage", "What this run is, recorded in its checkpoints: base, sft or rl");
     v(out, "out", "Output directory: metrics.jsonl and checkpoints/");
     v(seed, "seed", "Seed of the initial weights and the data order");
-    v(shuffle, "shuffle", "Shuffle training rows each epoch (seeded by seed and epoch)");
+    v(shuffle, "shuffle", "Shuffle training rows each epoch, seeded by seed and epoch (on by default; --shuffle=false "
+      "reads them in order)");
     v(eval_every, "eval_every", "Evaluate validation loss and bits per byte every N steps (-1 = only at the end)");
     v(eval_tokens, "eval_tokens", "Validation tokens per evaluation (over all ranks)");
     v(save_every, "save_every", "Save a checkpoint every N steps (-1 = only at the end)");
