@@ -106,5 +106,24 @@ TEST(Collectives, UnderMpirunToo) {
   }
 }
 
+// Under srun (Slurm): no Slurm here, so each rank is started with the variables srun sets for a
+// 2-task job on one node (comm/environment.h reads them; the store runs on the node list's first
+// host, as MASTER_PORT says).
+TEST(Collectives, UnderSrunsVariablesToo) {
+  const std::string port = std::to_string(testing::free_port());
+  auto srun_env = [&](int rank) {
+    return std::vector<std::string>{"SLURM_PROCID=" + std::to_string(rank), "SLURM_NTASKS=2",
+                                    "SLURM_LOCALID=" + std::to_string(rank), "SLURM_NTASKS_PER_NODE=2",
+                                    "SLURM_NODEID=0", "SLURM_JOB_NODELIST=localhost", "MASTER_PORT=" + port,
+                                    "MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK"};
+  };
+  Proc r0({NANODDP_COLLECTIVES}, srun_env(0)), r1({NANODDP_COLLECTIVES}, srun_env(1));
+  ASSERT_EQ(r0.wait_exit(60s), 0) << r0.all();
+  ASSERT_EQ(r1.wait_exit(60s), 0) << r1.all();
+  const std::string want = "/2: all_reduce sum 3, mean 1.5 | broadcast 42 | all_gather [1,2]";
+  EXPECT_NE(r0.out().find("rank 0" + want), std::string::npos) << r0.all();
+  EXPECT_NE(r1.out().find("rank 1" + want), std::string::npos) << r1.all();
+}
+
 }  // namespace
 }  // namespace nanoddp
