@@ -40,6 +40,44 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatmulTest,
                                            MatmulCase{33, 17, 65, true, false}, MatmulCase{64, 96, 40, true, true},
                                            MatmulCase{130, 3, 257, false, false}));
 
+// bf16 operands (Note [bf16 matmul on the CPU]): against the double-precision product of the very
+// bf16 values, so only accumulation and the final rounding can differ. Tolerances: an f32 result
+// sums k <= 257 products of f32-exact values in f32 (each addition within 2^-24 relative, so well
+// under k * 2^-24 ~ 1.5e-5 of the largest partial sums; in practice ~1e-6); a bf16 result is also
+// rounded once to 8 significant bits, half an ulp = 2^-9 ~ 2e-3 of each element, so 4e-3 of the
+// largest leaves room for both. A kernel that reads a transpose wrongly is off by O(1).
+class Bf16MatmulTest : public ::testing::TestWithParam<MatmulCase> {};
+
+Tensor to_bf16(const Tensor& f) {
+  Tensor t = Tensor::empty(f.shape(), DType::BF16);
+  ops::cast(t, f);
+  return t;
+}
+
+TEST_P(Bf16MatmulTest, MatchesTheReferenceOfItsBf16InputsIntoF32AndBf16) {
+  auto [m, n, k, ta, tb] = GetParam();
+  const Tensor a = to_bf16(randn(ta ? Shape{k, m} : Shape{m, k}, 11));
+  const Tensor b = to_bf16(randn(tb ? Shape{n, k} : Shape{k, n}, 12));
+  const auto product = reference::matmul(vec(a), ta, vec(b), tb, m, n, k);  // vec() widens bf16 exactly
+  for (bool bf16_out : {false, true}) {
+    for (auto [alpha, beta] : {std::pair{1.f, 0.f}, std::pair{0.5f, 2.f}}) {
+      Tensor c = randn({m, n}, 13);
+      if (bf16_out) c = to_bf16(c);
+      const auto c0 = vec(c);
+      ops::matmul(c, a, ta, b, tb, alpha, beta);
+      auto want = product;
+      for (size_t i = 0; i < want.size(); i++) want[i] = alpha * want[i] + beta * c0[i];
+      EXPECT_LT(max_rel_error(vec(c), want), bf16_out ? 4e-3 : 2e-5)
+          << (bf16_out ? "bf16" : "f32") << " out, alpha " << alpha << " beta " << beta;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Bf16MatmulTest,
+                         ::testing::Values(MatmulCase{1, 1, 1, false, false}, MatmulCase{7, 5, 3, false, true},
+                                           MatmulCase{33, 17, 65, true, false}, MatmulCase{64, 96, 40, true, true},
+                                           MatmulCase{130, 3, 257, false, false}));
+
 TEST(Embedding, ForwardGathersRowsAndBackwardScattersRepeats) {
   const int64_t v = 11, c = 70, n = 40;
   Tensor table = randn({v, c}, 4);

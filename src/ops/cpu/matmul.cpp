@@ -9,9 +9,13 @@
 
 #if NANODDP_HAVE_ONEDNN
 #include <dnnl.h>
+#include <dnnl.hpp>
 #endif
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "ops/cpu/kernels.h"
@@ -96,10 +100,101 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 #endif
 }
 
+// Note [bf16 matmul on the CPU]: bf16 operands, f32 accumulation, an f32 or bf16 result rounded
+// once at the end -- the contract of the CUDA path's cuBLASLt GEMMs (ops/cuda/matmul.h), so that a
+// bf16 model on the CPU rounds where it rounds on a GPU. oneDNN's matmul primitive runs it on
+// whatever the CPU has: AMX tiles (Sapphire Rapids), AVX512-BF16 dot products (Zen 4/5), or an
+// emulation on older CPUs. Creating a primitive JIT-compiles a kernel (~0.1-1 ms), so each is made
+// once per problem -- shapes, transposes, leading dimensions, output type, alpha and beta -- and
+// kept; a model has a few dozen. Transposes are strides of the memory descriptors; alpha is an
+// output scale and beta a sum post-op, as in BLAS. Without oneDNN the operands are widened to f32
+// for the portable kernel and the result rounded: slower, with the same rounding points.
+namespace {
+
+#if NANODDP_HAVE_ONEDNN
+class Bf16Matmuls {
+ public:
+  static Bf16Matmuls& get() {
+    static Bf16Matmuls instance;
+    return instance;
+  }
+
+  void run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+           const void* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_bf16) {
+    using dnnl::memory;
+    const Key key{m, n, k, trans_a, trans_b, lda, ldb, ldc, c_bf16, alpha, beta};
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      // Row-major [rows, cols] with leading dimension ld, read transposed or not.
+      auto operand = [](int64_t rows, int64_t cols, int64_t ld, bool trans, memory::data_type t) {
+        return trans ? memory::desc({rows, cols}, t, {1, ld}) : memory::desc({rows, cols}, t, {ld, 1});
+      };
+      const auto a_md = operand(m, k, lda, trans_a, memory::data_type::bf16);
+      const auto b_md = operand(k, n, ldb, trans_b, memory::data_type::bf16);
+      const auto c_md = memory::desc({m, n}, c_bf16 ? memory::data_type::bf16 : memory::data_type::f32, {ldc, 1});
+      dnnl::primitive_attr attr;
+      if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+      if (beta != 0.f) {
+        dnnl::post_ops po;
+        po.append_sum(beta);
+        attr.set_post_ops(po);
+      }
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine_);
+      it = cache_.emplace(key, Entry{dnnl::matmul(pd), a_md, b_md, c_md}).first;
+    }
+    Entry& e = it->second;
+    memory am(e.a, engine_, const_cast<void*>(a)), bm(e.b, engine_, const_cast<void*>(b)), cm(e.c, engine_, c);
+    e.prim.execute(stream_, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    stream_.wait();
+  }
+
+ private:
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, bool, float, float>;
+  struct Entry {
+    dnnl::matmul prim;
+    dnnl::memory::desc a, b, c;
+  };
+  Bf16Matmuls() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::mutex mutex_;
+  std::map<Key, Entry> cache_;
+};
+#endif
+
+void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
+               const bf16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_bf16) {
+  if (m == 0 || n == 0) return;
+#if NANODDP_HAVE_ONEDNN
+  Bf16Matmuls::get().run(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, c_bf16);
+#else
+  const int64_t a_rows = trans_a ? k : m, b_rows = trans_b ? n : k;
+  std::vector<float> af(size_t(a_rows * lda)), bf(size_t(b_rows * ldb)), cf(size_t(m * ldc));
+  for (size_t i = 0; i < af.size(); i++) af[i] = bf16_to_f32(a[i]);
+  for (size_t i = 0; i < bf.size(); i++) bf[i] = bf16_to_f32(b[i]);
+  if (c_bf16)
+    for (size_t i = 0; i < cf.size(); i++) cf[i] = bf16_to_f32(static_cast<const bf16*>(c)[i]);
+  float* out = c_bf16 ? cf.data() : static_cast<float*>(c);
+  sgemm(trans_a, trans_b, m, n, k, alpha, af.data(), lda, bf.data(), ldb, beta, out, ldc);
+  if (c_bf16)
+    for (size_t i = 0; i < cf.size(); i++) static_cast<bf16*>(c)[i] = f32_to_bf16(cf[i]);
+#endif
+}
+
+}  // namespace
+
 void CpuBackend::matmul(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha,
                         float beta) {
-  NANODDP_ASSERT(out.dtype() == DType::F32 && a.dtype() == DType::F32, "the CPU backend computes in f32");
   int64_t m = out.dim(0), n = out.dim(1), k = trans_a ? a.dim(0) : a.dim(1);
+  if (a.dtype() == DType::BF16) {
+    // See Note [bf16 matmul on the CPU].
+    NANODDP_ASSERT(out.dtype() == DType::F32 || out.dtype() == DType::BF16, "bf16 matmul writes f32 or bf16");
+    bf16_gemm(trans_a, trans_b, m, n, k, alpha, a.data<bf16>(), a.dim(1), b.data<bf16>(), b.dim(1), beta, out.raw(),
+              n, out.dtype() == DType::BF16);
+    return;
+  }
+  NANODDP_ASSERT(out.dtype() == DType::F32 && a.dtype() == DType::F32, "f32 operands need an f32 output on the CPU");
   sgemm(trans_a, trans_b, m, n, k, alpha, a.data<float>(), a.dim(1), b.data<float>(), b.dim(1), beta,
         out.data<float>(), n);
 }
