@@ -1,9 +1,11 @@
 // Single-process CPU training throughput: nanoddp against PyTorch 1.13 (Debian's python3-torch,
-// tools/torch_train_bench.py) on the same model, batch and thread count, measured in one run.
+// tools/torch_train_bench.py) on the same model, batch and thread count, measured in one run, in
+// f32 and in bf16 (ours: --dtype bf16; PyTorch: torch.autocast("cpu", bfloat16)).
 // The model is the one PyTorch 1.13 was measured on in docs/benchmarks.md: nanochat's GPT at depth 4 (model_dim 256, 2 heads), vocab 4096,
 // T 128, batch 16. Prints tokens/s, MFU against the sgemm peak measured here, the share of the
 // step spent in GEMMs and the GEMMs' own rate.
-//   build/bench/bench_train_cpu --threads 1,2 --optimizer adamw
+// MFU is against the GEMM peak of the row's dtype, measured here.
+//   build/bench/bench_train_cpu --threads 1,2 --optimizer adamw --dtype fp32,bf16
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -25,16 +27,18 @@ struct Args {
   std::vector<int> threads{1, 2};
   int depth = 4, vocab = 4096, seq = 128, batch = 16, steps = 20, warmup = 3;
   std::string optimizer = "adamw";
+  std::vector<std::string> dtypes{"fp32", "bf16"};
   bool torch = true;
   bool breakdown = false;
 };
 
-// The best sgemm rate over the model's GEMM shapes (the MFU denominator), at the current threads.
-double sgemm_peak() {
+// The best GEMM rate over the model's GEMM shapes (the MFU denominator), at the current threads,
+// with operands of type t (f32, or bf16 into f32).
+double gemm_peak(DType t) {
   const int64_t shapes[][3] = {{2048, 256, 256}, {2048, 1024, 256}, {2048, 4096, 256}, {1024, 1024, 1024}};
   double best = 0;
   for (auto& s : shapes) {
-    Tensor a = Tensor::zeros({s[0], s[2]}, DType::F32), b = Tensor::zeros({s[1], s[2]}, DType::F32),
+    Tensor a = Tensor::zeros({s[0], s[2]}, t), b = Tensor::zeros({s[1], s[2]}, t),
            c = Tensor::zeros({s[0], s[1]}, DType::F32);
     ops::fill(a, 0.5f);
     ops::fill(b, 0.25f);
@@ -51,9 +55,10 @@ struct Result {
   double tokens_per_s = 0, matmul_share = 0, matmul_flops_per_s = 0;
 };
 
-Result run_nanoddp(const Args& a) {
+Result run_nanoddp(const Args& a, DType act) {
   auto group = dist::make_single_rank_group(Device::cpu());
-  bench::StepBench run({.depth = a.depth, .vocab = a.vocab, .seq = a.seq, .batch = a.batch, .optimizer = a.optimizer},
+  bench::StepBench run({.depth = a.depth, .vocab = a.vocab, .seq = a.seq, .batch = a.batch, .act_dtype = act,
+                        .optimizer = a.optimizer},
                        *group);
   auto step = [&] { run.step(); };
   for (int i = 0; i < a.warmup; i++) step();
@@ -77,11 +82,11 @@ Result run_nanoddp(const Args& a) {
   return r;
 }
 
-Result run_torch(const Args& a, int threads) {
+Result run_torch(const Args& a, int threads, const std::string& dtype) {
   const std::string cmd = fmt::format(
       "OMP_NUM_THREADS={0} /usr/bin/python3 {1}/tools/torch_train_bench.py --depth {2} --vocab {3} --seq {4} "
-      "--batch {5} --steps {6} --warmup {7} --threads {0} --optimizer {8} 2>&1",
-      threads, NANODDP_SOURCE_DIR, a.depth, a.vocab, a.seq, a.batch, a.steps, a.warmup, a.optimizer);
+      "--batch {5} --steps {6} --warmup {7} --threads {0} --optimizer {8} --dtype {9} 2>&1",
+      threads, NANODDP_SOURCE_DIR, a.depth, a.vocab, a.seq, a.batch, a.steps, a.warmup, a.optimizer, dtype);
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -107,25 +112,38 @@ int main(int argc, char** argv) {
   app.add_option("--steps", a.steps, "Timed steps");
   app.add_option("--warmup", a.warmup, "Untimed steps first");
   app.add_option("--optimizer", a.optimizer, "adamw (AdamW everywhere) or muon (nanochat: Muon + AdamW)");
+  app.add_option("--dtype", a.dtypes, "Activation dtypes to measure: fp32, bf16")->delimiter(',');
   app.add_flag("!--no-torch", a.torch, "Skip the PyTorch baseline");
   app.add_flag("--breakdown", a.breakdown, "Print the time of every op");
   CLI11_PARSE(app, argc, argv);
+  for (const auto& d : a.dtypes)
+    if (d != "fp32" && d != "bf16") {
+      fmt::print(stderr, "--dtype: {} is not fp32 or bf16\n", d);
+      return 2;
+    }
   const auto config = model::GPTConfig::from_depth(a.depth, a.vocab, a.seq);
   const double flops_per_token = config.flops_per_token(a.seq);
   fmt::print("model: depth {} dim {} vocab {} T {} B {} ({:.2f}M params, {:.1f} MFLOP/token), optimizer {}\n",
              a.depth, config.n_embd, a.vocab, a.seq, a.batch, config.num_params() / 1e6, flops_per_token / 1e6,
              a.optimizer);
-  fmt::print("{:>7} | {:>12} | {:>12} | {:>10} | {:>6} | {:>10} | {:>12} | {:>12}\n", "threads", "sgemm peak",
-             "nanoddp tok/s", "MFU", "GEMM %", "GEMM/peak", "PyTorch tok/s", "nanoddp/PT");
+  fmt::print("{:>7} | {:>5} | {:>12} | {:>13} | {:>8} | {:>6} | {:>10} | {:>9} | {:>13} | {:>10}\n", "threads", "dtype",
+             "GEMM peak", "nanoddp tok/s", "MFU", "GEMM %", "GEMM/peak", "vs fp32", "PyTorch tok/s", "nanoddp/PT");
   for (int t : a.threads) {
     ops::set_cpu_threads(t);
-    const double peak = sgemm_peak();
-    const Result ours = run_nanoddp(a);
-    const Result theirs = a.torch ? run_torch(a, t) : Result{};
-    fmt::print("{:>7} | {:>7.1f} GF/s | {:>13.0f} | {:>9.1f}% | {:>5.1f}% | {:>9.1f}% | {:>13.0f} | {:>11.2f}x\n", t,
-               peak / 1e9, ours.tokens_per_s, 100 * flops_per_token * ours.tokens_per_s / peak,
-               100 * ours.matmul_share, 100 * ours.matmul_flops_per_s / peak, theirs.tokens_per_s,
-               theirs.tokens_per_s > 0 ? ours.tokens_per_s / theirs.tokens_per_s : 0.0);
+    double fp32_tokens = 0;
+    for (const auto& d : a.dtypes) {
+      const DType act = d == "bf16" ? DType::BF16 : DType::F32;
+      const double peak = gemm_peak(act);
+      const Result ours = run_nanoddp(a, act);
+      if (d == "fp32") fp32_tokens = ours.tokens_per_s;
+      const Result theirs = a.torch ? run_torch(a, t, d) : Result{};
+      fmt::print("{:>7} | {:>5} | {:>7.1f} GF/s | {:>13.0f} | {:>7.1f}% | {:>5.1f}% | {:>9.1f}% | {:>9} | {:>13.0f} | "
+                 "{:>9.2f}x\n",
+                 t, d, peak / 1e9, ours.tokens_per_s, 100 * flops_per_token * ours.tokens_per_s / peak,
+                 100 * ours.matmul_share, 100 * ours.matmul_flops_per_s / peak,
+                 fp32_tokens > 0 ? fmt::format("{:.2f}x", ours.tokens_per_s / fp32_tokens) : "-",
+                 theirs.tokens_per_s, theirs.tokens_per_s > 0 ? ours.tokens_per_s / theirs.tokens_per_s : 0.0);
+    }
   }
   return 0;
 }

@@ -2,7 +2,8 @@
 """PyTorch 1.13 (Debian python3-torch, CPU) training throughput of nanochat's GPT, the baseline of
 bench/train_cpu_bench.cpp. The model is tools/torch_golden.py's forward with autograd; the
 optimizer is torch.optim.AdamW on every parameter (--optimizer adamw) or nanochat's scheme, Muon
-for the block matrices and AdamW for the rest (--optimizer muon). Prints one JSON line."""
+for the block matrices and AdamW for the rest (--optimizer muon). --dtype bf16 runs the forward
+under torch.autocast("cpu", bfloat16), PyTorch's CPU mixed precision. Prints one JSON line."""
 import argparse
 import json
 import math
@@ -56,6 +57,8 @@ def main():
                           ("threads", 1)]:
         ap.add_argument("--" + name, type=int, default=default)
     ap.add_argument("--optimizer", default="adamw")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: the forward and loss under torch.autocast('cpu', torch.bfloat16)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     cfg, w = build(a.depth, a.vocab, a.seq)
@@ -70,8 +73,9 @@ def main():
     y = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
 
     def step():
-        logits = golden.forward(w, cfg, x)
-        loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            logits = golden.forward(w, cfg, x)
+            loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)).float(), y.view(-1))
         loss.backward()
         for o in opts:
             o.step()
@@ -84,7 +88,7 @@ def main():
     for _ in range(a.steps):
         step()
     dt = time.perf_counter() - t0
-    print(json.dumps({"tokens_per_s": a.batch * a.seq * a.steps / dt, "torch": torch.__version__,
+    print(json.dumps({"tokens_per_s": a.batch * a.seq * a.steps / dt, "torch": torch.__version__, "dtype": a.dtype,
                       "threads": torch.get_num_threads()}))
 
 

@@ -4,7 +4,8 @@
 //
 // Conventions:
 //  - Tensors are contiguous and row-major; shapes are given as [dims] in each comment.
-//  - "act" dtype: f32 on the CPU; f32 or bf16 on CUDA (bf16 for mixed precision). Statistics that
+//  - "act" dtype: f32 or bf16 (mixed precision) on either backend, computed in f32 and rounded where
+//    the result is stored. Statistics that
 //    backward needs (rstd, lse), losses and all optimizer tensors are always f32.
 //  - Outputs are overwritten unless a parameter says `accumulate` or `beta`.
 //  - Shapes and dtypes are checked here, once for every backend (a mismatch is a bug: it aborts).

@@ -81,6 +81,7 @@ struct TrainOptions {
   // runtime
   std::string device = "cpu";
   std::string backend = "auto";
+  std::string dtype = "auto";
   // 300 s, the store's default wait (rendezvous/store.h).
   double timeout = 300;
   int threads = 0;
@@ -161,6 +162,8 @@ struct TrainOptions {
     v(sample_prompt, "sample_prompt", "Prompt of the final sample");
     v(device, "device", "cpu or cuda");
     v(backend, "backend", "Process group: auto, gloo, mpi, nccl");
+    v(dtype, "dtype", "Activations and matmul inputs: fp32, bf16 (f32 accumulation, master weights, gradients and "
+      "optimizer state), or auto = fp32 on the CPU, bf16 on CUDA (also: float32, bfloat16)");
     v(timeout, "timeout", "Seconds before a collective or rendezvous that does not complete is an error");
     v(threads, "threads", "CPU threads per rank (0 = OMP_NUM_THREADS or all cores)");
     v(trace, "trace", "Write OUT/trace.json: every rank's data, forward, backward, gradient collectives and optimizer "

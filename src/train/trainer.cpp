@@ -183,6 +183,7 @@ class Trainer {
   // OUT/environment.json (rank 0; a collective for the host names): hardware and versions, for
   // `nanoddp report`.
   void write_environment();
+  std::string arithmetic_name() const;
   // --trace: gathers every rank's events and rank 0 writes OUT/trace.json (a collective).
   void write_trace();
 
@@ -242,9 +243,7 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
     const char* local = std::getenv("LOCAL_WORLD_SIZE");
     check_fits_in_memory(plan_.config, opts, local != nullptr ? std::max(1, std::atoi(local)) : 1);
   }
-  // bf16 activations on a GPU (nanochat's autocast); f32 on the CPU.
-  const DType act = device_.is_cuda() ? DType::BF16 : DType::F32;
-  model_ = std::make_unique<model::GPT>(plan_.config, device_, act);
+  model_ = std::make_unique<model::GPT>(plan_.config, device_, activation_dtype(opts.dtype, device_));
   model_->init_weights(opts.seed);
   // Muon orthogonalises each matrix whole, so with --zero no matrix may be split across ranks.
   ddp::ReducerOptions ro{.zero = static_cast<int>(opts.zero),
@@ -597,6 +596,15 @@ void Trainer::sample() {
   log::print0("sample: {}{}", opts_.sample_prompt, tokenizer_->decode(ids));
 }
 
+// "f32", or "bf16" with how this device computes it: a CPU without bf16 instructions still runs a
+// bf16 model (oneDNN emulates the products), and the header says so once.
+std::string Trainer::arithmetic_name() const {
+  if (model_->act_dtype() != DType::BF16) return "f32";
+  if (device_.is_cuda()) return "bf16";
+  const std::string how = bf16_matmul_hardware(host_info());
+  return how.starts_with("emulated") ? "bf16 " + how : "bf16 on " + how;
+}
+
 void Trainer::write_environment() {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
@@ -610,7 +618,7 @@ void Trainer::write_environment() {
                         {"cpu", machine.cpu_model},
                         {"bf16 matmul", bf16_matmul_hardware(machine)},
                         {"threads per rank", ops::cpu_threads()},
-                        {"arithmetic", model_->act_dtype() == DType::BF16 ? "bf16 activations, f32 master weights" : "f32"},
+                        {"arithmetic", arithmetic_name()},
                         {"mfu peak", peak_.flops > 0 ? fmt::format("{:.4g} TFLOP/s ({})", peak_.flops / 1e12, peak_.what)
                                                      : peak_.what}};
   if (device_.is_cuda()) env["gpu"] = cuda_device_name(device_.index);
@@ -692,9 +700,9 @@ TrainResult Trainer::run() {
                 opts_.zero, group_.backend_name());
   } else {
     log::print0("batch: {} tokens/step = {} ranks x {} rows x {} tokens x {} accumulation | {} steps | {} threads/rank "
-                "| optimizer {} zero {} | backend {} | {} arithmetic | mfu peak: {}", plan_.tokens_per_step,
+                "| optimizer {} zero {} | backend {} | arithmetic: {} | mfu peak: {}", plan_.tokens_per_step,
                 group_.size(), opts_.device_batch_size, opts_.max_seq_len, plan_.grad_accum, n, ops::cpu_threads(),
-                opts_.optimizer, opts_.zero, group_.backend_name(), model_->act_dtype() == DType::BF16 ? "bf16" : "f32",
+                opts_.optimizer, opts_.zero, group_.backend_name(), arithmetic_name(),
                 peak_.flops > 0 ? fmt::format("{:.4g} TFLOP/s per device ({})", peak_.flops / 1e12, peak_.what)
                                 : peak_.what);
   }

@@ -69,6 +69,10 @@ void validate_options(const TrainOptions& o) {
                 o.optimizer);
   NANODDP_CHECK(o.muon_precision == "bf16" || o.muon_precision == "f32", "--muon_precision must be bf16 or f32 "
                 "(got '{}')", o.muon_precision);
+  const bool half = o.dtype == "fp16" || o.dtype == "float16";
+  NANODDP_CHECK(!half, "--dtype {}: fp16 with loss scaling is not implemented yet; use bf16 (no loss scaling "
+                "needed) or fp32", o.dtype);
+  activation_dtype(o.dtype, Device::cpu());  // the name's check
   NANODDP_CHECK(o.zero >= 0 && o.zero <= 2, "--zero must be 0, 1 or 2 (got {})", o.zero);
   finite_non_negative(o.embedding_lr, "embedding_lr");
   finite_non_negative(o.unembedding_lr, "unembedding_lr");
@@ -108,6 +112,14 @@ void validate_options(const TrainOptions& o) {
   // weights come from the checkpoint resumed); only train's own --init_from conflicts with --resume.
   NANODDP_CHECK(o.init_from.empty() || o.resume.empty() || o.stage != "base", "--init_from starts a new run and "
                 "--resume continues one: give one of them");
+}
+
+// nanochat's and PyTorch's names (bfloat16, float32) are accepted too.
+DType activation_dtype(const std::string& dtype, Device device) {
+  if (dtype == "bf16" || dtype == "bfloat16") return DType::BF16;
+  if (dtype == "fp32" || dtype == "float32" || dtype == "f32") return DType::F32;
+  NANODDP_CHECK(dtype == "auto", "--dtype must be auto, fp32 or bf16 (got '{}')", dtype);
+  return device.is_cuda() ? DType::BF16 : DType::F32;
 }
 
 double estimate_rank_bytes(const model::GPTConfig& c, const TrainOptions& o) {

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
+#include "core/device.h"
+#include "core/dtype.h"
 #include "model/config.h"
 #include "train/options.h"
 
@@ -12,6 +15,10 @@ namespace nanoddp::train {
 
 // Throws nanoddp::Error on the first invalid flag.
 void validate_options(const TrainOptions& opts);
+
+// The activation dtype --dtype names on this device: auto is bf16 on CUDA (nanochat's autocast) and
+// fp32 on the CPU.
+DType activation_dtype(const std::string& dtype, Device device);
 
 // Bytes one rank needs for this model and micro-batch on the CPU, roughly (weights, gradients,
 // optimizer state, activations kept for the backward, logits): for refusing a model that cannot

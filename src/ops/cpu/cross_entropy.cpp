@@ -11,57 +11,68 @@
 
 namespace nanoddp::ops::cpu {
 
-void CpuBackend::softcap_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab,
-                           float softcap, float grad_scale) {
-  const int64_t n = logits.dim(0), vpad = logits.dim(1);
-  float* pl = logits.data<float>();
-  const int32_t* pt = targets.data<int32_t>();
-  float* ploss = losses.data<float>();
-  const float inv_cap = 1.f / softcap;
-  for (int64_t i = 0; i < n; i++)
-    NANODDP_CHECK(pt[i] == -1 || (pt[i] >= 0 && pt[i] < vocab), "target id {} at position {} is outside [0, {})",
-                  pt[i], i, vocab);
+void CpuBackend::softcap_cross_entropy(const Tensor& losses, const Tensor& logits, const Tensor& targets,
+                                       int64_t vocab, float softcap, float grad_scale) {
+  with_act_type(logits.dtype(), [&](auto tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const int64_t n = logits.dim(0), vpad = logits.dim(1);
+    T* pl = logits.data<T>();
+    const int32_t* pt = targets.data<int32_t>();
+    float* ploss = losses.data<float>();
+    const float inv_cap = 1.f / softcap;
+    for (int64_t i = 0; i < n; i++)
+      NANODDP_CHECK(pt[i] == -1 || (pt[i] >= 0 && pt[i] < vocab), "target id {} at position {} is outside [0, {})",
+                    pt[i], i, vocab);
 
 #pragma omp parallel
-  {
-    thread_local std::vector<float> z_buf;
-    if (z_buf.size() < static_cast<size_t>(vocab)) z_buf.resize(vocab);
-    float* z = z_buf.data();
+    {
+      thread_local std::vector<float> z_buf;
+      if (z_buf.size() < static_cast<size_t>(vocab)) z_buf.resize(vocab);
+      float* z = z_buf.data();
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-      float* row = pl + i * vpad;
-      const int32_t target = pt[i];
-      if (target < 0) {
-        ploss[i] = 0.f;
-        if (grad_scale != 0.f) std::fill(row, row + vpad, 0.f);
-        continue;
-      }
-      float mx = -INFINITY;
-      // A local and a ternary, not std::max (Note [vectorised max] in elementwise.cpp): 10x faster.
+      for (int64_t i = 0; i < n; i++) {
+        T* row = pl + i * vpad;
+        const int32_t target = pt[i];
+        if (target < 0) {
+          ploss[i] = 0.f;
+          if (grad_scale != 0.f)
+            for (int64_t j = 0; j < vpad; j++) store(row, j, 0.f);
+          continue;
+        }
+        float mx = -INFINITY;
+        // A local and a ternary, not std::max (Note [vectorised max] in elementwise.cpp): 10x faster.
 #pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < vocab; j++) {
-        const float zj = softcap * fast_tanh(row[j] * inv_cap);
-        z[j] = zj;
-        mx = mx > zj ? mx : zj;
-      }
-      float sum = 0;
+        for (int64_t j = 0; j < vocab; j++) {
+          const float zj = softcap * fast_tanh(load(row, j) * inv_cap);
+          z[j] = zj;
+          mx = mx > zj ? mx : zj;
+        }
+        float sum = 0;
 #pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < vocab; j++) sum += fast_exp(z[j] - mx);
-      const float lse = mx + std::log(sum);
-      ploss[i] = lse - z[target];
-      if (grad_scale == 0.f) continue;
-      const float inv_sum = 1.f / sum;
+        for (int64_t j = 0; j < vocab; j++) sum += fast_exp(z[j] - mx);
+        const float lse = mx + std::log(sum);
+        ploss[i] = lse - z[target];
+        if (grad_scale == 0.f) continue;
+        const float inv_sum = 1.f / sum, t_target = z[target] * inv_cap;
+        // The gradient is computed in f32 (in place of z for bf16 logits, which are then rounded once
+        // each) and the target's term subtracted before any rounding.
+        float* g;
+        if constexpr (std::is_same_v<T, float>) g = row; else g = z;
 #pragma omp simd
-      for (int64_t j = 0; j < vocab; j++) {
-        float prob = fast_exp(z[j] - mx) * inv_sum;
-        float t = z[j] * inv_cap;
-        row[j] = grad_scale * prob * (1.f - t * t);
+        for (int64_t j = 0; j < vocab; j++) {
+          const float prob = fast_exp(z[j] - mx) * inv_sum;
+          const float t = z[j] * inv_cap;
+          g[j] = grad_scale * prob * (1.f - t * t);
+        }
+        g[target] -= grad_scale * (1.f - t_target * t_target);
+        if constexpr (!std::is_same_v<T, float>) {
+#pragma omp simd
+          for (int64_t j = 0; j < vocab; j++) store(row, j, g[j]);
+        }
+        for (int64_t j = vocab; j < vpad; j++) store(row, j, 0.f);
       }
-      float t = z[target] * inv_cap;
-      row[target] -= grad_scale * (1.f - t * t);
-      std::fill(row + vocab, row + vpad, 0.f);
     }
-  }
+  });
 }
 
 }  // namespace nanoddp::ops::cpu

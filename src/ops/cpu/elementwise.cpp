@@ -1,4 +1,5 @@
-// Elementwise kernels: fill, scale, axpy, casts, relu^2.
+// Elementwise kernels: fill, scale, axpy, casts, relu^2, over f32 or bf16 storage (Note [bf16
+// activations on the CPU] in kernels.h).
 //
 // Note [vectorised max]: in these loops max(x, 0) is written `x > 0.f ? x : 0.f`, not std::max.
 // std::max returns a reference that may point at the temporary 0.f, and GCC 12 then does not
@@ -13,19 +14,23 @@
 namespace nanoddp::ops::cpu {
 
 void CpuBackend::fill(const Tensor& x, float value) {
-  NANODDP_ASSERT(x.dtype() == DType::F32);
-  float* p = x.data<float>();
-  int64_t n = x.numel();
+  with_act_type(x.dtype(), [&](auto tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    T* p = x.data<T>();
+    const int64_t n = x.numel();
 #pragma omp parallel for simd if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; i++) p[i] = value;
+    for (int64_t i = 0; i < n; i++) store(p, i, value);
+  });
 }
 
 void CpuBackend::scale(const Tensor& x, float s) {
-  NANODDP_ASSERT(x.dtype() == DType::F32);
-  float* p = x.data<float>();
-  int64_t n = x.numel();
+  with_act_type(x.dtype(), [&](auto tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    T* p = x.data<T>();
+    const int64_t n = x.numel();
 #pragma omp parallel for simd if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; i++) p[i] *= s;
+    for (int64_t i = 0; i < n; i++) store(p, i, load(p, i) * s);
+  });
 }
 
 void CpuBackend::sum_squares(const Tensor& out, const Tensor& x) {
@@ -47,12 +52,14 @@ void CpuBackend::sum_squares(const Tensor& out, const Tensor& x) {
 }
 
 void CpuBackend::axpy(const Tensor& y, const Tensor& x, float alpha) {
-  NANODDP_ASSERT(y.dtype() == DType::F32);
-  float* py = y.data<float>();
-  const float* px = x.data<float>();
-  int64_t n = y.numel();
+  with_act_type(y.dtype(), [&](auto tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    T* py = y.data<T>();
+    const T* px = x.data<T>();
+    const int64_t n = y.numel();
 #pragma omp parallel for simd if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; i++) py[i] += alpha * px[i];
+    for (int64_t i = 0; i < n; i++) store(py, i, load(py, i) + alpha * load(px, i));
+  });
 }
 
 void CpuBackend::cast(const Tensor& dst, const Tensor& src) {
@@ -73,23 +80,33 @@ void CpuBackend::cast(const Tensor& dst, const Tensor& src) {
 }
 
 void CpuBackend::relu2_forward(const Tensor& y, const Tensor& x) {
-  float* py = y.data<float>();
-  const float* px = x.data<float>();
-  int64_t n = x.numel();
+  with_act_type(x.dtype(), [&](auto tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    T* py = y.data<T>();
+    const T* px = x.data<T>();
+    const int64_t n = x.numel();
 #pragma omp parallel for simd if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; i++) {
-    const float r = px[i] > 0.f ? px[i] : 0.f;
-    py[i] = r * r;
-  }
+    for (int64_t i = 0; i < n; i++) {
+      const float v = load(px, i), r = v > 0.f ? v : 0.f;
+      store(py, i, r * r);
+    }
+  });
 }
 
+// dx may alias dy (the model does it in place).
 void CpuBackend::relu2_backward(const Tensor& dx, const Tensor& dy, const Tensor& x) {
-  float* pdx = dx.data<float>();
-  const float* pdy = dy.data<float>();
-  const float* px = x.data<float>();
-  int64_t n = x.numel();
+  with_act_type(x.dtype(), [&](auto tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    T* pdx = dx.data<T>();
+    const T* pdy = dy.data<T>();
+    const T* px = x.data<T>();
+    const int64_t n = x.numel();
 #pragma omp parallel for simd if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; i++) pdx[i] = pdy[i] * 2.f * (px[i] > 0.f ? px[i] : 0.f);
+    for (int64_t i = 0; i < n; i++) {
+      const float v = load(px, i);
+      store(pdx, i, load(pdy, i) * 2.f * (v > 0.f ? v : 0.f));
+    }
+  });
 }
 
 }  // namespace nanoddp::ops::cpu

@@ -1,6 +1,13 @@
-// The CPU backend's kernels (see ops/ops.h for the semantics of each op), f32 activations, and the
-// helpers they share.
+// The CPU backend's kernels (see ops/ops.h for the semantics of each op) and the helpers they share.
+//
+// Note [bf16 activations on the CPU]: activations ("act" tensors) are f32 or bf16. A kernel is
+// written once over its storage type T: it loads T into f32, computes in f32 and rounds once when
+// it stores a T -- the rounding points of the CUDA kernels, so that a bf16 model on the CPU is the
+// reference for the same model on a GPU. Statistics (rstd, lse), losses, gradients of parameters
+// and optimizer state stay f32 whatever the activations are.
 #pragma once
+
+#include <type_traits>
 
 #include "ops/backend.h"
 
@@ -17,6 +24,22 @@ class CpuBackend final : public Backend {
 // Row-major sgemm on raw pointers (leading dimensions in elements), shared by the kernels above.
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// Loads and stores of an activation element, in f32. GCC vectorises both for bf16 (shifts and an
+// add on 32-bit lanes), so one loop body serves both storage types.
+inline float load(const float* p, int64_t i) { return p[i]; }
+inline float load(const bf16* p, int64_t i) { return bf16_to_f32(p[i]); }
+inline void store(float* p, int64_t i, float v) { p[i] = v; }
+inline void store(bf16* p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
+
+// Calls fn with a null pointer of the tensor's activation element type (float* or bf16*): the
+// kernels are templates over it, `[&](auto tag) { using T = std::remove_pointer_t<decltype(tag)>; }`.
+template <typename Fn>
+decltype(auto) with_act_type(DType t, Fn&& fn) {
+  if (t == DType::BF16) return fn(static_cast<bf16*>(nullptr));
+  NANODDP_ASSERT(t == DType::F32, "activations are f32 or bf16, not {}", dtype_name(t));
+  return fn(static_cast<float*>(nullptr));
+}
 
 // Elementwise loops below this many elements run on one thread (a parallel region costs ~1 us).
 inline constexpr int64_t kParallelGrain = 1 << 14;

@@ -2,7 +2,7 @@
 //  - f32 on CUDA against f32 on the CPU: logits, loss and every gradient agree to f32 rounding;
 //  - bf16 activations on CUDA (the training configuration) against f32 on the CPU: within the
 //    stated bf16 tolerances, on a config whose attention runs the flash kernels (head_dim 128,
-//    grouped-query);
+//    grouped-query); and against bf16 on the CPU, within half those tolerances;
 //  - a 200-step training run (Muon + AdamW, bf16 Newton-Schulz) on both: matching loss curves;
 //  - two GPU runs of the same training: the same bits;
 //  - KV-cache inference on the GPU against the CPU.
@@ -98,6 +98,19 @@ TEST(CudaModel, Bf16OnTheGpuMatchesTheCpuWithinBf16Tolerance) {
   const Batch batch = random_batch(2, 128, 300, 12);
   compare(run_model(testing::gpu(), DType::BF16, batch), run_model(Device::cpu(), DType::F32, batch), 3e-2, 1e-2,
           6e-2);
+}
+
+// The CPU computes bf16 at the CUDA kernels' rounding points (--dtype bf16; Note [bf16 activations
+// on the CPU] in ops/cpu/kernels.h), so CPU-bf16 is the reference of GPU-bf16, closer than f32 is.
+// What still differs: GEMM summation order (which flips some bf16 roundings) and the flash
+// kernels' rounding of unnormalised probabilities. Half the tolerances above; measured on the CPU,
+// bf16 against f32 on this configuration is 1.1e-2 (logits) and 2.2e-2 (worst gradient), so a GPU
+// that is no closer to CPU-bf16 than to f32 fails. Not yet run on a GPU (issue 10).
+TEST(CudaModel, Bf16OnTheGpuMatchesBf16OnTheCpuCloserThanF32) {
+  NANODDP_REQUIRE_GPU();
+  const Batch batch = random_batch(2, 128, 300, 12);
+  compare(run_model(testing::gpu(), DType::BF16, batch), run_model(Device::cpu(), DType::BF16, batch), 1.5e-2, 5e-3,
+          3e-2);
 }
 
 // Inference with a KV cache: a 5-token prompt, then single tokens, each step's last-position
