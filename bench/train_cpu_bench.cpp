@@ -112,13 +112,13 @@ int main(int argc, char** argv) {
   app.add_option("--steps", a.steps, "Timed steps");
   app.add_option("--warmup", a.warmup, "Untimed steps first");
   app.add_option("--optimizer", a.optimizer, "adamw (AdamW everywhere) or muon (nanochat: Muon + AdamW)");
-  app.add_option("--dtype", a.dtypes, "Activation dtypes to measure: fp32, bf16")->delimiter(',');
+  app.add_option("--dtype", a.dtypes, "Activation dtypes to measure: fp32, bf16, fp16")->delimiter(',');
   app.add_flag("!--no-torch", a.torch, "Skip the PyTorch baseline");
   app.add_flag("--breakdown", a.breakdown, "Print the time of every op");
   CLI11_PARSE(app, argc, argv);
   for (const auto& d : a.dtypes)
-    if (d != "fp32" && d != "bf16") {
-      fmt::print(stderr, "--dtype: {} is not fp32 or bf16\n", d);
+    if (d != "fp32" && d != "bf16" && d != "fp16") {
+      fmt::print(stderr, "--dtype: {} is not fp32, bf16 or fp16\n", d);
       return 2;
     }
   const auto config = model::GPTConfig::from_depth(a.depth, a.vocab, a.seq);
@@ -132,11 +132,13 @@ int main(int argc, char** argv) {
     ops::set_cpu_threads(t);
     double fp32_tokens = 0;
     for (const auto& d : a.dtypes) {
-      const DType act = d == "bf16" ? DType::BF16 : DType::F32;
-      const double peak = gemm_peak(act);
+      const DType act = d == "bf16" ? DType::BF16 : d == "fp16" ? DType::F16 : DType::F32;
+      // fp16's GEMMs run in f32 (f16 operands widened): its peak is f32's.
+      const double peak = gemm_peak(act == DType::F16 ? DType::F32 : act);
       const Result ours = run_nanoddp(a, act);
       if (d == "fp32") fp32_tokens = ours.tokens_per_s;
-      const Result theirs = a.torch ? run_torch(a, t, d) : Result{};
+      // PyTorch 1.13 has no fp16 autocast on the CPU: no baseline for fp16.
+      const Result theirs = a.torch && d != "fp16" ? run_torch(a, t, d) : Result{};
       fmt::print("{:>7} | {:>5} | {:>7.1f} GF/s | {:>13.0f} | {:>7.1f}% | {:>5.1f}% | {:>9.1f}% | {:>9} | {:>13.0f} | "
                  "{:>9.2f}x\n",
                  t, d, peak / 1e9, ours.tokens_per_s, 100 * flops_per_token * ours.tokens_per_s / peak,

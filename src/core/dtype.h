@@ -1,4 +1,4 @@
-// Element types and the bf16 <-> fp32 conversions every backend agrees on.
+// Element types and the bf16/fp16 <-> fp32 conversions every backend agrees on.
 // Included by core/tensor.h, so every layer sees it. The CPU kernels round with these functions;
 // the CUDA kernels use the hardware casts, which round the same way.
 #pragma once
@@ -10,7 +10,7 @@
 
 namespace nanoddp {
 
-enum class DType : uint8_t { F32, BF16, I32, U16, U32, U8, F64, I64 };
+enum class DType : uint8_t { F32, BF16, I32, U16, U32, U8, F64, I64, F16 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -22,6 +22,7 @@ constexpr size_t dtype_size(DType t) {
     case DType::U8: return 1;
     case DType::F64: return 8;
     case DType::I64: return 8;
+    case DType::F16: return 2;
   }
   // Unreachable for valid values; here for compilers that warn about a missing return.
   return 0;
@@ -37,6 +38,7 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::U8: return "u8";
     case DType::F64: return "f64";
     case DType::I64: return "i64";
+    case DType::F16: return "f16";
   }
   return "?";
 }
@@ -62,11 +64,52 @@ inline float bf16_to_f32(bf16 x) { return std::bit_cast<float>(static_cast<uint3
 // x rounded to the nearest bf16 value, kept in fp32 (used to emulate bf16 arithmetic on the CPU).
 inline float round_to_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
+// IEEE fp16 (binary16) as stored: 1 sign, 5 exponent, 10 mantissa bits; largest finite 65504.
+struct f16 {
+  uint16_t bits;
+};
+
+// Round to nearest even, as PyTorch's and CUDA's fp32 -> fp16 casts do: values beyond 65504 (after
+// rounding) become infinity -- the overflow that dynamic loss scaling watches for -- small values
+// become subnormal or zero, NaN stays a quiet NaN. Written out rather than _Float16, which not every
+// compiler that includes this header (nvcc's host pass) takes.
+inline f16 f32_to_f16(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return f16{static_cast<uint16_t>(sign | 0x7e00u)};  // NaN
+  if (a >= 0x477ff000u) return f16{static_cast<uint16_t>(sign | 0x7c00u)};  // rounds to >= 65520: infinity
+  if (a < 0x38800000u) {
+    // Below 2^-14: a subnormal fp16, m * 2^-24. Adding 0.5 in f32 shifts the mantissa into place and
+    // rounds it to nearest even in the FPU.
+    const float shifted = std::bit_cast<float>(a) + 0.5f;
+    return f16{static_cast<uint16_t>(sign | (std::bit_cast<uint32_t>(shifted) - 0x3f000000u))};
+  }
+  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits to nearest even;
+  // a carry out of the mantissa correctly bumps the exponent.
+  const uint32_t rounded = a + 0x0fffu + ((a >> 13) & 1u) - 0x38000000u;
+  return f16{static_cast<uint16_t>(sign | (rounded >> 13))};
+}
+
+inline float f16_to_f32(f16 h) {
+  const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16;
+  const uint32_t e = (h.bits >> 10) & 0x1fu, m = h.bits & 0x3ffu;
+  if (e == 0) {  // zero or subnormal: m * 2^-24, exact in f32
+    const float v = static_cast<float>(m) * 5.9604644775390625e-08f;
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(v) | sign);
+  }
+  if (e == 31) return std::bit_cast<float>(sign | 0x7f800000u | (m << 13));  // inf or NaN
+  return std::bit_cast<float>(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+inline float round_to_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
+
 // The DType of a C++ element type; Tensor::data<T>() checks against it.
 template <typename T>
 constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::F32; }
 template <> constexpr DType dtype_of<bf16>() { return DType::BF16; }
+template <> constexpr DType dtype_of<f16>() { return DType::F16; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::I32; }
 template <> constexpr DType dtype_of<uint16_t>() { return DType::U16; }
 template <> constexpr DType dtype_of<uint32_t>() { return DType::U32; }

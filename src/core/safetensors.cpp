@@ -19,7 +19,7 @@ namespace {
 
 // The format's dtype spellings (upper case, unlike dtype_name()) for every DType.
 const std::pair<DType, const char*> kDTypeNames[] = {
-    {DType::F32, "F32"}, {DType::BF16, "BF16"}, {DType::I32, "I32"}, {DType::U16, "U16"},
+    {DType::F32, "F32"}, {DType::BF16, "BF16"}, {DType::F16, "F16"}, {DType::I32, "I32"}, {DType::U16, "U16"},
     {DType::U32, "U32"}, {DType::U8, "U8"},     {DType::F64, "F64"}, {DType::I64, "I64"}};
 
 const char* st_name(DType t) {

@@ -52,16 +52,38 @@ Optimizer::Optimizer(model::ParameterSet& model, Reducer& reducer, const Optimiz
   }
 }
 
-void Optimizer::clip_gradients() {
+std::vector<Tensor> Optimizer::owned_gradients() {
   auto& params = model_.parameters();
-  // Each rank sums the squares of the gradient pieces it updates; sharded (--zero), those are
-  // disjoint and the sums are added over the ranks; replicated, every rank owns them all.
-  const Device device = params[0].grad.device();
-  Tensor partial = Tensor::empty({1}, DType::F32, device);
   std::vector<Tensor> regions;
   for (const MuonMatrix& mm : muon_) regions.push_back(params[mm.param].grad);
   for (const AdamPiece& a : adam_) regions.push_back(params[a.param].grad.view({params[a.param].grad.numel()})
                                                         .region(a.offset, {a.numel}));
+  return regions;
+}
+
+bool Optimizer::unscale_and_check(float inv_scale) {
+  const std::vector<Tensor> regions = owned_gradients();
+  const Device device = model_.parameters()[0].grad.device();
+  Tensor partial = Tensor::empty({1}, DType::F32, device);
+  // A sum of squares is finite exactly when every element is (short of overflowing 3e38, which a
+  // gradient worth keeping does not reach): one reduction per piece instead of a separate scan.
+  std::vector<double> found{0};
+  for (const Tensor& g : regions) {
+    ops::scale(g, inv_scale);
+    ops::sum_squares(partial, g);
+    const float s = (device.is_cpu() ? partial : partial.copy_to(Device::cpu())).data<float>()[0];
+    if (!std::isfinite(s)) found[0] = 1;
+  }
+  dist::allreduce_scalars(reducer_.group(), found, dist::ReduceOp::Max);
+  return found[0] == 0;
+}
+
+void Optimizer::clip_gradients() {
+  // Each rank sums the squares of the gradient pieces it updates; sharded (--zero), those are
+  // disjoint and the sums are added over the ranks; replicated, every rank owns them all.
+  const Device device = model_.parameters()[0].grad.device();
+  Tensor partial = Tensor::empty({1}, DType::F32, device);
+  const std::vector<Tensor> regions = owned_gradients();
   std::vector<double> sum{0};
   for (const Tensor& g : regions) {
     ops::sum_squares(partial, g);

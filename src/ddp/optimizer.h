@@ -43,6 +43,12 @@ class Optimizer {
   // `momentum`; then (sharded) gathers the parameters and refreshes the model's compute copies.
   void step(double lr_multiplier, double momentum);
 
+  // Dynamic loss scaling (fp16; torch.cuda.amp.GradScaler's unscale_ and inf check): multiplies the
+  // gradients this rank updates by inv_scale and returns whether every rank's are finite. The flag
+  // is all-reduced with MAX over the group whatever the sharding, so all ranks skip the same step.
+  // Collective: every rank calls it.
+  bool unscale_and_check(float inv_scale);
+
   int64_t steps_taken() const { return adam_step_; }
   // The gradients' global L2 norm before clipping in the last step (computed only with grad_clip).
   double last_grad_norm() const { return last_grad_norm_; }
@@ -69,6 +75,8 @@ class Optimizer {
   // With grad_clip: scales the gradients this rank updates so that the global norm is at most
   // grad_clip (torch.nn.utils.clip_grad_norm_'s rule).
   void clip_gradients();
+  // The gradient pieces this rank updates: whole Muon matrices and the AdamW pieces of its shard.
+  std::vector<Tensor> owned_gradients();
   double last_grad_norm_ = 0;
 
   model::ParameterSet& model_;

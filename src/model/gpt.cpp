@@ -45,8 +45,8 @@ int64_t count_targets(const Tensor& targets) {
 GPT::GPT(const GPTConfig& config, Device device, DType act_dtype)
     : config_(config), device_(device), act_dtype_(act_dtype) {
   config_.validate();
-  NANODDP_CHECK(act_dtype == DType::F32 || act_dtype == DType::BF16, "activations are f32 or bf16, not {}",
-                dtype_name(act_dtype));
+  NANODDP_CHECK(act_dtype == DType::F32 || act_dtype == DType::BF16 || act_dtype == DType::F16,
+                "activations are f32, bf16 or f16, not {}", dtype_name(act_dtype));
   const int64_t c = config_.n_embd, ckv = config_.kv_dim(), vp = config_.padded_vocab();
   auto add = [&](std::string name, ParamKind kind, Shape shape) {
     Parameter p{std::move(name), kind, Tensor::zeros(shape, DType::F32, device),

@@ -9,7 +9,7 @@ namespace nanoddp::ops {
 
 namespace {
 
-bool is_float(DType t) { return t == DType::F32 || t == DType::BF16; }
+bool is_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
 
 void same_device(const Tensor& a, const Tensor& b) {
   NANODDP_ASSERT(a.device() == b.device(), "tensors on {} and {}", a.device().str(), b.device().str());

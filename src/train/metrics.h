@@ -9,6 +9,9 @@
 //     datasheet peak or --peak_flops; absent when neither is known, e.g. on a CPU);
 //   RL: reward (mean over the step's samples), sampled_tokens, sample_tokens_per_s, trained_tokens,
 //     sample_ms;
+//   with --grad_clip: grad_norm (the global norm before clipping); with --dtype fp16: loss_scale
+//     (the scale the next step uses) and skipped (true when this step's gradients overflowed and
+//     every rank skipped its update);
 //   evaluation lines: step, val_loss, val_bpb.
 // Written by the trainer; scripts/main_job.sh and the test helpers (tests/support/run_outputs) read
 // it back. One object per line, so a reader can follow the file as it grows.

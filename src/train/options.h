@@ -82,6 +82,9 @@ struct TrainOptions {
   std::string device = "cpu";
   std::string backend = "auto";
   std::string dtype = "auto";
+  // torch.cuda.amp.GradScaler's defaults: init_scale 2^16, growth_interval 2000.
+  double loss_scale_init = 65536;
+  int64_t loss_scale_growth_interval = 2000;
   // 300 s, the store's default wait (rendezvous/store.h).
   double timeout = 300;
   int threads = 0;
@@ -163,7 +166,11 @@ struct TrainOptions {
     v(device, "device", "cpu or cuda");
     v(backend, "backend", "Process group: auto, gloo, mpi, nccl");
     v(dtype, "dtype", "Activations and matmul inputs: fp32, bf16 (f32 accumulation, master weights, gradients and "
-      "optimizer state), or auto = fp32 on the CPU, bf16 on CUDA (also: float32, bfloat16)");
+      "optimizer state), fp16 (the same, with dynamic loss scaling; CPU only), or auto = fp32 on the CPU, bf16 on "
+      "CUDA (also: float32, bfloat16, float16)");
+    v(loss_scale_init, "loss_scale_init", "fp16: the initial loss scale (GradScaler's init_scale)");
+    v(loss_scale_growth_interval, "loss_scale_growth_interval", "fp16: steps without an overflow before the loss "
+      "scale doubles (an overflow halves it and skips the step)");
     v(timeout, "timeout", "Seconds before a collective or rendezvous that does not complete is an error");
     v(threads, "threads", "CPU threads per rank (0 = OMP_NUM_THREADS or all cores)");
     v(trace, "trace", "Write OUT/trace.json: every rank's data, forward, backward, gradient collectives and optimizer "

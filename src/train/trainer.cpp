@@ -211,6 +211,17 @@ class Trainer {
   Stopwatch since_save_;   // for --save_minutes
   std::string run_id_;     // OUT/run.json's (train/run_folder.h); every checkpoint records it
   bool restarted_ = false;  // this process is a launcher restart (NANODDP_RESTART_COUNT > 0)
+  // Note [dynamic loss scaling]: with --dtype fp16 the loss is multiplied by loss_scale_ before the
+  // backward, so that small gradients do not underflow fp16's 2^-24; the reduced gradients are
+  // unscaled before the optimizer. When any rank's hold an inf or NaN (an fp16 activation gradient
+  // overflowed 65504), every rank skips the optimizer step and the scale halves; after
+  // --loss_scale_growth_interval good steps in a row it doubles. torch.cuda.amp.GradScaler's rule;
+  // both numbers are saved in checkpoints, so a resumed run scales as the straight run would.
+  // Other dtypes keep the scale at 1 and never skip.
+  bool loss_scaling() const { return model_->act_dtype() == DType::F16; }
+  double loss_scale_ = 1;
+  int64_t scale_good_steps_ = 0;
+  bool step_skipped_ = false;  // the last step's gradients overflowed: no update
 };
 
 // Every rank must train the same thing: the same flags, dataset and build (a rank with other
@@ -244,6 +255,7 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
     check_fits_in_memory(plan_.config, opts, local != nullptr ? std::max(1, std::atoi(local)) : 1);
   }
   model_ = std::make_unique<model::GPT>(plan_.config, device_, activation_dtype(opts.dtype, device_));
+  if (loss_scaling()) loss_scale_ = opts.loss_scale_init;
   model_->init_weights(opts.seed);
   // Muon orthogonalises each matrix whole, so with --zero no matrix may be split across ranks.
   ddp::ReducerOptions ro{.zero = static_cast<int>(opts.zero),
@@ -426,6 +438,11 @@ void Trainer::restore(int64_t step) {
     log::print0("resharded the optimizer state of {} rank(s) (--zero {}) onto {} (--zero {})", saved_world,
                 meta.at("options").value("zero", 0), group_.size(), opts_.zero);
   }
+  // Note [dynamic loss scaling]: a checkpoint of another dtype has no scale; start from --loss_scale_init.
+  if (loss_scaling() && meta.contains("loss_scale")) {
+    loss_scale_ = meta.at("loss_scale").at("scale").get<double>();
+    scale_good_steps_ = meta.at("loss_scale").at("good_steps").get<int64_t>();
+  }
   // The resumed run reads exactly the rows the interrupted one would have read next.
   set_data_position({meta.at("loader").at("epoch"), meta.at("loader").at("cursor")});
   // Keep the last evaluation, so the next checkpoint's meta.json carries it until the next one.
@@ -492,6 +509,7 @@ void Trainer::save(int64_t step) {
             {"nanoddp_version", NANODDP_VERSION},
             {"val_bpb", result_.eval ? nlohmann::json(result_.eval->bpb) : nlohmann::json()},
             {"val_loss", result_.eval ? nlohmann::json(result_.eval->loss) : nlohmann::json()}};
+  if (loss_scaling()) c.meta["loss_scale"] = {{"scale", loss_scale_}, {"good_steps", scale_good_steps_}};
   save_checkpoint(opts_.out, c, group_, opts_.keep_last);
   since_save_ = Stopwatch();
   log::print0("saved checkpoint {}", checkpoint_dir(opts_.out, step));
@@ -534,7 +552,8 @@ double Trainer::train_step(int64_t step, double lr_mult) {
     phases_.data += data.seconds();
     const bool last = m == accum - 1;
     Stopwatch compute;
-    loss += model_->forward_backward(inputs_, targets_, 1.f, m > 0, last ? reducer_->sync_hook(accum) : nullptr);
+    loss += model_->forward_backward(inputs_, targets_, static_cast<float>(loss_scale_), m > 0,
+                                     last ? reducer_->sync_hook(accum) : nullptr);
     if (device_.is_cuda()) dev.synchronize();
     phases_.forward += model_->last_forward_seconds();
     phases_.backward += compute.seconds() - model_->last_forward_seconds();
@@ -548,7 +567,18 @@ double Trainer::train_step(int64_t step, double lr_mult) {
   Stopwatch opt;
   {
     trace::Scope traced("optimizer");
-    optimizer_->step(lr_mult, muon_momentum(step));
+    // Note [dynamic loss scaling].
+    step_skipped_ = loss_scaling() && !optimizer_->unscale_and_check(static_cast<float>(1.0 / loss_scale_));
+    if (step_skipped_) {
+      loss_scale_ *= 0.5;
+      scale_good_steps_ = 0;
+    } else {
+      optimizer_->step(lr_mult, muon_momentum(step));
+      if (loss_scaling() && ++scale_good_steps_ == opts_.loss_scale_growth_interval) {
+        loss_scale_ *= 2;
+        scale_good_steps_ = 0;
+      }
+    }
     if (device_.is_cuda()) dev.synchronize();
   }
   phases_.optimizer = opt.seconds();
@@ -599,6 +629,8 @@ void Trainer::sample() {
 // "f32", or "bf16" with how this device computes it: a CPU without bf16 instructions still runs a
 // bf16 model (oneDNN emulates the products), and the header says so once.
 std::string Trainer::arithmetic_name() const {
+  if (model_->act_dtype() == DType::F16)
+    return fmt::format("fp16 with dynamic loss scaling from {:g} (f32 GEMMs on fp16 values)", loss_scale_);
   if (model_->act_dtype() != DType::BF16) return "f32";
   if (device_.is_cuda()) return "bf16";
   const std::string how = bf16_matmul_hardware(host_info());
@@ -769,6 +801,11 @@ TrainResult Trainer::run() {
         line["mfu"] = flops_s / peak_.flops;
         console += fmt::format(" | mfu {:.1f}%", 100 * flops_s / peak_.flops);
       }
+    }
+    if (loss_scaling()) {
+      // The scale the next step uses, and whether this one was skipped (every rank skipped it).
+      line.update({{"loss_scale", loss_scale_}, {"skipped", step_skipped_}});
+      console += fmt::format(" | loss_scale {:g}{}", loss_scale_, step_skipped_ ? " | skipped (fp16 overflow)" : "");
     }
     console += fmt::format(" | eta {}", format_duration(eta));
     // Rank 0's own phases and memory.

@@ -69,10 +69,13 @@ void validate_options(const TrainOptions& o) {
                 o.optimizer);
   NANODDP_CHECK(o.muon_precision == "bf16" || o.muon_precision == "f32", "--muon_precision must be bf16 or f32 "
                 "(got '{}')", o.muon_precision);
-  const bool half = o.dtype == "fp16" || o.dtype == "float16";
-  NANODDP_CHECK(!half, "--dtype {}: fp16 with loss scaling is not implemented yet; use bf16 (no loss scaling "
-                "needed) or fp32", o.dtype);
   activation_dtype(o.dtype, Device::cpu());  // the name's check
+  NANODDP_CHECK(std::isfinite(o.loss_scale_init) && o.loss_scale_init >= 1, "--loss_scale_init must be a finite "
+                "number of at least 1 (got {})", o.loss_scale_init);
+  NANODDP_CHECK(o.loss_scale_growth_interval >= 1, "--loss_scale_growth_interval must be at least 1 (got {})",
+                o.loss_scale_growth_interval);
+  NANODDP_CHECK(!(o.stage == "rl" && activation_dtype(o.dtype, Device::cpu()) == DType::F16), "--dtype fp16 is not "
+                "available for rl (its sampled losses are not loss-scaled); use bf16 or fp32");
   NANODDP_CHECK(o.zero >= 0 && o.zero <= 2, "--zero must be 0, 1 or 2 (got {})", o.zero);
   finite_non_negative(o.embedding_lr, "embedding_lr");
   finite_non_negative(o.unembedding_lr, "unembedding_lr");
@@ -118,7 +121,12 @@ void validate_options(const TrainOptions& o) {
 DType activation_dtype(const std::string& dtype, Device device) {
   if (dtype == "bf16" || dtype == "bfloat16") return DType::BF16;
   if (dtype == "fp32" || dtype == "float32" || dtype == "f32") return DType::F32;
-  NANODDP_CHECK(dtype == "auto", "--dtype must be auto, fp32 or bf16 (got '{}')", dtype);
+  if (dtype == "fp16" || dtype == "float16") {
+    NANODDP_CHECK(!device.is_cuda(), "--dtype fp16 runs on the CPU only so far (the CUDA kernels are bf16); on CUDA use "
+                  "--dtype bf16, which needs no loss scaling");
+    return DType::F16;
+  }
+  NANODDP_CHECK(dtype == "auto", "--dtype must be auto, fp32, bf16 or fp16 (got '{}')", dtype);
   return device.is_cuda() ? DType::BF16 : DType::F32;
 }
 

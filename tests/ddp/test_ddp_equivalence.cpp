@@ -12,6 +12,7 @@
 
 #include "ddp/optimizer.h"
 #include "ddp/reducer.h"
+#include "ops/ops.h"
 #include "comm/gloo_group.h"
 #include "rendezvous/hash_store.h"
 #include "rendezvous/prefix_store.h"
@@ -254,6 +255,49 @@ INSTANTIATE_TEST_SUITE_P(Modes, DdpEquivalence, ::testing::ValuesIn(cases()), []
   return "world" + std::to_string(info.param.world) + "_zero" + std::to_string(info.param.zero) + "_" +
          info.param.optimizer;
 });
+
+// Dynamic loss scaling (Note [dynamic loss scaling] in train/trainer.cpp): with --zero 2 each rank
+// checks only the gradient pieces it owns, so an overflow in one rank's piece must still make every
+// rank skip. Each rank unscales the pieces it owns (8 -> 2); rank 1 then plants an inf in one of
+// its own, and both ranks must report it.
+TEST(LossScaling, AnInfInOneRanksShardMakesEveryRankSkip) {
+  const int world = 2;
+  auto store = std::make_shared<dist::HashStore>();
+  std::vector<int> finite(world, -1), finite_clean(world, -1), found_owned(world, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; r++) {
+    threads.emplace_back([&, r] {
+      omp_set_num_threads(1);
+      dist::GlooGroupOptions go;
+      go.timeout = std::chrono::seconds(60);
+      dist::GlooGroup group(std::make_shared<dist::PrefixStore>("scaler", store), r, world, go);
+      model::GPT gpt(config(), Device::cpu());
+      gpt.init_weights(3);
+      ddp::Reducer reducer(gpt, group, {.zero = 2, .whole_matrices = false});
+      ddp::Optimizer o(gpt, reducer, optimizer("adamw"));
+      // Every gradient 8; the pieces a rank owns become 2 when it unscales by 0.25.
+      for (auto& p : gpt.parameters()) ops::fill(p.grad, 8.f);
+      finite_clean[r] = o.unscale_and_check(0.25f);
+      // Rank 1 plants an inf in the first element it owns (shards are disjoint: rank 0 does not own it).
+      float* owned = nullptr;
+      for (auto& p : gpt.parameters()) {
+        float* g = p.grad.data<float>();
+        for (int64_t i = 0; i < p.grad.numel() && owned == nullptr; i++)
+          if (g[i] == 2.f) owned = g + i;
+        if (owned != nullptr) break;
+      }
+      found_owned[r] = owned != nullptr;
+      if (r == 1 && owned != nullptr) *owned = INFINITY;
+      finite[r] = o.unscale_and_check(0.25f);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; r++) {
+    EXPECT_EQ(finite_clean[r], 1) << "rank " << r;
+    EXPECT_EQ(finite[r], 0) << "rank " << r << " did not see rank 1's inf";
+    EXPECT_TRUE(found_owned[r]) << "rank " << r << " unscaled none of its gradients";
+  }
+}
 
 }  // namespace
 }  // namespace nanoddp

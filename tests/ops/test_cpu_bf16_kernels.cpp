@@ -1,4 +1,4 @@
-// The CPU kernels with bf16 activations (Note [bf16 activations on the CPU] in ops/cpu/kernels.h)
+// The CPU kernels with bf16 and f16 activations (Note [bf16 activations on the CPU] in ops/cpu/kernels.h)
 // against their f32 twins run on the very same bf16 values. A bf16 kernel loads into f32, computes
 // what the f32 kernel computes and rounds once when it stores, so its result must be the f32 twin's
 // result rounded to bf16. The comparison allows one bf16 ulp in a few elements: the compiler may
@@ -24,8 +24,8 @@ using testing::randint;
 using testing::randn;
 using testing::vec;
 
-Tensor to_bf16(const Tensor& f) {
-  Tensor t = Tensor::empty(f.shape(), DType::BF16);
+Tensor to_bf16(const Tensor& f, DType reduced = DType::BF16) {
+  Tensor t = Tensor::empty(f.shape(), reduced);
   ops::cast(t, f);
   return t;
 }
@@ -40,35 +40,46 @@ Tensor to_f32(const Tensor& b) {
 struct Pair {
   Tensor bf, f;
 };
-Pair pair(const Shape& shape, uint64_t seed, float std = 1.f) {
-  Tensor b = to_bf16(randn(shape, seed, std));
+Pair pair(const Shape& shape, uint64_t seed, float std = 1.f, DType reduced = DType::BF16) {
+  Tensor b = to_bf16(randn(shape, seed, std), reduced);
   return {b, to_f32(b)};
+}
+
+// The bits of x rounded to a reduced type, and of an element of a reduced tensor.
+int32_t rounded_bits(float x, DType t) { return t == DType::BF16 ? f32_to_bf16(x).bits : f32_to_f16(x).bits; }
+int32_t element_bits(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::BF16 ? t.data<bf16>()[i].bits : t.data<f16>()[i].bits;
 }
 
 // got (bf16) is want (f32) rounded once: at most one ulp apart anywhere, and exactly equal in all
 // but 1% of the elements (see the header for why not all).
 void expect_rounded_once(const Tensor& got, const Tensor& want, const char* what) {
-  ASSERT_EQ(got.dtype(), DType::BF16);
+  ASSERT_TRUE(got.dtype() == DType::BF16 || got.dtype() == DType::F16);
   ASSERT_EQ(want.dtype(), DType::F32);
   ASSERT_EQ(got.numel(), want.numel());
   int64_t differ = 0, worst = 0;
   for (int64_t i = 0; i < got.numel(); i++) {
-    const int32_t g = got.data<bf16>()[i].bits, w = f32_to_bf16(want.data<float>()[i]).bits;
+    const int32_t g = element_bits(got, i), w = rounded_bits(want.data<float>()[i], got.dtype());
     if (g == w) continue;
     differ++;
     // Same sign: the bit patterns of neighbouring bf16 values differ by one.
     worst = std::max<int64_t>(worst, ((g ^ w) & 0x8000) ? 1 << 16 : std::abs(g - w));
   }
-  EXPECT_LE(worst, 1) << what << ": a bf16 result more than one ulp from the rounded f32 result";
+  EXPECT_LE(worst, 1) << what << ": a " << dtype_name(got.dtype()) << " result more than one ulp from the rounded "
+                      << "f32 result";
   EXPECT_LE(differ * 100, got.numel()) << what << ": " << differ << " of " << got.numel()
                                         << " elements differ from the rounded f32 result";
 }
 
-TEST(Bf16Kernels, ElementwiseOpsRoundTheirF32ResultOnce) {
+// bf16, and f16 (--dtype fp16) through the same kernels.
+class ReducedKernels : public ::testing::TestWithParam<DType> {};
+
+TEST_P(ReducedKernels, ElementwiseOpsRoundTheirF32ResultOnce) {
+  const DType rt = GetParam();
   const Shape s{3000};
-  Pair x = pair(s, 1), y = pair(s, 2), dy = pair(s, 3);
+  Pair x = pair(s, 1, 1.f, rt), y = pair(s, 2, 1.f, rt), dy = pair(s, 3, 1.f, rt);
   // relu^2 forward and backward (in place, as the model calls it).
-  Tensor yb = Tensor::empty(s, DType::BF16), yf = Tensor::empty(s, DType::F32);
+  Tensor yb = Tensor::empty(s, rt), yf = Tensor::empty(s, DType::F32);
   ops::relu2_forward(yb, x.bf);
   ops::relu2_forward(yf, x.f);
   expect_rounded_once(yb, yf, "relu2_forward");
@@ -87,10 +98,11 @@ TEST(Bf16Kernels, ElementwiseOpsRoundTheirF32ResultOnce) {
   expect_rounded_once(x.bf, x.f, "fill");
 }
 
-TEST(Bf16Kernels, RmsNormForwardAndBackwardRoundOnce) {
+TEST_P(ReducedKernels, RmsNormForwardAndBackwardRoundOnce) {
+  const DType rt = GetParam();
   const int64_t rows = 37, c = 96;
-  Pair x = pair({rows, c}, 4, 3.f), dy = pair({rows, c}, 5), dx = pair({rows, c}, 6);
-  Tensor yb = Tensor::empty({rows, c}, DType::BF16), yf = Tensor::empty({rows, c}, DType::F32);
+  Pair x = pair({rows, c}, 4, 3.f, rt), dy = pair({rows, c}, 5, 1.f, rt), dx = pair({rows, c}, 6, 1.f, rt);
+  Tensor yb = Tensor::empty({rows, c}, rt), yf = Tensor::empty({rows, c}, DType::F32);
   Tensor rb = Tensor::empty({rows}, DType::F32), rf = Tensor::empty({rows}, DType::F32);
   ops::rmsnorm_forward(yb, rb, x.bf, 1e-6f);
   ops::rmsnorm_forward(yf, rf, x.f, 1e-6f);
@@ -136,9 +148,9 @@ TEST(Bf16Kernels, EmbeddingCopiesRowsAndScattersIntoF32) {
   EXPECT_EQ(vec(gb), vec(gf));  // f32 sums of the same values in the same order
 }
 
-TEST(Bf16Kernels, CrossEntropyLossesAreF32AndTheGradientIsRoundedOnce) {
+TEST_P(ReducedKernels, CrossEntropyLossesAreF32AndTheGradientIsRoundedOnce) {
   const int64_t n = 23, vpad = 128, vocab = 100;
-  Pair logits = pair({n, vpad}, 11, 8.f);
+  Pair logits = pair({n, vpad}, 11, 8.f, GetParam());
   Tensor targets = randint({n}, 12, 0, vocab);
   targets.data<int32_t>()[5] = -1;
   Tensor lb = Tensor::empty({n}, DType::F32), lf = Tensor::empty({n}, DType::F32);
@@ -146,6 +158,61 @@ TEST(Bf16Kernels, CrossEntropyLossesAreF32AndTheGradientIsRoundedOnce) {
   ops::softcap_cross_entropy(lf, logits.f, targets, vocab, 15.f, 0.5f);
   EXPECT_EQ(vec(lb), vec(lf));
   expect_rounded_once(logits.bf, logits.f, "softcap_cross_entropy gradient");
+}
+
+// GEMMs: f32 accumulation of the exact products of the reduced values, one rounding of the result
+// (bf16 on oneDNN's matmul primitive, f16 widened to f32 for sgemm). Against the double-precision
+// product: an f32 result within k * 2^-24 of the largest partial sums (k = 96: ~6e-6, 2e-5 allowed);
+// a reduced result also within half an ulp, 2^-9 (bf16) or 2^-12 (f16) of each element, allowed
+// twice that.
+TEST_P(ReducedKernels, MatmulAccumulatesInF32AndRoundsOnce) {
+  const DType rt = GetParam();
+  const int64_t m = 37, n = 29, k = 96;
+  for (auto [ta, tb] : {std::pair{false, true}, std::pair{true, false}}) {
+    Pair a = pair(ta ? Shape{k, m} : Shape{m, k}, 30, 1.f, rt), b = pair(tb ? Shape{n, k} : Shape{k, n}, 31, 1.f, rt);
+    const auto want = reference::matmul(vec(a.f), ta, vec(b.f), tb, m, n, k);
+    Tensor cf = Tensor::empty({m, n}, DType::F32), cr = Tensor::empty({m, n}, rt);
+    ops::matmul(cf, a.bf, ta, b.bf, tb);
+    ops::matmul(cr, a.bf, ta, b.bf, tb);
+    EXPECT_LT(max_rel_error(vec(cf), want), 2e-5);
+    EXPECT_LT(max_rel_error(vec(cr), want), rt == DType::BF16 ? 4e-3 : 5e-4);
+    // beta = 1 into a reduced output: the sum is formed in f32 and rounded once.
+    Tensor acc = to_bf16(randn({m, n}, 32), rt);
+    const auto before = vec(acc);
+    ops::matmul(acc, a.bf, ta, b.bf, tb, 1.f, 1.f);
+    auto want_acc = want;
+    for (size_t i = 0; i < want_acc.size(); i++) want_acc[i] += before[i];
+    EXPECT_LT(max_rel_error(vec(acc), want_acc), rt == DType::BF16 ? 4e-3 : 5e-4);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, ReducedKernels, ::testing::Values(DType::BF16, DType::F16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// fp16's conversion (core/dtype.h) at its edges, against values worked out by hand.
+TEST(F16, ConversionRoundsToNearestEvenOverflowsToInfinityAndKeepsSubnormals) {
+  auto bits = [](float x) { return f32_to_f16(x).bits; };
+  EXPECT_EQ(bits(1.f), 0x3c00);
+  EXPECT_EQ(bits(-2.f), 0xc000);
+  EXPECT_EQ(bits(65504.f), 0x7bff);             // the largest finite fp16
+  EXPECT_EQ(bits(65519.f), 0x7bff);             // below the midpoint to 65536: stays finite
+  EXPECT_EQ(bits(65520.f), 0x7c00);             // the midpoint ties to even: infinity
+  EXPECT_EQ(bits(1e6f), 0x7c00);
+  EXPECT_EQ(bits(-INFINITY), 0xfc00);
+  EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(NAN))));
+  EXPECT_EQ(bits(1.f + 1.f / 2048), 0x3c00);    // half an ulp above 1: ties to even (down)
+  EXPECT_EQ(bits(1.f + 3.f / 2048), 0x3c02);    // one and a half ulps: ties to even (up)
+  EXPECT_EQ(bits(5.9604645e-08f), 0x0001);      // 2^-24, the smallest subnormal
+  EXPECT_EQ(bits(2.9802322e-08f), 0x0000);      // 2^-25: ties to even, zero
+  EXPECT_EQ(bits(6.1035156e-05f), 0x0400);      // 2^-14, the smallest normal
+  EXPECT_EQ(bits(6.0975552e-05f), 0x03ff);      // the largest subnormal
+  // Every fp16 value survives the round trip f16 -> f32 -> f16.
+  for (uint32_t h = 0; h < 0x10000; h++) {
+    const f16 x{static_cast<uint16_t>(h)};
+    const float f = f16_to_f32(x);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(f32_to_f16(f).bits, h) << std::hex << h;
+  }
 }
 
 // Attention rounds more than its output: P and dS enter GEMMs as bf16 (where the CUDA flash kernels

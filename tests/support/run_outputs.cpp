@@ -13,7 +13,8 @@ std::map<int64_t, double> training_metric(const std::string& out, const std::str
   std::ifstream in(out + "/metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
     auto j = nlohmann::json::parse(line);
-    if (j.contains(key)) m[j["step"]] = j[key];
+    if (!j.contains(key)) continue;
+    m[j["step"]] = j[key].is_boolean() ? static_cast<double>(j[key].get<bool>()) : j[key].get<double>();
   }
   return m;
 }

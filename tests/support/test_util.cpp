@@ -38,6 +38,8 @@ std::vector<float> to_vector(const Tensor& t) {
   std::vector<float> out(h.numel());
   if (h.dtype() == DType::F32) {
     std::copy_n(h.data<float>(), h.numel(), out.begin());
+  } else if (h.dtype() == DType::F16) {
+    for (int64_t i = 0; i < h.numel(); i++) out[i] = f16_to_f32(h.data<f16>()[i]);
   } else {
     EXPECT_EQ(h.dtype(), DType::BF16);
     for (int64_t i = 0; i < h.numel(); i++) out[i] = bf16_to_f32(h.data<bf16>()[i]);

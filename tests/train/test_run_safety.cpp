@@ -151,8 +151,8 @@ TEST(Options, EveryMeaninglessValueIsRefusedWithItsRange) {
       {"odd head_dim", [](auto& o) { o.head_dim = 33; }, "--head_dim must be even"},
       {"warmup + warmdown > 1", [](auto& o) { o.warmup_ratio = 0.6; }, "at most 1"},
       {"zero 3", [](auto& o) { o.zero = 3; }, "--zero must be 0, 1 or 2"},
-      {"dtype f16", [](auto& o) { o.dtype = "f16"; }, "--dtype must be auto, fp32 or bf16 (got 'f16')"},
-      {"dtype fp16", [](auto& o) { o.dtype = "fp16"; }, "fp16 with loss scaling is not implemented yet"},
+      {"dtype f16", [](auto& o) { o.dtype = "f16"; }, "--dtype must be auto, fp32, bf16 or fp16 (got 'f16')"},
+      {"loss scale 0", [](auto& o) { o.dtype = "fp16"; o.loss_scale_init = 0; }, "--loss_scale_init must be"},
       {"resume and init_from", [](auto& o) { o.resume = "latest"; o.init_from = "x"; }, "give one of them"},
   };
   testing::ScratchDir out("bad_options");

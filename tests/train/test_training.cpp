@@ -115,10 +115,17 @@ class BitwiseResume : public ::testing::TestWithParam<std::string> {};
 TEST_P(BitwiseResume, StopAndResumeEqualsStraightRun) {
   testing::ScratchDir straight("resume_straight_" + GetParam()), split("resume_split_" + GetParam());
   auto o = tiny(straight.str());
-  // "muon", "adamw", or an optimizer and a dtype: "muon_bf16".
+  // "muon", "adamw", or an optimizer and a dtype: "muon_bf16", "muon_fp16".
   const std::string param = GetParam();
   o.optimizer = param.substr(0, param.find('_'));
   if (param.ends_with("_bf16")) o.dtype = "bf16";
+  if (param.ends_with("_fp16")) {
+    // A scale that overflows at the start and grows every 2 steps, so that steps are skipped before
+    // and after the split: the resumed run skips the same ones only if the checkpoint kept the scale.
+    o.dtype = "fp16";
+    o.loss_scale_init = 1 << 24;
+    o.loss_scale_growth_interval = 2;
+  }
   train_single(o);
   auto s = o;
   s.out = split.str();
@@ -133,44 +140,65 @@ TEST_P(BitwiseResume, StopAndResumeEqualsStraightRun) {
   auto a = training_losses(straight.str()), b = training_losses(split.str());
   ASSERT_EQ(a.size(), 12u);
   ASSERT_EQ(b.size(), 12u);
+  if (o.dtype == "fp16") {
+    const auto skipped = testing::training_metric(straight.str(), "skipped"),
+               skipped_split = testing::training_metric(split.str(), "skipped");
+    EXPECT_EQ(skipped, skipped_split);
+    int before = 0, after = 0;
+    for (auto [step, s] : skipped) (step <= 5 ? before : after) += s != 0;
+    std::printf("fp16 steps skipped: %d up to the split, %d after it\n", before, after);
+    EXPECT_GT(before, 0);
+    EXPECT_GT(after, 0);
+  }
   for (auto& [step, loss] : a) EXPECT_EQ(loss, b[step]) << "step " << step;  // to the last bit
   EXPECT_EQ(weights(straight.str("checkpoints/step_000012")), weights(split.str("checkpoints/step_000012")));
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimizers, BitwiseResume, ::testing::Values("muon", "adamw", "muon_bf16"));
+INSTANTIATE_TEST_SUITE_P(Optimizers, BitwiseResume, ::testing::Values("muon", "adamw", "muon_bf16", "muon_fp16"));
 
-// --dtype bf16 on the CPU trains like f32 (the contract of the CUDA path: bf16 activations and
-// matmul inputs, f32 accumulation, master weights, gradients and optimizer state). Tolerance:
-// every activation carries a relative rounding of up to 2^-9 ~ 0.2%; the errors are unbiased, so
-// a step's loss moves by about that much, and 40 steps of Muon let the weights drift apart a little
-// further. Measured on AMD Zen 5: the largest step-loss difference over the 40 steps was 0.31%, the
-// final validation bpb 1.2069 against 1.2088. The bounds (2% per step, 1% in bpb) leave room for
-// the other CPU kind's different GEMM blocking; a biased rounding (truncation) or a lost gradient
-// term shows as a drift that grows with the steps.
-TEST(Training, Bf16FollowsTheF32CurveAndLearns) {
-  testing::ScratchDir f32_out("bf16_curve_f32"), bf16_out("bf16_curve_bf16");
+// --dtype bf16 and fp16 on the CPU train like f32 (the contract of the CUDA path: reduced-precision
+// activations and matmul inputs, f32 accumulation, master weights, gradients and optimizer state;
+// fp16 adds dynamic loss scaling). Tolerance: every bf16 activation carries a relative rounding of
+// up to 2^-9 ~ 0.2% (fp16: 2^-12); the errors are unbiased, so a step's loss moves by about that
+// much, and 40 steps of Muon let the weights drift apart a little further. Measured on AMD Zen 5:
+// the largest step-loss difference over the 40 steps was 0.31% (bf16) and 0.16% (fp16),
+// the final validation bpb 1.2069 (bf16) and 1.2074 (fp16) against 1.2088. The bounds (2% per step,
+// 1% in bpb) leave room for the other CPU kind's different GEMM blocking; a biased rounding
+// (truncation) or a lost gradient term shows as a drift that grows with the steps.
+class ReducedPrecision : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReducedPrecision, FollowsTheF32CurveAndLearns) {
+  const std::string dtype = GetParam();
+  testing::ScratchDir f32_out("curve_f32_" + dtype), reduced_out("curve_" + dtype);
   auto o = tiny(f32_out.str());
   o.num_iterations = 40;
   o.eval_every = 40;
   const auto f32_run = train_single(o);
-  o.out = bf16_out.str();
-  o.dtype = "bf16";
-  const auto bf16_run = train_single(o);
-  const auto a = training_losses(f32_out.str()), b = training_losses(bf16_out.str());
+  o.out = reduced_out.str();
+  o.dtype = dtype;
+  const auto reduced_run = train_single(o);
+  const auto a = training_losses(f32_out.str()), b = training_losses(reduced_out.str());
   ASSERT_EQ(a.size(), 40u);
   ASSERT_EQ(b.size(), 40u);
   double worst = 0;
   for (auto& [step, loss] : a) worst = std::max(worst, std::abs(loss - b.at(step)) / loss);
-  std::printf("bf16 vs f32: largest relative step-loss difference %.4f; val bpb %.4f vs %.4f\n", worst,
-              bf16_run.eval ? bf16_run.eval->bpb : 0.0, f32_run.eval ? f32_run.eval->bpb : 0.0);
+  std::printf("%s vs f32: largest relative step-loss difference %.4f; val bpb %.4f vs %.4f\n", dtype.c_str(), worst,
+              reduced_run.eval ? reduced_run.eval->bpb : 0.0, f32_run.eval ? f32_run.eval->bpb : 0.0);
   EXPECT_LT(worst, 0.02) << "largest relative difference of a step's loss";
-  EXPECT_GT(worst, 0.0) << "bf16 gave f32's losses bit for bit: it did not run in bf16";
-  ASSERT_TRUE(f32_run.eval && bf16_run.eval);
-  EXPECT_LT(std::abs(bf16_run.eval->bpb - f32_run.eval->bpb) / f32_run.eval->bpb, 0.01);
-  EXPECT_LT(bf16_run.eval->loss, 2.5);  // learnt: from ~5.6 nats at init
-  const auto env = nlohmann::json::parse(testing::read_file(bf16_out.str("environment.json")));
-  EXPECT_TRUE(env.at("arithmetic").get<std::string>().starts_with("bf16")) << env.at("arithmetic");
+  EXPECT_GT(worst, 0.0) << dtype << " gave f32's losses bit for bit: it did not run in " << dtype;
+  ASSERT_TRUE(f32_run.eval && reduced_run.eval);
+  EXPECT_LT(std::abs(reduced_run.eval->bpb - f32_run.eval->bpb) / f32_run.eval->bpb, 0.01);
+  EXPECT_LT(reduced_run.eval->loss, 2.5);  // learnt: from ~5.6 nats at init
+  const auto env = nlohmann::json::parse(testing::read_file(reduced_out.str("environment.json")));
+  EXPECT_TRUE(env.at("arithmetic").get<std::string>().starts_with(dtype)) << env.at("arithmetic");
+  if (dtype == "fp16") {
+    // GradScaler's default scale (2^16) does not overflow this model: no step is skipped.
+    for (auto [step, s] : testing::training_metric(reduced_out.str(), "skipped")) EXPECT_EQ(s, 0) << "step " << step;
+    EXPECT_EQ(testing::training_metric(reduced_out.str(), "loss_scale").at(40), 65536);
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, ReducedPrecision, ::testing::Values("bf16", "fp16"));
 
 TEST(Checkpoints, IncompleteOnesAreIgnoredAndOldOnesPruned) {
   testing::ScratchDir out("checkpoints_prune");

@@ -6,8 +6,9 @@
 // log-sum-exp of each score row is kept for backward, which recomputes the probabilities
 // (flash-attention's trade: a little more compute, no [T, T] tensor per head in memory).
 //
-// bf16 storage (Note [bf16 activations on the CPU] in kernels.h): each head is widened to f32 once
-// per task, the GEMMs run in f32 on bf16-valued operands, and results are rounded once at the store.
+// bf16 or f16 storage (Note [bf16 activations on the CPU] in kernels.h): each head is widened to f32
+// once per task, the GEMMs run in f32 on operands holding bf16 (f16) values, and results are rounded
+// once at the store.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -41,7 +42,8 @@ const float* head_f32(const float* src, int64_t, int64_t ld, int64_t, std::vecto
   ld_out = ld;
   return src;
 }
-const float* head_f32(const bf16* src, int64_t rows, int64_t ld, int64_t d, std::vector<float>& buf,
+template <typename T>
+const float* head_f32(const T* src, int64_t rows, int64_t ld, int64_t d, std::vector<float>& buf,
                       int64_t& ld_out) {
   float* dst = scratch(buf, rows * d);
   for (int64_t r = 0; r < rows; r++)
@@ -52,7 +54,8 @@ const float* head_f32(const bf16* src, int64_t rows, int64_t ld, int64_t d, std:
 }
 
 // Rows [rows, d] of f32 results written to a head (row stride ld), rounded once each.
-void store_head(bf16* dst, int64_t ld, const float* src, int64_t rows, int64_t d) {
+template <typename T>
+void store_head(T* dst, int64_t ld, const float* src, int64_t rows, int64_t d) {
   for (int64_t r = 0; r < rows; r++)
 #pragma omp simd
     for (int64_t j = 0; j < d; j++) store(dst + r * ld, j, src[r * d + j]);
@@ -63,16 +66,23 @@ float* out_f32(float* dst, int64_t ld, int64_t, int64_t, std::vector<float>&, in
   ld_out = ld;
   return dst;
 }
-float* out_f32(bf16*, int64_t, int64_t rows, int64_t d, std::vector<float>& buf, int64_t& ld_out) {
+template <typename T>
+float* out_f32(T*, int64_t, int64_t rows, int64_t d, std::vector<float>& buf, int64_t& ld_out) {
   ld_out = d;
   return scratch(buf, rows * d);
 }
 
-// With bf16 activations the probabilities P and the score gradient dS are rounded to bf16 before
-// they enter a GEMM, where the CUDA flash kernels round them for the tensor cores.
+// With bf16 (f16) activations the probabilities P and the score gradient dS are rounded to bf16
+// (f16) before they enter a GEMM, where the CUDA flash kernels round them for the tensor cores.
 template <typename T>
 inline float gemm_operand(float x) {
-  if constexpr (std::is_same_v<T, bf16>) return round_to_bf16(x); else return x;
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    T r;
+    store(&r, 0, x);
+    return load(&r, 0);
+  }
 }
 
 template <typename T>
@@ -124,7 +134,7 @@ void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& 
           // O_tile = P V
           sgemm(false, false, rows, d, keys, 1.f, s, keys, vh, ldv, 0.f, oh + i0 * ldo, ldo);
         }
-        if constexpr (std::is_same_v<T, bf16>) store_head(oh_out, qv.stride(), oh, tq, d);
+        if constexpr (!std::is_same_v<T, float>) store_head(oh_out, qv.stride(), oh, tq, d);
       }
     }
   }
@@ -205,9 +215,9 @@ void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& d
             sgemm(true, false, keys, d, rows, scale, dp, keys, qh + i0 * ldq, ldq, 1.f, dkh, lddk);
             sgemm(true, false, keys, d, rows, 1.f, p, keys, doh + i0 * lddo, lddo, 1.f, dvh, lddv);
           }
-          if constexpr (std::is_same_v<T, bf16>) store_head(pdq + qoff, qv.stride(), dqh, t, d);
+          if constexpr (!std::is_same_v<T, float>) store_head(pdq + qoff, qv.stride(), dqh, t, d);
         }
-        if constexpr (std::is_same_v<T, bf16>) {
+        if constexpr (!std::is_same_v<T, float>) {
           store_head(dkh_out, kvv.stride(), dkh, t, d);
           store_head(dvh_out, kvv.stride(), dvh, t, d);
         }

@@ -63,20 +63,21 @@ void CpuBackend::axpy(const Tensor& y, const Tensor& x, float alpha) {
 }
 
 void CpuBackend::cast(const Tensor& dst, const Tensor& src) {
-  int64_t n = dst.numel();
   if (dst.dtype() == src.dtype()) {
     copy(dst, src);
-  } else if (dst.dtype() == DType::BF16) {
-    bf16* d = dst.data<bf16>();
-    const float* s = src.data<float>();
-#pragma omp parallel for if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(s[i]);
-  } else {
-    float* d = dst.data<float>();
-    const bf16* s = src.data<bf16>();
-#pragma omp parallel for if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(s[i]);
+    return;
   }
+  with_act_type(dst.dtype(), [&](auto dtag) {
+    with_act_type(src.dtype(), [&](auto stag) {
+      using D = std::remove_pointer_t<decltype(dtag)>;
+      using S = std::remove_pointer_t<decltype(stag)>;
+      D* d = dst.data<D>();
+      const S* s = src.data<S>();
+      const int64_t n = dst.numel();
+#pragma omp parallel for simd if (n > kParallelGrain)
+      for (int64_t i = 0; i < n; i++) store(d, i, load(s, i));
+    });
+  });
 }
 
 void CpuBackend::relu2_forward(const Tensor& y, const Tensor& x) {

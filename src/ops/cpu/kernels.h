@@ -1,6 +1,7 @@
 // The CPU backend's kernels (see ops/ops.h for the semantics of each op) and the helpers they share.
 //
-// Note [bf16 activations on the CPU]: activations ("act" tensors) are f32 or bf16. A kernel is
+// Note [bf16 activations on the CPU]: activations ("act" tensors) are f32, bf16 or f16 (the same
+// scheme; fp16 adds dynamic loss scaling in the trainer). A kernel is
 // written once over its storage type T: it loads T into f32, computes in f32 and rounds once when
 // it stores a T -- the rounding points of the CUDA kernels, so that a bf16 model on the CPU is the
 // reference for the same model on a GPU. Statistics (rstd, lse), losses, gradients of parameters
@@ -31,13 +32,16 @@ inline float load(const float* p, int64_t i) { return p[i]; }
 inline float load(const bf16* p, int64_t i) { return bf16_to_f32(p[i]); }
 inline void store(float* p, int64_t i, float v) { p[i] = v; }
 inline void store(bf16* p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
+inline float load(const f16* p, int64_t i) { return f16_to_f32(p[i]); }
+inline void store(f16* p, int64_t i, float v) { p[i] = f32_to_f16(v); }
 
-// Calls fn with a null pointer of the tensor's activation element type (float* or bf16*): the
+// Calls fn with a null pointer of the tensor's activation element type (float*, bf16* or f16*): the
 // kernels are templates over it, `[&](auto tag) { using T = std::remove_pointer_t<decltype(tag)>; }`.
 template <typename Fn>
 decltype(auto) with_act_type(DType t, Fn&& fn) {
   if (t == DType::BF16) return fn(static_cast<bf16*>(nullptr));
-  NANODDP_ASSERT(t == DType::F32, "activations are f32 or bf16, not {}", dtype_name(t));
+  if (t == DType::F16) return fn(static_cast<f16*>(nullptr));
+  NANODDP_ASSERT(t == DType::F32, "activations are f32, bf16 or f16, not {}", dtype_name(t));
   return fn(static_cast<float*>(nullptr));
 }
 

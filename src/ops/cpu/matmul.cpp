@@ -105,8 +105,8 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 // bf16 model on the CPU rounds where it rounds on a GPU. oneDNN's matmul primitive runs it on
 // whatever the CPU has: AMX tiles (Sapphire Rapids), AVX512-BF16 dot products (Zen 4/5), or an
 // emulation on older CPUs. Creating a primitive JIT-compiles a kernel (~0.1-1 ms), so each is made
-// once per problem -- shapes, transposes, leading dimensions, output type, alpha and beta -- and
-// kept; a model has a few dozen. Transposes are strides of the memory descriptors; alpha is an
+// once per problem -- shapes, transposes, leading dimensions, output type, alpha, beta and thread
+// count -- and kept; a model has a few dozen. Transposes are strides of the memory descriptors; alpha is an
 // output scale and beta a sum post-op, as in BLAS. Without oneDNN the operands are widened to f32
 // for the portable kernel and the result rounded: slower, with the same rounding points.
 namespace {
@@ -122,7 +122,9 @@ class Bf16Matmuls {
   void run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
            const void* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_bf16) {
     using dnnl::memory;
-    const Key key{m, n, k, trans_a, trans_b, lda, ldb, ldc, c_bf16, alpha, beta};
+    // The thread count is part of the problem: oneDNN fixes a primitive's parallel split when it is
+    // created, so one made at 1 thread would keep running on 1 after set_cpu_threads(2).
+    const Key key{m, n, k, trans_a, trans_b, lda, ldb, ldc, c_bf16, alpha, beta, cpu_threads()};
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = cache_.find(key);
     if (it == cache_.end()) {
@@ -150,7 +152,7 @@ class Bf16Matmuls {
   }
 
  private:
-  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, bool, float, float>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, bool, float, float, int>;
   struct Entry {
     dnnl::matmul prim;
     dnnl::memory::desc a, b, c;
@@ -163,22 +165,48 @@ class Bf16Matmuls {
 };
 #endif
 
+// Reduced-precision operands widened to f32 (exactly) for sgemm, and the result rounded once: the
+// same rounding points as a native bf16/f16 GEMM, at f32 speed. Used for bf16 without oneDNN and for
+// f16 always: oneDNN 2.6 has no f16 matmul on CPUs before AVX512-FP16, and Zen 5 has none. The
+// buffers belong to the calling thread and only grow (no mmap per call).
+template <typename T>
+void widened_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const T* a, int64_t lda,
+                  const T* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_reduced) {
+  thread_local std::vector<float> af, bf, cf;
+  const int64_t a_rows = trans_a ? k : m, b_rows = trans_b ? n : k;
+  af.resize(static_cast<size_t>(a_rows * lda));
+  bf.resize(static_cast<size_t>(b_rows * ldb));
+  auto widen = [](std::vector<float>& buf, const T* src, int64_t count) {
+    float* dst = buf.data();  // a pointer, not the thread_local's name, inside the parallel loop
+#pragma omp parallel for simd if (count > kParallelGrain)
+    for (int64_t i = 0; i < count; i++) dst[i] = load(src, i);
+  };
+  widen(af, a, a_rows * lda);
+  widen(bf, b, b_rows * ldb);
+  float* out = static_cast<float*>(c);
+  if (c_reduced) {
+    cf.resize(static_cast<size_t>(m * ldc));
+    if (beta != 0.f) widen(cf, static_cast<const T*>(c), m * ldc);
+    out = cf.data();
+  }
+  sgemm(trans_a, trans_b, m, n, k, alpha, af.data(), lda, bf.data(), ldb, beta, out, ldc);
+  if (c_reduced) {
+    // Through a pointer: inside the parallel loop the name cf would be each worker's own buffer.
+    T* dst = static_cast<T*>(c);
+    const float* src = cf.data();
+    const int64_t count = m * ldc;
+#pragma omp parallel for simd if (count > kParallelGrain)
+    for (int64_t i = 0; i < count; i++) store(dst, i, src[i]);
+  }
+}
+
 void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
                const bf16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_bf16) {
   if (m == 0 || n == 0) return;
 #if NANODDP_HAVE_ONEDNN
   Bf16Matmuls::get().run(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, c_bf16);
 #else
-  const int64_t a_rows = trans_a ? k : m, b_rows = trans_b ? n : k;
-  std::vector<float> af(size_t(a_rows * lda)), bf(size_t(b_rows * ldb)), cf(size_t(m * ldc));
-  for (size_t i = 0; i < af.size(); i++) af[i] = bf16_to_f32(a[i]);
-  for (size_t i = 0; i < bf.size(); i++) bf[i] = bf16_to_f32(b[i]);
-  if (c_bf16)
-    for (size_t i = 0; i < cf.size(); i++) cf[i] = bf16_to_f32(static_cast<const bf16*>(c)[i]);
-  float* out = c_bf16 ? cf.data() : static_cast<float*>(c);
-  sgemm(trans_a, trans_b, m, n, k, alpha, af.data(), lda, bf.data(), ldb, beta, out, ldc);
-  if (c_bf16)
-    for (size_t i = 0; i < cf.size(); i++) static_cast<bf16*>(c)[i] = f32_to_bf16(cf[i]);
+  widened_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, c_bf16);
 #endif
 }
 
@@ -192,6 +220,13 @@ void CpuBackend::matmul(const Tensor& out, const Tensor& a, bool trans_a, const 
     NANODDP_ASSERT(out.dtype() == DType::F32 || out.dtype() == DType::BF16, "bf16 matmul writes f32 or bf16");
     bf16_gemm(trans_a, trans_b, m, n, k, alpha, a.data<bf16>(), a.dim(1), b.data<bf16>(), b.dim(1), beta, out.raw(),
               n, out.dtype() == DType::BF16);
+    return;
+  }
+  if (a.dtype() == DType::F16) {
+    NANODDP_ASSERT(out.dtype() == DType::F32 || out.dtype() == DType::F16, "f16 matmul writes f32 or f16");
+    if (m == 0 || n == 0) return;
+    widened_gemm(trans_a, trans_b, m, n, k, alpha, a.data<f16>(), a.dim(1), b.data<f16>(), b.dim(1), beta, out.raw(), n,
+                 out.dtype() == DType::F16);
     return;
   }
   NANODDP_ASSERT(out.dtype() == DType::F32 && a.dtype() == DType::F32, "f32 operands need an f32 output on the CPU");
