@@ -139,12 +139,13 @@ int main(int argc, char** argv) {
       if (d == "fp32") fp32_tokens = ours.tokens_per_s;
       // PyTorch 1.13 has no fp16 autocast on the CPU: no baseline for fp16.
       const Result theirs = a.torch && d != "fp16" ? run_torch(a, t, d) : Result{};
-      fmt::print("{:>7} | {:>5} | {:>7.1f} GF/s | {:>13.0f} | {:>7.1f}% | {:>5.1f}% | {:>9.1f}% | {:>9} | {:>13.0f} | "
-                 "{:>9.2f}x\n",
+      const bool baseline = theirs.tokens_per_s > 0;
+      fmt::print("{:>7} | {:>5} | {:>7.1f} GF/s | {:>13.0f} | {:>7.1f}% | {:>5.1f}% | {:>9.1f}% | {:>9} | {:>13} | {:>10}\n",
                  t, d, peak / 1e9, ours.tokens_per_s, 100 * flops_per_token * ours.tokens_per_s / peak,
                  100 * ours.matmul_share, 100 * ours.matmul_flops_per_s / peak,
                  fp32_tokens > 0 ? fmt::format("{:.2f}x", ours.tokens_per_s / fp32_tokens) : "-",
-                 theirs.tokens_per_s, theirs.tokens_per_s > 0 ? ours.tokens_per_s / theirs.tokens_per_s : 0.0);
+                 baseline ? fmt::format("{:.0f}", theirs.tokens_per_s) : "-",
+                 baseline ? fmt::format("{:.2f}x", ours.tokens_per_s / theirs.tokens_per_s) : "-");
     }
   }
   return 0;
