@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -129,35 +130,43 @@ Snapshot abs_sum_of_micro_grads(int world) {
   return sum;
 }
 
-// `world` ranks as threads, one micro-batch each per step. Small buckets (4 KiB, 10 KiB) so the
-// layout has many buckets and the overlap path is exercised.
-std::vector<RunRecord> distributed(int world, const std::string& opt, int zero) {
+// Runs fn(rank, group) for `world` ranks, each a thread with one OpenMP thread and a Gloo group
+// over one in-process store, and waits for all of them.
+void run_ranks(int world, const std::function<void(int, dist::ProcessGroup&)>& fn) {
   auto store = std::make_shared<dist::HashStore>();
-  std::vector<RunRecord> out(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; r++) {
     threads.emplace_back([&, r] {
       omp_set_num_threads(1);
       dist::GlooGroupOptions go;
       go.timeout = std::chrono::seconds(60);
-      dist::GlooGroup group(std::make_shared<dist::PrefixStore>("ddp", store), r, world, go);
-      model::GPT gpt(config(), Device::cpu());
-      gpt.init_weights(r == 0 ? 3 : 100 + r);  // only rank 0's weights count: they are broadcast
-      ddp::Reducer reducer(gpt, group, {.zero = zero, .whole_matrices = opt == "muon", .first_bucket_mb = 0.004, .bucket_cap_mb = 0.01});
-      reducer.broadcast_parameters();
-      ddp::Optimizer o(gpt, reducer, optimizer(opt));
-      out[r].state_bytes = o.state_bytes();
-      for (int s = 0; s < kSteps; s++) {
-        auto [x, y] = micro_batch(s, r);
-        out[r].loss.push_back(gpt.forward_backward(x, y, 1.f, false, reducer.sync_hook()));
-        reducer.finish();
-        if (s == 0) out[r].grads = owned_grads(gpt, reducer, r, world);
-        o.step(1.0, 0.9);
-        out[r].params.push_back(params_of(gpt));
-      }
+      dist::GlooGroup group(std::make_shared<dist::PrefixStore>("ranks", store), r, world, go);
+      fn(r, group);
     });
   }
   for (auto& t : threads) t.join();
+}
+
+// `world` ranks as threads, one micro-batch each per step. Small buckets (4 KiB, 10 KiB) so the
+// layout has many buckets and the overlap path is exercised.
+std::vector<RunRecord> distributed(int world, const std::string& opt, int zero) {
+  std::vector<RunRecord> out(world);
+  run_ranks(world, [&](int r, dist::ProcessGroup& group) {
+    model::GPT gpt(config(), Device::cpu());
+    gpt.init_weights(r == 0 ? 3 : 100 + r);  // only rank 0's weights count: they are broadcast
+    ddp::Reducer reducer(gpt, group, {.zero = zero, .whole_matrices = opt == "muon", .first_bucket_mb = 0.004, .bucket_cap_mb = 0.01});
+    reducer.broadcast_parameters();
+    ddp::Optimizer o(gpt, reducer, optimizer(opt));
+    out[r].state_bytes = o.state_bytes();
+    for (int s = 0; s < kSteps; s++) {
+      auto [x, y] = micro_batch(s, r);
+      out[r].loss.push_back(gpt.forward_backward(x, y, 1.f, false, reducer.sync_hook()));
+      reducer.finish();
+      if (s == 0) out[r].grads = owned_grads(gpt, reducer, r, world);
+      o.step(1.0, 0.9);
+      out[r].params.push_back(params_of(gpt));
+    }
+  });
   return out;
 }
 
@@ -262,36 +271,27 @@ INSTANTIATE_TEST_SUITE_P(Modes, DdpEquivalence, ::testing::ValuesIn(cases()), []
 // its own, and both ranks must report it.
 TEST(LossScaling, AnInfInOneRanksShardMakesEveryRankSkip) {
   const int world = 2;
-  auto store = std::make_shared<dist::HashStore>();
   std::vector<int> finite(world, -1), finite_clean(world, -1), found_owned(world, 0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; r++) {
-    threads.emplace_back([&, r] {
-      omp_set_num_threads(1);
-      dist::GlooGroupOptions go;
-      go.timeout = std::chrono::seconds(60);
-      dist::GlooGroup group(std::make_shared<dist::PrefixStore>("scaler", store), r, world, go);
-      model::GPT gpt(config(), Device::cpu());
-      gpt.init_weights(3);
-      ddp::Reducer reducer(gpt, group, {.zero = 2, .whole_matrices = false});
-      ddp::Optimizer o(gpt, reducer, optimizer("adamw"));
-      // Every gradient 8; the pieces a rank owns become 2 when it unscales by 0.25.
-      for (auto& p : gpt.parameters()) ops::fill(p.grad, 8.f);
-      finite_clean[r] = o.unscale_and_check(0.25f);
-      // Rank 1 plants an inf in the first element it owns (shards are disjoint: rank 0 does not own it).
-      float* owned = nullptr;
-      for (auto& p : gpt.parameters()) {
-        float* g = p.grad.data<float>();
-        for (int64_t i = 0; i < p.grad.numel() && owned == nullptr; i++)
-          if (g[i] == 2.f) owned = g + i;
-        if (owned != nullptr) break;
-      }
-      found_owned[r] = owned != nullptr;
-      if (r == 1 && owned != nullptr) *owned = INFINITY;
-      finite[r] = o.unscale_and_check(0.25f);
-    });
-  }
-  for (auto& t : threads) t.join();
+  run_ranks(world, [&](int r, dist::ProcessGroup& group) {
+    model::GPT gpt(config(), Device::cpu());
+    gpt.init_weights(3);
+    ddp::Reducer reducer(gpt, group, {.zero = 2, .whole_matrices = false});
+    ddp::Optimizer o(gpt, reducer, optimizer("adamw"));
+    // Every gradient 8; the pieces a rank owns become 2 when it unscales by 0.25.
+    for (auto& p : gpt.parameters()) ops::fill(p.grad, 8.f);
+    finite_clean[r] = o.unscale_and_check(0.25f);
+    // Rank 1 plants an inf in the first element it owns (shards are disjoint: rank 0 does not own it).
+    float* owned = nullptr;
+    for (auto& p : gpt.parameters()) {
+      float* g = p.grad.data<float>();
+      for (int64_t i = 0; i < p.grad.numel() && owned == nullptr; i++)
+        if (g[i] == 2.f) owned = g + i;
+      if (owned != nullptr) break;
+    }
+    found_owned[r] = owned != nullptr;
+    if (r == 1 && owned != nullptr) *owned = INFINITY;
+    finite[r] = o.unscale_and_check(0.25f);
+  });
   for (int r = 0; r < world; r++) {
     EXPECT_EQ(finite_clean[r], 1) << "rank " << r;
     EXPECT_EQ(finite[r], 0) << "rank " << r << " did not see rank 1's inf";
