@@ -144,7 +144,7 @@ RlStepStats rl_forward_backward(model::GPT& model, ddp::Reducer& reducer, const 
   for (size_t m = 0; m < batches.size(); m++) {
     const MicroBatch& mb = batches[m];
     const bool last = m + 1 == batches.size();
-    const double mean_ce = model.forward_backward(mb.inputs, mb.targets, mb.loss_scale, m > 0,
+    const double mean_ce = model.forward_backward(mb.inputs, mb.targets, mb.loss_scale * s.loss_scale, m > 0,
                                                   last ? reducer.sync_hook(1) : nullptr);
     st.loss += mb.loss_scale * mean_ce;
     st.trained_tokens += static_cast<double>(mb.inputs.numel());

@@ -57,6 +57,8 @@ struct RlSettings {
   int64_t top_k = 50;
   int64_t device_batch_size = 8;  // most rows per forward/backward
   uint64_t seed = 42;
+  // Every micro-batch's gradient is multiplied by this (fp16's dynamic loss scale; 1 otherwise).
+  float loss_scale = 1.f;
 };
 
 struct RlStepStats {

@@ -169,6 +169,7 @@ class Trainer {
   void save(int64_t step);
   // Returns this rank's mean micro-batch loss.
   double train_step(int64_t step, double lr_mult);
+  void update(int64_t step, double lr_mult);
   nlohmann::json dataset_identity() const;
   bool rl() const { return questions_ != nullptr; }
   data::LoaderState data_position() const { return rl() ? questions_->state() : loader_->state(); }
@@ -515,12 +516,29 @@ void Trainer::save(int64_t step) {
   log::print0("saved checkpoint {}", checkpoint_dir(opts_.out, step));
 }
 
+// The optimizer step on the synchronised gradients; with fp16, unscaled first and skipped on an
+// overflow (Note [dynamic loss scaling]).
+void Trainer::update(int64_t step, double lr_mult) {
+  step_skipped_ = loss_scaling() && !optimizer_->unscale_and_check(static_cast<float>(1.0 / loss_scale_));
+  if (step_skipped_) {
+    loss_scale_ *= 0.5;
+    scale_good_steps_ = 0;
+    return;
+  }
+  optimizer_->step(lr_mult, muon_momentum(step));
+  if (loss_scaling() && ++scale_good_steps_ == opts_.loss_scale_growth_interval) {
+    loss_scale_ *= 2;
+    scale_good_steps_ = 0;
+  }
+}
+
 // One optimizer step: grad_accum micro-steps, gradients synchronised during the last backward.
 double Trainer::train_step(int64_t step, double lr_mult) {
   if (rl()) {
     const RlSettings rs{.num_samples = opts_.num_samples, .max_new_tokens = opts_.max_new_tokens,
                         .temperature = static_cast<float>(opts_.temperature), .top_k = opts_.top_k,
-                        .device_batch_size = opts_.device_batch_size, .seed = opts_.seed};
+                        .device_batch_size = opts_.device_batch_size, .seed = opts_.seed,
+                        .loss_scale = static_cast<float>(loss_scale_)};
     phases_ = StepPhases{};
     Stopwatch compute;
     rl_stats_ = rl_forward_backward(*model_, *reducer_, *tokenizer_, *questions_, plan_.grad_accum, rs);
@@ -532,7 +550,7 @@ double Trainer::train_step(int64_t step, double lr_mult) {
     Stopwatch opt;
     {
       trace::Scope traced("optimizer");
-      optimizer_->step(lr_mult, muon_momentum(step));
+      update(step, lr_mult);
     }
     phases_.optimizer = opt.seconds();
     return rl_stats_.loss;
@@ -567,18 +585,7 @@ double Trainer::train_step(int64_t step, double lr_mult) {
   Stopwatch opt;
   {
     trace::Scope traced("optimizer");
-    // Note [dynamic loss scaling].
-    step_skipped_ = loss_scaling() && !optimizer_->unscale_and_check(static_cast<float>(1.0 / loss_scale_));
-    if (step_skipped_) {
-      loss_scale_ *= 0.5;
-      scale_good_steps_ = 0;
-    } else {
-      optimizer_->step(lr_mult, muon_momentum(step));
-      if (loss_scaling() && ++scale_good_steps_ == opts_.loss_scale_growth_interval) {
-        loss_scale_ *= 2;
-        scale_good_steps_ = 0;
-      }
-    }
+    update(step, lr_mult);
     if (device_.is_cuda()) dev.synchronize();
   }
   phases_.optimizer = opt.seconds();

@@ -74,8 +74,6 @@ void validate_options(const TrainOptions& o) {
                 "number of at least 1 (got {})", o.loss_scale_init);
   NANODDP_CHECK(o.loss_scale_growth_interval >= 1, "--loss_scale_growth_interval must be at least 1 (got {})",
                 o.loss_scale_growth_interval);
-  NANODDP_CHECK(!(o.stage == "rl" && activation_dtype(o.dtype, Device::cpu()) == DType::F16), "--dtype fp16 is not "
-                "available for rl (its sampled losses are not loss-scaled); use bf16 or fp32");
   NANODDP_CHECK(o.zero >= 0 && o.zero <= 2, "--zero must be 0, 1 or 2 (got {})", o.zero);
   finite_non_negative(o.embedding_lr, "embedding_lr");
   finite_non_negative(o.unembedding_lr, "unembedding_lr");

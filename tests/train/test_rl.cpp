@@ -140,19 +140,32 @@ TEST(Rl, TwoRanksSampleRewardAndStepLikeOneRank) {
   EXPECT_LT(std::sqrt(diff / norm), 1e-4);
 }
 
-TEST(Rl, AStoppedAndResumedRunEndsBitForBitLikeAStraightOne) {
-  ScratchDir straight("rl_straight"), resumed("rl_resumed");
-  run_ok(single(rl(straight.str(), 6)));
-  auto first = rl(resumed.str(), 6);
+// In every --dtype: fp16 scales the policy-gradient loss too (Note [dynamic loss scaling] in
+// train/trainer.cpp), and its scale resumes with the run.
+class RlDtype : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RlDtype, AStoppedAndResumedRunEndsBitForBitLikeAStraightOne) {
+  const std::string dtype = GetParam();
+  ScratchDir straight("rl_straight_" + dtype), resumed("rl_resumed_" + dtype);
+  auto args = [&](const std::string& out) {
+    auto a = rl(out, 6);
+    a.insert(a.end(), {"--dtype", dtype});
+    return a;
+  };
+  run_ok(single(args(straight.str())));
+  auto first = args(resumed.str());
   first.insert(first.end(), {"--stop_at", "3"});
   run_ok(single(first));
-  auto second = rl(resumed.str(), 6);
+  auto second = args(resumed.str());
   second.insert(second.end(), {"--resume", "latest"});
   run_ok(single(second));
+  if (dtype == "fp16") EXPECT_EQ(testing::training_metric(straight.str(), "loss_scale").size(), 6u);
   EXPECT_EQ(testing::training_metric(resumed.str(), "reward"), testing::training_metric(straight.str(), "reward"));
   EXPECT_EQ(testing::checkpoint_weights(resumed.str("checkpoints/step_000006")),
             testing::checkpoint_weights(straight.str("checkpoints/step_000006")));
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, RlDtype, ::testing::Values("fp32", "bf16", "fp16"));
 
 TEST(Rl, BadInputEndsWithOneClearLine) {
   ScratchDir out("rl_bad");
