@@ -6,6 +6,7 @@
 
 #if NANODDP_HAVE_ONEDNN
 #include <dnnl.h>
+#include <dnnl.hpp>
 #endif
 #if NANODDP_HAVE_CUDA
 #include <cublasLt.h>
@@ -50,6 +51,23 @@ std::vector<std::pair<std::string, std::string>> engine_versions() {
   v.emplace_back("cublaslt", fmt::format("{}.{}.{}", lt / 10000, lt % 10000 / 100, lt % 100));
 #endif
   return v;
+}
+
+std::string cpu_f16_matmul() {
+#if NANODDP_HAVE_ONEDNN
+  using dnnl::memory;
+  try {
+    const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    const memory::desc f16({64, 64}, memory::data_type::f16, memory::format_tag::ab),
+        f32({64, 64}, memory::data_type::f32, memory::format_tag::ab);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(f16, f16, f32), engine);
+    const std::string impl = pd.impl_info_str();
+    if (!impl.starts_with("ref")) return "onednn (" + impl + ")";
+  } catch (const dnnl::error&) {
+    // no f16 matmul on this CPU
+  }
+#endif
+  return "widened to f32 (sgemm)";
 }
 
 }  // namespace nanoddp::ops

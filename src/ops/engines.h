@@ -12,4 +12,9 @@ namespace nanoddp::ops {
 // that order; only the libraries this build has.
 std::vector<std::pair<std::string, std::string>> engine_versions();
 
+// How the CPU backend multiplies f16 matrices: "onednn (<its kernel>)" where oneDNN has an optimised
+// f16 matmul on this CPU (AVX512-FP16), else "widened to f32 (sgemm)". See Note [bf16 matmul on
+// the CPU] in ops/cpu/matmul.cpp.
+std::string cpu_f16_matmul();
+
 }  // namespace nanoddp::ops

@@ -27,6 +27,7 @@
 #include "model/gpt.h"
 #include "nanoddp/build_config.h"
 #include "ops/backend.h"
+#include "ops/engines.h"
 #include "ops/ops.h"
 #include "ops/profile.h"
 #include "train/checkpoint.h"
@@ -637,7 +638,8 @@ void Trainer::sample() {
 // bf16 model (oneDNN emulates the products), and the header says so once.
 std::string Trainer::arithmetic_name() const {
   if (model_->act_dtype() == DType::F16)
-    return fmt::format("fp16 with dynamic loss scaling from {:g} (f32 GEMMs on fp16 values)", loss_scale_);
+    return fmt::format("fp16 with dynamic loss scaling from {:g} (f16 matmul: {})", loss_scale_,
+                       device_.is_cuda() ? "cuBLASLt" : ops::cpu_f16_matmul());
   if (model_->act_dtype() != DType::BF16) return "f32";
   if (device_.is_cuda()) return "bf16";
   const std::string how = bf16_matmul_hardware(host_info());

@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -100,75 +102,97 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 #endif
 }
 
-// Note [bf16 matmul on the CPU]: bf16 operands, f32 accumulation, an f32 or bf16 result rounded
-// once at the end -- the contract of the CUDA path's cuBLASLt GEMMs (ops/cuda/matmul.h), so that a
-// bf16 model on the CPU rounds where it rounds on a GPU. oneDNN's matmul primitive runs it on
-// whatever the CPU has: AMX tiles (Sapphire Rapids), AVX512-BF16 dot products (Zen 4/5), or an
-// emulation on older CPUs. Creating a primitive JIT-compiles a kernel (~0.1-1 ms), so each is made
-// once per problem -- shapes, transposes, leading dimensions, output type, alpha, beta and thread
-// count -- and kept; a model has a few dozen. Transposes are strides of the memory descriptors; alpha is an
-// output scale and beta a sum post-op, as in BLAS. Without oneDNN the operands are widened to f32
-// for the portable kernel and the result rounded: slower, with the same rounding points.
+// Note [bf16 matmul on the CPU]: bf16 (or f16) operands, f32 accumulation, an f32 or reduced
+// result rounded once at the end -- the contract of the CUDA path's cuBLASLt GEMMs
+// (ops/cuda/matmul.h), so that a bf16 model on the CPU rounds where it rounds on a GPU. oneDNN's
+// matmul primitive runs bf16 on whatever the CPU has: AMX tiles (Sapphire Rapids), AVX512-BF16 dot
+// products (Zen 4/5), or an emulation on older CPUs. f16 it runs only where it has an optimised
+// kernel (AVX512-FP16); elsewhere oneDNN 2.6 has none (primitive creation fails, or only its
+// reference kernel exists, far slower than sgemm), and the operands are widened to f32 for sgemm
+// instead (widened_gemm below): the same rounding points at f32 speed. Creating a primitive
+// JIT-compiles a kernel (~0.1-1 ms), so each is made once per problem -- input type, shapes,
+// transposes, leading dimensions, output type, alpha, beta and thread count -- and kept, as is the
+// finding that there is none; a model has a few dozen. Transposes are strides of the memory
+// descriptors; alpha is an output scale and beta a sum post-op, as in BLAS. Without oneDNN the
+// operands are always widened.
 namespace {
 
 #if NANODDP_HAVE_ONEDNN
-class Bf16Matmuls {
+class ReducedMatmuls {
  public:
-  static Bf16Matmuls& get() {
-    static Bf16Matmuls instance;
+  static ReducedMatmuls& get() {
+    static ReducedMatmuls instance;
     return instance;
   }
 
-  void run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
-           const void* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_bf16) {
+  // False when oneDNN has no optimised kernel for the problem: the caller widens to f32.
+  bool run(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
+           int64_t lda, const void* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_reduced) {
     using dnnl::memory;
     // The thread count is part of the problem: oneDNN fixes a primitive's parallel split when it is
     // created, so one made at 1 thread would keep running on 1 after set_cpu_threads(2).
-    const Key key{m, n, k, trans_a, trans_b, lda, ldb, ldc, c_bf16, alpha, beta, cpu_threads()};
+    const Key key{in, m, n, k, trans_a, trans_b, lda, ldb, ldc, c_reduced, alpha, beta, cpu_threads()};
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = cache_.find(key);
-    if (it == cache_.end()) {
-      // Row-major [rows, cols] with leading dimension ld, read transposed or not.
-      auto operand = [](int64_t rows, int64_t cols, int64_t ld, bool trans, memory::data_type t) {
-        return trans ? memory::desc({rows, cols}, t, {1, ld}) : memory::desc({rows, cols}, t, {ld, 1});
-      };
-      const auto a_md = operand(m, k, lda, trans_a, memory::data_type::bf16);
-      const auto b_md = operand(k, n, ldb, trans_b, memory::data_type::bf16);
-      const auto c_md = memory::desc({m, n}, c_bf16 ? memory::data_type::bf16 : memory::data_type::f32, {ldc, 1});
-      dnnl::primitive_attr attr;
-      if (alpha != 1.f) attr.set_output_scales(0, {alpha});
-      if (beta != 0.f) {
-        dnnl::post_ops po;
-        po.append_sum(beta);
-        attr.set_post_ops(po);
-      }
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine_);
-      it = cache_.emplace(key, Entry{dnnl::matmul(pd), a_md, b_md, c_md}).first;
-    }
-    Entry& e = it->second;
+    if (it == cache_.end()) it = cache_.emplace(key, create(key)).first;
+    if (!it->second) return false;
+    Entry& e = *it->second;
     memory am(e.a, engine_, const_cast<void*>(a)), bm(e.b, engine_, const_cast<void*>(b)), cm(e.c, engine_, c);
     e.prim.execute(stream_, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
     stream_.wait();
+    return true;
   }
 
  private:
-  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, bool, float, float, int>;
+  using Key = std::tuple<DType, int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, bool, float, float,
+                         int>;
   struct Entry {
     dnnl::matmul prim;
     dnnl::memory::desc a, b, c;
   };
-  Bf16Matmuls() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+
+  std::optional<Entry> create(const Key& key) {
+    using dnnl::memory;
+    const auto [in, m, n, k, trans_a, trans_b, lda, ldb, ldc, c_reduced, alpha, beta, threads] = key;
+    const memory::data_type t = in == DType::F16 ? memory::data_type::f16 : memory::data_type::bf16;
+    // Row-major [rows, cols] with leading dimension ld, read transposed or not.
+    auto operand = [](int64_t rows, int64_t cols, int64_t ld, bool trans, memory::data_type dt) {
+      return trans ? memory::desc({rows, cols}, dt, {1, ld}) : memory::desc({rows, cols}, dt, {ld, 1});
+    };
+    const auto a_md = operand(m, k, lda, trans_a, t), b_md = operand(k, n, ldb, trans_b, t);
+    const auto c_md = memory::desc({m, n}, c_reduced ? t : memory::data_type::f32, {ldc, 1});
+    dnnl::primitive_attr attr;
+    if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.f) {
+      dnnl::post_ops po;
+      po.append_sum(beta);
+      attr.set_post_ops(po);
+    }
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine_);
+      // bf16 always runs on oneDNN (its emulation is still faster than widening); f16 only on an
+      // optimised kernel, not on the reference one.
+      if (in == DType::F16 && std::string_view(pd.impl_info_str()).starts_with("ref")) return std::nullopt;
+      return Entry{dnnl::matmul(pd), a_md, b_md, c_md};
+    } catch (const dnnl::error&) {
+      NANODDP_ASSERT(in == DType::F16, "oneDNN has no bf16 matmul for {}x{}x{}", m, n, k);
+      return std::nullopt;
+    }
+  }
+
+  ReducedMatmuls() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::mutex mutex_;
-  std::map<Key, Entry> cache_;
+  std::map<Key, std::optional<Entry>> cache_;
 };
 #endif
 
 // Reduced-precision operands widened to f32 (exactly) for sgemm, and the result rounded once: the
-// same rounding points as a native bf16/f16 GEMM, at f32 speed. Used for bf16 without oneDNN and for
-// f16 always: oneDNN 2.6 has no f16 matmul on CPUs before AVX512-FP16, and Zen 5 has none. The
-// buffers belong to the calling thread and only grow (no mmap per call).
+// same rounding points as a native bf16/f16 GEMM, at f32 speed. Used without oneDNN, and for f16
+// where oneDNN has no optimised kernel (measured on Zen 5, which lacks AVX512-FP16: oneDNN 2.6
+// cannot create an f16 matmul at all). The buffers belong to the calling thread and only grow (no
+// mmap per call).
 template <typename T>
 void widened_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const T* a, int64_t lda,
                   const T* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_reduced) {
@@ -200,14 +224,18 @@ void widened_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
   }
 }
 
-void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
-               const bf16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_bf16) {
+// out = alpha op(a) op(b) + beta out for bf16 or f16 a, b (T) and an f32 or T result: on oneDNN
+// where it has a kernel, else widened (Note [bf16 matmul on the CPU]).
+template <typename T>
+void reduced_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const T* a, int64_t lda,
+                  const T* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_reduced) {
   if (m == 0 || n == 0) return;
 #if NANODDP_HAVE_ONEDNN
-  Bf16Matmuls::get().run(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, c_bf16);
-#else
-  widened_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, c_bf16);
+  if (ReducedMatmuls::get().run(dtype_of<T>(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                                c_reduced))
+    return;
 #endif
+  widened_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, c_reduced);
 }
 
 }  // namespace
@@ -218,15 +246,14 @@ void CpuBackend::matmul(const Tensor& out, const Tensor& a, bool trans_a, const 
   if (a.dtype() == DType::BF16) {
     // See Note [bf16 matmul on the CPU].
     NANODDP_ASSERT(out.dtype() == DType::F32 || out.dtype() == DType::BF16, "bf16 matmul writes f32 or bf16");
-    bf16_gemm(trans_a, trans_b, m, n, k, alpha, a.data<bf16>(), a.dim(1), b.data<bf16>(), b.dim(1), beta, out.raw(),
-              n, out.dtype() == DType::BF16);
+    reduced_gemm(trans_a, trans_b, m, n, k, alpha, a.data<bf16>(), a.dim(1), b.data<bf16>(), b.dim(1), beta, out.raw(),
+                 n, out.dtype() == DType::BF16);
     return;
   }
   if (a.dtype() == DType::F16) {
     NANODDP_ASSERT(out.dtype() == DType::F32 || out.dtype() == DType::F16, "f16 matmul writes f32 or f16");
-    if (m == 0 || n == 0) return;
-    widened_gemm(trans_a, trans_b, m, n, k, alpha, a.data<f16>(), a.dim(1), b.data<f16>(), b.dim(1), beta, out.raw(), n,
-                 out.dtype() == DType::F16);
+    reduced_gemm(trans_a, trans_b, m, n, k, alpha, a.data<f16>(), a.dim(1), b.data<f16>(), b.dim(1), beta, out.raw(),
+                 n, out.dtype() == DType::F16);
     return;
   }
   NANODDP_ASSERT(out.dtype() == DType::F32 && a.dtype() == DType::F32, "f32 operands need an f32 output on the CPU");
