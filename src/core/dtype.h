@@ -91,15 +91,19 @@ inline f16 f32_to_f16(float x) {
   return f16{static_cast<uint16_t>(sign | (rounded >> 13))};
 }
 
+// Branch-free (selects, no early returns) so that GCC vectorises every kernel loop that loads f16:
+// with branches it kept them scalar, and fp16 training ran at 0.59x fp32 on Zen 5.
 inline float f16_to_f32(f16 h) {
   const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16;
-  const uint32_t e = (h.bits >> 10) & 0x1fu, m = h.bits & 0x3ffu;
-  if (e == 0) {  // zero or subnormal: m * 2^-24, exact in f32
-    const float v = static_cast<float>(m) * 5.9604644775390625e-08f;
-    return std::bit_cast<float>(std::bit_cast<uint32_t>(v) | sign);
-  }
-  if (e == 31) return std::bit_cast<float>(sign | 0x7f800000u | (m << 13));  // inf or NaN
-  return std::bit_cast<float>(sign | ((e + 112u) << 23) | (m << 13));
+  const uint32_t em = h.bits & 0x7fffu;  // exponent and mantissa
+  // Normal: the bits shifted into place and the exponent rebiased (15 -> 127, +112 << 23); inf and
+  // NaN (exponent 31) need 255, so they get the rebias twice. Mantissa (a NaN's payload) kept.
+  const uint32_t normal = (em << 13) + 0x38000000u + static_cast<uint32_t>(em >= 0x7c00u) * 0x38000000u;
+  // Zero or subnormal: m * 2^-24, exact in f32.
+  const uint32_t subnormal =
+      std::bit_cast<uint32_t>(static_cast<float>(static_cast<int32_t>(em)) * 5.9604644775390625e-08f);
+  const uint32_t is_subnormal = 0u - static_cast<uint32_t>(em < 0x400u);
+  return std::bit_cast<float>((subnormal & is_subnormal) | (normal & ~is_subnormal) | sign);
 }
 
 inline float round_to_f16(float x) { return f16_to_f32(f32_to_f16(x)); }

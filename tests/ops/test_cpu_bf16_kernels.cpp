@@ -206,11 +206,21 @@ TEST(F16, ConversionRoundsToNearestEvenOverflowsToInfinityAndKeepsSubnormals) {
   EXPECT_EQ(bits(2.9802322e-08f), 0x0000);      // 2^-25: ties to even, zero
   EXPECT_EQ(bits(6.1035156e-05f), 0x0400);      // 2^-14, the smallest normal
   EXPECT_EQ(bits(6.0975552e-05f), 0x03ff);      // the largest subnormal
-  // Every fp16 value survives the round trip f16 -> f32 -> f16.
+  // Every fp16 value widens to the value its fields define, (-1)^s (1 + m/1024) 2^(e-15) or, with
+  // e = 0, (-1)^s m 2^-24 (exact in double and in f32); e = 31 is infinity or NaN. And it survives
+  // the round trip f16 -> f32 -> f16.
   for (uint32_t h = 0; h < 0x10000; h++) {
     const f16 x{static_cast<uint16_t>(h)};
     const float f = f16_to_f32(x);
-    if (std::isnan(f)) continue;
+    const uint32_t s = h >> 15, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 31) {
+      ASSERT_TRUE(m == 0 ? std::isinf(f) && std::signbit(f) == (s == 1) : std::isnan(f)) << std::hex << h;
+      if (m != 0) continue;
+    } else {
+      const double magnitude = e == 0 ? std::ldexp(m, -24) : std::ldexp(1.0 + m / 1024.0, static_cast<int>(e) - 15);
+      ASSERT_EQ(static_cast<double>(f), s ? -magnitude : magnitude) << std::hex << h;
+      ASSERT_EQ(std::signbit(f), s == 1) << std::hex << h;  // -0 stays -0
+    }
     ASSERT_EQ(f32_to_f16(f).bits, h) << std::hex << h;
   }
 }
