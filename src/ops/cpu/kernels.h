@@ -26,6 +26,11 @@ class CpuBackend final : public Backend {
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// Row-major GEMM of bf16 operands with f32 accumulation on raw pointers; c is f32, or bf16 (c_bf16)
+// rounded once (Note [bf16 matmul on the CPU] in matmul.cpp).
+void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
+               const bf16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_bf16);
+
 // Loads and stores of an activation element, in f32. GCC vectorises both for bf16 (shifts and an
 // add on 32-bit lanes), so one loop body serves both storage types.
 inline float load(const float* p, int64_t i) { return p[i]; }

@@ -240,6 +240,11 @@ void reduced_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
 
 }  // namespace
 
+void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
+               const bf16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_bf16) {
+  reduced_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, c_bf16);
+}
+
 void CpuBackend::matmul(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha,
                         float beta) {
   int64_t m = out.dim(0), n = out.dim(1), k = trans_a ? a.dim(0) : a.dim(1);

@@ -49,68 +49,80 @@ void CpuBackend::muon_momentum(const Tensor& g, const Tensor& buf, float momentu
 
 namespace {
 
-// Rounds every element to bf16 (kept in f32), emulating a bf16 tensor op's output; a no-op in
-// f32 mode.
-struct Rounding {
-  bool bf16;
-  float operator()(float v) const { return bf16 ? round_to_bf16(v) : v; }
-  void all(float* x, int64_t n) const {
-    if (!bf16) return;
-#pragma omp parallel for if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; i++) x[i] = round_to_bf16(x[i]);
+// Muon's quintic coefficients.
+constexpr float kNsA = 3.4445f, kNsB = -4.7750f, kNsC = 2.0315f;
+
+// A scalar result as a PyTorch op on T tensors gives it: rounded to bf16, or kept in f32.
+template <typename T>
+float round_to(float v) {
+  if constexpr (std::is_same_v<T, bf16>) return round_to_bf16(v);
+  return v;
+}
+
+// c = a op(b) on T buffers (row-major, ldc = n): sgemm in f32; in bf16 the bf16 matmul (f32
+// accumulation, the result rounded once), about twice sgemm's rate where the CPU has bf16 dot
+// products or AMX (docs/benchmarks.md).
+template <typename T>
+void ns_gemm(bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, const T* b, int64_t ldb, T* c) {
+  if constexpr (std::is_same_v<T, bf16>)
+    bf16_gemm(false, trans_b, m, n, k, 1.f, a, k, b, ldb, 0.f, c, n, true);
+  else
+    sgemm(false, trans_b, m, n, k, 1.f, a, k, b, ldb, 0.f, c, n);
+}
+
+// The iteration on buffers of T (float, or bf16 for nanochat's bf16 Newton-Schulz): every tensor
+// op's result is stored as T, scalars are f32 (Note [bf16 activations on the CPU]'s load/store).
+template <typename T>
+void newton_schulz_impl(float* px, int64_t rows, int64_t cols, int steps) {
+  const bool transposed = rows > cols;
+  const int64_t m = transposed ? cols : rows, n = transposed ? rows : cols;  // X is [m, n], m <= n
+  const int64_t mn = m * n, mm = m * m;
+  thread_local std::vector<T> xs, as, cas, bs, bxs;  // reused across calls; they only grow
+  xs.resize(mn);
+  as.resize(mm);
+  cas.resize(mm);
+  bs.resize(mm);
+  bxs.resize(mn);
+  // Pointers, not the thread_locals' names, inside the parallel loops (each worker has its own).
+  T *X = xs.data(), *A = as.data(), *cA = cas.data(), *B = bs.data(), *BX = bxs.data();
+
+#pragma omp parallel for if (mn > kParallelGrain)
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++) store(X, transposed ? j * rows + i : i * cols + j, px[i * cols + j]);
+  double ss = 0;
+  for (int64_t i = 0; i < mn; i++) ss += double(load(X, i)) * load(X, i);
+  const float norm = round_to<T>(static_cast<float>(std::sqrt(ss)));
+  const float denom = round_to<T>(norm + 1e-7f);
+#pragma omp parallel for simd if (mn > kParallelGrain)
+  for (int64_t i = 0; i < mn; i++) store(X, i, load(X, i) / denom);
+
+  for (int s = 0; s < steps; s++) {
+    ns_gemm(true, m, m, n, X, X, n, A);  // A = X X^T
+#pragma omp parallel for simd if (mm > kParallelGrain)
+    for (int64_t i = 0; i < mm; i++) store(cA, i, kNsC * load(A, i));
+    ns_gemm(false, m, m, m, cA, A, m, B);  // (cA) A
+#pragma omp parallel for simd if (mm > kParallelGrain)
+    for (int64_t i = 0; i < mm; i++) store(B, i, round_to<T>(kNsB * load(A, i)) + load(B, i));
+    ns_gemm(false, m, n, m, B, X, n, BX);  // B X
+#pragma omp parallel for simd if (mn > kParallelGrain)
+    for (int64_t i = 0; i < mn; i++) store(X, i, round_to<T>(kNsA * load(X, i)) + load(BX, i));
   }
-};
+
+#pragma omp parallel for if (mn > kParallelGrain)
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++) px[i * cols + j] = load(X, transposed ? j * rows + i : i * cols + j);
+}
 
 }  // namespace
 
-// nanochat runs Newton-Schulz on bf16 tensors. In bf16 mode each step below rounds its result to
-// bf16 as the corresponding PyTorch bf16 op on CUDA would (GEMMs accumulate in f32 and round once,
-// scalars are f32), evaluating b * A + c * A @ A as (b A) + ((c A) A), the order Python gives it.
+// nanochat runs Newton-Schulz on bf16 tensors. In bf16 mode each step rounds its result to bf16 as
+// the corresponding PyTorch bf16 op on CUDA would (GEMMs accumulate in f32 and round once, scalars
+// are f32), evaluating b * A + c * A @ A as (b A) + ((c A) A), the order Python gives it.
 void CpuBackend::newton_schulz(const Tensor& x, int steps, bool bf16) {
-  const Rounding r{bf16};
-  constexpr float a = 3.4445f, b = -4.7750f, c = 2.0315f;
-  const int64_t rows = x.dim(0), cols = x.dim(1);
-  const bool transposed = rows > cols;
-  const int64_t m = transposed ? cols : rows, n = transposed ? rows : cols;  // X is [m, n], m <= n
-  float* px = x.data<float>();
-
-  // Buffers sized by the matrix, reused across calls of the same shape.
-  thread_local std::vector<float> xs, as, cas, bs, bxs;
-  xs.resize(m * n);
-  as.resize(m * m);
-  cas.resize(m * m);
-  bs.resize(m * m);
-  bxs.resize(m * n);
-  float *X = xs.data(), *A = as.data(), *cA = cas.data(), *B = bs.data(), *BX = bxs.data();
-
-  for (int64_t i = 0; i < rows; i++)
-    for (int64_t j = 0; j < cols; j++) {
-      float v = r(px[i * cols + j]);
-      if (transposed)
-        X[j * rows + i] = v;
-      else
-        X[i * cols + j] = v;
-    }
-  double ss = 0;
-  for (int64_t i = 0; i < m * n; i++) ss += double(X[i]) * X[i];
-  const float norm = r(static_cast<float>(std::sqrt(ss)));
-  const float denom = r(norm + 1e-7f);
-  for (int64_t i = 0; i < m * n; i++) X[i] = r(X[i] / denom);
-
-  for (int s = 0; s < steps; s++) {
-    sgemm(false, true, m, m, n, 1.f, X, n, X, n, 0.f, A, m);  // A = X X^T
-    r.all(A, m * m);
-    for (int64_t i = 0; i < m * m; i++) cA[i] = r(c * A[i]);
-    sgemm(false, false, m, m, m, 1.f, cA, m, A, m, 0.f, B, m);  // (cA) A
-    r.all(B, m * m);
-    for (int64_t i = 0; i < m * m; i++) B[i] = r(r(b * A[i]) + B[i]);
-    sgemm(false, false, m, n, m, 1.f, B, m, X, n, 0.f, BX, n);  // B X
-    r.all(BX, m * n);
-    for (int64_t i = 0; i < m * n; i++) X[i] = r(r(a * X[i]) + BX[i]);
-  }
-
-  for (int64_t i = 0; i < rows; i++)
-    for (int64_t j = 0; j < cols; j++) px[i * cols + j] = transposed ? X[j * rows + i] : X[i * cols + j];
+  if (bf16)
+    newton_schulz_impl<nanoddp::bf16>(x.data<float>(), x.dim(0), x.dim(1), steps);
+  else
+    newton_schulz_impl<float>(x.data<float>(), x.dim(0), x.dim(1), steps);
 }
 
 }  // namespace nanoddp::ops::cpu
