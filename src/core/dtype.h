@@ -73,22 +73,22 @@ struct f16 {
 // rounding) become infinity -- the overflow that dynamic loss scaling watches for -- small values
 // become subnormal or zero, NaN stays a quiet NaN. Written out rather than _Float16, which not every
 // compiler that includes this header (nvcc's host pass) takes.
+// Each case is computed and one chosen by selects, not early returns, so that GCC vectorises the
+// loops that store f16 (and the round trips through f16 that attention's GEMM operands take).
 inline f16 f32_to_f16(float x) {
   const uint32_t u = std::bit_cast<uint32_t>(x);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return f16{static_cast<uint16_t>(sign | 0x7e00u)};  // NaN
-  if (a >= 0x477ff000u) return f16{static_cast<uint16_t>(sign | 0x7c00u)};  // rounds to >= 65520: infinity
-  if (a < 0x38800000u) {
-    // Below 2^-14: a subnormal fp16, m * 2^-24. Adding 0.5 in f32 shifts the mantissa into place and
-    // rounds it to nearest even in the FPU.
-    const float shifted = std::bit_cast<float>(a) + 0.5f;
-    return f16{static_cast<uint16_t>(sign | (std::bit_cast<uint32_t>(shifted) - 0x3f000000u))};
-  }
   // Normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits to nearest even;
   // a carry out of the mantissa correctly bumps the exponent.
-  const uint32_t rounded = a + 0x0fffu + ((a >> 13) & 1u) - 0x38000000u;
-  return f16{static_cast<uint16_t>(sign | (rounded >> 13))};
+  const uint32_t normal = (a + 0x0fffu + ((a >> 13) & 1u) - 0x38000000u) >> 13;
+  // Below 2^-14: a subnormal fp16, m * 2^-24. Adding 0.5 in f32 shifts the mantissa into place and
+  // rounds it to nearest even in the FPU.
+  const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(a) + 0.5f) - 0x3f000000u;
+  uint32_t r = a < 0x38800000u ? subnormal : normal;
+  r = a >= 0x477ff000u ? 0x7c00u : r;  // rounds to >= 65520: infinity
+  r = a > 0x7f800000u ? 0x7e00u : r;   // NaN: a quiet NaN
+  return f16{static_cast<uint16_t>(sign | r)};
 }
 
 // Branch-free (selects, no early returns) so that GCC vectorises every kernel loop that loads f16:

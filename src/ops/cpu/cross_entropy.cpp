@@ -58,11 +58,14 @@ void CpuBackend::softcap_cross_entropy(const Tensor& losses, const Tensor& logit
         // each) and the target's term subtracted before any rounding.
         float* g;
         if constexpr (std::is_same_v<T, float>) g = row; else g = z;
+        // Locals, not the lambda's by-reference captures: a store through g might change those, so
+        // GCC reloaded them each iteration and left the loop scalar (measured: 38 ms per step).
+        const float gs = grad_scale, ic = inv_cap;
 #pragma omp simd
         for (int64_t j = 0; j < vocab; j++) {
           const float prob = fast_exp(z[j] - mx) * inv_sum;
-          const float t = z[j] * inv_cap;
-          g[j] = grad_scale * prob * (1.f - t * t);
+          const float t = z[j] * ic;
+          g[j] = gs * prob * (1.f - t * t);
         }
         g[target] -= grad_scale * (1.f - t_target * t_target);
         if constexpr (!std::is_same_v<T, float>) {
