@@ -76,13 +76,7 @@ float* out_f32(T*, int64_t, int64_t rows, int64_t d, std::vector<float>& buf, in
 // (f16) before they enter a GEMM, where the CUDA flash kernels round them for the tensor cores.
 template <typename T>
 inline float gemm_operand(float x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else {
-    T r;
-    store(&r, 0, x);
-    return load(&r, 0);
-  }
+  return round_to<T>(x);
 }
 
 template <typename T>

@@ -40,6 +40,19 @@ inline void store(bf16* p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
 inline float load(const f16* p, int64_t i) { return f16_to_f32(p[i]); }
 inline void store(f16* p, int64_t i, float v) { p[i] = f32_to_f16(v); }
 
+// x rounded to T and widened back, as a PyTorch op on T tensors leaves a scalar result (identity
+// for float).
+template <typename T>
+inline float round_to(float x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    T r;
+    store(&r, 0, x);
+    return load(&r, 0);
+  }
+}
+
 // Calls fn with a null pointer of the tensor's activation element type (float*, bf16* or f16*): the
 // kernels are templates over it, `[&](auto tag) { using T = std::remove_pointer_t<decltype(tag)>; }`.
 template <typename Fn>

@@ -52,13 +52,6 @@ namespace {
 // Muon's quintic coefficients.
 constexpr float kNsA = 3.4445f, kNsB = -4.7750f, kNsC = 2.0315f;
 
-// A scalar result as a PyTorch op on T tensors gives it: rounded to bf16, or kept in f32.
-template <typename T>
-float round_to(float v) {
-  if constexpr (std::is_same_v<T, bf16>) return round_to_bf16(v);
-  return v;
-}
-
 // c = a op(b) on T buffers (row-major, ldc = n): sgemm in f32; in bf16 the bf16 matmul (f32
 // accumulation, the result rounded once), about twice sgemm's rate where the CPU has bf16 dot
 // products or AMX (docs/benchmarks.md).
