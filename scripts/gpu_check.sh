@@ -4,7 +4,8 @@
 # bundle of scripts/gpu_deps.sh (carried in .gpu/), build on every core, then
 #   B. correctness: ctest -L cuda; compute-sanitizer memcheck/racecheck/synccheck over the CUDA op
 #      tests; the NCCL group (test_comm_nccl); train --device cuda end to end, under `nanoddp run
-#      --nproc_per_node 1`, stop + resume bitwise against a straight run, and sample;
+#      --nproc_per_node 1`, stop + resume bitwise against a straight run, and sample; the same
+#      straight run and stop + resume in fp16 (dynamic loss scaling);
 #   C. speed: bench/gpu_bench.sh (nanoddp against PyTorch, depths 12 and 20 at seq 2048).
 # Every stage writes its log to $OUT (or out/gpu-check); summary.txt lists each stage's exit
 # status and seconds, and the script goes on after a failed stage so one call gives every answer.
@@ -29,6 +30,18 @@ stage() {
   local rc=$?
   printf '%-28s rc=%-3s %5ss\n' "$name" "$rc" "$((SECONDS - t0))" | tee -a "$summary" >&2
   return $rc
+}
+
+# same_last_checkpoint RUN_A RUN_B: the newest checkpoints of two runs hold the same bytes in every
+# .safetensors file (a straight run against a stopped and resumed one); fails on the first that differs.
+same_last_checkpoint() {
+  local a b f
+  a=$(ls -d "$1"/checkpoints/step_* | tail -n1) && b=$(ls -d "$2"/checkpoints/step_* | tail -n1) || return 1
+  echo "$a vs $b"
+  for f in $(cd "$a" && ls *.safetensors); do
+    cmp "$a/$f" "$b/$f" || return 1
+    echo "$f identical"
+  done
 }
 
 [ -d .gpu/deps ] || { echo "gpu_check.sh: .gpu/deps is missing: run scripts/gpu_deps.sh here and carry .gpu" >&2; exit 2; }
@@ -63,9 +76,11 @@ if [[ " $parts " == *" B "* ]]; then
   stage train_cuda "$bin" train "${common[@]}" --out "$work/straight"
   stage train_cuda_stop "$bin" train "${common[@]}" --out "$work/resumed" --stop_at 20
   stage train_cuda_resume "$bin" train "${common[@]}" --out "$work/resumed" --resume latest
-  stage resume_bitwise bash -c "a=\$(ls -d '$work'/straight/checkpoints/step_* | tail -n1); \
-    b=\$(ls -d '$work'/resumed/checkpoints/step_* | tail -n1); echo \"\$a vs \$b\"; \
-    for f in \$(cd \"\$a\" && ls *.safetensors); do cmp \"\$a/\$f\" \"\$b/\$f\" && echo \"\$f identical\"; done"
+  stage resume_bitwise same_last_checkpoint "$work/straight" "$work/resumed"
+  stage train_cuda_fp16 "$bin" train "${common[@]}" --dtype fp16 --out "$work/fp16_straight"
+  stage train_cuda_fp16_stop "$bin" train "${common[@]}" --dtype fp16 --out "$work/fp16_resumed" --stop_at 20
+  stage train_cuda_fp16_resume "$bin" train "${common[@]}" --dtype fp16 --out "$work/fp16_resumed" --resume latest
+  stage resume_bitwise_fp16 same_last_checkpoint "$work/fp16_straight" "$work/fp16_resumed"
   stage run_nproc1 "$bin" run --standalone --nproc_per_node 1 train "${common[@]}" --out "$work/launched"
   stage sample_cuda "$bin" sample --checkpoint "$work/straight" --device cuda --prompt "The jury said" \
     --max_tokens 60

@@ -166,7 +166,7 @@ struct TrainOptions {
     v(device, "device", "cpu or cuda");
     v(backend, "backend", "Process group: auto, gloo, mpi, nccl");
     v(dtype, "dtype", "Activations and matmul inputs: fp32, bf16 (f32 accumulation, master weights, gradients and "
-      "optimizer state), fp16 (the same, with dynamic loss scaling; CPU only), or auto = fp32 on the CPU, bf16 on "
+      "optimizer state), fp16 (the same, with dynamic loss scaling), or auto = fp32 on the CPU, bf16 on "
       "CUDA (also: float32, bfloat16, float16)");
     v(loss_scale_init, "loss_scale_init", "fp16: the initial loss scale (GradScaler's init_scale)");
     v(loss_scale_growth_interval, "loss_scale_growth_interval", "fp16: steps without an overflow before the loss "

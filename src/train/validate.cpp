@@ -119,11 +119,7 @@ void validate_options(const TrainOptions& o) {
 DType activation_dtype(const std::string& dtype, Device device) {
   if (dtype == "bf16" || dtype == "bfloat16") return DType::BF16;
   if (dtype == "fp32" || dtype == "float32" || dtype == "f32") return DType::F32;
-  if (dtype == "fp16" || dtype == "float16") {
-    NANODDP_CHECK(!device.is_cuda(), "--dtype fp16 runs on the CPU only so far (the CUDA kernels are bf16); on CUDA use "
-                  "--dtype bf16, which needs no loss scaling");
-    return DType::F16;
-  }
+  if (dtype == "fp16" || dtype == "float16") return DType::F16;
   NANODDP_CHECK(dtype == "auto", "--dtype must be auto, fp32, bf16 or fp16 (got '{}')", dtype);
   return device.is_cuda() ? DType::BF16 : DType::F32;
 }

@@ -194,7 +194,7 @@ cudaError_t launch_delta(float* delta, const void* dout, const void* out, const 
 }  // namespace
 
 bool attention_uses_flash(DType t, const AttentionShape& s, const void* const* ptrs, int nptrs, bool reference_only) {
-  if (reference_only || t != DType::BF16 || !flash_supports_head_dim(s.d)) return false;
+  if (reference_only || t == DType::F32 || !flash_supports_head_dim(s.d)) return false;
   for (int i = 0; i < nptrs; i++)
     if (!aligned(ptrs[i], 16)) return false;
   return true;
@@ -205,10 +205,10 @@ cudaError_t launch_attention_forward(DType t, void* out, float* lse, const void*
   if (s.batch * s.tq * s.hq == 0) return cudaSuccess;
   const void* ptrs[] = {out, q, k, v};
   if (attention_uses_flash(t, s, ptrs, 4, reference_only))
-    return launch_flash_forward(static_cast<bf16_t*>(out), lse, static_cast<const bf16_t*>(q),
-                                static_cast<const bf16_t*>(k), static_cast<const bf16_t*>(v), s, scale, stream);
-  return t == DType::BF16 ? ref_forward<bf16_t>(out, lse, q, k, v, s, scale, stream)
-                         : ref_forward<float>(out, lse, q, k, v, s, scale, stream);
+    return launch_flash_forward(t, out, lse, q, k, v, s, scale, stream);
+  return with_dtype(t, [&](auto* tag) {
+    return ref_forward<std::remove_pointer_t<decltype(tag)>>(out, lse, q, k, v, s, scale, stream);
+  });
 }
 
 size_t attention_backward_scratch_bytes(const AttentionShape& s) {
@@ -221,17 +221,16 @@ cudaError_t launch_attention_backward(DType t, void* dq, void* dk, void* dv, con
                                       cudaStream_t stream) {
   if (s.batch * s.tq * s.hq == 0) return cudaSuccess;
   float* delta = static_cast<float*>(scratch);
-  cudaError_t e = t == DType::BF16 ? launch_delta<bf16_t>(delta, dout, out, s, stream)
-                                  : launch_delta<float>(delta, dout, out, s, stream);
+  cudaError_t e = with_dtype(
+      t, [&](auto* tag) { return launch_delta<std::remove_pointer_t<decltype(tag)>>(delta, dout, out, s, stream); });
   if (e != cudaSuccess) return e;
   const void* ptrs[] = {dq, dk, dv, dout, q, k, v};
   if (attention_uses_flash(t, s, ptrs, 7, reference_only))
-    return launch_flash_backward(static_cast<bf16_t*>(dq), static_cast<bf16_t*>(dk), static_cast<bf16_t*>(dv),
-                                 static_cast<const bf16_t*>(dout), static_cast<const bf16_t*>(q),
-                                 static_cast<const bf16_t*>(k), static_cast<const bf16_t*>(v), lse, delta, s, scale,
-                                 stream);
-  return t == DType::BF16 ? ref_backward<bf16_t>(dq, dk, dv, dout, q, k, v, lse, delta, s, scale, stream)
-                         : ref_backward<float>(dq, dk, dv, dout, q, k, v, lse, delta, s, scale, stream);
+    return launch_flash_backward(t, dq, dk, dv, dout, q, k, v, lse, delta, s, scale, stream);
+  return with_dtype(t, [&](auto* tag) {
+    return ref_backward<std::remove_pointer_t<decltype(tag)>>(dq, dk, dv, dout, q, k, v, lse, delta, s, scale,
+                                                              stream);
+  });
 }
 
 }  // namespace nanoddp::cuda

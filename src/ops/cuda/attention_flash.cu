@@ -1,15 +1,17 @@
-// Flash attention on the tensor cores (bf16 in, f32 accumulate), forward and backward, causal,
-// grouped-query heads, head_dim 64 or 128 (FlashAttention-2's algorithm, re-derived here).
+// Flash attention on the tensor cores (bf16 or f16 in, f32 accumulate), forward and backward,
+// causal, grouped-query heads, head_dim 64 or 128 (FlashAttention-2's algorithm, re-derived here).
+// The kernels are templates over the 16-bit storage type T; only the MMA instruction and the
+// rounding of register products (P, dS) back to T differ between bf16 and f16.
 //
 // Tiles: a block of 4 warps; each warp owns 16 rows of the tile and computes with
-// mma.sync.m16n8k16 (bf16 x bf16 -> f32). Operands come from shared memory through ldmatrix;
+// mma.sync.m16n8k16 (T x T -> f32). Operands come from shared memory through ldmatrix;
 // rows are padded by 16 bytes so the 8 rows an ldmatrix reads fall in distinct banks. Global
 // tiles are copied with cp.async (16 bytes per thread, zero-filled past the end), overlapping the
 // next tile's load with the current tile's math.
 //
 // Forward (per block: 64 queries of one head): for each 64-key tile up to the causal limit,
 // S = Q K^T, masked and scaled by scale * log2(e); online softmax in base 2 (running row max m
-// and sum l, the output rescaled by 2^(m_old - m_new)); O += P V with P rounded to bf16. At the
+// and sum l, the output rescaled by 2^(m_old - m_new)); O += P V with P rounded to T. At the
 // end O /= l and lse = (m + log2 l) ln 2, the natural log-sum-exp of the scaled scores.
 //
 // Backward, deterministic (see Note [deterministic attention backward] below): two kernels that
@@ -24,6 +26,9 @@
 // kernel costs 7 instead of 5 tile GEMMs per backward, and makes the backward bitwise
 // reproducible.
 #include "ops/cuda/attention_flash.cuh"
+
+#include <type_traits>
+
 #include "ops/cuda/common.cuh"
 
 namespace nanoddp::cuda {
@@ -31,7 +36,7 @@ namespace nanoddp::cuda {
 namespace {
 
 constexpr int kThreads = 128;  // 4 warps
-constexpr int kPad = 8;        // bf16 elements of padding per shared-memory row
+constexpr int kPad = 8;        // 16-bit elements of padding per shared-memory row
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -58,76 +63,93 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16_t* p) {
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p))
                : "memory");
 }
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16_t* p) {
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p))
                : "memory");
 }
 
-// d[16x8] += a[16x16] b[16x8], bf16 operands, f32 accumulators.
+// d[16x8] += a[16x16] b[16x8], T operands (bf16 or f16), f32 accumulators.
+template <typename T>
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  if constexpr (std::is_same_v<T, f16_t>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    static_assert(std::is_same_v<T, bf16_t>, "the flash kernels take bf16 or f16");
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 }
 
-// Two floats as a bf16x2 register, the first in the low half (the lower column).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
+// Two floats rounded to T as one 32-bit register, the first in the low half (the lower column).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, f16_t>) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
 }
 
 // The A operand of an m16n8k16 MMA from accumulators c[2kk], c[2kk+1] of two adjacent n-tiles:
 // the C layout of a 16x16 block equals the A layout of a 16x16 operand.
+template <typename T>
 __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
-  a[0] = pack_bf16(c0[0], c0[1]);
-  a[1] = pack_bf16(c0[2], c0[3]);
-  a[2] = pack_bf16(c1[0], c1[1]);
-  a[3] = pack_bf16(c1[2], c1[3]);
+  a[0] = pack2<T>(c0[0], c0[1]);
+  a[1] = pack2<T>(c0[2], c0[3]);
+  a[2] = pack2<T>(c1[0], c1[1]);
+  a[3] = pack2<T>(c1[2], c1[3]);
 }
 
 // ldmatrix row addresses inside a shared tile with row stride SD (elements):
 //  - a_frag: A operand (rows r0.., cols c0..), row-major storage [m][k];
 //  - b_frag: B operand of two n-tiles from storage [n][k] (rows n0.., cols k0..);
 //  - bt_frag: B operand of two n-tiles from storage [k][n] (rows k0.., cols n0..), with .trans.
-template <int SD>
-__device__ __forceinline__ const bf16_t* a_frag(const bf16_t* tile, int r0, int c0, int lane) {
+template <int SD, typename T>
+__device__ __forceinline__ const T* a_frag(const T* tile, int r0, int c0, int lane) {
   return tile + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * SD + c0 + (lane >> 4) * 8;
 }
-template <int SD>
-__device__ __forceinline__ const bf16_t* b_frag(const bf16_t* tile, int n0, int k0, int lane) {
+template <int SD, typename T>
+__device__ __forceinline__ const T* b_frag(const T* tile, int n0, int k0, int lane) {
   return tile + (n0 + (lane & 7) + (lane >> 4) * 8) * SD + k0 + ((lane >> 3) & 1) * 8;
 }
-template <int SD>
-__device__ __forceinline__ const bf16_t* bt_frag(const bf16_t* tile, int k0, int n0, int lane) {
+template <int SD, typename T>
+__device__ __forceinline__ const T* bt_frag(const T* tile, int k0, int n0, int lane) {
   return tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * SD + n0 + (lane >> 4) * 8;
 }
 
 // acc += C B for one warp, where C is a product the warp holds in registers (N8 n-tiles of 8, fed
-// back as bf16 A fragments: P in O += P V, dS in dQ += dS K) and B rows [0, 8 N8) x columns
+// back as T A fragments: P in O += P V, dS in dQ += dS K) and B rows [0, 8 N8) x columns
 // [0, 8 D8) of a [k][SD] shared tile, read transposed.
-template <int SD, int N8, int D8>
+template <int SD, int N8, int D8, typename T>
 __device__ __forceinline__ void warp_mma_registers_by_tile(float (&acc)[D8][4], const float (&c)[N8][4],
-                                                           const bf16_t* tile, int lane) {
+                                                           const T* tile, int lane) {
 #pragma unroll
   for (int kk = 0; kk < N8 / 2; kk++) {
     uint32_t a[4];
-    c_to_a(a, c[2 * kk], c[2 * kk + 1]);
+    c_to_a<T>(a, c[2 * kk], c[2 * kk + 1]);
 #pragma unroll
     for (int dp = 0; dp < D8 / 2; dp++) {
       uint32_t b[4];
       ldmatrix_x4_trans(b, bt_frag<SD>(tile, kk * 16, dp * 16, lane));
-      mma(acc[2 * dp], a, b[0], b[1]);
-      mma(acc[2 * dp + 1], a, b[2], b[3]);
+      mma<T>(acc[2 * dp], a, b[0], b[1]);
+      mma<T>(acc[2 * dp + 1], a, b[2], b[3]);
     }
   }
 }
@@ -135,10 +157,9 @@ __device__ __forceinline__ void warp_mma_registers_by_tile(float (&acc)[D8][4], 
 // Two products at once for one warp, as the backward needs them: acc1 += A1 B1^T, acc2 += A2 B2^T,
 // where A1, A2 are rows [a_row, a_row + 16) of [m][SD] shared tiles and B1, B2 rows [0, 8 N8) of
 // [n][SD] shared tiles, over KSTEPS k-steps of 16. Sharing the loop shares the k-step's A loads.
-template <int SD, int KSTEPS, int N8>
-__device__ __forceinline__ void warp_mma_pair(float (&acc1)[N8][4], float (&acc2)[N8][4], const bf16_t* a1,
-                                              const bf16_t* a2, int a_row, const bf16_t* b1, const bf16_t* b2,
-                                              int lane) {
+template <int SD, int KSTEPS, int N8, typename T>
+__device__ __forceinline__ void warp_mma_pair(float (&acc1)[N8][4], float (&acc2)[N8][4], const T* a1, const T* a2,
+                                              int a_row, const T* b1, const T* b2, int lane) {
 #pragma unroll
   for (int kk = 0; kk < KSTEPS; kk++) {
     uint32_t x1[4], x2[4];
@@ -149,19 +170,18 @@ __device__ __forceinline__ void warp_mma_pair(float (&acc1)[N8][4], float (&acc2
       uint32_t y1[4], y2[4];
       ldmatrix_x4(y1, b_frag<SD>(b1, np * 16, kk * 16, lane));
       ldmatrix_x4(y2, b_frag<SD>(b2, np * 16, kk * 16, lane));
-      mma(acc1[2 * np], x1, y1[0], y1[1]);
-      mma(acc1[2 * np + 1], x1, y1[2], y1[3]);
-      mma(acc2[2 * np], x2, y2[0], y2[1]);
-      mma(acc2[2 * np + 1], x2, y2[2], y2[3]);
+      mma<T>(acc1[2 * np], x1, y1[0], y1[1]);
+      mma<T>(acc1[2 * np + 1], x1, y1[2], y1[3]);
+      mma<T>(acc2[2 * np], x2, y2[0], y2[1]);
+      mma<T>(acc2[2 * np + 1], x2, y2[2], y2[3]);
     }
   }
 }
 
 // Rows [r0, r0 + R) of a head's [rows, HD] matrix (row stride `stride` elements) into a shared
 // tile [R, HD + kPad]; rows at or past `limit` are zero-filled.
-template <int R, int HD>
-__device__ __forceinline__ void load_tile(bf16_t* tile, const bf16_t* src, int64_t stride, int64_t r0,
-                                          int64_t limit) {
+template <int R, int HD, typename T>
+__device__ __forceinline__ void load_tile(T* tile, const T* src, int64_t stride, int64_t r0, int64_t limit) {
   constexpr int kChunksPerRow = HD / 8, kChunks = R * kChunksPerRow;
   for (int c = threadIdx.x; c < kChunks; c += kThreads) {
     const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
@@ -172,28 +192,29 @@ __device__ __forceinline__ void load_tile(bf16_t* tile, const bf16_t* src, int64
 }
 
 // Writes accumulator rows (this thread's rows `row` of a warp's 16-row tile, rr = 0: row g, rr =
-// 1: row g + 8) as bf16, times `mul`.
-template <int HD>
-__device__ __forceinline__ void store_rows(bf16_t* dst_row, const float (&acc)[HD / 8][4], int rr, int quad,
-                                           float mul) {
+// 1: row g + 8) as T, times `mul`.
+template <int HD, typename T>
+__device__ __forceinline__ void store_rows(T* dst_row, const float (&acc)[HD / 8][4], int rr, int quad, float mul) {
 #pragma unroll
   for (int dt = 0; dt < HD / 8; dt++)
     *reinterpret_cast<uint32_t*>(dst_row + dt * 8 + quad * 2) =
-        pack_bf16(acc[dt][rr * 2] * mul, acc[dt][rr * 2 + 1] * mul);
+        pack2<T>(acc[dt][rr * 2] * mul, acc[dt][rr * 2 + 1] * mul);
 }
 
+template <typename T>
 struct FwdParams {
-  const bf16_t *q, *k, *v;
-  bf16_t* out;
+  const T *q, *k, *v;
+  T* out;
   float* lse;
   int64_t tq, tk, hq, hkv, kv_len, q_pos0;
   int64_t group;
   float scale_log2;
 };
 
+template <typename T>
 struct BwdParams {
-  const bf16_t *q, *k, *v, *dout;
-  bf16_t *dq, *dk, *dv;
+  const T *q, *k, *v, *dout;
+  T *dq, *dk, *dv;
   const float *lse, *delta;
   int64_t t, hq, hkv, group;
   float scale, scale_log2;
@@ -204,16 +225,16 @@ constexpr int kFwdM = 64, kFwdN = 64;
 
 template <int HD>
 constexpr size_t fwd_smem_bytes() {
-  return size_t(kFwdM + 2 * kFwdN) * (HD + kPad) * sizeof(bf16_t);
+  return size_t(kFwdM + 2 * kFwdN) * (HD + kPad) * sizeof(uint16_t);
 }
 
-template <int HD>
-__global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams p) {
+template <int HD, typename T>
+__global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams<T> p) {
   constexpr int SD = HD + kPad, KSTEPS = HD / 16, DT = HD / 8, NT = kFwdN / 8;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16_t* sQ = reinterpret_cast<bf16_t*>(smem);  // [64 queries][SD]
-  bf16_t* sK = sQ + kFwdM * SD;                   // [64 keys][SD]
-  bf16_t* sV = sK + kFwdN * SD;                   // [64 keys][SD]
+  T* sQ = reinterpret_cast<T*>(smem);  // [64 queries][SD]
+  T* sK = sQ + kFwdM * SD;              // [64 keys][SD]
+  T* sV = sK + kFwdN * SD;              // [64 keys][SD]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
   // Heaviest (latest) query tiles first: causal rows near the end see the most keys.
   const int64_t m_tiles = (p.tq + kFwdM - 1) / kFwdM;
@@ -251,8 +272,8 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams p) {
       for (int np = 0; np < NT / 2; np++) {
         uint32_t kf[4];
         ldmatrix_x4(kf, b_frag<SD>(sK, np * 16, kk * 16, lane));
-        mma(s[2 * np], qf[kk], kf[0], kf[1]);
-        mma(s[2 * np + 1], qf[kk], kf[2], kf[3]);
+        mma<T>(s[2 * np], qf[kk], kf[0], kf[1]);
+        mma<T>(s[2 * np + 1], qf[kk], kf[2], kf[3]);
       }
     }
     __syncthreads();  // every warp is done with K[nt]
@@ -327,17 +348,17 @@ constexpr int kKvN = 64, kKvM = 32;  // keys per block, queries per inner tile
 
 template <int HD>
 constexpr size_t dkdv_smem_bytes() {
-  return size_t(2 * kKvN + 4 * kKvM) * (HD + kPad) * sizeof(bf16_t) + 4 * kKvM * sizeof(float);
+  return size_t(2 * kKvN + 4 * kKvM) * (HD + kPad) * sizeof(uint16_t) + 4 * kKvM * sizeof(float);
 }
 
-template <int HD>
-__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams p) {
+template <int HD, typename T>
+__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams<T> p) {
   constexpr int SD = HD + kPad, KSTEPS = HD / 16, DT = HD / 8, MT = kKvM / 8;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16_t* sK = reinterpret_cast<bf16_t*>(smem);  // [64 keys][SD]
-  bf16_t* sV = sK + kKvN * SD;                    // [64 keys][SD]
-  bf16_t* sQ = sV + kKvN * SD;                    // [2 buffers][32 queries][SD]
-  bf16_t* sO = sQ + 2 * kKvM * SD;                // [2][32][SD]: dout
+  T* sK = reinterpret_cast<T*>(smem);  // [64 keys][SD]
+  T* sV = sK + kKvN * SD;              // [64 keys][SD]
+  T* sQ = sV + kKvN * SD;              // [2 buffers][32 queries][SD]
+  T* sO = sQ + 2 * kKvM * SD;          // [2][32][SD]: dout
   float* sL = reinterpret_cast<float*>(sO + 2 * kKvM * SD);  // [2][32]: lse
   float* sD = sL + 2 * kKvM;                                  // [2][32]: delta
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
@@ -376,8 +397,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams p) {
       cp_async_commit();
     }
     const int64_t m0 = (m_first + it % per_head) * kKvM;
-    const bf16_t* q_s = sQ + buf * kKvM * SD;
-    const bf16_t* o_s = sO + buf * kKvM * SD;
+    const T* q_s = sQ + buf * kKvM * SD;
+    const T* o_s = sO + buf * kKvM * SD;
     const float* l_s = sL + buf * kKvM;
     const float* d_s = sD + buf * kKvM;
 
@@ -402,17 +423,17 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams p) {
 #pragma unroll
     for (int kk = 0; kk < MT / 2; kk++) {
       uint32_t pa[4], da[4];
-      c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-      c_to_a(da, dp[2 * kk], dp[2 * kk + 1]);
+      c_to_a<T>(pa, s[2 * kk], s[2 * kk + 1]);
+      c_to_a<T>(da, dp[2 * kk], dp[2 * kk + 1]);
 #pragma unroll
       for (int dpp = 0; dpp < DT / 2; dpp++) {
         uint32_t ob[4], qb[4];
         ldmatrix_x4_trans(ob, bt_frag<SD>(o_s, kk * 16, dpp * 16, lane));
         ldmatrix_x4_trans(qb, bt_frag<SD>(q_s, kk * 16, dpp * 16, lane));
-        mma(dv[2 * dpp], pa, ob[0], ob[1]);
-        mma(dv[2 * dpp + 1], pa, ob[2], ob[3]);
-        mma(dk[2 * dpp], da, qb[0], qb[1]);
-        mma(dk[2 * dpp + 1], da, qb[2], qb[3]);
+        mma<T>(dv[2 * dpp], pa, ob[0], ob[1]);
+        mma<T>(dv[2 * dpp + 1], pa, ob[2], ob[3]);
+        mma<T>(dk[2 * dpp], da, qb[0], qb[1]);
+        mma<T>(dk[2 * dpp + 1], da, qb[2], qb[3]);
       }
     }
   }
@@ -432,17 +453,17 @@ constexpr int kQM = 64, kQN = 64;  // queries per block, keys per inner tile
 
 template <int HD>
 constexpr size_t dq_smem_bytes() {
-  return size_t(2 * kQM + 4 * kQN) * (HD + kPad) * sizeof(bf16_t);
+  return size_t(2 * kQM + 4 * kQN) * (HD + kPad) * sizeof(uint16_t);
 }
 
-template <int HD>
-__global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams p) {
+template <int HD, typename T>
+__global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams<T> p) {
   constexpr int SD = HD + kPad, KSTEPS = HD / 16, DT = HD / 8, NT = kQN / 8;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16_t* sQ = reinterpret_cast<bf16_t*>(smem);  // [64 queries][SD]
-  bf16_t* sO = sQ + kQM * SD;                     // [64 queries][SD]: dout
-  bf16_t* sK = sO + kQM * SD;                     // [2 buffers][64 keys][SD]
-  bf16_t* sV = sK + 2 * kQN * SD;                 // [2][64][SD]
+  T* sQ = reinterpret_cast<T*>(smem);  // [64 queries][SD]
+  T* sO = sQ + kQM * SD;               // [64 queries][SD]: dout
+  T* sK = sO + kQM * SD;               // [2 buffers][64 keys][SD]
+  T* sV = sK + 2 * kQN * SD;           // [2][64][SD]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
   const int64_t m_tiles = (p.t + kQM - 1) / kQM;
   const int64_t m0 = (m_tiles - 1 - blockIdx.x) * kQM, h = blockIdx.y, b = blockIdx.z, kh = h / p.group;
@@ -475,8 +496,8 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams p) {
       cp_async_commit();
     }
     const int64_t n0 = int64_t(nt) * kQN;
-    const bf16_t* k_s = sK + buf * kQN * SD;
-    const bf16_t* v_s = sV + buf * kQN * SD;
+    const T* k_s = sK + buf * kQN * SD;
+    const T* v_s = sV + buf * kQN * SD;
 
     // S = Q K^T and dP = dO V^T for this warp's 16 queries and the tile's 64 keys.
     float s[NT][4] = {}, dpv[NT][4] = {};
@@ -510,47 +531,62 @@ cudaError_t set_smem(K kernel, size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
 }
 
-template <int HD>
-cudaError_t forward_hd(const FwdParams& p, int64_t batch, cudaStream_t stream) {
+template <int HD, typename T>
+cudaError_t forward_hd(const FwdParams<T>& p, int64_t batch, cudaStream_t stream) {
   constexpr size_t smem = fwd_smem_bytes<HD>();
-  if (cudaError_t e = set_smem(flash_forward_kernel<HD>, smem); e != cudaSuccess) return e;
+  if (cudaError_t e = set_smem(flash_forward_kernel<HD, T>, smem); e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((p.tq + kFwdM - 1) / kFwdM), static_cast<unsigned>(p.hq),
                   static_cast<unsigned>(batch));
-  flash_forward_kernel<HD><<<grid, kThreads, smem, stream>>>(p);
+  flash_forward_kernel<HD, T><<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
-template <int HD>
-cudaError_t backward_hd(const BwdParams& p, int64_t batch, cudaStream_t stream) {
+template <int HD, typename T>
+cudaError_t backward_hd(const BwdParams<T>& p, int64_t batch, cudaStream_t stream) {
   constexpr size_t smem_kv = dkdv_smem_bytes<HD>(), smem_q = dq_smem_bytes<HD>();
-  if (cudaError_t e = set_smem(flash_dkdv_kernel<HD>, smem_kv); e != cudaSuccess) return e;
-  if (cudaError_t e = set_smem(flash_dq_kernel<HD>, smem_q); e != cudaSuccess) return e;
+  if (cudaError_t e = set_smem(flash_dkdv_kernel<HD, T>, smem_kv); e != cudaSuccess) return e;
+  if (cudaError_t e = set_smem(flash_dq_kernel<HD, T>, smem_q); e != cudaSuccess) return e;
   const dim3 grid_kv(static_cast<unsigned>((p.t + kKvN - 1) / kKvN), static_cast<unsigned>(p.hkv),
                      static_cast<unsigned>(batch));
-  flash_dkdv_kernel<HD><<<grid_kv, kThreads, smem_kv, stream>>>(p);
+  flash_dkdv_kernel<HD, T><<<grid_kv, kThreads, smem_kv, stream>>>(p);
   const dim3 grid_q(static_cast<unsigned>((p.t + kQM - 1) / kQM), static_cast<unsigned>(p.hq),
                     static_cast<unsigned>(batch));
-  flash_dq_kernel<HD><<<grid_q, kThreads, smem_q, stream>>>(p);
+  flash_dq_kernel<HD, T><<<grid_q, kThreads, smem_q, stream>>>(p);
   return cudaGetLastError();
+}
+
+// The 16-bit storage type of t (bf16 unless t is F16): the launchers below are only called for
+// bf16 and f16 (attention_uses_flash).
+template <typename F>
+cudaError_t with_half_type(DType t, F&& f) {
+  return t == DType::F16 ? f(static_cast<f16_t*>(nullptr)) : f(static_cast<bf16_t*>(nullptr));
 }
 
 }  // namespace
 
 bool flash_supports_head_dim(int64_t d) { return d == 64 || d == 128; }
 
-cudaError_t launch_flash_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                 const __nv_bfloat16* v, const AttentionShape& s, float scale, cudaStream_t stream) {
-  const FwdParams p{q, k, v, out, lse, s.tq, s.tk, s.hq, s.hkv, s.kv_len, s.kv_len - s.tq, s.hq / s.hkv,
-                    scale * kLog2e};
-  return s.d == 128 ? forward_hd<128>(p, s.batch, stream) : forward_hd<64>(p, s.batch, stream);
+cudaError_t launch_flash_forward(DType t, void* out, float* lse, const void* q, const void* k, const void* v,
+                                 const AttentionShape& s, float scale, cudaStream_t stream) {
+  return with_half_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const FwdParams<T> p{static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+                         static_cast<T*>(out), lse, s.tq, s.tk, s.hq, s.hkv, s.kv_len, s.kv_len - s.tq,
+                         s.hq / s.hkv, scale * kLog2e};
+    return s.d == 128 ? forward_hd<128>(p, s.batch, stream) : forward_hd<64>(p, s.batch, stream);
+  });
 }
 
-cudaError_t launch_flash_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
-                                  const __nv_bfloat16* dout, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                  const __nv_bfloat16* v, const float* lse, const float* delta,
+cudaError_t launch_flash_backward(DType t, void* dq, void* dk, void* dv, const void* dout, const void* q,
+                                  const void* k, const void* v, const float* lse, const float* delta,
                                   const AttentionShape& s, float scale, cudaStream_t stream) {
-  const BwdParams p{q, k, v, dout, dq, dk, dv, lse, delta, s.tq, s.hq, s.hkv, s.hq / s.hkv, scale, scale * kLog2e};
-  return s.d == 128 ? backward_hd<128>(p, s.batch, stream) : backward_hd<64>(p, s.batch, stream);
+  return with_half_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const BwdParams<T> p{static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+                         static_cast<const T*>(dout), static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv),
+                         lse, delta, s.tq, s.hq, s.hkv, s.hq / s.hkv, scale, scale * kLog2e};
+    return s.d == 128 ? backward_hd<128>(p, s.batch, stream) : backward_hd<64>(p, s.batch, stream);
+  });
 }
 
 }  // namespace nanoddp::cuda

@@ -26,10 +26,10 @@ namespace nanoddp::ops {
 
 namespace {
 
-// The activation dtype of t, checked: the kernels of ops/cuda take f32 or bf16 buffers.
+// The activation dtype of t, checked: the kernels of ops/cuda take f32, bf16 or f16 buffers.
 DType elem(const Tensor& t) {
-  NANODDP_ASSERT(t.dtype() == DType::F32 || t.dtype() == DType::BF16, "CUDA kernels take f32 or bf16, got {}",
-                 dtype_name(t.dtype()));
+  NANODDP_ASSERT(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
+                 "CUDA kernels take f32, bf16 or f16, got {}", dtype_name(t.dtype()));
   return t.dtype();
 }
 
@@ -67,12 +67,12 @@ class CudaBackend final : public Backend {
 
  private:
   // The reference kernels are several times slower than the flash kernels; falling back to them
-  // for bf16 (a head_dim other than 64 or 128, odd alignment) is said once, not silently.
+  // for bf16 or f16 (a head_dim other than 64 or 128, odd alignment) is said once, not silently.
   void warn_if_slow_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out) {
-    if (reference_attention_ || q.dtype() != DType::BF16 || warned_slow_attention_) return;
+    if (reference_attention_ || q.dtype() == DType::F32 || warned_slow_attention_) return;
     const void* ptrs[] = {q.raw(), k.raw(), v.raw(), out.raw()};
     const cuda::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), k.dim(1)};
-    if (cuda::attention_uses_flash(DType::BF16, shape, ptrs, 4, false) || warned_slow_attention_.exchange(true)) return;
+    if (cuda::attention_uses_flash(q.dtype(), shape, ptrs, 4, false) || warned_slow_attention_.exchange(true)) return;
     log::warn("attention with head_dim {} runs on the reference CUDA kernels, several times slower than the flash "
               "kernels (head_dim 64 or 128): pick --head_dim so that the model width splits into heads of 64 or 128",
               q.dim(3));

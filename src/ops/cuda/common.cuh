@@ -1,9 +1,10 @@
 // Device-side helpers shared by the CUDA kernels of ops/cuda: element conversions, packed 16-byte
-// accesses, warp and block reductions, and grid sizing. Kernels work on two storage types,
-// float and __nv_bfloat16 (bf16), and always compute in f32.
+// accesses, warp and block reductions, and grid sizing. Kernels work on three storage types,
+// float, __nv_bfloat16 (bf16) and __half (f16), and always compute in f32.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -13,27 +14,31 @@
 namespace nanoddp::cuda {
 
 using bf16_t = __nv_bfloat16;
+using f16_t = __half;
 
-// Calls f with a null pointer of the element type `t` names (bf16_t* or float*): the dtype dispatch
-// of the kernel launchers, which take the type from the pointer.
+// Calls f with a null pointer of the element type `t` names (bf16_t*, f16_t* or float*) and returns
+// what f returns: the dtype dispatch of the kernel launchers, which take the type from the pointer.
 template <typename F>
-void with_dtype(DType t, F&& f) {
-  if (t == DType::BF16)
-    f(static_cast<bf16_t*>(nullptr));
-  else
-    f(static_cast<float*>(nullptr));
+decltype(auto) with_dtype(DType t, F&& f) {
+  if (t == DType::BF16) return f(static_cast<bf16_t*>(nullptr));
+  if (t == DType::F16) return f(static_cast<f16_t*>(nullptr));
+  return f(static_cast<float*>(nullptr));
 }
 
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(bf16_t x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(f16_t x) { return __half2float(x); }
 
-// f32 -> storage type; bf16 rounds to nearest even (as core/dtype.h's f32_to_bf16).
+// f32 -> storage type, rounding to nearest even (as core/dtype.h's f32_to_bf16 and f32_to_f16:
+// beyond f16's range, inf).
 template <typename T>
 __device__ __forceinline__ T from_f32(float x);
 template <>
 __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ bf16_t from_f32<bf16_t>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ f16_t from_f32<f16_t>(float x) { return __float2half_rn(x); }
 
 // x rounded to the storage type and back: the value a T tensor would hold.
 template <typename T>

@@ -96,17 +96,10 @@ cudaError_t launch_map(TO* out, const TA* a, const TB* b, int64_t n, F f, cudaSt
   return cudaGetLastError();
 }
 
-// Calls fn with a null pointer of the storage type of `t` (for type dispatch).
-template <typename Fn>
-cudaError_t with_type(DType t, Fn&& fn) {
-  if (t == DType::BF16) return fn(static_cast<bf16_t*>(nullptr));
-  return fn(static_cast<float*>(nullptr));
-}
-
 }  // namespace
 
 cudaError_t launch_fill(DType t, void* x, int64_t n, float value, cudaStream_t stream) {
-  return with_type(t, [&](auto* tag) {
+  return with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     return launch_map(static_cast<T*>(x), static_cast<const T*>(nullptr), static_cast<const T*>(nullptr), n,
                       FillOp{value}, stream);
@@ -114,7 +107,7 @@ cudaError_t launch_fill(DType t, void* x, int64_t n, float value, cudaStream_t s
 }
 
 cudaError_t launch_scale(DType t, void* x, int64_t n, float s, cudaStream_t stream) {
-  return with_type(t, [&](auto* tag) {
+  return with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     return launch_map(static_cast<T*>(x), static_cast<const T*>(nullptr), static_cast<const T*>(nullptr), n,
                       ScaleOp{s}, stream);
@@ -122,7 +115,7 @@ cudaError_t launch_scale(DType t, void* x, int64_t n, float s, cudaStream_t stre
 }
 
 cudaError_t launch_axpy(DType t, void* y, const void* x, int64_t n, float alpha, cudaStream_t stream) {
-  return with_type(t, [&](auto* tag) {
+  return with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     return launch_map(static_cast<T*>(y), static_cast<const T*>(x), static_cast<const T*>(nullptr), n,
                       AxpyOp{alpha}, stream);
@@ -131,18 +124,22 @@ cudaError_t launch_axpy(DType t, void* y, const void* x, int64_t n, float alpha,
 
 cudaError_t launch_cast(DType dst_t, void* dst, DType src_t, const void* src, int64_t n, cudaStream_t stream) {
   if (dst_t == src_t) {
-    const size_t bytes = static_cast<size_t>(n) * (dst_t == DType::BF16 ? 2 : 4);
+    const size_t bytes = static_cast<size_t>(n) * dtype_size(dst_t);
     return dst == src || n == 0 ? cudaSuccess : cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
   }
-  if (dst_t == DType::BF16)
-    return launch_map(static_cast<bf16_t*>(dst), static_cast<const float*>(src), static_cast<const float*>(nullptr),
-                      n, CopyOp{}, stream);
-  return launch_map(static_cast<float*>(dst), static_cast<const bf16_t*>(src), static_cast<const bf16_t*>(nullptr),
-                    n, CopyOp{}, stream);
+  // Through f32: exact for the source, one rounding to the destination (as the CPU's cast).
+  return with_dtype(dst_t, [&](auto* dst_tag) {
+    using TO = std::remove_pointer_t<decltype(dst_tag)>;
+    return with_dtype(src_t, [&](auto* src_tag) {
+      using TA = std::remove_pointer_t<decltype(src_tag)>;
+      return launch_map(static_cast<TO*>(dst), static_cast<const TA*>(src), static_cast<const TA*>(nullptr), n,
+                        CopyOp{}, stream);
+    });
+  });
 }
 
 cudaError_t launch_relu2_forward(DType t, void* y, const void* x, int64_t n, cudaStream_t stream) {
-  return with_type(t, [&](auto* tag) {
+  return with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     return launch_map(static_cast<T*>(y), static_cast<const T*>(x), static_cast<const T*>(nullptr), n, Relu2Op{},
                       stream);
@@ -150,7 +147,7 @@ cudaError_t launch_relu2_forward(DType t, void* y, const void* x, int64_t n, cud
 }
 
 cudaError_t launch_relu2_backward(DType t, void* dx, const void* dy, const void* x, int64_t n, cudaStream_t stream) {
-  return with_type(t, [&](auto* tag) {
+  return with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     return launch_map(static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), n, Relu2GradOp{},
                       stream);

@@ -13,6 +13,7 @@
 // Frequent tokens (a few thousand repeats in a batch) cost one partial per chunk, not one serial
 // step per repeat, so no warp walks a long run alone.
 #include <cub/device/device_radix_sort.cuh>
+#include <type_traits>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/embedding.cuh"
@@ -216,8 +217,9 @@ cudaError_t embedding_forward_typed(void* out, const void* table, const int32_t*
 cudaError_t launch_embedding_forward(DType t, void* out, const void* table, const int32_t* ids, int64_t n,
                                      int64_t vocab, int64_t c, ErrorSink err, cudaStream_t stream) {
   if (n == 0 || c == 0) return cudaSuccess;
-  return t == DType::BF16 ? embedding_forward_typed<bf16_t>(out, table, ids, n, vocab, c, err, stream)
-                         : embedding_forward_typed<float>(out, table, ids, n, vocab, c, err, stream);
+  return with_dtype(t, [&](auto* tag) {
+    return embedding_forward_typed<std::remove_pointer_t<decltype(tag)>>(out, table, ids, n, vocab, c, err, stream);
+  });
 }
 
 size_t embedding_backward_scratch_bytes(int64_t n, int64_t c) {
@@ -239,12 +241,11 @@ cudaError_t launch_embedding_backward(DType dout_t, float* dtable, const void* d
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   const dim3 grid(static_cast<unsigned>((chunks + kWarpsPerBlock - 1) / kWarpsPerBlock),
                   static_cast<unsigned>((c + kSlice - 1) / kSlice));
-  if (dout_t == DType::BF16)
-    chunk_runs_kernel<bf16_t><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
-        dtable, static_cast<const bf16_t*>(dout), s.keys, s.pos, n, vocab, c, s.head, s.tail);
-  else
-    chunk_runs_kernel<float><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
-        dtable, static_cast<const float*>(dout), s.keys, s.pos, n, vocab, c, s.head, s.tail);
+  with_dtype(dout_t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    chunk_runs_kernel<T><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(dtable, static_cast<const T*>(dout), s.keys, s.pos,
+                                                                    n, vocab, c, s.head, s.tail);
+  });
   finish_runs_kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(dtable, s.keys, n, vocab, c, s.head, s.tail);
   return cudaGetLastError();
 }

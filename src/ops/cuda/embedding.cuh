@@ -1,5 +1,5 @@
 // Token embedding: out [n, c] = table [vocab, c] rows gathered by ids i32 [n] (out and table of
-// one element type); the backward adds dout [n, c] (f32 or bf16) into dtable f32 [vocab, c].
+// one element type); the backward adds dout [n, c] (f32, bf16 or f16) into dtable f32 [vocab, c].
 #pragma once
 
 #include "ops/cuda/types.cuh"

@@ -58,12 +58,7 @@ cudaError_t launch_gemm_fallback(bool trans_a, bool trans_b, int64_t m, int64_t 
     gemm_kernel<TA, TC><<<grid, block, 0, stream>>>(trans_a, trans_b, m, n, k, alpha, static_cast<const TA*>(a), lda,
                                                     static_cast<const TA*>(b), ldb, beta, static_cast<TC*>(c), ldc);
   };
-  if (ab_t == DType::BF16)
-    c_t == DType::BF16 ? go(static_cast<bf16_t*>(nullptr), static_cast<bf16_t*>(nullptr))
-                      : go(static_cast<bf16_t*>(nullptr), static_cast<float*>(nullptr));
-  else
-    c_t == DType::BF16 ? go(static_cast<float*>(nullptr), static_cast<bf16_t*>(nullptr))
-                      : go(static_cast<float*>(nullptr), static_cast<float*>(nullptr));
+  with_dtype(ab_t, [&](auto* ta_tag) { with_dtype(c_t, [&](auto* tc_tag) { go(ta_tag, tc_tag); }); });
   return cudaGetLastError();
 }
 

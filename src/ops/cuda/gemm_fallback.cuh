@@ -1,4 +1,4 @@
-// A plain tiled GEMM for the cases cuBLASLt does not take (f32 operands with a bf16 output, or no
+// A plain tiled GEMM for the cases cuBLASLt does not take (f32 operands with a 16-bit output, or no
 // algorithm for an odd layout), row-major like ops::matmul: c[m, n] = alpha op(a) op(b) + beta c.
 #pragma once
 

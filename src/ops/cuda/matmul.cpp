@@ -28,7 +28,10 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // NVIDIA's recommendation for Hopper
 
-cudaDataType_t cuda_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t cuda_type(DType t) {
+  if (t == DType::BF16) return CUDA_R_16BF;
+  return t == DType::F16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
 // The largest power of two (up to 256) dividing the address: what the heuristic may assume.
 int alignment_of(const void* p) {
@@ -111,8 +114,9 @@ void CublasLtGemm::run(cudaStream_t stream, int64_t m, int64_t n, int64_t k, flo
                        const GemmOperand& b, float beta, void* c, DType c_type, int64_t ldc) {
   if (m == 0 || n == 0) return;
   NANODDP_ASSERT(a.type == b.type, "GEMM operands of different types");
-  // cuBLASLt has no f32 x f32 -> bf16 GEMM, and no k = 0; both go to the fallback kernel.
-  const bool lt_types = !(a.type == DType::F32 && c_type == DType::BF16) && k > 0;
+  // cuBLASLt multiplies 16-bit operands into their own type or f32, and f32 into f32; other pairs
+  // (f32 x f32 -> bf16, bf16 into f16) and k = 0 go to the fallback kernel.
+  const bool lt_types = (c_type == a.type || c_type == DType::F32) && k > 0;
   Plan* plan_ref = nullptr;
   Plan p;  // a copy taken under the lock: descriptors are immutable once made
   if (lt_types) {

@@ -1,5 +1,5 @@
-// GEMM on cuBLASLt for one device: bf16 or f32 operands, f32 or bf16 output, f32 accumulation,
-// row-major like ops::matmul. The handle and a 32 MiB workspace are created once per device;
+// GEMM on cuBLASLt for one device: f32, bf16 or f16 operands, an output of their type or f32, f32
+// accumulation, row-major like ops::matmul. The handle and a 32 MiB workspace are created once per device;
 // the algorithm for each problem (shapes, strides, types, pointer alignment) is chosen once by
 // cuBLASLt's heuristic and cached with its descriptors.
 #pragma once

@@ -96,20 +96,12 @@ __global__ void combine_kernel(T* out, const T* a, const T* b, int64_t n, float 
     out[i] = from_f32<T>(round_to<T>(s * to_f32(a[i])) + to_f32(b[i]));
 }
 
-template <typename Fn>
-void with_type(DType t, Fn&& fn) {
-  if (t == DType::BF16)
-    fn(static_cast<bf16_t*>(nullptr));
-  else
-    fn(static_cast<float*>(nullptr));
-}
-
 }  // namespace
 
 cudaError_t launch_ns_load(DType t, void* X, const float* x, int64_t rows, int64_t cols, bool transpose,
                            cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
-  with_type(t, [&](auto* tag) {
+  with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     convert(static_cast<T*>(X), x, rows, cols, transpose, stream);
   });
@@ -120,7 +112,7 @@ cudaError_t launch_ns_store(DType t, float* x, const void* X, int64_t rows, int6
                             cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
   // X is [cols, rows] when transposed: transposing it back gives x [rows, cols].
-  with_type(t, [&](auto* tag) {
+  with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     if (transpose)
       convert(x, static_cast<const T*>(X), cols, rows, true, stream);
@@ -136,7 +128,7 @@ cudaError_t launch_ns_normalise(DType t, void* X, int64_t n, void* scratch, cuda
   if (n == 0) return cudaSuccess;
   double* partial = static_cast<double*>(scratch);
   float* denom = reinterpret_cast<float*>(static_cast<char*>(scratch) + kNormBlocks * sizeof(double));
-  with_type(t, [&](auto* tag) {
+  with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     sum_squares_kernel<T><<<kNormBlocks, kThreads, 0, stream>>>(partial, static_cast<const T*>(X), n);
     norm_kernel<T><<<1, kThreads, 0, stream>>>(denom, partial);
@@ -147,7 +139,7 @@ cudaError_t launch_ns_normalise(DType t, void* X, int64_t n, void* scratch, cuda
 
 cudaError_t launch_ns_scale(DType t, void* out, const void* in, int64_t n, float s, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  with_type(t, [&](auto* tag) {
+  with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     scale_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(out),
                                                                      static_cast<const T*>(in), n, s);
@@ -158,7 +150,7 @@ cudaError_t launch_ns_scale(DType t, void* out, const void* in, int64_t n, float
 cudaError_t launch_ns_combine(DType t, void* out, const void* a, const void* b, int64_t n, float s,
                               cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  with_type(t, [&](auto* tag) {
+  with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     combine_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
         static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n, s);

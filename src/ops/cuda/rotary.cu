@@ -43,10 +43,7 @@ cudaError_t launch_rotary(DType t, void* y, const void* x, const float* cos, con
                                                          I(pairs), I(seq), I(heads), I(half), pos0, sign);
   };
   const bool small = pairs < (int64_t{1} << 31);
-  if (t == DType::BF16)
-    small ? go(static_cast<bf16_t*>(nullptr), uint32_t{}) : go(static_cast<bf16_t*>(nullptr), int64_t{});
-  else
-    small ? go(static_cast<float*>(nullptr), uint32_t{}) : go(static_cast<float*>(nullptr), int64_t{});
+  with_dtype(t, [&](auto* tag) { small ? go(tag, uint32_t{}) : go(tag, int64_t{}); });
   return cudaGetLastError();
 }
 

@@ -1,6 +1,6 @@
 // What the kernel launchers of ops/cuda exchange with the host backend (backend_cuda.cpp) besides
 // pointers and sizes: the record through which kernels report bad input. Activation buffers carry
-// core's DType (F32, or BF16 for mixed precision; the launchers take no other).
+// core's DType (F32, or BF16 or F16 for mixed precision; the launchers take no other).
 // Host-compilable: no device code here.
 #pragma once
 

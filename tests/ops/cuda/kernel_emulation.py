@@ -6,8 +6,8 @@ that what can be verified without a GPU is verified in every build with CUDA:
     tile, with the ldmatrix (.trans) and mma.m16n8k16 fragment layouts of the PTX ISA, the same
     address helpers (a_frag, b_frag, bt_frag), masks, online softmax and C->A register reuse.
     Padding columns of the shared tiles hold NaN, so reading them would show. In f64 the result
-    must equal exact attention to rounding; with P and dS rounded to bf16 (as the kernels do) the
-    error must sit well inside the tolerances tests/cuda/test_cuda_ops.cpp uses.
+    must equal exact attention to rounding; with P and dS rounded to bf16 or f16 (as the kernels do) the
+    error must sit well inside the tolerances tests/ops/cuda/test_cuda_ops.cpp uses.
  2. matmul.cpp: the row-major -> column-major cuBLASLt mapping (layouts, ops, problem size).
  3. embedding.cu: the chunked deterministic scatter (every run summed once, into the right row).
 
@@ -261,6 +261,10 @@ def bf16(x):
     return a.view(np.float32).astype(np.float64)
 
 
+def f16(x):  # f32 -> f16 round to nearest even (numpy's cast), as __float2half_rn
+    return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float64)
+
+
 def rel_l2(a, b):
     return np.sqrt(((a - b) ** 2).sum() / (b ** 2).sum())
 
@@ -284,29 +288,31 @@ def check_attention():
             assert rel(a, b) < 1e-12, ("backward", name, t, hq, hkv, hd)
 
 
-def check_bf16_error_against_test_tolerances():
-    # test_cuda_ops.cpp: forward max 4 eps; backward max 8 eps and dq l2 2 eps (eps = 2^-8).
+def check_16bit_error_against_test_tolerances():
+    # test_cuda_ops.cpp: forward max 4 eps; backward max 8 eps and dq l2 2 eps, eps the type's unit
+    # roundoff (2^-8 for bf16, 2^-11 for f16: testing::tol). The kernels are the same for both
+    # types; only the rounding of the inputs, of P and dS, and of the outputs differs.
     global c_to_a
     exact = c_to_a
-    c_to_a = lambda c0, c1: bf16(exact(c0, c1))  # P and dS enter their GEMMs as bf16
     try:
-        rng = np.random.default_rng(1)
-        eps = 1 / 256
-        for (t, hq, hkv, hd) in [(130, 4, 2, 64), (70, 2, 1, 128)]:
-            q, k, v, dout = (bf16(rng.standard_normal(s)) for s in [(t, hq, hd), (t, hkv, hd), (t, hkv, hd),
-                                                                     (t, hq, hd)])
-            scale = 1 / math.sqrt(hd)
-            o, l = forward(q, k, v, t, scale, hd)
-            o = bf16(o)
-            ro, _, _ = reference(q, k, v, t, scale)
-            assert rel(o, ro) < 2 * eps, ("bf16 forward", rel(o, ro) / eps)
-            delta = np.stack([(dout[:, h] * o[:, h]).sum(1) for h in range(hq)])
-            _, _, _, rdq, rdk, rdv = ref_backward(q, k, v, dout, scale)
-            dk, dv = dkdv(q, k, v, dout, l, delta, scale, hd)
-            dq = bf16(dq_kernel(q, k, v, dout, l, delta, scale, hd))
-            for name, a, b in [("dq", dq, rdq), ("dk", bf16(dk), rdk), ("dv", bf16(dv), rdv)]:
-                assert rel(a, b) < 4 * eps, ("bf16 backward max", name, rel(a, b) / eps)
-            assert rel_l2(dq, rdq) < eps, ("bf16 dq l2", rel_l2(dq, rdq) / eps)
+        for name, rnd, eps in [("bf16", bf16, 1 / 256), ("f16", f16, 1 / 2048)]:
+            c_to_a = lambda c0, c1: rnd(exact(c0, c1))  # P and dS enter their GEMMs as the type
+            rng = np.random.default_rng(1)
+            for (t, hq, hkv, hd) in [(130, 4, 2, 64), (70, 2, 1, 128)]:
+                q, k, v, dout = (rnd(rng.standard_normal(s)) for s in [(t, hq, hd), (t, hkv, hd), (t, hkv, hd),
+                                                                        (t, hq, hd)])
+                scale = 1 / math.sqrt(hd)
+                o, l = forward(q, k, v, t, scale, hd)
+                o = rnd(o)
+                ro, _, _ = reference(q, k, v, t, scale)
+                assert rel(o, ro) < 2 * eps, (name, "forward", rel(o, ro) / eps)
+                delta = np.stack([(dout[:, h] * o[:, h]).sum(1) for h in range(hq)])
+                _, _, _, rdq, rdk, rdv = ref_backward(q, k, v, dout, scale)
+                dk, dv = dkdv(q, k, v, dout, l, delta, scale, hd)
+                dq = rnd(dq_kernel(q, k, v, dout, l, delta, scale, hd))
+                for g, a, b in [("dq", dq, rdq), ("dk", rnd(dk), rdk), ("dv", rnd(dv), rdv)]:
+                    assert rel(a, b) < 4 * eps, (name, "backward max", g, rel(a, b) / eps)
+                assert rel_l2(dq, rdq) < eps, (name, "dq l2", rel_l2(dq, rdq) / eps)
     finally:
         c_to_a = exact
 
@@ -398,7 +404,7 @@ def check_embedding_chunks():
 
 
 if __name__ == "__main__":
-    checks = [check_attention, check_bf16_error_against_test_tolerances, check_gemm_mapping, check_embedding_chunks]
+    checks = [check_attention, check_16bit_error_against_test_tolerances, check_gemm_mapping, check_embedding_chunks]
     for check in checks:
         check()
         print(check.__name__, "ok", flush=True)

@@ -1,7 +1,8 @@
-// Every op of the CUDA backend against the CPU backend on fresh random inputs, in both activation
-// dtypes. The CPU computes on the values the GPU tensors hold (inputs rounded to bf16 for bf16),
-// so the tolerances only have to cover the GPU's own rounding: f32 math (about 1e-6 relative)
-// for f32, and bf16's unit roundoff (2^-8) per rounded result for bf16. Outputs start as NaN so
+// Every op of the CUDA backend against the CPU backend on fresh random inputs, in the three
+// activation dtypes. The CPU computes on the values the GPU tensors hold (inputs rounded to bf16
+// or f16), so the tolerances only have to cover the GPU's own rounding: f32 math (about 1e-6
+// relative) for f32, and the type's unit roundoff (2^-8 for bf16, 2^-11 for f16) per rounded
+// result for the 16-bit types (testing::tol). Outputs start as NaN so
 // that an element a kernel forgets to write fails. Backward kernels that must be reproducible are
 // run twice and compared bit for bit.
 #include <cmath>
@@ -23,11 +24,10 @@ using testing::rounded;
 using testing::to_double;
 using testing::to_gpu;
 using testing::to_host;
+using testing::tol;
 
 // max_rel_error of a GPU result against a CPU one.
 double err(const Tensor& got, const Tensor& want) { return max_rel_error(to_double(got), to_double(want)); }
-
-double tol(DType dt, double f32, double bf16) { return dt == DType::BF16 ? bf16 : f32; }
 
 class DTypes : public ::testing::TestWithParam<DType> {};
 std::string dtype_name_of(const ::testing::TestParamInfo<DType>& info) { return testing::dtype_label(info.param); }
@@ -51,7 +51,7 @@ TEST_P(CudaMatmul, MatchesCpuWithAlphaBetaAndIgnoresOutputWhenBetaIsZero) {
   Tensor ga = to_gpu(a, in), gb = to_gpu(b, in), gc = to_gpu(c, out);
   ops::matmul(gc, ga, ta, gb, tb, 0.5f, 2.0f);
   ops::matmul(c, a, ta, b, tb, 0.5f, 2.0f);
-  // f32 accumulation of exact products; one rounding of the output for bf16.
+  // f32 accumulation of exact products; one rounding of a 16-bit output.
   EXPECT_LT(err(gc, c), tol(out, 2e-5, kBf16Eps)) << "alpha/beta";
   Tensor fresh = poisoned({m, n}, out);  // beta = 0: NaN in the output must not be read
   ops::matmul(fresh, ga, ta, gb, tb, 1.f, 0.f);
@@ -66,7 +66,8 @@ std::vector<MatmulCase> matmul_cases() {
                                {130, 3, 257, false, false, {}, {}}, {256, 384, 512, false, true, {}, {}},
                                {384, 256, 512, true, false, {}, {}}};
   const std::pair<DType, DType> types[] = {
-      {DType::F32, DType::F32}, {DType::BF16, DType::F32}, {DType::BF16, DType::BF16}, {DType::F32, DType::BF16}};
+      {DType::F32, DType::F32}, {DType::BF16, DType::F32}, {DType::BF16, DType::BF16}, {DType::F32, DType::BF16},
+      {DType::F16, DType::F32}, {DType::F16, DType::F16},  {DType::F32, DType::F16}};
   for (auto s : shapes)
     for (auto [in, out] : types) {
       s.in = in;
@@ -107,7 +108,7 @@ TEST_P(DTypes, FillScaleAxpyRelu2) {
     ops::relu2_backward(cy, cy, cx);
     EXPECT_LT(err(gy, cy), tol(dt, 1e-6, 3 * kBf16Eps)) << "relu2 backward";
     ops::fill(gx, 0.3f);
-    for (float v : testing::to_vector(gx)) ASSERT_EQ(v, dt == DType::BF16 ? round_to_bf16(0.3f) : 0.3f);
+    for (float v : testing::to_vector(gx)) ASSERT_EQ(v, testing::round_to(dt, 0.3f));
   }
 }
 
@@ -115,15 +116,31 @@ TEST(CudaCast, RoundsToNearestEvenLikeTheCpu) {
   NANODDP_REQUIRE_GPU();
   const int64_t n = 4099;
   Tensor x = randn({n}, 3, 100.f);
-  x.data<float>()[0] = 1.f + 1.f / 256;  // a tie: rounds to even (1.0)
-  x.data<float>()[1] = 1.f + 3.f / 256;  // a tie: rounds to even (1 + 4/256)
-  Tensor b = Tensor::empty({n}, DType::BF16, testing::gpu());
-  ops::cast(b, x.copy_to(testing::gpu()));
-  Tensor hb = b.copy_to(Device::cpu());
-  for (int64_t i = 0; i < n; i++) ASSERT_EQ(hb.data<bf16>()[i].bits, f32_to_bf16(x.data<float>()[i]).bits) << i;
-  Tensor back = poisoned({n}, DType::F32);
-  ops::cast(back, b);
-  EXPECT_EQ(testing::to_vector(back), testing::to_vector(rounded(x, DType::BF16)));
+  x.data<float>()[0] = 1.f + 1.f / 256;     // a bf16 tie: rounds to even (1.0)
+  x.data<float>()[1] = 1.f + 3.f / 256;     // a bf16 tie: rounds to even (1 + 4/256)
+  x.data<float>()[2] = 1.f + 1.f / 2048;    // an f16 tie: rounds to even (1.0)
+  x.data<float>()[3] = 1.f + 3.f / 2048;    // an f16 tie: rounds to even (1 + 4/2048)
+  x.data<float>()[4] = 70000.f;             // past f16's largest finite value (65504): inf
+  x.data<float>()[5] = 3e-6f;               // an f16 subnormal
+  x.data<float>()[6] = 1e-9f;               // below half of f16's smallest subnormal: 0
+  Tensor gx = x.copy_to(testing::gpu());
+  Tensor b = Tensor::empty({n}, DType::BF16, testing::gpu()), h = Tensor::empty({n}, DType::F16, testing::gpu());
+  ops::cast(b, gx);
+  ops::cast(h, gx);
+  Tensor hb = b.copy_to(Device::cpu()), hh = h.copy_to(Device::cpu());
+  for (int64_t i = 0; i < n; i++) {
+    ASSERT_EQ(hb.data<bf16>()[i].bits, f32_to_bf16(x.data<float>()[i]).bits) << i;
+    ASSERT_EQ(hh.data<f16>()[i].bits, f32_to_f16(x.data<float>()[i]).bits) << i;
+  }
+  for (DType dt : {DType::BF16, DType::F16}) {
+    Tensor back = poisoned({n}, DType::F32);
+    ops::cast(back, dt == DType::BF16 ? b : h);
+    EXPECT_EQ(testing::to_vector(back), testing::to_vector(rounded(x, dt))) << testing::dtype_label(dt);
+  }
+  // Between the 16-bit types: through f32, one rounding (bf16 -> f16 overflows to inf where it must).
+  Tensor hb2 = poisoned({n}, DType::F16);
+  ops::cast(hb2, b);
+  EXPECT_EQ(testing::to_vector(hb2), testing::to_vector(rounded(rounded(x, DType::BF16), DType::F16)));
 }
 
 // ---- embedding -----------------------------------------------------------------------------------
@@ -220,7 +237,9 @@ struct AttnCase {
 
 class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
 
-// bf16: P is rounded to bf16 before P V (as every flash kernel does) and the output once.
+// 16-bit types: P is rounded to the type before P V (as every flash kernel does) and the output
+// once. lse comes from f32 scores in every dtype; the flash kernels' base-2 exponentials set its
+// bound.
 TEST_P(CudaAttention, ForwardMatchesCpu) {
   NANODDP_REQUIRE_GPU();
   auto [b, tq, tcap, kv_len, hq, hkv, d, dt] = GetParam();
@@ -232,7 +251,7 @@ TEST_P(CudaAttention, ForwardMatchesCpu) {
   Tensor cout = Tensor::empty(q.shape(), DType::F32), clse = Tensor::empty({b, hq, tq}, DType::F32);
   ops::attention_forward(cout, clse, q, k, v, kv_len, scale);
   EXPECT_LT(err(out, cout), tol(dt, 1e-5, 4 * kBf16Eps));
-  EXPECT_LT(err(lse, clse), tol(dt, 1e-5, 1e-4));
+  EXPECT_LT(err(lse, clse), dt == DType::F32 ? 1e-5 : 1e-4);
 }
 
 TEST_P(CudaAttention, BackwardMatchesCpuAndIsReproducible) {
@@ -255,7 +274,7 @@ TEST_P(CudaAttention, BackwardMatchesCpuAndIsReproducible) {
   Tensor dq = Tensor::empty(q.shape(), DType::F32), dk = Tensor::empty(k.shape(), DType::F32),
          dv = Tensor::empty(v.shape(), DType::F32);
   ops::attention_backward(dq, dk, dv, dout, q, k, v, to_host(out), to_host(lse), scale);
-  // bf16: P and dS are rounded to bf16 before their GEMMs, and the results once.
+  // 16-bit types: P and dS are rounded to the type before their GEMMs, and the results once.
   EXPECT_LT(err(g1[0], dq), tol(dt, 1e-5, 8 * kBf16Eps)) << "dq";
   EXPECT_LT(err(g1[1], dk), tol(dt, 1e-5, 8 * kBf16Eps)) << "dk";
   EXPECT_LT(err(g1[2], dv), tol(dt, 1e-5, 8 * kBf16Eps)) << "dv";
@@ -270,7 +289,7 @@ std::vector<AttnCase> attention_cases() {
       {2, 17, 17, 17, 6, 2, 8, {}},         // grouped-query (3 query heads per kv head)
       {1, 200, 200, 200, 2, 1, 32, {}},     // many rows
       {2, 3, 20, 11, 4, 2, 16, {}},         // decoding: 3 new queries after 8 cached
-      {1, 1, 64, 40, 2, 2, 128, {}},        // one new token, head_dim 128 (flash in bf16)
+      {1, 1, 64, 40, 2, 2, 128, {}},        // one new token, head_dim 128 (flash in bf16 and f16)
       {1, 70, 100, 90, 2, 1, 128, {}},      // cache offset 20: diagonal not on a tile boundary
       {2, 130, 130, 130, 4, 2, 128, {}},    // flash: partial tiles, grouped-query
       {1, 256, 256, 256, 2, 2, 64, {}},     // flash, head_dim 64, whole tiles
@@ -278,7 +297,7 @@ std::vector<AttnCase> attention_cases() {
   };
   std::vector<AttnCase> cases;
   for (auto s : shapes)
-    for (DType dt : {DType::F32, DType::BF16}) {
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
       s.dt = dt;
       cases.push_back(s);
     }
@@ -399,7 +418,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaNewtonSchulz,
                                            std::pair<int64_t, int64_t>{256, 768},
                                            std::pair<int64_t, int64_t>{768, 256}));
 
-INSTANTIATE_TEST_SUITE_P(ActDTypes, DTypes, ::testing::Values(DType::F32, DType::BF16), dtype_name_of);
+INSTANTIATE_TEST_SUITE_P(ActDTypes, DTypes, ::testing::Values(DType::F32, DType::BF16, DType::F16), dtype_name_of);
 
 }  // namespace
 }  // namespace nanoddp
