@@ -27,6 +27,7 @@
 // reproducible.
 #include "ops/cuda/attention_flash.cuh"
 
+#include <atomic>
 #include <type_traits>
 
 #include "ops/cuda/common.cuh"
@@ -39,6 +40,15 @@ constexpr int kThreads = 128;  // 4 warps
 constexpr int kPad = 8;        // 16-bit elements of padding per shared-memory row
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+
+// The causal and length masks, per row instead of per element: an element of a tile is visible
+// when its column (0 .. width - 1) lies in a range [first, last]. tile_col gives position `pos` as
+// a column of the tile starting at tile0, clamped to [-1, width] (which keeps every comparison
+// with a column exact), so the 64-bit positions are handled once per row and tile and the inner
+// loops compare 32-bit column numbers.
+__device__ __forceinline__ int tile_col(int64_t pos, int64_t tile0, int width) {
+  return static_cast<int>(max(int64_t{-1}, min(pos - tile0, int64_t{width})));
+}
 
 // ---- PTX wrappers ------------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -286,15 +296,15 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams<T> p)
     // Mask, scale to base 2, and fold the tile into the running max and sum of each row.
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
-      const int64_t pos = p.q_pos0 + row_lo + rr * 8;
+      // Keys up to the row's position and before kv_len: columns 0 ..= last of this tile.
+      const int last = tile_col(min(p.q_pos0 + row_lo + rr * 8, p.kv_len - 1), n0, kFwdN);
       float mx = -INFINITY;
 #pragma unroll
       for (int j = 0; j < NT; j++) {
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-          const int64_t key = n0 + j * 8 + quad * 2 + e;
           float& x = s[j][rr * 2 + e];
-          x = key <= pos && key < p.kv_len ? x * p.scale_log2 : -INFINITY;
+          x = j * 8 + quad * 2 + e <= last ? x * p.scale_log2 : -INFINITY;
           mx = fmaxf(mx, x);
         }
       }
@@ -368,8 +378,9 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams<T> p) {
   const int64_t m_first = n0 / kKvM, per_head = (p.t + kKvM - 1) / kKvM - m_first;
   const int64_t count = p.group * per_head;
 
-  auto issue = [&](int64_t it, int buf) {
-    const int64_t h = kh * p.group + it / per_head, m0 = (m_first + it % per_head) * kKvM;
+  // Tile (hg, mt): query head kh * group + hg, queries from (m_first + mt) * kKvM.
+  auto issue = [&](int64_t hg, int64_t mt, int buf) {
+    const int64_t h = kh * p.group + hg, m0 = (m_first + mt) * kKvM;
     const int64_t q_off = (b * p.t * p.hq + h) * HD, stat = (b * p.hq + h) * p.t;
     load_tile<kKvM, HD>(sQ + buf * kKvM * SD, p.q + q_off, q_stride, m0, p.t);
     load_tile<kKvM, HD>(sO + buf * kKvM * SD, p.dout + q_off, q_stride, m0, p.t);
@@ -383,20 +394,25 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams<T> p) {
   };
   load_tile<kKvN, HD>(sK, p.k + kv_off, kv_stride, n0, p.t);
   load_tile<kKvN, HD>(sV, p.v + kv_off, kv_stride, n0, p.t);
-  issue(0, 0);
+  issue(0, 0, 0);
   cp_async_commit();
 
   float dk[DT][4] = {}, dv[DT][4] = {};
   const int64_t key_lo = n0 + warp * 16 + g;  // this thread's keys: key_lo, key_lo + 8
+  int64_t hg = 0, mt = 0;  // tile `it` in (head, tile) order, counted rather than divided out of it
   for (int64_t it = 0; it < count; it++) {
     const int buf = static_cast<int>(it & 1);
+    const int64_t m0 = (m_first + mt) * kKvM;
+    if (++mt == per_head) {  // (hg, mt) is now tile it + 1
+      mt = 0;
+      hg++;
+    }
     cp_async_wait<0>();
     __syncthreads();  // tile `it` landed; every warp is done with tile it - 1 (the other buffer)
     if (it + 1 < count) {
-      issue(it + 1, buf ^ 1);
+      issue(hg, mt, buf ^ 1);
       cp_async_commit();
     }
-    const int64_t m0 = (m_first + it % per_head) * kKvM;
     const T* q_s = sQ + buf * kKvM * SD;
     const T* o_s = sO + buf * kKvM * SD;
     const float* l_s = sL + buf * kKvM;
@@ -406,14 +422,15 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams<T> p) {
     float s[MT][4] = {}, dp[MT][4] = {};
     warp_mma_pair<SD, KSTEPS, MT>(s, dp, sK, sV, warp * 16, q_s, o_s, lane);
     // P^T = exp(scale S^T - lse) on the causal triangle (key <= query), dS^T = P^T (dP^T - delta).
+    // Visible queries of this thread's key key_lo + 8 rr: tile columns first[rr] ..= last.
+    const int first[2] = {tile_col(key_lo, m0, kKvM), tile_col(key_lo + 8, m0, kKvM)};
+    const int last = tile_col(p.t - 1, m0, kKvM);
 #pragma unroll
     for (int j = 0; j < MT; j++) {
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const int64_t key = key_lo + (e >> 1) * 8;
         const int qi = j * 8 + quad * 2 + (e & 1);
-        const int64_t query = m0 + qi;
-        const bool valid = key <= query && query < p.t;
+        const bool valid = qi >= first[e >> 1] && qi <= last;
         const float pv = valid ? exp2f(s[j][e] * p.scale_log2 - l_s[qi] * kLog2e) : 0.f;
         s[j][e] = pv;
         dp[j][e] = pv * (dp[j][e] - d_s[qi]);
@@ -502,14 +519,16 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams<T> p) {
     // S = Q K^T and dP = dO V^T for this warp's 16 queries and the tile's 64 keys.
     float s[NT][4] = {}, dpv[NT][4] = {};
     warp_mma_pair<SD, KSTEPS, NT>(s, dpv, sQ, sO, warp * 16, k_s, v_s, lane);
-    // dS = P (dP - delta) on the causal triangle, into s.
+    // dS = P (dP - delta) on the causal triangle, into s. Visible keys of row row_lo + 8 rr: tile
+    // columns 0 ..= last[rr] (none for a row past the end).
+    const int last[2] = {row_lo < p.t ? tile_col(row_lo, n0, kQN) : -1,
+                         row_lo + 8 < p.t ? tile_col(row_lo + 8, n0, kQN) : -1};
 #pragma unroll
     for (int j = 0; j < NT; j++) {
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int rr = e >> 1;
-        const int64_t row = row_lo + rr * 8, key = n0 + j * 8 + quad * 2 + (e & 1);
-        const bool valid = key <= row && row < p.t;
+        const bool valid = j * 8 + quad * 2 + (e & 1) <= last[rr];
         const float pv = valid ? exp2f(s[j][e] * p.scale_log2 - lse_l2[rr]) : 0.f;
         s[j][e] = pv * (dpv[j][e] - delta[rr]);
       }
@@ -526,15 +545,26 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams<T> p) {
 }
 
 // ---- launchers ---------------------------------------------------------------------------------
-template <typename K>
-cudaError_t set_smem(K kernel, size_t bytes) {
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+// Raises Kernel's dynamic shared-memory limit to `bytes` (a constant per kernel) once per device:
+// the attribute belongs to the kernel on a device, and setting it on every launch costs a driver
+// call per launch. Devices past 64 are set on every launch.
+template <auto Kernel>
+cudaError_t set_smem(size_t bytes) {
+  static std::atomic<uint64_t> done{0};  // bit d: set on device d
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_release);
+  return e;
 }
 
 template <int HD, typename T>
 cudaError_t forward_hd(const FwdParams<T>& p, int64_t batch, cudaStream_t stream) {
   constexpr size_t smem = fwd_smem_bytes<HD>();
-  if (cudaError_t e = set_smem(flash_forward_kernel<HD, T>, smem); e != cudaSuccess) return e;
+  if (cudaError_t e = set_smem<flash_forward_kernel<HD, T>>(smem); e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((p.tq + kFwdM - 1) / kFwdM), static_cast<unsigned>(p.hq),
                   static_cast<unsigned>(batch));
   flash_forward_kernel<HD, T><<<grid, kThreads, smem, stream>>>(p);
@@ -544,8 +574,8 @@ cudaError_t forward_hd(const FwdParams<T>& p, int64_t batch, cudaStream_t stream
 template <int HD, typename T>
 cudaError_t backward_hd(const BwdParams<T>& p, int64_t batch, cudaStream_t stream) {
   constexpr size_t smem_kv = dkdv_smem_bytes<HD>(), smem_q = dq_smem_bytes<HD>();
-  if (cudaError_t e = set_smem(flash_dkdv_kernel<HD, T>, smem_kv); e != cudaSuccess) return e;
-  if (cudaError_t e = set_smem(flash_dq_kernel<HD, T>, smem_q); e != cudaSuccess) return e;
+  if (cudaError_t e = set_smem<flash_dkdv_kernel<HD, T>>(smem_kv); e != cudaSuccess) return e;
+  if (cudaError_t e = set_smem<flash_dq_kernel<HD, T>>(smem_q); e != cudaSuccess) return e;
   const dim3 grid_kv(static_cast<unsigned>((p.t + kKvN - 1) / kKvN), static_cast<unsigned>(p.hkv),
                      static_cast<unsigned>(batch));
   flash_dkdv_kernel<HD, T><<<grid_kv, kThreads, smem_kv, stream>>>(p);

@@ -70,6 +70,10 @@ def load_tile(R, HD, src, r0, limit):  # src: [rows, HD] of one head
     tile[:, HD:] = np.nan  # padding must never be read
     return tile
 
+def tile_col(pos, tile0, width):  # attention_flash.cu's tile_col, per lane
+    return np.clip(pos - tile0, -1, width)
+
+
 def quad_max(x):  # x [32]
     for o in (1, 2): x = np.maximum(x, x[lane ^ o])
     return x
@@ -105,13 +109,12 @@ def forward(q, k, v, kv_len, scale, HD):
                             kf = ldm(sK, *b_frag(np_*16, kk*16), False)
                             mma(s[2*np_], qf[kk], kf[0], kf[1]); mma(s[2*np_ + 1], qf[kk], kf[2], kf[3])
                     for rr in range(2):
-                        pos = q_pos0 + row_lo + rr*8
+                        last = tile_col(np.minimum(q_pos0 + row_lo + rr*8, kv_len - 1), n0, N)
                         mx = np.full(32, -np.inf)
                         for j in range(NT):
                             for e in range(2):
-                                key = n0 + j*8 + t*2 + e
                                 x = s[j, :, rr*2 + e]
-                                x = np.where((key <= pos) & (key < kv_len), x * scale * LOG2E, -np.inf)
+                                x = np.where(j*8 + t*2 + e <= last, x * scale * LOG2E, -np.inf)
                                 s[j, :, rr*2 + e] = x; mx = np.maximum(mx, x)
                         mx = quad_max(mx)
                         new_max = np.maximum(row_max[rr], mx); corr = np.exp2(row_max[rr] - new_max)
@@ -147,8 +150,11 @@ def dkdv(q, k, v, dout, lse, delta, scale, HD):
             sK = load_tile(N, HD, k[:, kh], n0, T); sV = load_tile(N, HD, v[:, kh], n0, T)
             for warp in range(4):
                 dkacc = np.zeros((DT, 32, 4)); dvacc = np.zeros((DT, 32, 4)); key_lo = n0 + warp*16 + g
+                hg = mt = 0  # counted, as the kernel does
                 for it in range(count):
-                    h = kh*group + it // per_head; m0 = (m_first + it % per_head) * M
+                    h = kh*group + hg; m0 = (m_first + mt) * M
+                    mt += 1
+                    if mt == per_head: mt = 0; hg += 1
                     q_s = load_tile(M, HD, q[:, h], m0, T); o_s = load_tile(M, HD, dout[:, h], m0, T)
                     l_s = np.array([lse[h, m0 + i] if m0 + i < T else 0 for i in range(M)])
                     d_s = np.array([delta[h, m0 + i] if m0 + i < T else 0 for i in range(M)])
@@ -159,10 +165,11 @@ def dkdv(q, k, v, dout, lse, delta, scale, HD):
                             qb = ldm(q_s, *b_frag(np_*16, kk*16), False); ob = ldm(o_s, *b_frag(np_*16, kk*16), False)
                             mma(s[2*np_], ka, qb[0], qb[1]); mma(s[2*np_ + 1], ka, qb[2], qb[3])
                             mma(dp[2*np_], va, ob[0], ob[1]); mma(dp[2*np_ + 1], va, ob[2], ob[3])
+                    first = [tile_col(key_lo, m0, M), tile_col(key_lo + 8, m0, M)]; last = tile_col(T - 1, m0, M)
                     for j in range(MT):
                         for e in range(4):
-                            key = key_lo + (e >> 1) * 8; qi = j*8 + t*2 + (e & 1); query = m0 + qi
-                            valid = (key <= query) & (query < T)
+                            qi = j*8 + t*2 + (e & 1)
+                            valid = (qi >= first[e >> 1]) & (qi <= last)
                             pv = np.where(valid, np.exp2(s[j, :, e] * scale * LOG2E - l_s[qi] * LOG2E), 0.0)
                             s[j, :, e] = pv; dp[j, :, e] = pv * (dp[j, :, e] - d_s[qi])
                     for kk in range(MT // 2):
@@ -206,10 +213,11 @@ def dq_kernel(q, k, v, dout, lse, delta, scale, HD):
                             kb = ldm(k_s, *b_frag(np_*16, kk*16), False); vb = ldm(v_s, *b_frag(np_*16, kk*16), False)
                             mma(s[2*np_], qa, kb[0], kb[1]); mma(s[2*np_ + 1], qa, kb[2], kb[3])
                             mma(dpv[2*np_], oa, vb[0], vb[1]); mma(dpv[2*np_ + 1], oa, vb[2], vb[3])
+                    last = [np.where(row_lo + rr*8 < T, tile_col(row_lo + rr*8, n0, N), -1) for rr in range(2)]
                     for j in range(NT):
                         for e in range(4):
-                            rr = e >> 1; row = row_lo + rr*8; key = n0 + j*8 + t*2 + (e & 1)
-                            valid = (key <= row) & (row < T)
+                            rr = e >> 1
+                            valid = j*8 + t*2 + (e & 1) <= last[rr]
                             pv = np.where(valid, np.exp2(s[j, :, e] * scale * LOG2E - lse_l2[rr]), 0.0)
                             s[j, :, e] = pv * (dpv[j, :, e] - dl[rr])
                     for kk in range(NT // 2):
