@@ -93,8 +93,11 @@ TEST(Env, AloneAndUnderTheLauncherEveryEngineCheckPassesOrSaysWhyNot) {
   for (const auto& j : job) {
     const EnvReport r = from_json(j);
     EXPECT_EQ(check_status(r, "gloo"), "ok") << "the job's own collective, across both ranks";
-    for (const auto& c : r.checks)
-      if (c.name == "gloo") EXPECT_NE(c.detail.find("over 2 ranks"), std::string::npos) << c.detail;
+    for (const auto& c : r.checks) {
+      if (c.name == "gloo") {
+        EXPECT_NE(c.detail.find("over 2 ranks"), std::string::npos) << c.detail;
+      }
+    }
   }
 }
 

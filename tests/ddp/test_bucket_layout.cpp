@@ -35,7 +35,9 @@ void check_common(const std::vector<ParamInfo>& params, const BucketLayout& l, c
       ready = std::max<int64_t>(ready, n - 1 - e.param);
     }
     EXPECT_LE(end, bk.numel);
-    if (o.sharded) EXPECT_EQ(bk.numel % o.world_size, 0);
+    if (o.sharded) {
+      EXPECT_EQ(bk.numel % o.world_size, 0);
+    }
     EXPECT_GE(ready, last_ready) << "bucket " << b << " completes before the previous one";
     last_ready = static_cast<int>(ready);
   }
@@ -54,7 +56,9 @@ TEST(BucketLayout, ReverseOrderWithPyTorchCaps) {
   EXPECT_EQ(l.buckets[0].entries.size(), 1u);
   for (size_t b = 1; b < l.buckets.size(); b++) {
     const auto& bk = l.buckets[b];
-    if (bk.entries.size() > 1) EXPECT_LE(bk.numel * 4, o.bucket_cap_bytes);
+    if (bk.entries.size() > 1) {
+      EXPECT_LE(bk.numel * 4, o.bucket_cap_bytes);
+    }
     for (size_t i = 1; i < bk.entries.size(); i++) EXPECT_LT(bk.entries[i].param, bk.entries[i - 1].param);
   }
 }

@@ -159,7 +159,9 @@ TEST_P(RlDtype, AStoppedAndResumedRunEndsBitForBitLikeAStraightOne) {
   auto second = args(resumed.str());
   second.insert(second.end(), {"--resume", "latest"});
   run_ok(single(second));
-  if (dtype == "fp16") EXPECT_EQ(testing::training_metric(straight.str(), "loss_scale").size(), 6u);
+  if (dtype == "fp16") {
+    EXPECT_EQ(testing::training_metric(straight.str(), "loss_scale").size(), 6u);
+  }
   EXPECT_EQ(testing::training_metric(resumed.str(), "reward"), testing::training_metric(straight.str(), "reward"));
   EXPECT_EQ(testing::checkpoint_weights(resumed.str("checkpoints/step_000006")),
             testing::checkpoint_weights(straight.str("checkpoints/step_000006")));

@@ -92,11 +92,16 @@ double worst_grad_error(const Result& got, const Result& want) {
   return worst;
 }
 
-// A reduced-precision GPU result is closer to the CPU in the same dtype (the same rounding points)
-// than to the CPU in f32, in its logits and its worst gradient: it rounds where the CPU does.
-void expect_closer_to_same_dtype(const Result& gpu, const Result& cpu_same, const Result& cpu_f32) {
-  EXPECT_LT(rel_l2(gpu.logits, cpu_same.logits), rel_l2(gpu.logits, cpu_f32.logits)) << "logits";
-  EXPECT_LT(worst_grad_error(gpu, cpu_same), worst_grad_error(gpu, cpu_f32)) << "worst gradient";
+// The model in a reduced dtype on the GPU against the same dtype on the CPU (the same rounding
+// points): within the tolerances, and closer to it than to the CPU in f32, in the logits and the
+// worst gradient, i.e. it rounds where the CPU does.
+void expect_gpu_rounds_like_the_cpu(DType dt, double logits_tol, double loss_tol, double grad_tol) {
+  const Batch batch = random_batch(2, 128, 300, 12);
+  const Result gpu = run_model(testing::gpu(), dt, batch), cpu = run_model(Device::cpu(), dt, batch);
+  const Result cpu_f32 = run_model(Device::cpu(), DType::F32, batch);
+  compare(gpu, cpu, logits_tol, loss_tol, grad_tol);
+  EXPECT_LT(rel_l2(gpu.logits, cpu.logits), rel_l2(gpu.logits, cpu_f32.logits)) << "logits";
+  EXPECT_LT(worst_grad_error(gpu, cpu), worst_grad_error(gpu, cpu_f32)) << "worst gradient";
 }
 
 TEST(CudaModel, F32OnTheGpuMatchesTheCpu) {
@@ -125,10 +130,7 @@ TEST(CudaModel, Bf16OnTheGpuMatchesTheCpuWithinBf16Tolerance) {
 // closer to CPU-bf16 than to f32. Not yet run on a GPU (issue 10).
 TEST(CudaModel, Bf16OnTheGpuMatchesBf16OnTheCpuCloserThanF32) {
   NANODDP_REQUIRE_GPU();
-  const Batch batch = random_batch(2, 128, 300, 12);
-  const Result gpu = run_model(testing::gpu(), DType::BF16, batch), cpu = run_model(Device::cpu(), DType::BF16, batch);
-  compare(gpu, cpu, 1.5e-2, 5e-3, 3e-2);
-  expect_closer_to_same_dtype(gpu, cpu, run_model(Device::cpu(), DType::F32, batch));
+  expect_gpu_rounds_like_the_cpu(DType::BF16, 1.5e-2, 5e-3, 3e-2);
 }
 
 // f16 keeps 11 significant bits to bf16's 8, and the CPU computes f16 at the same rounding points
@@ -139,10 +141,7 @@ TEST(CudaModel, Bf16OnTheGpuMatchesBf16OnTheCpuCloserThanF32) {
 // so the GPU must also be closer to CPU-f16 than to f32. Not yet run on a GPU (issue 10).
 TEST(CudaModel, F16OnTheGpuMatchesF16OnTheCpuCloserThanF32) {
   NANODDP_REQUIRE_GPU();
-  const Batch batch = random_batch(2, 128, 300, 12);
-  const Result gpu = run_model(testing::gpu(), DType::F16, batch), cpu = run_model(Device::cpu(), DType::F16, batch);
-  compare(gpu, cpu, 3.75e-3, 1.25e-3, 7.5e-3);
-  expect_closer_to_same_dtype(gpu, cpu, run_model(Device::cpu(), DType::F32, batch));
+  expect_gpu_rounds_like_the_cpu(DType::F16, 3.75e-3, 1.25e-3, 7.5e-3);
 }
 
 // Inference with a KV cache: a 5-token prompt, then single tokens, each step's last-position
