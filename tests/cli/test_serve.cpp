@@ -413,8 +413,10 @@ TEST(Serve, NonLoopbackHostIsWarnedAbout) {
   Proc p({testing::nanoddp_binary(), "serve", "--checkpoint", make_checkpoint(dir), "--max_tokens", "8", "--port", "0",
           "--host", "0.0.0.0"});
   EXPECT_TRUE(p.wait_for_text("serving on http://0.0.0.0:", 30s)) << p.all();
-  EXPECT_NE(p.err().find("warning: listening on 0.0.0.0, not loopback: the API has no authentication"),
-            std::string::npos) << p.err();
+  // Waited for, not read at once: the warning goes to stderr, the address to stdout, and the
+  // reader thread may take the two pipes in either order.
+  EXPECT_TRUE(p.wait_for_text("warning: listening on 0.0.0.0, not loopback: the API has no authentication", 10s))
+      << p.err();
   ::kill(p.pid(), SIGTERM);
   EXPECT_EQ(p.wait_exit(20s), 0) << p.all();
 }
