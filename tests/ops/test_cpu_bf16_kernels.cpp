@@ -12,6 +12,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 
 #include "kernel_test_util.h"
 #include "ops/backend.h"
@@ -119,19 +120,25 @@ TEST_P(ReducedKernels, RmsNormForwardAndBackwardRoundOnce) {
   expect_rounded_once(dy.bf, dy.f, "rmsnorm_backward in place");
 }
 
-TEST(Bf16Kernels, RotaryRoundsOnce) {
-  const int64_t b = 2, t = 9, h = 3, d = 16, half = d / 2;
+// Out of place and in place (as the model calls it). Head size 80: a 40-pair half runs both the
+// vector body and the tail of the rotation loop.
+TEST_P(ReducedKernels, RotaryRoundsOnce) {
+  const DType rt = GetParam();
+  const int64_t b = 2, t = 9, h = 3, d = 80, half = d / 2;
   Tensor cos = Tensor::empty({t + 4, half}, DType::F32), sin = Tensor::empty({t + 4, half}, DType::F32);
   for (int64_t i = 0; i < cos.numel(); i++) {
     cos.data<float>()[i] = round_to_bf16(std::cos(0.1f * static_cast<float>(i)));
     sin.data<float>()[i] = round_to_bf16(std::sin(0.1f * static_cast<float>(i)));
   }
-  Pair x = pair({b, t, h, d}, 7);
   for (bool inverse : {false, true}) {
-    Tensor yb = Tensor::empty(x.bf.shape(), DType::BF16), yf = Tensor::empty(x.f.shape(), DType::F32);
+    const std::string what = inverse ? "rotary inverse" : "rotary";
+    Pair x = pair({b, t, h, d}, 7, 1.f, rt);
+    Tensor yb = Tensor::empty(x.bf.shape(), rt), yf = Tensor::empty(x.f.shape(), DType::F32);
     ops::rotary(yb, x.bf, cos, sin, 3, inverse);
     ops::rotary(yf, x.f, cos, sin, 3, inverse);
-    expect_rounded_once(yb, yf, inverse ? "rotary inverse" : "rotary");
+    expect_rounded_once(yb, yf, what.c_str());
+    ops::rotary(x.bf, x.bf, cos, sin, 3, inverse);
+    EXPECT_EQ(vec(to_f32(x.bf)), vec(to_f32(yb))) << what << " in place";
   }
 }
 

@@ -23,12 +23,6 @@ namespace {
 
 constexpr int64_t kTile = 128;
 
-// Per-thread scratch that grows to the largest tile seen and is then reused.
-float* scratch(std::vector<float>& buf, size_t n) {
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
-
 // Layout of one head inside a [B, T, H, D] tensor.
 struct HeadView {
   int64_t h, d;
@@ -45,7 +39,7 @@ const float* head_f32(const float* src, int64_t, int64_t ld, int64_t, std::vecto
 template <typename T>
 const float* head_f32(const T* src, int64_t rows, int64_t ld, int64_t d, std::vector<float>& buf,
                       int64_t& ld_out) {
-  float* dst = scratch(buf, rows * d);
+  float* dst = grown(buf, rows * d);
   for (int64_t r = 0; r < rows; r++)
 #pragma omp simd
     for (int64_t j = 0; j < d; j++) dst[r * d + j] = load(src + r * ld, j);
@@ -69,7 +63,7 @@ float* out_f32(float* dst, int64_t ld, int64_t, int64_t, std::vector<float>&, in
 template <typename T>
 float* out_f32(T*, int64_t, int64_t rows, int64_t d, std::vector<float>& buf, int64_t& ld_out) {
   ld_out = d;
-  return scratch(buf, rows * d);
+  return grown(buf, rows * d);
 }
 
 // With bf16 (f16) activations the probabilities P and the score gradient dS are rounded to bf16
@@ -104,7 +98,7 @@ void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& 
         float* lh = pl + (b * hq + h) * tq;
         for (int64_t i0 = 0; i0 < tq; i0 += kTile) {
           const int64_t rows = std::min(kTile, tq - i0), keys = q_pos0 + i0 + rows;
-          float* s = scratch(s_buf, rows * keys);
+          float* s = grown(s_buf, rows * keys);
           // s[rows, keys] = scale * Q_tile K^T
           sgemm(false, true, rows, keys, d, scale, qh + i0 * ldq, ldq, kh, ldk, 0.f, s, keys);
           for (int64_t r = 0; r < rows; r++) {
@@ -175,9 +169,9 @@ void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& d
           const float* lh = pl + (b * hq + h) * t;
           for (int64_t i0 = 0; i0 < t; i0 += kTile) {
             const int64_t rows = std::min(kTile, t - i0), keys = i0 + rows;
-            float* p = scratch(p_buf, rows * keys);
-            float* dp = scratch(dp_buf, rows * keys);
-            float* delta = scratch(delta_buf, rows);
+            float* p = grown(p_buf, rows * keys);
+            float* dp = grown(dp_buf, rows * keys);
+            float* delta = grown(delta_buf, rows);
             // P = exp(scale Q K^T - lse) on the causal triangle, 0 above it.
             sgemm(false, true, rows, keys, d, scale, qh + i0 * ldq, ldq, kh, ldk, 0.f, p, keys);
             // dP = dO V^T

@@ -27,8 +27,7 @@ void CpuBackend::softcap_cross_entropy(const Tensor& losses, const Tensor& logit
 #pragma omp parallel
     {
       thread_local std::vector<float> z_buf;
-      if (z_buf.size() < static_cast<size_t>(vocab)) z_buf.resize(vocab);
-      float* z = z_buf.data();
+      float* z = grown(z_buf, static_cast<size_t>(vocab));
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < n; i++) {
         T* row = pl + i * vpad;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <type_traits>
+#include <vector>
 
 #include "ops/backend.h"
 
@@ -61,6 +62,16 @@ decltype(auto) with_act_type(DType t, Fn&& fn) {
   if (t == DType::F16) return fn(static_cast<f16*>(nullptr));
   NANODDP_ASSERT(t == DType::F32, "activations are f32, bf16 or f16, not {}", dtype_name(t));
   return fn(static_cast<float*>(nullptr));
+}
+
+// A per-thread scratch buffer of at least n elements: it grows to the largest size asked for and
+// is then reused. Grow-only on purpose: std::vector::resize value-initialises the elements it adds,
+// so a reused buffer resized down and back up was zero-filled on every call (about 10 ms of a
+// 400 ms fp16 step in the widened GEMMs' operand buffers, bench_train_cpu on Zen 5).
+template <typename T>
+T* grown(std::vector<T>& buf, size_t n) {
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
 }
 
 // Elementwise loops below this many elements run on one thread (a parallel region costs ~1 us).

@@ -198,26 +198,23 @@ void widened_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
                   const T* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_reduced) {
   thread_local std::vector<float> af, bf, cf;
   const int64_t a_rows = trans_a ? k : m, b_rows = trans_b ? n : k;
-  af.resize(static_cast<size_t>(a_rows * lda));
-  bf.resize(static_cast<size_t>(b_rows * ldb));
+  // Pointers, not the thread_locals' names, inside the parallel loops (each worker has its own).
   auto widen = [](std::vector<float>& buf, const T* src, int64_t count) {
-    float* dst = buf.data();  // a pointer, not the thread_local's name, inside the parallel loop
+    float* dst = grown(buf, static_cast<size_t>(count));
 #pragma omp parallel for simd if (count > kParallelGrain)
     for (int64_t i = 0; i < count; i++) dst[i] = load(src, i);
+    return dst;
   };
-  widen(af, a, a_rows * lda);
-  widen(bf, b, b_rows * ldb);
+  const float* wa = widen(af, a, a_rows * lda);
+  const float* wb = widen(bf, b, b_rows * ldb);
   float* out = static_cast<float*>(c);
   if (c_reduced) {
-    cf.resize(static_cast<size_t>(m * ldc));
-    if (beta != 0.f) widen(cf, static_cast<const T*>(c), m * ldc);
-    out = cf.data();
+    out = beta != 0.f ? widen(cf, static_cast<const T*>(c), m * ldc) : grown(cf, static_cast<size_t>(m * ldc));
   }
-  sgemm(trans_a, trans_b, m, n, k, alpha, af.data(), lda, bf.data(), ldb, beta, out, ldc);
+  sgemm(trans_a, trans_b, m, n, k, alpha, wa, lda, wb, ldb, beta, out, ldc);
   if (c_reduced) {
-    // Through a pointer: inside the parallel loop the name cf would be each worker's own buffer.
     T* dst = static_cast<T*>(c);
-    const float* src = cf.data();
+    const float* src = out;
     const int64_t count = m * ldc;
 #pragma omp parallel for simd if (count > kParallelGrain)
     for (int64_t i = 0; i < count; i++) store(dst, i, src[i]);

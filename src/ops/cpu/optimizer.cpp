@@ -71,13 +71,8 @@ void newton_schulz_impl(float* px, int64_t rows, int64_t cols, int steps) {
   const int64_t m = transposed ? cols : rows, n = transposed ? rows : cols;  // X is [m, n], m <= n
   const int64_t mn = m * n, mm = m * m;
   thread_local std::vector<T> xs, as, cas, bs, bxs;  // reused across calls; they only grow
-  xs.resize(mn);
-  as.resize(mm);
-  cas.resize(mm);
-  bs.resize(mm);
-  bxs.resize(mn);
   // Pointers, not the thread_locals' names, inside the parallel loops (each worker has its own).
-  T *X = xs.data(), *A = as.data(), *cA = cas.data(), *B = bs.data(), *BX = bxs.data();
+  T *X = grown(xs, mn), *A = grown(as, mm), *cA = grown(cas, mm), *B = grown(bs, mm), *BX = grown(bxs, mn);
 
 #pragma omp parallel for if (mn > kParallelGrain)
   for (int64_t i = 0; i < rows; i++)
