@@ -118,10 +118,21 @@ void copy(const Tensor& dst, const Tensor& src) {
   }
 #if NANODDP_HAVE_CUDA
   // cudaMemcpyDefault takes the direction from the pointers (unified addressing). Queued on the
-  // compute stream so it follows the kernels already issued there, then waited for, as the header says.
+  // compute stream so it follows the kernels already issued there (and every later kernel, and
+  // every collective, which waits for that stream, follows it).
   int dev = dst.device().is_cuda() ? dst.device().index : src.device().index;
   cudaStream_t stream = cuda::compute_stream(dev);
   NANODDP_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault, stream));
+  // From pageable host memory to the device, the driver has staged the source by the time
+  // cudaMemcpyAsync returns (CUDA's "API synchronization behavior"), so the caller may reuse it and
+  // the host need not wait: a training step's token ids and targets no longer stall the host at
+  // the start of each micro-step (issue 10, item 4). Pinned host memory is read by the DMA later,
+  // and every copy towards the host must have landed before the caller reads it: those wait.
+  if (src.device().is_cpu() && dst.device().is_cuda()) {
+    cudaPointerAttributes attr{};
+    NANODDP_CUDA_CHECK(cudaPointerGetAttributes(&attr, src.raw()));
+    if (attr.type == cudaMemoryTypeUnregistered) return;
+  }
   NANODDP_CUDA_CHECK(cudaStreamSynchronize(stream));
 #else
   // A bug, not a user error: allocator_for() already refuses CUDA devices in such a build.

@@ -105,7 +105,9 @@ class Tensor {
   DType dtype_ = DType::F32;
 };
 
-// dst <- src: same dtype and numel, any devices. Synchronous with respect to the host.
+// dst <- src: same dtype and numel, any devices. When it returns, src may be reused and dst read
+// by the host or by anything queued after it on the device; a copy from ordinary (pageable) host
+// memory to a GPU does not wait for the device itself.
 void copy(const Tensor& dst, const Tensor& src);
 // Sets every byte to zero.
 // On a GPU the memset is queued on the compute stream and not waited for, unlike copy().

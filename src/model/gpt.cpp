@@ -231,7 +231,7 @@ double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float 
   last_forward_seconds_ = forward.seconds();
   const double trace_mid = trace::now_us();
   trace::record("forward", trace::kCompute, trace_start, trace_mid);
-  double loss_sum = head_forward_backward(ws, grad_scale, accumulate, nullptr);
+  head_forward_backward(ws, grad_scale, accumulate);
   ready(lm_head_);
   for (int l = static_cast<int>(config_.n_layer) - 1; l >= 0; l--) {
     mlp_backward(ws, l, accumulate, ready);
@@ -245,6 +245,7 @@ double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float 
   add_micro_grad(params_[wte_], accumulate);
   ready(wte_);
   trace::record("backward", trace::kCompute, trace_mid, trace::now_us());
+  const double loss_sum = sum_losses(ws, nullptr);
   return valid > 0 ? loss_sum / static_cast<double>(valid) : 0.0;
 }
 
@@ -254,7 +255,8 @@ Tensor GPT::forward_losses(const Tensor& inputs, const Tensor& targets) {
   load_batch(ws, inputs, &targets);
   forward_trunk(ws);
   Tensor losses = Tensor::empty({ws.tokens}, DType::F32);
-  head_forward_backward(ws, 0.f, false, &losses);
+  head_forward_backward(ws, 0.f, false);
+  sum_losses(ws, &losses);
   return losses;
 }
 

@@ -96,8 +96,13 @@ class GPT final : public ParameterSet {
   void mlp_forward(Workspace& ws, int layer);
   void attention_backward(Workspace& ws, int layer, bool accumulate, const GradReadyFn& ready);
   void mlp_backward(Workspace& ws, int layer, bool accumulate, const GradReadyFn& ready);
-  // Final norm, LM head and loss in row chunks; with a gradient, also the LM head's backward.
-  double head_forward_backward(Workspace& ws, float grad_scale, bool accumulate, Tensor* losses_out);
+  // Final norm, LM head and loss in row chunks; with a gradient, also the LM head's backward. The
+  // per-token losses stay in ws.losses, on the device, for sum_losses.
+  void head_forward_backward(Workspace& ws, float grad_scale, bool accumulate);
+  // The sum of ws.losses, read on the host (and copied into *losses_out if given). On a GPU this
+  // waits for the device, so a micro-step reads it after its backward is queued, not between the
+  // head and the backward, where the host would idle the GPU (issue 10, item 4).
+  double sum_losses(const Workspace& ws, Tensor* losses_out);
   void forward_trunk(Workspace& ws, KVCache* cache = nullptr);
   // Where this micro-step's gradient of `p` is written: p.grad itself, or with accumulate a
   // scratch of p's shape that add_micro_grad() then adds into p.grad (Note [accumulation order]).

@@ -9,7 +9,7 @@
 
 namespace nanoddp::model {
 
-double GPT::head_forward_backward(Workspace& ws, float grad_scale, bool accumulate, Tensor* losses_out) {
+void GPT::head_forward_backward(Workspace& ws, float grad_scale, bool accumulate) {
   const bool train = grad_scale != 0.f;
   Parameter& head = params_[lm_head_];
   ops::rmsnorm_forward(ws.xf, ws.rstd_f, ws.x, kNormEps);
@@ -29,7 +29,9 @@ double GPT::head_forward_backward(Workspace& ws, float grad_scale, bool accumula
     add_micro_grad(head, accumulate);
     ops::rmsnorm_backward(ws.dx, ws.dxn, ws.xf, ws.rstd_f, false);
   }
+}
 
+double GPT::sum_losses(const Workspace& ws, Tensor* losses_out) {
   const Tensor losses = ws.losses.device().is_cpu() ? ws.losses : ws.losses.copy_to(Device::cpu());
   if (losses_out != nullptr) copy(*losses_out, losses);
   double sum = 0;

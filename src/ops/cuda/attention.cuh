@@ -11,8 +11,8 @@ struct AttentionShape {
   int64_t batch, tq, tk, hq, hkv, d, kv_len;
 };
 
-// Which kernels run: the tensor-core flash kernels (bf16 or f16, head_dim 64 or 128, 16-byte aligned
-// rows) or the reference kernels (any shape and type; also forced by `reference_only`).
+// Which kernels run: the tensor-core flash kernels (bf16 or f16, head_dim a multiple of 8 from 64
+// to 128, 16-byte aligned rows) or the reference kernels (any shape and type; also forced by `reference_only`).
 bool attention_uses_flash(DType t, const AttentionShape& s, const void* const* ptrs, int nptrs, bool reference_only);
 
 cudaError_t launch_attention_forward(DType t, void* out, float* lse, const void* q, const void* k, const void* v,

@@ -1,7 +1,14 @@
 // Flash attention on the tensor cores (bf16 or f16 in, f32 accumulate), forward and backward,
-// causal, grouped-query heads, head_dim 64 or 128 (FlashAttention-2's algorithm, re-derived here).
+// causal, grouped-query heads, head_dim a multiple of 8 from 64 to 128 (FlashAttention-2's
+// algorithm, re-derived here).
 // The kernels are templates over the 16-bit storage type T; only the MMA instruction and the
 // rounding of register products (P, dS) back to T differ between bf16 and f16.
+//
+// Head sizes: each kernel is compiled for a compute width HD of 64, 96 or 128 columns (a multiple of
+// the MMA's k of 16) and runs any head_dim d <= HD that is a multiple of 8 (one 16-byte cp.async
+// chunk): columns [d, HD) of the shared tiles are zero-filled by cp.async, add nothing to Q K^T
+// or dO V^T, give zero columns in P V and the gradients, and are never stored. The odd depths of
+// nanochat's sizing give head_dim 96, 112 and 120 (model_dim 64 * depth in heads of about 128).
 //
 // Tiles: a block of 4 warps; each warp owns 16 rows of the tile and computes with
 // mma.sync.m16n8k16 (T x T -> f32). Operands come from shared memory through ldmatrix;
@@ -188,27 +195,29 @@ __device__ __forceinline__ void warp_mma_pair(float (&acc1)[N8][4], float (&acc2
   }
 }
 
-// Rows [r0, r0 + R) of a head's [rows, HD] matrix (row stride `stride` elements) into a shared
-// tile [R, HD + kPad]; rows at or past `limit` are zero-filled.
+// Rows [r0, r0 + R) of a head's [rows, d] matrix (row stride `stride` elements) into a shared
+// tile [R, HD + kPad]; rows at or past `limit`, and columns [d, HD), are zero-filled.
 template <int R, int HD, typename T>
-__device__ __forceinline__ void load_tile(T* tile, const T* src, int64_t stride, int64_t r0, int64_t limit) {
+__device__ __forceinline__ void load_tile(T* tile, const T* src, int64_t stride, int64_t r0, int64_t limit, int d) {
   constexpr int kChunksPerRow = HD / 8, kChunks = R * kChunksPerRow;
   for (int c = threadIdx.x; c < kChunks; c += kThreads) {
     const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
     const int64_t row = r0 + r;
-    const bool valid = row < limit;
-    cp_async_16(tile + r * (HD + kPad) + col, src + (valid ? row : 0) * stride + col, valid);
+    const bool valid = row < limit && col < d;
+    cp_async_16(tile + r * (HD + kPad) + col, src + (valid ? row * stride + col : 0), valid);
   }
 }
 
 // Writes accumulator rows (this thread's rows `row` of a warp's 16-row tile, rr = 0: row g, rr =
-// 1: row g + 8) as T, times `mul`.
+// 1: row g + 8) as T, times `mul`: the first d columns (d a multiple of 8).
 template <int HD, typename T>
-__device__ __forceinline__ void store_rows(T* dst_row, const float (&acc)[HD / 8][4], int rr, int quad, float mul) {
+__device__ __forceinline__ void store_rows(T* dst_row, const float (&acc)[HD / 8][4], int rr, int quad, float mul,
+                                           int d) {
 #pragma unroll
   for (int dt = 0; dt < HD / 8; dt++)
-    *reinterpret_cast<uint32_t*>(dst_row + dt * 8 + quad * 2) =
-        pack2<T>(acc[dt][rr * 2] * mul, acc[dt][rr * 2 + 1] * mul);
+    if (dt * 8 < d)
+      *reinterpret_cast<uint32_t*>(dst_row + dt * 8 + quad * 2) =
+          pack2<T>(acc[dt][rr * 2] * mul, acc[dt][rr * 2 + 1] * mul);
 }
 
 template <typename T>
@@ -219,6 +228,7 @@ struct FwdParams {
   int64_t tq, tk, hq, hkv, kv_len, q_pos0;
   int64_t group;
   float scale_log2;
+  int d;  // head_dim: the row length in memory, <= the kernel's HD
 };
 
 template <typename T>
@@ -228,6 +238,7 @@ struct BwdParams {
   const float *lse, *delta;
   int64_t t, hq, hkv, group;
   float scale, scale_log2;
+  int d;  // head_dim: the row length in memory, <= the kernel's HD
 };
 
 // ---- forward -----------------------------------------------------------------------------------
@@ -249,13 +260,13 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams<T> p)
   // Heaviest (latest) query tiles first: causal rows near the end see the most keys.
   const int64_t m_tiles = (p.tq + kFwdM - 1) / kFwdM;
   const int64_t m0 = (m_tiles - 1 - blockIdx.x) * kFwdM, h = blockIdx.y, b = blockIdx.z, kh = h / p.group;
-  const int64_t q_stride = p.hq * HD, kv_stride = p.hkv * HD;
-  const int64_t q_off = (b * p.tq * p.hq + h) * HD, kv_off = (b * p.tk * p.hkv + kh) * HD;
+  const int64_t q_stride = p.hq * p.d, kv_stride = p.hkv * p.d;
+  const int64_t q_off = (b * p.tq * p.hq + h) * p.d, kv_off = (b * p.tk * p.hkv + kh) * p.d;
   const int64_t keys = min(p.q_pos0 + min(m0 + kFwdM, p.tq), p.kv_len);  // seen by the last row
   const int n_tiles = static_cast<int>((keys + kFwdN - 1) / kFwdN);
 
-  load_tile<kFwdM, HD>(sQ, p.q + q_off, q_stride, m0, p.tq);
-  load_tile<kFwdN, HD>(sK, p.k + kv_off, kv_stride, 0, p.kv_len);
+  load_tile<kFwdM, HD>(sQ, p.q + q_off, q_stride, m0, p.tq, p.d);
+  load_tile<kFwdN, HD>(sK, p.k + kv_off, kv_stride, 0, p.kv_len, p.d);
   cp_async_commit();
 
   uint32_t qf[KSTEPS][4];
@@ -271,7 +282,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams<T> p)
 #pragma unroll
       for (int kk = 0; kk < KSTEPS; kk++) ldmatrix_x4(qf[kk], a_frag<SD>(sQ, warp * 16, kk * 16, lane));
     }
-    load_tile<kFwdN, HD>(sV, p.v + kv_off, kv_stride, n0, p.kv_len);
+    load_tile<kFwdN, HD>(sV, p.v + kv_off, kv_stride, n0, p.kv_len, p.d);
     cp_async_commit();
 
     // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
@@ -289,7 +300,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams<T> p)
     __syncthreads();  // every warp is done with K[nt]
     const bool more = nt + 1 < n_tiles;
     if (more) {
-      load_tile<kFwdN, HD>(sK, p.k + kv_off, kv_stride, n0 + kFwdN, p.kv_len);
+      load_tile<kFwdN, HD>(sK, p.k + kv_off, kv_stride, n0 + kFwdN, p.kv_len, p.d);
       cp_async_commit();
     }
 
@@ -347,7 +358,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams<T> p)
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const int64_t row = row_lo + rr * 8;
     if (row < p.tq) {
-      store_rows<HD>(p.out + q_off + row * q_stride, o, rr, quad, 1.f / sum);
+      store_rows<HD>(p.out + q_off + row * q_stride, o, rr, quad, 1.f / sum, p.d);
       if (quad == 0) p.lse[(b * p.hq + h) * p.tq + row] = (row_max[rr] + log2f(sum)) * kLn2;
     }
   }
@@ -373,7 +384,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams<T> p) {
   float* sD = sL + 2 * kKvM;                                  // [2][32]: delta
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
   const int64_t n0 = int64_t(blockIdx.x) * kKvN, kh = blockIdx.y, b = blockIdx.z;
-  const int64_t q_stride = p.hq * HD, kv_stride = p.hkv * HD, kv_off = (b * p.t * p.hkv + kh) * HD;
+  const int64_t q_stride = p.hq * p.d, kv_stride = p.hkv * p.d, kv_off = (b * p.t * p.hkv + kh) * p.d;
   // Query tiles at or after the diagonal, for each query head of the group, in (head, tile) order.
   const int64_t m_first = n0 / kKvM, per_head = (p.t + kKvM - 1) / kKvM - m_first;
   const int64_t count = p.group * per_head;
@@ -381,9 +392,9 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams<T> p) {
   // Tile (hg, mt): query head kh * group + hg, queries from (m_first + mt) * kKvM.
   auto issue = [&](int64_t hg, int64_t mt, int buf) {
     const int64_t h = kh * p.group + hg, m0 = (m_first + mt) * kKvM;
-    const int64_t q_off = (b * p.t * p.hq + h) * HD, stat = (b * p.hq + h) * p.t;
-    load_tile<kKvM, HD>(sQ + buf * kKvM * SD, p.q + q_off, q_stride, m0, p.t);
-    load_tile<kKvM, HD>(sO + buf * kKvM * SD, p.dout + q_off, q_stride, m0, p.t);
+    const int64_t q_off = (b * p.t * p.hq + h) * p.d, stat = (b * p.hq + h) * p.t;
+    load_tile<kKvM, HD>(sQ + buf * kKvM * SD, p.q + q_off, q_stride, m0, p.t, p.d);
+    load_tile<kKvM, HD>(sO + buf * kKvM * SD, p.dout + q_off, q_stride, m0, p.t, p.d);
     const int i = threadIdx.x & (kKvM - 1);
     const int64_t row = m0 + i;
     const bool valid = row < p.t;
@@ -392,8 +403,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams<T> p) {
     else if (threadIdx.x < 2 * kKvM)
       cp_async_4(sD + buf * kKvM + i, p.delta + stat + (valid ? row : 0), valid);
   };
-  load_tile<kKvN, HD>(sK, p.k + kv_off, kv_stride, n0, p.t);
-  load_tile<kKvN, HD>(sV, p.v + kv_off, kv_stride, n0, p.t);
+  load_tile<kKvN, HD>(sK, p.k + kv_off, kv_stride, n0, p.t, p.d);
+  load_tile<kKvN, HD>(sV, p.v + kv_off, kv_stride, n0, p.t, p.d);
   issue(0, 0, 0);
   cp_async_commit();
 
@@ -459,8 +470,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams<T> p) {
   for (int rr = 0; rr < 2; rr++) {
     const int64_t key = key_lo + rr * 8;
     if (key < p.t) {
-      store_rows<HD>(p.dk + kv_off + key * kv_stride, dk, rr, quad, p.scale);
-      store_rows<HD>(p.dv + kv_off + key * kv_stride, dv, rr, quad, 1.f);
+      store_rows<HD>(p.dk + kv_off + key * kv_stride, dk, rr, quad, p.scale, p.d);
+      store_rows<HD>(p.dv + kv_off + key * kv_stride, dv, rr, quad, 1.f, p.d);
     }
   }
 }
@@ -484,14 +495,14 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams<T> p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
   const int64_t m_tiles = (p.t + kQM - 1) / kQM;
   const int64_t m0 = (m_tiles - 1 - blockIdx.x) * kQM, h = blockIdx.y, b = blockIdx.z, kh = h / p.group;
-  const int64_t q_stride = p.hq * HD, kv_stride = p.hkv * HD;
-  const int64_t q_off = (b * p.t * p.hq + h) * HD, kv_off = (b * p.t * p.hkv + kh) * HD;
+  const int64_t q_stride = p.hq * p.d, kv_stride = p.hkv * p.d;
+  const int64_t q_off = (b * p.t * p.hq + h) * p.d, kv_off = (b * p.t * p.hkv + kh) * p.d;
   const int n_tiles = static_cast<int>((min(m0 + kQM, p.t) + kQN - 1) / kQN);
 
-  load_tile<kQM, HD>(sQ, p.q + q_off, q_stride, m0, p.t);
-  load_tile<kQM, HD>(sO, p.dout + q_off, q_stride, m0, p.t);
-  load_tile<kQN, HD>(sK, p.k + kv_off, kv_stride, 0, p.t);
-  load_tile<kQN, HD>(sV, p.v + kv_off, kv_stride, 0, p.t);
+  load_tile<kQM, HD>(sQ, p.q + q_off, q_stride, m0, p.t, p.d);
+  load_tile<kQM, HD>(sO, p.dout + q_off, q_stride, m0, p.t, p.d);
+  load_tile<kQN, HD>(sK, p.k + kv_off, kv_stride, 0, p.t, p.d);
+  load_tile<kQN, HD>(sV, p.v + kv_off, kv_stride, 0, p.t, p.d);
   cp_async_commit();
 
   const int64_t row_lo = m0 + warp * 16 + g;  // this thread's rows: row_lo, row_lo + 8
@@ -508,8 +519,8 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams<T> p) {
     cp_async_wait<0>();
     __syncthreads();  // K, V[nt] landed; every warp is done with tile nt - 1 (the other buffer)
     if (nt + 1 < n_tiles) {
-      load_tile<kQN, HD>(sK + (buf ^ 1) * kQN * SD, p.k + kv_off, kv_stride, int64_t(nt + 1) * kQN, p.t);
-      load_tile<kQN, HD>(sV + (buf ^ 1) * kQN * SD, p.v + kv_off, kv_stride, int64_t(nt + 1) * kQN, p.t);
+      load_tile<kQN, HD>(sK + (buf ^ 1) * kQN * SD, p.k + kv_off, kv_stride, int64_t(nt + 1) * kQN, p.t, p.d);
+      load_tile<kQN, HD>(sV + (buf ^ 1) * kQN * SD, p.v + kv_off, kv_stride, int64_t(nt + 1) * kQN, p.t, p.d);
       cp_async_commit();
     }
     const int64_t n0 = int64_t(nt) * kQN;
@@ -540,7 +551,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams<T> p) {
 #pragma unroll
   for (int rr = 0; rr < 2; rr++) {
     const int64_t row = row_lo + rr * 8;
-    if (row < p.t) store_rows<HD>(p.dq + q_off + row * q_stride, dq, rr, quad, p.scale);
+    if (row < p.t) store_rows<HD>(p.dq + q_off + row * q_stride, dq, rr, quad, p.scale, p.d);
   }
 }
 
@@ -592,9 +603,18 @@ cudaError_t with_half_type(DType t, F&& f) {
   return t == DType::F16 ? f(static_cast<f16_t*>(nullptr)) : f(static_cast<bf16_t*>(nullptr));
 }
 
+// The compute width a head_dim d runs at (flash_supports_head_dim(d)): the smallest of the compiled
+// 64, 96 and 128 that holds it.
+template <typename F>
+cudaError_t with_compute_width(int64_t d, F&& f) {
+  if (d <= 64) return f(std::integral_constant<int, 64>{});
+  if (d <= 96) return f(std::integral_constant<int, 96>{});
+  return f(std::integral_constant<int, 128>{});
+}
+
 }  // namespace
 
-bool flash_supports_head_dim(int64_t d) { return d == 64 || d == 128; }
+bool flash_supports_head_dim(int64_t d) { return d % 8 == 0 && d >= 64 && d <= 128; }
 
 cudaError_t launch_flash_forward(DType t, void* out, float* lse, const void* q, const void* k, const void* v,
                                  const AttentionShape& s, float scale, cudaStream_t stream) {
@@ -602,8 +622,8 @@ cudaError_t launch_flash_forward(DType t, void* out, float* lse, const void* q, 
     using T = std::remove_pointer_t<decltype(tag)>;
     const FwdParams<T> p{static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
                          static_cast<T*>(out), lse, s.tq, s.tk, s.hq, s.hkv, s.kv_len, s.kv_len - s.tq,
-                         s.hq / s.hkv, scale * kLog2e};
-    return s.d == 128 ? forward_hd<128>(p, s.batch, stream) : forward_hd<64>(p, s.batch, stream);
+                         s.hq / s.hkv, scale * kLog2e, static_cast<int>(s.d)};
+    return with_compute_width(s.d, [&](auto hd) { return forward_hd<decltype(hd)::value>(p, s.batch, stream); });
   });
 }
 
@@ -614,8 +634,8 @@ cudaError_t launch_flash_backward(DType t, void* dq, void* dk, void* dv, const v
     using T = std::remove_pointer_t<decltype(tag)>;
     const BwdParams<T> p{static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
                          static_cast<const T*>(dout), static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv),
-                         lse, delta, s.tq, s.hq, s.hkv, s.hq / s.hkv, scale, scale * kLog2e};
-    return s.d == 128 ? backward_hd<128>(p, s.batch, stream) : backward_hd<64>(p, s.batch, stream);
+                         lse, delta, s.tq, s.hq, s.hkv, s.hq / s.hkv, scale, scale * kLog2e, static_cast<int>(s.d)};
+    return with_compute_width(s.d, [&](auto hd) { return backward_hd<decltype(hd)::value>(p, s.batch, stream); });
   });
 }
 

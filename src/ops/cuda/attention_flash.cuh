@@ -5,7 +5,8 @@
 
 namespace nanoddp::cuda {
 
-// Head sizes the flash kernels are compiled for.
+// Head sizes the flash kernels run: multiples of 8 from 64 to 128 (compiled for widths 64, 96 and
+// 128; a head_dim between them runs at the next width up with zero columns).
 bool flash_supports_head_dim(int64_t d);
 
 // t is BF16 or F16; every pointer is a t tensor but lse (and delta) in f32.

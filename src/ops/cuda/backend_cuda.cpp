@@ -67,14 +67,16 @@ class CudaBackend final : public Backend {
 
  private:
   // The reference kernels are several times slower than the flash kernels; falling back to them
-  // for bf16 or f16 (a head_dim other than 64 or 128, odd alignment) is said once, not silently.
+  // for bf16 or f16 (a head_dim below 64, above 128 or not a multiple of 8, odd alignment) is
+  // said once, not silently.
   void warn_if_slow_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out) {
     if (reference_attention_ || q.dtype() == DType::F32 || warned_slow_attention_) return;
     const void* ptrs[] = {q.raw(), k.raw(), v.raw(), out.raw()};
     const cuda::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), k.dim(1)};
     if (cuda::attention_uses_flash(q.dtype(), shape, ptrs, 4, false) || warned_slow_attention_.exchange(true)) return;
     log::warn("attention with head_dim {} runs on the reference CUDA kernels, several times slower than the flash "
-              "kernels (head_dim 64 or 128): pick --head_dim so that the model width splits into heads of 64 or 128",
+              "kernels (head_dim a multiple of 8 from 64 to 128): pick --head_dim so that the model width splits "
+              "into such heads",
               q.dim(3));
   }
 

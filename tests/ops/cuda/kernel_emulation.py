@@ -63,12 +63,19 @@ def c_to_a(c0, c1):
     a[3, :, 0], a[3, :, 1] = c1[:, 2], c1[:, 3]
     return a
 
-def load_tile(R, HD, src, r0, limit):  # src: [rows, HD] of one head
-    tile = np.zeros((R, HD + PAD))
+def load_tile(R, HD, src, r0, limit):  # src: [rows, d] of one head, d <= HD (the compute width)
+    d = src.shape[1]
+    tile = np.zeros((R, HD + PAD))  # columns [d, HD) stay zero, as cp.async zero-fills them
     for r in range(R):
-        if r0 + r < limit: tile[r, :HD] = src[r0 + r]
+        if r0 + r < limit: tile[r, :d] = src[r0 + r]
     tile[:, HD:] = np.nan  # padding must never be read
     return tile
+
+def padded_head_dim(d):  # attention_flash.cu's compute width for a head_dim d
+    assert flash_supports_head_dim(d)
+    return 64 if d <= 64 else 96 if d <= 96 else 128
+
+def flash_supports_head_dim(d): return d % 8 == 0 and 64 <= d <= 128
 
 def tile_col(pos, tile0, width):  # attention_flash.cu's tile_col, per lane
     return np.clip(pos - tile0, -1, width)
@@ -84,8 +91,9 @@ def quad_sum(x):
 LOG2E = 1.4426950408889634
 
 # ---- flash_forward_kernel (batch 1; q [tq, hq, HD], k, v [tk, hkv, HD]) -------------------------
-def forward(q, k, v, kv_len, scale, HD):
-    # q [tq, hq, HD], k, v [tk, hkv, HD] (batch 1)
+def forward(q, k, v, kv_len, scale):
+    # q [tq, hq, d], k, v [tk, hkv, d] (batch 1); the kernel instance computes HD >= d columns
+    HD = padded_head_dim(q.shape[2])
     tq, hq, _ = q.shape; tk, hkv, _ = k.shape; group = hq // hkv; q_pos0 = kv_len - tq
     out = np.full(q.shape, np.nan); lse = np.full((hq, tq), np.nan)
     M, N = 64, 64; KSTEPS, DT, NT = HD // 16, HD // 8, N // 8
@@ -133,14 +141,15 @@ def forward(q, k, v, kv_len, scale, HD):
                     ssum = quad_sum(row_sum[rr]); row = row_lo + rr*8
                     for L in range(32):
                         if row[L] < tq:
-                            for dt in range(DT):
+                            for dt in range(q.shape[2] // 8):  # store_rows: the d stored columns
                                 out[row[L], h, dt*8 + t[L]*2] = o[dt, L, rr*2] / ssum[L]
                                 out[row[L], h, dt*8 + t[L]*2 + 1] = o[dt, L, rr*2 + 1] / ssum[L]
                             if t[L] == 0: lse[h, row[L]] = (row_max[rr][L] + math.log2(ssum[L])) * math.log(2)
     return out, lse
 
 # ---- flash_dkdv_kernel ---------------------------------------------------------------------------
-def dkdv(q, k, v, dout, lse, delta, scale, HD):
+def dkdv(q, k, v, dout, lse, delta, scale):
+    HD = padded_head_dim(q.shape[2])
     T, hq, _ = q.shape; hkv = k.shape[1]; group = hq // hkv
     dk = np.full(k.shape, np.nan); dv = np.full(v.shape, np.nan)
     N, M = 64, 32; KSTEPS, DT, MT = HD // 16, HD // 8, M // 8
@@ -182,14 +191,15 @@ def dkdv(q, k, v, dout, lse, delta, scale, HD):
                     key = key_lo + rr*8
                     for L in range(32):
                         if key[L] < T:
-                            for dt in range(DT):
+                            for dt in range(k.shape[2] // 8):
                                 for e in range(2):
                                     dk[key[L], kh, dt*8 + t[L]*2 + e] = dkacc[dt, L, rr*2 + e] * scale
                                     dv[key[L], kh, dt*8 + t[L]*2 + e] = dvacc[dt, L, rr*2 + e]
     return dk, dv
 
 # ---- flash_dq_kernel -----------------------------------------------------------------------------
-def dq_kernel(q, k, v, dout, lse, delta, scale, HD):
+def dq_kernel(q, k, v, dout, lse, delta, scale):
+    HD = padded_head_dim(q.shape[2])
     T, hq, _ = q.shape; hkv = k.shape[1]; group = hq // hkv
     dq = np.full(q.shape, np.nan)
     M, N = 64, 64; KSTEPS, DT, NT = HD // 16, HD // 8, N // 8
@@ -229,7 +239,7 @@ def dq_kernel(q, k, v, dout, lse, delta, scale, HD):
                     row = row_lo + rr*8
                     for L in range(32):
                         if row[L] < T:
-                            for dt in range(DT):
+                            for dt in range(q.shape[2] // 8):
                                 for e in range(2):
                                     dq[row[L], h, dt*8 + t[L]*2 + e] = dqacc[dt, L, rr*2 + e] * scale
     return dq
@@ -279,19 +289,22 @@ def rel_l2(a, b):
 
 def check_attention():
     rng = np.random.default_rng(0)
+    # head_dim 96 and 112 fill their compute width exactly (96, 128 less 16); 80 and 120 leave
+    # zero columns in it (96, 128), which must add nothing and never be stored.
     for (tq, tk, kv_len, hq, hkv, hd) in [(70, 100, 90, 2, 1, 128), (130, 130, 130, 4, 2, 64), (1, 64, 40, 2, 2, 64),
-                                          (64, 64, 64, 1, 1, 128)]:
+                                          (64, 64, 64, 1, 1, 128), (70, 100, 90, 2, 1, 120), (65, 65, 65, 2, 2, 96),
+                                          (3, 70, 70, 2, 1, 80), (40, 40, 40, 1, 1, 112)]:
         q, k, v = (rng.standard_normal(s) for s in [(tq, hq, hd), (tk, hkv, hd), (tk, hkv, hd)])
         scale = 1 / math.sqrt(hd)
-        o, l = forward(q, k, v, kv_len, scale, hd)
+        o, l = forward(q, k, v, kv_len, scale)
         ro, rl, _ = reference(q, k, v, kv_len, scale)
         assert rel(o, ro) < 1e-12 and rel(l, rl) < 1e-12, ("forward", tq, tk, kv_len, hq, hkv, hd)
-    for (t, hq, hkv, hd) in [(130, 4, 2, 64), (70, 2, 1, 128)]:
+    for (t, hq, hkv, hd) in [(130, 4, 2, 64), (70, 2, 1, 128), (70, 2, 1, 120), (65, 2, 2, 96), (40, 2, 1, 80)]:
         q, k, v, dout = (rng.standard_normal(s) for s in [(t, hq, hd), (t, hkv, hd), (t, hkv, hd), (t, hq, hd)])
         scale = 1 / math.sqrt(hd)
         out, lse, delta, rdq, rdk, rdv = ref_backward(q, k, v, dout, scale)
-        dk, dv = dkdv(q, k, v, dout, lse, delta, scale, hd)
-        dq = dq_kernel(q, k, v, dout, lse, delta, scale, hd)
+        dk, dv = dkdv(q, k, v, dout, lse, delta, scale)
+        dq = dq_kernel(q, k, v, dout, lse, delta, scale)
         for name, a, b in [("dq", dq, rdq), ("dk", dk, rdk), ("dv", dv, rdv)]:
             assert rel(a, b) < 1e-12, ("backward", name, t, hq, hkv, hd)
 
@@ -306,18 +319,18 @@ def check_16bit_error_against_test_tolerances():
         for name, rnd, eps in [("bf16", bf16, 1 / 256), ("f16", f16, 1 / 2048)]:
             c_to_a = lambda c0, c1: rnd(exact(c0, c1))  # P and dS enter their GEMMs as the type
             rng = np.random.default_rng(1)
-            for (t, hq, hkv, hd) in [(130, 4, 2, 64), (70, 2, 1, 128)]:
+            for (t, hq, hkv, hd) in [(130, 4, 2, 64), (70, 2, 1, 128), (70, 2, 1, 120)]:
                 q, k, v, dout = (rnd(rng.standard_normal(s)) for s in [(t, hq, hd), (t, hkv, hd), (t, hkv, hd),
                                                                         (t, hq, hd)])
                 scale = 1 / math.sqrt(hd)
-                o, l = forward(q, k, v, t, scale, hd)
+                o, l = forward(q, k, v, t, scale)
                 o = rnd(o)
                 ro, _, _ = reference(q, k, v, t, scale)
                 assert rel(o, ro) < 2 * eps, (name, "forward", rel(o, ro) / eps)
                 delta = np.stack([(dout[:, h] * o[:, h]).sum(1) for h in range(hq)])
                 _, _, _, rdq, rdk, rdv = ref_backward(q, k, v, dout, scale)
-                dk, dv = dkdv(q, k, v, dout, l, delta, scale, hd)
-                dq = rnd(dq_kernel(q, k, v, dout, l, delta, scale, hd))
+                dk, dv = dkdv(q, k, v, dout, l, delta, scale)
+                dq = rnd(dq_kernel(q, k, v, dout, l, delta, scale))
                 for g, a, b in [("dq", dq, rdq), ("dk", rnd(dk), rdk), ("dv", rnd(dv), rdv)]:
                     assert rel(a, b) < 4 * eps, (name, "backward max", g, rel(a, b) / eps)
                 assert rel_l2(dq, rdq) < eps, (name, "dq l2", rel_l2(dq, rdq) / eps)

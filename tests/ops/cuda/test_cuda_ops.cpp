@@ -294,6 +294,10 @@ std::vector<AttnCase> attention_cases() {
       {2, 130, 130, 130, 4, 2, 128, {}},    // flash: partial tiles, grouped-query
       {1, 256, 256, 256, 2, 2, 64, {}},     // flash, head_dim 64, whole tiles
       {1, 64, 64, 64, 1, 1, 128, {}},       // one tile exactly
+      {2, 130, 130, 130, 4, 2, 96, {}},     // flash at width 96, exactly (depth 3's head_dim)
+      {1, 70, 100, 90, 2, 1, 120, {}},      // flash at width 128 with 8 zero columns (depth 15)
+      {2, 65, 65, 65, 2, 2, 112, {}},       // width 128 with 16 zero columns (depth 7)
+      {1, 3, 70, 70, 2, 1, 80, {}},         // width 96 with 16 zero columns, decoding after a cache
   };
   std::vector<AttnCase> cases;
   for (auto s : shapes)
