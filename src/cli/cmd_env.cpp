@@ -71,7 +71,8 @@ Fields describe_machine() {
   }
   f.emplace_back("cpu features", have.empty() ? "none of the listed" : have);
   f.emplace_back("cpu lacks", lack.empty() ? "-" : lack);
-  f.emplace_back("bf16 matmul", bf16_matmul_hardware(host));
+  f.emplace_back("bf16 hardware", bf16_matmul_hardware(host));
+  f.emplace_back("bf16 matmul", ops::cpu_bf16_matmul());
   f.emplace_back("f16 matmul", ops::cpu_f16_matmul());
   for (auto& kv : dist::build_fingerprint()) f.push_back(std::move(kv));
   if (NANODDP_HAVE_CUDA) f.emplace_back("nvcc", NANODDP_CUDA_COMPILER);

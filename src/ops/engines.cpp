@@ -22,10 +22,10 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
   switch (isa) {
     case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx (bf16 on AMX tiles)";
     case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni (bf16 emulated)";
-    case dnnl_cpu_isa_avx512_core: return "avx512_core (bf16 emulated)";
-    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni (bf16 emulated)";
-    case dnnl_cpu_isa_avx2: return "avx2 (bf16 emulated)";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni (no bf16 instructions)";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core (no bf16 instructions)";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni (no bf16 instructions)";
+    case dnnl_cpu_isa_avx2: return "avx2 (no bf16 instructions)";
     case dnnl_cpu_isa_avx: return "avx";
     case dnnl_cpu_isa_sse41: return "sse41";
     default: return "other";
@@ -51,6 +51,24 @@ std::vector<std::pair<std::string, std::string>> engine_versions() {
   v.emplace_back("cublaslt", fmt::format("{}.{}.{}", lt / 10000, lt % 10000 / 100, lt % 100));
 #endif
   return v;
+}
+
+bool onednn_has_bf16_instructions() {
+#if NANODDP_HAVE_ONEDNN
+  // The ISA values are nested bit sets: every ISA with bf16 dot products contains avx512_core_bf16's.
+  const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  const unsigned bf16 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
+  return (isa & bf16) == bf16;
+#else
+  return false;
+#endif
+}
+
+std::string cpu_bf16_matmul() {
+#if NANODDP_HAVE_ONEDNN
+  if (onednn_has_bf16_instructions()) return fmt::format("onednn on {}", isa_name(dnnl_get_effective_cpu_isa()));
+#endif
+  return "widened to f32 (sgemm), no bf16 instructions";
 }
 
 std::string cpu_f16_matmul() {

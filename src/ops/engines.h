@@ -17,4 +17,13 @@ std::vector<std::pair<std::string, std::string>> engine_versions();
 // the CPU] in ops/cpu/matmul.cpp.
 std::string cpu_f16_matmul();
 
+// Whether oneDNN multiplies bf16 with bf16 instructions on this CPU (AVX512-BF16 dot products or
+// AMX tiles, within any DNNL_MAX_CPU_ISA limit); false without oneDNN. Only then does the CPU
+// backend run bf16 GEMMs on oneDNN; elsewhere it widens them to f32 (Note [bf16 matmul on the CPU]).
+bool onednn_has_bf16_instructions();
+
+// How the CPU backend multiplies bf16 matrices: "onednn on <isa>" or "widened to f32 (sgemm), no
+// bf16 instructions".
+std::string cpu_bf16_matmul();
+
 }  // namespace nanoddp::ops

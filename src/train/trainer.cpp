@@ -635,15 +635,16 @@ void Trainer::sample() {
 }
 
 // "f32", or "bf16" with how this device computes it: a CPU without bf16 instructions still runs a
-// bf16 model (oneDNN emulates the products), and the header says so once.
+// bf16 model (its GEMMs widened to f32 for sgemm), and the header says so once.
 std::string Trainer::arithmetic_name() const {
   if (model_->act_dtype() == DType::F16)
     return fmt::format("fp16 with dynamic loss scaling from {:g} (f16 matmul: {})", loss_scale_,
                        device_.is_cuda() ? "cuBLASLt" : ops::cpu_f16_matmul());
   if (model_->act_dtype() != DType::BF16) return "f32";
   if (device_.is_cuda()) return "bf16";
-  const std::string how = bf16_matmul_hardware(host_info());
-  return how.starts_with("emulated") ? "bf16 " + how : "bf16 on " + how;
+  if (!ops::onednn_has_bf16_instructions())
+    return "bf16 without bf16 instructions: its matmuls are widened to f32 for sgemm, slower than f32";
+  return "bf16 on " + bf16_matmul_hardware(host_info());
 }
 
 void Trainer::write_environment() {
@@ -657,7 +658,7 @@ void Trainer::write_environment() {
                         {"backend", group_.backend_name()},
                         {"device", device_.str()},
                         {"cpu", machine.cpu_model},
-                        {"bf16 matmul", bf16_matmul_hardware(machine)},
+                        {"bf16 matmul", ops::cpu_bf16_matmul()},
                         {"threads per rank", ops::cpu_threads()},
                         {"arithmetic", arithmetic_name()},
                         {"mfu peak", peak_.flops > 0 ? fmt::format("{:.4g} TFLOP/s ({})", peak_.flops / 1e12, peak_.what)

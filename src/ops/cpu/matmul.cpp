@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ops/cpu/kernels.h"
+#include "ops/engines.h"
 
 namespace nanoddp::ops::cpu {
 
@@ -105,11 +106,14 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 // Note [bf16 matmul on the CPU]: bf16 (or f16) operands, f32 accumulation, an f32 or reduced
 // result rounded once at the end -- the contract of the CUDA path's cuBLASLt GEMMs
 // (ops/cuda/matmul.h), so that a bf16 model on the CPU rounds where it rounds on a GPU. oneDNN's
-// matmul primitive runs bf16 on whatever the CPU has: AMX tiles (Sapphire Rapids), AVX512-BF16 dot
-// products (Zen 4/5), or an emulation on older CPUs. f16 it runs only where it has an optimised
-// kernel (AVX512-FP16); elsewhere oneDNN 2.6 has none (primitive creation fails, or only its
-// reference kernel exists, far slower than sgemm), and the operands are widened to f32 for sgemm
-// instead (widened_gemm below): the same rounding points at f32 speed. Creating a primitive
+// matmul primitive runs bf16 where the CPU multiplies bf16 in hardware: AMX tiles (Sapphire
+// Rapids) or AVX512-BF16 dot products (Zen 4/5). Elsewhere its bf16 is an emulation or nothing,
+// and the operands are widened to f32 for sgemm instead (widened_gemm below): the same rounding
+// points at f32 speed. Measured on Zen 5 with oneDNN limited by DNNL_MAX_CPU_ISA (one thread,
+// bench_train_cpu): at AVX512_CORE its emulated bf16 model ran at 0.41x f32 where widening runs at
+// about 0.83x; at AVX2 it could not create a bf16 matmul at all. f16 it runs only where it has an
+// optimised kernel (AVX512-FP16); elsewhere oneDNN 2.6 has none (primitive creation fails, or only
+// its reference kernel exists, far slower than sgemm), and f16 is widened too. Creating a primitive
 // JIT-compiles a kernel (~0.1-1 ms), so each is made once per problem -- input type, shapes,
 // transposes, leading dimensions, output type, alpha, beta and thread count -- and kept, as is the
 // finding that there is none; a model has a few dozen. Transposes are strides of the memory
@@ -168,15 +172,14 @@ class ReducedMatmuls {
       po.append_sum(beta);
       attr.set_post_ops(po);
     }
+    // bf16 only with bf16 instructions, f16 only on an optimised (not the reference) kernel.
+    if (in == DType::BF16 && !onednn_has_bf16_instructions()) return std::nullopt;
     try {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine_);
-      // bf16 always runs on oneDNN (its emulation is still faster than widening); f16 only on an
-      // optimised kernel, not on the reference one.
-      if (in == DType::F16 && std::string_view(pd.impl_info_str()).starts_with("ref")) return std::nullopt;
+      if (std::string_view(pd.impl_info_str()).starts_with("ref")) return std::nullopt;
       return Entry{dnnl::matmul(pd), a_md, b_md, c_md};
     } catch (const dnnl::error&) {
-      NANODDP_ASSERT(in == DType::F16, "oneDNN has no bf16 matmul for {}x{}x{}", m, n, k);
-      return std::nullopt;
+      return std::nullopt;  // no kernel for this problem: widened
     }
   }
 
