@@ -168,6 +168,13 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, BitwiseResume, ::testing::Values("muon", "a
 // (truncation) or a lost gradient term shows as a drift that grows with the steps.
 class ReducedPrecision : public ::testing::TestWithParam<std::string> {};
 
+// The largest |a - b| / a over the steps of two loss curves (b must have every step of a).
+double largest_relative_difference(const std::map<int64_t, double>& a, const std::map<int64_t, double>& b) {
+  double worst = 0;
+  for (auto& [step, loss] : a) worst = std::max(worst, std::abs(loss - b.at(step)) / loss);
+  return worst;
+}
+
 TEST_P(ReducedPrecision, FollowsTheF32CurveAndLearns) {
   const std::string dtype = GetParam();
   testing::ScratchDir f32_out("curve_f32_" + dtype), reduced_out("curve_" + dtype);
@@ -181,8 +188,7 @@ TEST_P(ReducedPrecision, FollowsTheF32CurveAndLearns) {
   const auto a = training_losses(f32_out.str()), b = training_losses(reduced_out.str());
   ASSERT_EQ(a.size(), 40u);
   ASSERT_EQ(b.size(), 40u);
-  double worst = 0;
-  for (auto& [step, loss] : a) worst = std::max(worst, std::abs(loss - b.at(step)) / loss);
+  const double worst = largest_relative_difference(a, b);
   std::printf("%s vs f32: largest relative step-loss difference %.4f; val bpb %.4f vs %.4f\n", dtype.c_str(), worst,
               reduced_run.eval ? reduced_run.eval->bpb : 0.0, f32_run.eval ? f32_run.eval->bpb : 0.0);
   EXPECT_LT(worst, 0.02) << "largest relative difference of a step's loss";
@@ -206,19 +212,20 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, ReducedPrecision, ::testing::Values("bf16", "fp
 // the run says so. Simulated on any CPU by capping oneDNN's instruction set with DNNL_MAX_CPU_ISA,
 // which oneDNN reads once per process, hence the subprocess. Before the fix, the AVX2 cap ended
 // the run with an internal error. The curve is held to ReducedPrecision's tolerance against f32
-// (the same contract: bf16 roundings of activations and GEMM inputs, f32 accumulation).
+// (the same contract: bf16 roundings of activations and GEMM inputs, f32 accumulation); both runs
+// are the same command, so they differ only in the dtype and the cap.
 TEST(ReducedPrecision, Bf16WithoutBf16InstructionsWidensItsGemmsAndSaysSo) {
   testing::ScratchDir f32_out("noisa_f32"), bf16_out("noisa_bf16");
-  auto o = tiny(f32_out.str());
-  o.num_iterations = 20;
-  o.eval_every = 20;
-  train_single(o);
-  const std::string command = fmt::format(
-      "DNNL_MAX_CPU_ISA=AVX2 {} train --data {} --out {} --depth 2 --aspect_ratio 32 --head_dim 32 --max_seq_len 32 "
-      "--device_batch_size 4 --total_batch_size 256 --num_iterations 20 --warmdown_ratio 0.5 --eval_every 20 "
-      "--eval_tokens 512 --threads 1 --peak_flops 1e9 --dtype bf16 2>&1",
-      testing::nanoddp_binary(), dataset(), bf16_out.str());
-  const auto r = testing::run_command(command);
+  auto train = [](const std::string& prefix, const std::string& out, const std::string& extra) {
+    return testing::run_command(fmt::format(
+        "{}{} train --data {} --out {} --depth 2 --aspect_ratio 32 --head_dim 32 --max_seq_len 32 "
+        "--device_batch_size 4 --total_batch_size 256 --num_iterations 20 --warmdown_ratio 0.5 --eval_every 20 "
+        "--eval_tokens 512 --threads 1 --peak_flops 1e9{} 2>&1",
+        prefix, testing::nanoddp_binary(), dataset(), out, extra));
+  };
+  const auto f32 = train("", f32_out.str(), "");
+  ASSERT_EQ(f32.status, 0) << f32.output;
+  const auto r = train("DNNL_MAX_CPU_ISA=AVX2 ", bf16_out.str(), " --dtype bf16");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("bf16 without bf16 instructions"), std::string::npos) << r.output;
   const auto env = nlohmann::json::parse(testing::read_file(bf16_out.str("environment.json")));
@@ -226,8 +233,7 @@ TEST(ReducedPrecision, Bf16WithoutBf16InstructionsWidensItsGemmsAndSaysSo) {
   const auto a = training_losses(f32_out.str()), b = training_losses(bf16_out.str());
   ASSERT_EQ(a.size(), 20u);
   ASSERT_EQ(b.size(), 20u);
-  double worst = 0;
-  for (auto& [step, loss] : a) worst = std::max(worst, std::abs(loss - b.at(step)) / loss);
+  const double worst = largest_relative_difference(a, b);
   EXPECT_LT(worst, 0.02) << "largest relative difference of a step's loss";
   EXPECT_GT(worst, 0.0) << "the bf16 run gave f32's losses bit for bit: it did not run in bf16";
 }
