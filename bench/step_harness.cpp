@@ -8,7 +8,7 @@ namespace nanoddp::bench {
 
 StepBench::StepBench(const StepBenchConfig& c, dist::ProcessGroup& group)
     : config_(model::GPTConfig::from_depth(c.depth, c.vocab, c.seq)), device_(c.device),
-      muon_momentum_(c.muon_momentum) {
+      muon_momentum_(c.muon_momentum), loss_scale_(c.act_dtype == DType::F16 ? 65536.0 : 1.0) {
   model_ = std::make_unique<model::GPT>(config_, c.device, c.act_dtype);
   model_->init_weights(1);
   reducer_ = std::make_unique<ddp::Reducer>(*model_, group,
@@ -32,7 +32,7 @@ StepBench::StepBench(const StepBenchConfig& c, dist::ProcessGroup& group)
 void StepBench::synchronize() { ops::backend(device_).synchronize(); }
 
 double StepBench::step(double* exposed) {
-  const double loss = model_->forward_backward(x_, y_, 1.f, false, reducer_->sync_hook());
+  const double loss = model_->forward_backward(x_, y_, static_cast<float>(loss_scale_), false, reducer_->sync_hook());
   // On a GPU, finish() only orders the compute stream after the collectives (NcclWork::wait does
   // not block the host): timing it alone would time nothing. So let the backward's kernels finish
   // first, then time finish() up to the collectives' end: the communication the backward left.
@@ -42,6 +42,14 @@ double StepBench::step(double* exposed) {
   if (exposed != nullptr) {
     synchronize();
     *exposed += wait.seconds();
+  }
+  // fp16: the trainer's dynamic loss scaling (Note [dynamic loss scaling] in train/trainer.cpp), so
+  // that its cost is timed too: unscale and check (an all-reduce of the overflow flag), and on an
+  // overflow skip the step and halve the scale. The growth after 2000 good steps is left out: no
+  // benchmark runs that long.
+  if (loss_scale_ != 1.0 && !optimizer_->unscale_and_check(static_cast<float>(1.0 / loss_scale_))) {
+    loss_scale_ *= 0.5;
+    return loss;
   }
   optimizer_->step(1.0, muon_momentum_);
   return loss;

@@ -30,9 +30,10 @@ struct StepBenchConfig {
 class StepBench {
  public:
   StepBench(const StepBenchConfig& c, dist::ProcessGroup& group);
-  // One optimizer step; returns the micro-batch loss. With `exposed`, adds the seconds the step
-  // waited in Reducer::finish after its backward (communication the backward did not hide); on a
-  // GPU that mode synchronises the device around finish() so that the wait is real.
+  // One optimizer step (with fp16, loss-scaled as the trainer does); returns the micro-batch loss.
+  // With `exposed`, adds the seconds the step waited in Reducer::finish after its backward
+  // (communication the backward did not hide); on a GPU that mode synchronises the device around
+  // finish() so that the wait is real.
   double step(double* exposed = nullptr);
   // Blocks until the device has run everything queued (a no-op on the CPU): GPU timings end here.
   void synchronize();
@@ -53,6 +54,7 @@ class StepBench {
   std::unique_ptr<ddp::Optimizer> optimizer_;
   Tensor x_, y_;  // i32 [batch, seq] on the host
   double muon_momentum_;
+  double loss_scale_;  // fp16: GradScaler's initial 2^16, halved on an overflow; else 1
 };
 
 }  // namespace nanoddp::bench

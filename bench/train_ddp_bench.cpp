@@ -53,7 +53,7 @@ struct BenchTrainOptions {
     v(first_bucket_mb, "first_bucket_mb", "first gradient bucket in MiB (PyTorch DDP: 1)");
     v(device, "device", "cpu or cuda");
     v(backend, "backend", "process group backend");
-    v(dtype, "dtype", "activations: auto (fp32 on the CPU, bf16 on CUDA), fp32 or bf16");
+    v(dtype, "dtype", "activations: auto (fp32 on the CPU, bf16 on CUDA), fp32, bf16 or fp16 (loss-scaled)");
   }
 };
 
@@ -70,15 +70,16 @@ void run(const BenchTrainOptions& o) {
   const int world = group.size();
   NANODDP_CHECK(o.global_batch % world == 0, "--global_batch {} does not divide over {} ranks", o.global_batch, world);
   const int64_t batch = o.global_batch / world;
-  NANODDP_CHECK(o.dtype == "auto" || o.dtype == "fp32" || o.dtype == "bf16", "--dtype must be auto, fp32 or bf16 "
-                "(got '{}')", o.dtype);
+  NANODDP_CHECK(o.dtype == "auto" || o.dtype == "fp32" || o.dtype == "bf16" || o.dtype == "fp16",
+                "--dtype must be auto, fp32, bf16 or fp16 (got '{}')", o.dtype);
   bench::StepBench run({.depth = o.depth,
                         .vocab = o.vocab,
                         .seq = o.seq,
                         .batch = batch,
                         .device = device,
-                        .act_dtype = o.dtype == "bf16" || (o.dtype == "auto" && device.is_cuda()) ? DType::BF16
-                                                                                                 : DType::F32,
+                        .act_dtype = o.dtype == "fp16"                                        ? DType::F16
+                                     : o.dtype == "bf16" || (o.dtype == "auto" && device.is_cuda()) ? DType::BF16
+                                                                                                      : DType::F32,
                         .optimizer = o.optimizer,
                         .zero = o.zero,
                         .first_bucket_mb = o.first_bucket_mb,

@@ -13,9 +13,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "kernel_test_util.h"
 #include "ops/backend.h"
+#include "ops/cpu/kernels.h"
 #include "ops/ops.h"
 
 namespace nanoddp {
@@ -272,6 +274,55 @@ TEST(F16, ConversionsAgreeWithTheCompilersFloat16) {
   }
 }
 #endif
+
+// The array conversions on the CPU's own instructions (ops/cpu/convert.cpp), which the f16 kernels
+// use, give exactly the portable conversions' values: every f16 widened, and f32 inputs at every
+// f16 rounding midpoint and its neighbours plus a stride through all 2^32 patterns (the same set
+// as above), narrowed and rounded in place. Array lengths that are not a multiple of the vector
+// width take the scalar tail too. The one allowed difference: a NaN's payload (NaN stays NaN).
+TEST(F16, ArrayConversionsEqualThePortableOnes) {
+  std::vector<f16> halves(0x10000 + 5);
+  for (size_t h = 0; h < halves.size(); h++) halves[h].bits = static_cast<uint16_t>(h);
+  std::vector<float> widened(halves.size());
+  ops::cpu::widen_f16(widened.data(), halves.data(), static_cast<int64_t>(halves.size()));
+  for (size_t h = 0; h < halves.size(); h++) {
+    const float want = f16_to_f32(halves[h]);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(widened[h])) << h;
+    } else {
+      ASSERT_EQ(std::bit_cast<uint32_t>(widened[h]), std::bit_cast<uint32_t>(want)) << std::hex << h;
+    }
+  }
+  std::vector<float> floats;
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 251)
+    floats.push_back(std::bit_cast<float>(static_cast<uint32_t>(b)));
+  for (uint32_t h = 0; h < 0x7c00; h++) {
+    const double lo = f16_to_f32(f16{static_cast<uint16_t>(h)});
+    const double hi = h == 0x7bff ? 65536.0 : f16_to_f32(f16{static_cast<uint16_t>(h + 1)});
+    const uint32_t mb = std::bit_cast<uint32_t>(static_cast<float>((lo + hi) / 2));
+    for (uint32_t d = 0; d < 8; d++) {
+      floats.push_back(std::bit_cast<float>(mb - 4 + d));
+      floats.push_back(-std::bit_cast<float>(mb - 4 + d));
+    }
+  }
+  floats.push_back(1.f);  // an odd length: the scalar tail runs
+  const auto n = static_cast<int64_t>(floats.size());
+  std::vector<f16> narrowed(floats.size());
+  ops::cpu::narrow_f16(narrowed.data(), floats.data(), n);
+  std::vector<float> rounded = floats;
+  ops::cpu::round_f16(rounded.data(), n);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const f16 want = f32_to_f16(floats[i]);
+    if (std::isnan(floats[i])) {
+      wrong += !std::isnan(f16_to_f32(narrowed[i])) || !std::isnan(rounded[i]);
+    } else {
+      wrong += narrowed[i].bits != want.bits;
+      wrong += std::bit_cast<uint32_t>(rounded[i]) != std::bit_cast<uint32_t>(f16_to_f32(want));
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "of " << n << " values";
+}
 
 // Attention rounds more than its output: P and dS enter GEMMs as bf16 (where the CUDA flash kernels
 // round them for the tensor cores), so the bf16 result is compared with the f32 twin by size, not

@@ -40,9 +40,14 @@ template <typename T>
 const float* head_f32(const T* src, int64_t rows, int64_t ld, int64_t d, std::vector<float>& buf,
                       int64_t& ld_out) {
   float* dst = grown(buf, rows * d);
-  for (int64_t r = 0; r < rows; r++)
+  for (int64_t r = 0; r < rows; r++) {
+    if constexpr (std::is_same_v<T, f16>) {
+      widen_f16(dst + r * d, src + r * ld, d);  // the conversion instructions (kernels.h)
+    } else {
 #pragma omp simd
-    for (int64_t j = 0; j < d; j++) dst[r * d + j] = load(src + r * ld, j);
+      for (int64_t j = 0; j < d; j++) dst[r * d + j] = load(src + r * ld, j);
+    }
+  }
   ld_out = d;
   return dst;
 }
@@ -50,9 +55,14 @@ const float* head_f32(const T* src, int64_t rows, int64_t ld, int64_t d, std::ve
 // Rows [rows, d] of f32 results written to a head (row stride ld), rounded once each.
 template <typename T>
 void store_head(T* dst, int64_t ld, const float* src, int64_t rows, int64_t d) {
-  for (int64_t r = 0; r < rows; r++)
+  for (int64_t r = 0; r < rows; r++) {
+    if constexpr (std::is_same_v<T, f16>) {
+      narrow_f16(dst + r * ld, src + r * d, d);
+    } else {
 #pragma omp simd
-    for (int64_t j = 0; j < d; j++) store(dst + r * ld, j, src[r * d + j]);
+      for (int64_t j = 0; j < d; j++) store(dst + r * ld, j, src[r * d + j]);
+    }
+  }
 }
 
 // Where a head's f32 results go: straight into f32 storage, or into buf for store_head.
@@ -68,9 +78,20 @@ float* out_f32(T*, int64_t, int64_t rows, int64_t d, std::vector<float>& buf, in
 
 // With bf16 (f16) activations the probabilities P and the score gradient dS are rounded to bf16
 // (f16) before they enter a GEMM, where the CUDA flash kernels round them for the tensor cores.
+// bf16 rounds in the loop that computes them (gemm_operand: an add and a mask, vectorised); f16
+// after it, a row at a time on the conversion instructions (round_gemm_operands), which take about
+// a third of the time of the portable conversions (convert.cpp).
 template <typename T>
 inline float gemm_operand(float x) {
-  return round_to<T>(x);
+  if constexpr (std::is_same_v<T, f16>) {
+    return x;
+  } else {
+    return round_to<T>(x);
+  }
+}
+template <typename T>
+void round_gemm_operands(float* p, int64_t n) {
+  if constexpr (std::is_same_v<T, f16>) round_f16(p, n);
 }
 
 template <typename T>
@@ -116,6 +137,7 @@ void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& 
             const float inv = 1.f / sum;
 #pragma omp simd
             for (int64_t j = 0; j < visible; j++) sr[j] = gemm_operand<T>(sr[j] * inv);
+            round_gemm_operands<T>(sr, visible);
             std::fill(sr + visible, sr + keys, 0.f);
             lh[i0 + r] = mx + std::log(sum);
           }
@@ -195,6 +217,8 @@ void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& d
                 dpr[j] = gemm_operand<T>(pj * (dpr[j] - dl));  // dS
                 pr[j] = gemm_operand<T>(pj);
               }
+              round_gemm_operands<T>(dpr, visible);
+              round_gemm_operands<T>(pr, visible);
               std::fill(pr + visible, pr + keys, 0.f);
               std::fill(dpr + visible, dpr + keys, 0.f);
             }

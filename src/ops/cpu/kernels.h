@@ -41,6 +41,13 @@ inline void store(bf16* p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
 inline float load(const f16* p, int64_t i) { return f16_to_f32(p[i]); }
 inline void store(f16* p, int64_t i, float v) { p[i] = f32_to_f16(v); }
 
+// n f16 values to f32 and back on the CPU's conversion instructions where the build targets them
+// (convert.cpp): the same values as f16_to_f32 / f32_to_f16 (a NaN's payload aside), 2.5x faster on
+// data in cache. For the kernels whose f16 instantiation the per-element conversions dominate.
+void widen_f16(float* dst, const f16* src, int64_t n);
+void narrow_f16(f16* dst, const float* src, int64_t n);
+void round_f16(float* p, int64_t n);  // p[i] = round_to_f16(p[i])
+
 // x rounded to T and widened back, as a PyTorch op on T tensors leaves a scalar result (identity
 // for float).
 template <typename T>

@@ -196,16 +196,25 @@ class ReducedMatmuls {
 // where oneDNN has no optimised kernel (measured on Zen 5, which lacks AVX512-FP16: oneDNN 2.6
 // cannot create an f16 matmul at all). The buffers belong to the calling thread and only grow (no
 // mmap per call).
+constexpr int64_t kConvertBlock = 4096;  // f16 values a thread converts per call
+
 template <typename T>
 void widened_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const T* a, int64_t lda,
                   const T* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_reduced) {
   thread_local std::vector<float> af, bf, cf;
   const int64_t a_rows = trans_a ? k : m, b_rows = trans_b ? n : k;
   // Pointers, not the thread_locals' names, inside the parallel loops (each worker has its own).
+  // f16 on the CPU's conversion instructions (widen_f16), in blocks spread over the threads.
   auto widen = [](std::vector<float>& buf, const T* src, int64_t count) {
     float* dst = grown(buf, static_cast<size_t>(count));
+    if constexpr (std::is_same_v<T, f16>) {
+#pragma omp parallel for if (count > kParallelGrain)
+      for (int64_t i = 0; i < count; i += kConvertBlock)
+        widen_f16(dst + i, src + i, std::min(kConvertBlock, count - i));
+    } else {
 #pragma omp parallel for simd if (count > kParallelGrain)
-    for (int64_t i = 0; i < count; i++) dst[i] = load(src, i);
+      for (int64_t i = 0; i < count; i++) dst[i] = load(src, i);
+    }
     return dst;
   };
   const float* wa = widen(af, a, a_rows * lda);
@@ -219,8 +228,14 @@ void widened_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
     T* dst = static_cast<T*>(c);
     const float* src = out;
     const int64_t count = m * ldc;
+    if constexpr (std::is_same_v<T, f16>) {
+#pragma omp parallel for if (count > kParallelGrain)
+      for (int64_t i = 0; i < count; i += kConvertBlock)
+        narrow_f16(dst + i, src + i, std::min(kConvertBlock, count - i));
+    } else {
 #pragma omp parallel for simd if (count > kParallelGrain)
-    for (int64_t i = 0; i < count; i++) store(dst, i, src[i]);
+      for (int64_t i = 0; i < count; i++) store(dst, i, src[i]);
+    }
   }
 }
 
