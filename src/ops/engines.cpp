@@ -67,8 +67,10 @@ bool onednn_has_bf16_instructions() {
 std::string cpu_bf16_matmul() {
 #if NANODDP_HAVE_ONEDNN
   if (onednn_has_bf16_instructions()) return fmt::format("onednn on {}", isa_name(dnnl_get_effective_cpu_isa()));
-#endif
   return "widened to f32 (sgemm), no bf16 instructions";
+#else
+  return "widened to f32 (sgemm), built without oneDNN";
+#endif
 }
 
 std::string cpu_f16_matmul() {

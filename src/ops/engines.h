@@ -22,8 +22,8 @@ std::string cpu_f16_matmul();
 // backend run bf16 GEMMs on oneDNN; elsewhere it widens them to f32 (Note [bf16 matmul on the CPU]).
 bool onednn_has_bf16_instructions();
 
-// How the CPU backend multiplies bf16 matrices: "onednn on <isa>" or "widened to f32 (sgemm), no
-// bf16 instructions".
+// How the CPU backend multiplies bf16 matrices: "onednn on <isa>", or "widened to f32 (sgemm)"
+// and why (no bf16 instructions, or a build without oneDNN).
 std::string cpu_bf16_matmul();
 
 }  // namespace nanoddp::ops

@@ -634,16 +634,21 @@ void Trainer::sample() {
   log::print0("sample: {}{}", opts_.sample_prompt, tokenizer_->decode(ids));
 }
 
-// "f32", or "bf16" with how this device computes it: a CPU without bf16 instructions still runs a
-// bf16 model (its GEMMs widened to f32 for sgemm), and the header says so once.
+// "f32", or "bf16" with how this device computes it: a CPU without bf16 instructions (or a build
+// without oneDNN) still runs a bf16 model (its GEMMs widened to f32 for sgemm), and the header
+// says so once.
 std::string Trainer::arithmetic_name() const {
   if (model_->act_dtype() == DType::F16)
     return fmt::format("fp16 with dynamic loss scaling from {:g} (f16 matmul: {})", loss_scale_,
                        device_.is_cuda() ? "cuBLASLt" : ops::cpu_f16_matmul());
   if (model_->act_dtype() != DType::BF16) return "f32";
   if (device_.is_cuda()) return "bf16";
+#if NANODDP_HAVE_ONEDNN
   if (!ops::onednn_has_bf16_instructions())
     return "bf16 without bf16 instructions: its matmuls are widened to f32 for sgemm, slower than f32";
+#else
+  return "bf16 without oneDNN: its matmuls are widened to f32 for sgemm, slower than f32";
+#endif
   return "bf16 on " + bf16_matmul_hardware(host_info());
 }
 

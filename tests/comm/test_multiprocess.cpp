@@ -31,12 +31,12 @@ std::unique_ptr<Proc> spawn(const std::vector<std::string>& argv, const std::map
 }
 
 // The exit status after at most `limit`, or -1 if still running (the process is killed when its Proc
-// goes away).
-int exit_status(Proc& p, std::chrono::milliseconds limit) { return p.wait_exit(limit).value_or(-1); }
+// goes away). This and launch are unused in a build without Gloo and MPI (the GPU machines').
+[[maybe_unused]] int exit_status(Proc& p, std::chrono::milliseconds limit) { return p.wait_exit(limit).value_or(-1); }
 
 // Starts `world` workers as the launcher would; returns them running.
-std::vector<std::unique_ptr<Proc>> launch(int world, const std::string& scenario, const std::string& backend,
-                                          double timeout_s) {
+[[maybe_unused]] std::vector<std::unique_ptr<Proc>> launch(int world, const std::string& scenario,
+                                                           const std::string& backend, double timeout_s) {
   int port = free_port();
   std::vector<std::unique_ptr<Proc>> procs;
   for (int r = 0; r < world; r++) {
