@@ -643,12 +643,9 @@ std::string Trainer::arithmetic_name() const {
                        device_.is_cuda() ? "cuBLASLt" : ops::cpu_f16_matmul());
   if (model_->act_dtype() != DType::BF16) return "f32";
   if (device_.is_cuda()) return "bf16";
-#if NANODDP_HAVE_ONEDNN
-  if (!ops::onednn_has_bf16_instructions())
-    return "bf16 without bf16 instructions: its matmuls are widened to f32 for sgemm, slower than f32";
-#else
-  return "bf16 without oneDNN: its matmuls are widened to f32 for sgemm, slower than f32";
-#endif
+  if (!ops::onednn_has_bf16_instructions())  // always so without oneDNN
+    return fmt::format("bf16 without {}: its matmuls are widened to f32 for sgemm, slower than f32",
+                       NANODDP_HAVE_ONEDNN ? "bf16 instructions" : "oneDNN");
   return "bf16 on " + bf16_matmul_hardware(host_info());
 }
 

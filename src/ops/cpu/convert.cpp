@@ -15,6 +15,9 @@
 
 namespace nanoddp::ops::cpu {
 
+#if defined(__AVX512F__) || defined(__F16C__)
+constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  // f32 -> f16 rounding
+#endif
 #if defined(__AVX512F__)
 // All 16 lanes. The zero-masked forms: GCC 12 warns that the unmasked ones read an undefined
 // vector (-Wmaybe-uninitialized inside its own header); the instructions are the same.
@@ -36,9 +39,6 @@ void widen_f16(float* dst, const f16* src, int64_t n) {
 
 void narrow_f16(f16* dst, const float* src, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX512F__) || defined(__F16C__)
-  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-#endif
 #if defined(__AVX512F__)
   for (; i + 16 <= n; i += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
@@ -53,11 +53,9 @@ void narrow_f16(f16* dst, const float* src, int64_t n) {
 void round_f16(float* p, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__)
-  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   for (; i + 16 <= n; i += 16)
     _mm512_storeu_ps(p + i, _mm512_maskz_cvtph_ps(kAll, _mm512_maskz_cvtps_ph(kAll, _mm512_loadu_ps(p + i), kNearest)));
 #elif defined(__F16C__)
-  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(p + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(p + i), kNearest)));
 #endif

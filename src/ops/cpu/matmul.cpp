@@ -158,6 +158,8 @@ class ReducedMatmuls {
   std::optional<Entry> create(const Key& key) {
     using dnnl::memory;
     const auto [in, m, n, k, trans_a, trans_b, lda, ldb, ldc, c_reduced, alpha, beta, threads] = key;
+    // bf16 only with bf16 instructions, f16 only on an optimised (not the reference) kernel.
+    if (in == DType::BF16 && !onednn_has_bf16_instructions()) return std::nullopt;
     const memory::data_type t = in == DType::F16 ? memory::data_type::f16 : memory::data_type::bf16;
     // Row-major [rows, cols] with leading dimension ld, read transposed or not.
     auto operand = [](int64_t rows, int64_t cols, int64_t ld, bool trans, memory::data_type dt) {
@@ -172,8 +174,6 @@ class ReducedMatmuls {
       po.append_sum(beta);
       attr.set_post_ops(po);
     }
-    // bf16 only with bf16 instructions, f16 only on an optimised (not the reference) kernel.
-    if (in == DType::BF16 && !onednn_has_bf16_instructions()) return std::nullopt;
     try {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine_);
       if (std::string_view(pd.impl_info_str()).starts_with("ref")) return std::nullopt;

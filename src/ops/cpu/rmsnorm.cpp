@@ -10,10 +10,9 @@ namespace nanoddp::ops::cpu {
 
 namespace {
 
-// One row each, out of line (as in rotary.cpp), so that f16 can take its own path below. A call per
-// row of C elements costs nothing.
+// One row each, so that f16 can take its own path below.
 template <typename T>
-[[gnu::noinline]] float rmsnorm_row(T* y, const T* x, int64_t c, float eps) {
+float rmsnorm_row(T* y, const T* x, int64_t c, float eps) {
   double ss = 0;
 #pragma omp simd reduction(+ : ss)
   for (int64_t j = 0; j < c; j++) {
@@ -28,7 +27,7 @@ template <typename T>
 
 // dx may be dy: every element is read before it is written, and dy's dot product comes first.
 template <typename T>
-[[gnu::noinline]] void rmsnorm_backward_row(T* dx, const T* dy, const T* y, float s, int64_t c, bool accumulate) {
+void rmsnorm_backward_row(T* dx, const T* dy, const T* y, float s, int64_t c, bool accumulate) {
   double dot = 0;
 #pragma omp simd reduction(+ : dot)
   for (int64_t j = 0; j < c; j++) dot += double(load(dy, j)) * load(y, j);
