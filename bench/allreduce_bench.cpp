@@ -2,6 +2,9 @@
 // ProcessGroup::allreduce (queue, worker thread, Work::wait, progress report) and, beside it, the
 // library call underneath on the same connections: gloo::allreduce on the group's Gloo context, or
 // MPI_Allreduce on the group's communicator. The last column is our overhead over that call.
+// With --device cuda the buffers live on this rank's GPU and the group is NCCL's; there is no
+// baseline column then (NCCL is private to the comm layer), and every timed round ends with the
+// host waiting for the device, since NCCL's Work::wait only orders the compute stream.
 // Run it under any launcher (init_distributed picks the rank up), e.g. two processes by hand:
 //   RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 build/bench/bench_allreduce &
 //   RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 build/bench/bench_allreduce
@@ -21,8 +24,10 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "comm/collective.h"
+#include "comm/consistency.h"
 #include "comm/init.h"
 #include "nanoddp/build_config.h"
+#include "ops/backend.h"
 
 #if NANODDP_HAVE_GLOO
 #include <gloo/allreduce.h>
@@ -48,6 +53,7 @@ struct AllreduceBenchOptions {
   int warmup = 5;
   int rounds = 3;
   std::string dtype = "f32";
+  std::string device = "cpu";
 
   template <typename V>
   void visit(V&& v) {
@@ -58,6 +64,7 @@ struct AllreduceBenchOptions {
     v(warmup, "warmup", "untimed allreduces before the first round of each size");
     v(rounds, "rounds", "rounds alternating ours and the library call; the best round of each counts");
     v(dtype, "dtype", "element type: f32, f64, i32 or i64");
+    v(device, "device", "cpu, or cuda (this rank's GPU by LOCAL_RANK; NCCL) or cuda:N");
   }
 };
 
@@ -114,27 +121,36 @@ struct Timing {
   double cpu = 1e30;   // CPU seconds per call, averaged over ranks
 };
 
-// `iters` calls of `fn` between barriers; keeps the better of `best` and this round, per measure.
-void time_round(dist::ProcessGroup& pg, int iters, const std::function<void()>& fn, Timing& best) {
+// `iters` calls of `fn` between barriers, then `drain` (the host waits for the device); keeps the
+// better of `best` and this round, per measure.
+void time_round(dist::ProcessGroup& pg, int iters, const std::function<void()>& fn, const std::function<void()>& drain,
+                Timing& best) {
+  drain();
   pg.barrier()->wait();
   double cpu0 = process_cpu_seconds();
   Stopwatch sw;
   for (int i = 0; i < iters; i++) fn();
-  Tensor wall = Tensor::empty({1}, DType::F64), cpu = Tensor::empty({1}, DType::F64);
-  wall.data<double>()[0] = sw.seconds() / iters;
-  cpu.data<double>()[0] = (process_cpu_seconds() - cpu0) / iters;
-  pg.allreduce(wall, dist::ReduceOp::Max)->wait();
-  pg.allreduce(cpu, dist::ReduceOp::Avg)->wait();
-  best.wall = std::min(best.wall, wall.data<double>()[0]);
-  best.cpu = std::min(best.cpu, cpu.data<double>()[0]);
+  drain();
+  // allreduce_scalars stages host values through the group's device (NCCL takes device memory only).
+  std::vector<double> wall{sw.seconds() / iters}, cpu{(process_cpu_seconds() - cpu0) / iters};
+  dist::allreduce_scalars(pg, wall, dist::ReduceOp::Max);
+  dist::allreduce_scalars(pg, cpu, dist::ReduceOp::Avg);
+  best.wall = std::min(best.wall, wall[0]);
+  best.cpu = std::min(best.cpu, cpu[0]);
 }
 
-// After timing: each rank contributes rank+1 everywhere; every element must be the sum.
-void check_result(dist::ProcessGroup& pg, const Tensor& t) {
+// After timing: each rank contributes rank+1 everywhere; every element must be the sum. A device
+// buffer is filled and read back through a host copy.
+void check_result(dist::ProcessGroup& pg, const Tensor& t, const std::function<void()>& drain) {
   dist::dispatch_reducible(t.dtype(), [&]<typename T>() {
-    T* p = static_cast<T*>(t.raw());
+    const bool on_host = t.device().is_cpu();
+    Tensor host = on_host ? t : Tensor::empty(t.shape(), t.dtype());
+    T* p = static_cast<T*>(host.raw());
     std::fill(p, p + t.numel(), T(pg.rank() + 1));
+    if (!on_host) copy(t, host);
     pg.allreduce(t, dist::ReduceOp::Sum)->wait();
+    drain();
+    if (!on_host) copy(host, t);
     T want = T(pg.size() * (pg.size() + 1) / 2);
     for (int64_t i = 0; i < t.numel(); i++)
       NANODDP_CHECK(p[i] == want, "allreduce of {} elements gave {} at element {} instead of {}: the backend is broken",
@@ -146,18 +162,21 @@ void run_allreduce_bench(const AllreduceBenchOptions& o, const dist::DistOptions
   NANODDP_CHECK(o.min_bytes > 0 && o.max_bytes >= o.min_bytes && o.factor >= 2 && o.iters > 0 && o.rounds > 0,
                 "need 0 < --min_bytes <= --max_bytes, --factor >= 2, --iters > 0 and --rounds > 0");
   DType dtype = parse_dtype(o.dtype);
-  auto ctx = dist::init_distributed(dist_options, Device::cpu());
+  const Device device = dist::local_device(o.device, dist::discover_environment());
+  auto ctx = dist::init_distributed(dist_options, device);
   dist::ProcessGroup& pg = *ctx->group;
   RawAllreduce raw = raw_allreduce_for(pg);
+  ops::Backend& backend = ops::backend(device);
+  auto drain = [&] { backend.synchronize(); };
   const int n = pg.size();
   const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
 
   // One buffer of the largest size, allocated once; each size uses its prefix.
   const int64_t max_count = o.max_bytes / int64_t(dtype_size(dtype));
-  Tensor buffer = Tensor::zeros({max_count}, dtype);
+  Tensor buffer = Tensor::zeros({max_count}, dtype, device);
 
-  log::print0("# bench_allreduce: backend {}, {} rank(s), {} sum, {} iterations x best of {} rounds",
-              ctx->backend, n, o.dtype, o.iters, o.rounds);
+  log::print0("# bench_allreduce: backend {} on {}, {} rank(s), {} sum, {} iterations x best of {} rounds",
+              ctx->backend, device.str(), n, o.dtype, o.iters, o.rounds);
   log::print0("# baseline: {}", raw ? (ctx->backend == "gloo" ? "gloo::allreduce (ring) on the group's context"
                                                               : "MPI_Allreduce on the group's communicator")
                                     : "none for this backend");
@@ -175,10 +194,10 @@ void run_allreduce_bench(const AllreduceBenchOptions& o, const dist::DistOptions
     // Alternate rounds so that both see the same machine conditions; keep each one's best.
     Timing best, best_raw;
     for (int r = 0; r < o.rounds; r++) {
-      time_round(pg, o.iters, ours, best);
-      if (raw) time_round(pg, o.iters, library, best_raw);
+      time_round(pg, o.iters, ours, drain, best);
+      if (raw) time_round(pg, o.iters, library, drain, best_raw);
     }
-    check_result(pg, t);
+    check_result(pg, t, drain);
     const double size = double(t.nbytes());
     const double algbw = size / best.wall / 1e9, busbw = algbw * bus_factor;
     if (raw) {

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # nanoddp against PyTorch on one GPU, side by side in one command: builds bench_train_gpu, runs
-# it and bench/torch_gpu_bench.py at each depth (same seq, batch and steps), and prints a table
-# of tokens/s, MFU (against the best bf16 GEMM rate either program measured in this run), peak
-# memory and memory per token, with nanoddp / PyTorch ratios. Full JSON lines go to $OUT_DIR.
+# it and bench/torch_gpu_bench.py at each depth (same seq, batch and steps; PyTorch once with
+# FlashAttention-2 and once with cuDNN's attention, the faster of the two being the baseline), and
+# prints the table of bench/gpu_bench_table.py: tokens/s, MFU (against the best bf16 GEMM rate any
+# program measured in this run), peak memory and memory per token, with nanoddp / PyTorch ratios.
+# Full JSON lines go to $OUT_DIR/results.jsonl, each program's log beside them.
 #   bench/gpu_bench.sh                      # depths 12 and 20, seq 2048, batch 16
 #   DEPTHS="20" BATCH=32 bench/gpu_bench.sh
+#   SKIP_BUILD=1 ...                        # bench_train_gpu is already built in $BUILD_DIR
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}
@@ -12,45 +15,40 @@ depths=${DEPTHS:-"12 20"}
 seq=${SEQ:-2048}
 batch=${BATCH:-16}
 steps=${STEPS:-10}
+sdpas=${SDPA:-"flash cudnn"}
 python=${PYTHON:-python3}
 out_dir=${OUT_DIR:-$build/gpu_bench}
 mkdir -p "$out_dir"
 results="$out_dir/results.jsonl"
 : > "$results"
 
-cmake -S "$root" -B "$build" -DNANODDP_CUDA=ON -DCMAKE_BUILD_TYPE=Release > "$out_dir/configure.log"
-cmake --build "$build" --target bench_train_gpu -j"$(nproc)" > "$out_dir/build.log"
+if [ -z "${SKIP_BUILD:-}" ]; then
+  cmake -S "$root" -B "$build" -DNANODDP_CUDA=ON -DCMAKE_BUILD_TYPE=Release > "$out_dir/configure.log"
+  cmake --build "$build" --target bench_train_gpu -j"$(nproc)" > "$out_dir/build.log"
+fi
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv,noheader | tee "$out_dir/gpu.txt" || true
-"$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out_dir/gpu.txt"
+"$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out_dir/gpu.txt" || true
+
+# run NAME JSON-FALLBACK CMD...: CMD's last stdout line (its JSON) into results, or FALLBACK if it fails.
+run() {
+  local name=$1 fallback=$2; shift 2
+  echo "$name" >&2
+  local line
+  if line=$("$@" 2> "$out_dir/$name.log" | tail -n 1) && [ -n "$line" ]; then
+    echo "$line" >> "$results"
+  else
+    echo "$fallback" >> "$results"
+  fi
+}
 
 for d in $depths; do
   args=(--depth "$d" --seq "$seq" --batch "$batch" --steps "$steps")
-  echo "depth $d: nanoddp" >&2
-  "$build/bench/bench_train_gpu" "${args[@]}" 2> "$out_dir/nanoddp_d$d.log" | tail -n 1 >> "$results" ||
-    echo "{\"impl\": \"nanoddp\", \"depth\": $d, \"failed\": true}" >> "$results"
-  echo "depth $d: pytorch" >&2
-  "$python" "$root/bench/torch_gpu_bench.py" "${args[@]}" 2> "$out_dir/pytorch_d$d.log" | tail -n 1 >> "$results" ||
-    echo "{\"impl\": \"pytorch\", \"depth\": $d, \"failed\": true}" >> "$results"
+  run "nanoddp_d$d" "{\"impl\": \"nanoddp\", \"depth\": $d, \"failed\": true}" \
+    "$build/bench/bench_train_gpu" "${args[@]}"
+  for sdpa in $sdpas; do
+    run "pytorch_${sdpa}_d$d" "{\"impl\": \"pytorch\", \"sdpa\": \"$sdpa\", \"depth\": $d, \"failed\": true}" \
+      "$python" "$root/bench/torch_gpu_bench.py" "${args[@]}" --sdpa "$sdpa"
+  done
 done
 
-"$python" - "$results" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-peak = max([r.get("gemm_tflops", 0) for r in rows] + [1e-9]) * 1e12
-print(f"MFU peak: best bf16 GEMM measured in this run = {peak / 1e12:.0f} TFLOP/s")
-print(f"{'depth':>5} | {'impl':<22} | {'tok/s':>9} | {'MFU':>6} | {'step ms':>8} | {'peak GiB':>8} | {'KiB/token':>9}")
-by = {}
-for r in rows:
-    by.setdefault(r["depth"], {})["nanoddp" if r["impl"] == "nanoddp" else "pytorch"] = r
-    if r.get("failed"):
-        print(f"{r['depth']:>5} | {r['impl']:<22} | FAILED (see the logs in the output folder)")
-        continue
-    mfu = r["mfu"] * r["gemm_tflops"] * 1e12 / peak
-    print(f"{r['depth']:>5} | {r['impl']:<22} | {r['tokens_per_s']:>9.0f} | {100 * mfu:>5.1f}% | {r['step_ms']:>8.1f} | "
-          f"{r['peak_mem_gib']:>8.2f} | {r['mem_per_token_kib']:>9.1f}")
-for d, pair in sorted(by.items()):
-    a, b = pair.get("nanoddp", {}), pair.get("pytorch", {})
-    if "tokens_per_s" in a and "tokens_per_s" in b:
-        print(f"depth {d}: nanoddp/PyTorch tokens/s {a['tokens_per_s'] / b['tokens_per_s']:.2f}x, "
-              f"memory/token {a['mem_per_token_kib'] / b['mem_per_token_kib']:.2f}x")
-PY
+"$python" "$root/bench/gpu_bench_table.py" "$results"

@@ -5,7 +5,8 @@ micro-step per optimizer step). Prints one JSON line with the same keys.
 
 Model (shared/ANCHORS.md §1): wte -> RMSNorm -> blocks -> RMSNorm -> lm_head; attention with
 separate q/k/v, half-split rotary (bf16 tables), QK RMSNorm, causal F.scaled_dot_product_attention
-restricted to the flash backend; MLP relu^2; logits soft-capped at 15, cross-entropy in f32.
+restricted to one backend (--sdpa flash: FlashAttention-2, the default; --sdpa cudnn: cuDNN's fused
+attention; gpu_bench.sh runs both and keeps the faster); MLP relu^2; logits soft-capped at 15, cross-entropy in f32.
 Training: torch.compile, bf16 autocast over f32 master weights (wte itself in bf16, as nanochat), AdamW (fused) for wte and
 lm_head, Muon (Nesterov momentum, bf16 Newton-Schulz, compiled) for the block matrices.
 """
@@ -18,6 +19,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+# The attention backends compared (issue 10 C: PyTorch's faster one is the baseline). sdpa_kernel
+# with a single backend makes a call that backend cannot run an error, not a silent fall-back.
+SDPA_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
 
 def rms_norm(x):
@@ -155,7 +161,9 @@ def main():
     for name, default in [("depth", 20), ("seq", 2048), ("batch", 16), ("steps", 10), ("warmup", 3),
                           ("vocab", 65536), ("gemm_n", 8192)]:
         ap.add_argument("--" + name, type=int, default=default)
+    ap.add_argument("--sdpa", choices=sorted(SDPA_BACKENDS), default="flash")
     a = ap.parse_args()
+    backend = SDPA_BACKENDS[a.sdpa]
     peak = gemm_peak(a.gemm_n)
 
     model = GPT(a.depth, a.vocab, a.seq).cuda()
@@ -172,7 +180,7 @@ def main():
     y = torch.randint(0, a.vocab, (a.batch, a.seq), device="cuda", generator=g)
 
     def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        with torch.autocast("cuda", dtype=torch.bfloat16), sdpa_kernel(backend):
             loss = compiled(x, y)
         loss.backward()
         adam.step()
@@ -193,7 +201,7 @@ def main():
     # PaLM's FLOPs per token as nanochat counts them: 6 (params - wte) + 12 L H D T.
     flops_per_token = 6 * (params - model.wte.weight.numel()) + 12 * a.depth * dim * a.seq
     peak_mem = torch.cuda.max_memory_allocated()
-    print(json.dumps({"impl": "pytorch " + torch.__version__, "depth": a.depth, "seq": a.seq, "batch": a.batch,
+    print(json.dumps({"impl": "pytorch " + torch.__version__, "sdpa": a.sdpa, "depth": a.depth, "seq": a.seq, "batch": a.batch,
                       "params": params, "tokens_per_s": tokens_per_s, "step_ms": 1e3 * dt / a.steps,
                       "gemm_tflops": peak / 1e12, "mfu": flops_per_token * tokens_per_s / peak,
                       "peak_mem_gib": peak_mem / 2 ** 30,

@@ -1,47 +1,169 @@
 #!/usr/bin/env bash
-# The GPU bring-up in one command, for a bare H100/H200 machine (the device tool's, which has the
-# CUDA toolkit, PyTorch and cmake/ninja but none of Debian's -dev packages): configure against the
-# bundle of scripts/gpu_deps.sh (carried in .gpu/), build on every core, then
-#   B. correctness: ctest -L cuda; compute-sanitizer memcheck/racecheck/synccheck over the CUDA op
-#      tests; the NCCL group (test_comm_nccl); train --device cuda end to end, under `nanoddp run
-#      --nproc_per_node 1`, stop + resume bitwise against a straight run, and sample; the same
-#      straight run and stop + resume in fp16 (dynamic loss scaling);
-#   C. speed: bench/gpu_bench.sh (nanoddp against PyTorch, depths 12 and 20 at seq 2048).
-# Every stage writes its log to $OUT (or out/gpu-check); summary.txt lists each stage's exit
-# status and seconds, and the script goes on after a failed stage so one call gives every answer.
-#   here:       scripts/gpu_deps.sh
-#   on the GPU: bash scripts/gpu_check.sh [B] [C]     (default: B C; carry .gpu)
+# The GPU bring-up of issue 10, shaped to the device tool's calls: a command runs at most 10
+# minutes, at most 8 files come back from $OUT, and the machine stays warm 30 s after a call before
+# it is given back and the next call starts bare. On a bare H100/H200 (CUDA toolkit, PyTorch, cmake,
+# ninja; none of Debian's -dev packages) it configures against the bundle of scripts/gpu_deps.sh
+# (carried in .gpu/), builds only the targets the checks run, on every core, then the stages of the
+# parts asked for:
+#   B  correctness: ctest -L cuda (every op and the model against the CPU, training curves, bits
+#      run to run, the NCCL group, the kernel emulation); compute-sanitizer memcheck, racecheck and
+#      synccheck over the CUDA op tests; train --device cuda end to end, stopped and resumed
+#      (checkpoint bytes equal to a straight run's) in bf16 and in fp16 (loss scaling), under
+#      `nanoddp run --nproc_per_node 1`, and sample;
+#   C  speed: the NCCL allreduce table at world size 1 (bench_allreduce --device cuda), then
+#      bench/gpu_bench.sh at depth 12 and at depth 20 (nanoddp against PyTorch, FlashAttention-2
+#      and cuDNN attention), and their table.
+# A call starts no stage its remaining budget (GPU_CHECK_SECONDS, default 540) cannot hold and cuts
+# a stage that runs past it, so it always ends with its summary. Stages that passed are recorded in
+# the build folder: the same command again, on a machine still warm, goes on from the first stage
+# not yet passed (configure and build always run; they are incremental). A bare machine starts over.
+# Back in $OUT: summary.txt (each stage's exit status and seconds, or why it did not run, over
+# every call on this build), gpu-check.log (this call's stage output, in order), bench.jsonl (the
+# speed results). The last line says what is left.
+#   here:        bash scripts/gpu_deps.sh
+#   on the GPU:  bash scripts/gpu_check.sh [B] [C] [STAGE...]   (default: B C; carry .gpu)
+#                GPU_CHECK_FRESH=1 forgets the stages that passed (after a fix, say).
+#   here, to check this script without a GPU: bash scripts/gpu_check.sh --dry-run
+#                (the training stages on --device cpu; sanitizers, NCCL and speed skipped), with
+#                GPU_CHECK_CMAKE_ARGS="-DCMAKE_IGNORE_PREFIX_PATH=/usr;/" to hide Debian's packages
+#                as the GPU machine lacks them
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 out=${OUT:-$root/out/gpu-check}
 build=${BUILD_DIR:-$root/build-gpu}
-parts=${*:-B C}
-mkdir -p "$out"
-summary="$out/summary.txt"
-: > "$summary"
+budget=${GPU_CHECK_SECONDS:-540}
+deadline=$((SECONDS + budget))
+logs=$build/gpu-check  # kept between calls while the machine is warm (an ignored build output)
+work=$logs/train       # checkpoints stay out of $OUT (too large, too deep)
 
-# stage NAME CMD...: runs CMD with its output in $out/NAME.log; records the exit status.
+dry=0
+want=()
+for a in "$@"; do
+  case $a in
+    --dry-run) dry=1 ;;
+    B | C) want+=("$a") ;;
+    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+    *) want+=("$a") ;;  # a stage name: run that stage (with configure and build), passed or not
+  esac
+done
+[ ${#want[@]} -eq 0 ] && want=(B C)
+device=cuda
+((dry)) && device=cpu
+
+passed=$logs/passed-$device  # a dry run's stages (on the CPU) never count for the GPU's
+mkdir -p "$out" "$logs"
+[ -n "${GPU_CHECK_FRESH:-}" ] && rm -f "$passed"
+touch "$passed"
+log_all="$out/gpu-check.log"
+: > "$log_all"
+echo "== call at $(date -u +%FT%TZ): ${want[*]}$( ((dry)) && echo ' (dry run)'), budget ${budget}s" >> "$logs/summary.txt"
+
+left=()    # stages this call did not get to
+failed=()  # stages that ran and failed in this call
+skipped=() # stages this kind of run cannot do (a dry run's GPU stages)
+
+# selected NAME PART: whether this call asked for the stage (by its part or by name).
+selected() {
+  local w
+  for w in "${want[@]}"; do [[ $w == "$1" || $w == "$2" ]] && return 0; done
+  return 1
+}
+
+named() {  # named NAME: the stage was asked for by its own name (then it runs even if it passed)
+  local w
+  for w in "${want[@]}"; do [[ $w == "$1" ]] && return 0; done
+  return 1
+}
+
+record() {  # record NAME TEXT: one summary line, kept in the build folder and copied back
+  printf '%-22s %s\n' "$1" "$2" | tee -a "$logs/summary.txt" >&2
+  cp "$logs/summary.txt" "$out/summary.txt"
+}
+
+# stage NAME PART NEED MAX CMD...: runs CMD (a program or a function of this script) with its
+# output in $logs/NAME.log and this call's gpu-check.log, cut after MAX seconds or at the budget.
+# Not started when it passed in an earlier call (unless asked for by name; PART "always": run every
+# call), when fewer than NEED seconds are left, or when this call did not ask for it. Returns CMD's status (0 if skipped).
 stage() {
-  local name=$1; shift
-  local t0=$SECONDS
-  echo "== $name: $*" >&2
-  "$@" > "$out/$name.log" 2>&1
-  local rc=$?
-  printf '%-28s rc=%-3s %5ss\n' "$name" "$rc" "$((SECONDS - t0))" | tee -a "$summary" >&2
+  local name=$1 part=$2 need=$3 max=$4
+  shift 4
+  [[ $part == always ]] || selected "$part" "$name" || return 0
+  if [[ $part != always ]] && ! named "$name" && grep -qx "$name" "$passed"; then
+    record "$name" "passed in an earlier call"
+    return 0
+  fi
+  local remaining=$((deadline - SECONDS))
+  if ((remaining < need)); then
+    record "$name" "not started: ${remaining}s of the call's budget left, it needs ${need}s"
+    left+=("$name")
+    return 0
+  fi
+  local limit=$((max < remaining ? max : remaining)) t0=$SECONDS rc
+  echo "===== $name: $*" >> "$log_all"
+  echo "== $name (at most ${limit}s): $*" >&2
+  if [[ $(type -t "$1") == function ]]; then
+    timeout -k 10 "$limit" bash -c "$(declare -f "$1"); \"\$@\"" _ "$@" > "$logs/$name.log" 2>&1
+  else
+    timeout -k 10 "$limit" "$@" > "$logs/$name.log" 2>&1
+  fi
+  rc=$?
+  tail -c 2000000 "$logs/$name.log" >> "$log_all"
+  local how="rc=$rc"
+  if ((rc == 124 || rc == 137)) && ((limit < max)); then
+    how="cut at the call's budget"  # not a failure: the next call runs it again
+    left+=("$name")
+  elif ((rc == 124 || rc == 137)); then
+    how="rc=$rc (over its ${max}s)"
+    failed+=("$name")
+  elif ((rc != 0)); then
+    failed+=("$name")
+  fi
+  record "$name" "$(printf '%-28s %5ss' "$how" "$((SECONDS - t0))")"
+  ((rc == 0)) && [[ $part != always ]] && echo "$name" >> "$passed"
   return $rc
+}
+
+skip() {  # skip NAME PART WHY: a stage this kind of run cannot do
+  selected "$2" "$1" || return 0
+  record "$1" "skipped: $3"
+  skipped+=("$1")
 }
 
 # same_last_checkpoint RUN_A RUN_B: the newest checkpoints of two runs hold the same bytes in every
 # .safetensors file (a straight run against a stopped and resumed one); fails on the first that differs.
 same_last_checkpoint() {
-  local a b f
-  a=$(ls -d "$1"/checkpoints/step_* | tail -n1) && b=$(ls -d "$2"/checkpoints/step_* | tail -n1) || return 1
+  local a b f n=0
+  a=$(ls -d "$1"/checkpoints/step_* 2> /dev/null | tail -n1)
+  b=$(ls -d "$2"/checkpoints/step_* 2> /dev/null | tail -n1)
+  [ -n "$a" ] && [ -n "$b" ] || { echo "no checkpoint in $1 or $2"; return 1; }
+  [ "$(basename "$a")" = "$(basename "$b")" ] || { echo "the runs end at different steps: $a, $b"; return 1; }
   echo "$a vs $b"
-  for f in $(cd "$a" && ls *.safetensors); do
-    cmp "$a/$f" "$b/$f" || return 1
-    echo "$f identical"
+  for f in "$a"/*.safetensors; do
+    [ -f "$f" ] || continue
+    cmp "$f" "$b/$(basename "$f")" || return 1
+    echo "$(basename "$f") identical"
+    n=$((n + 1))
   done
+  ((n > 0)) || { echo "no .safetensors files in $a"; return 1; }
+}
+
+finish() {
+  local status=0 msg
+  if ((${#failed[@]})); then
+    msg="failed: ${failed[*]}"
+    status=1
+  fi
+  if ((${#left[@]})); then
+    msg="${msg:+$msg; }not reached in this call's budget: ${left[*]}: run the same command again (warm machine: it goes on from there)"
+    ((status)) || status=3
+  fi
+  [ -s "$logs/bench.jsonl" ] && cp "$logs/bench.jsonl" "$out/bench.jsonl"
+  echo "== summary over the calls on this build ($logs/summary.txt)" >&2
+  cat "$logs/summary.txt" >&2
+  ((${#skipped[@]})) && msg="${msg:+$msg; }skipped: ${skipped[*]}"
+  echo "gpu_check: ${msg:-every stage asked for (${want[*]}) has passed}" | tee -a "$log_all" >&2
+  exit $status
 }
 
 [ -d .gpu/deps ] || { echo "gpu_check.sh: .gpu/deps is missing: run scripts/gpu_deps.sh here and carry .gpu" >&2; exit 2; }
@@ -51,45 +173,75 @@ nccl_home=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.ncc
 export NCCL_HOME=${NCCL_HOME:-$nccl_home}
 [ -n "$NCCL_HOME" ] && export LD_LIBRARY_PATH="$NCCL_HOME/lib:${LD_LIBRARY_PATH:-}"
 
-stage env bash -c 'nvidia-smi; nvcc --version; ${CXX:-c++} --version; cmake --version; python3 -c "import torch; print(\"torch\", torch.__version__, torch.version.cuda)"; echo NCCL_HOME=$NCCL_HOME; ls $NCCL_HOME/include $NCCL_HOME/lib; nproc; free -g'
+stage env always 5 60 bash -c 'nvidia-smi || echo "(no nvidia-smi)"; nvcc --version; ${CXX:-c++} --version
+  cmake --version; python3 -c "import torch; print(\"torch\", torch.__version__, torch.version.cuda)"
+  echo NCCL_HOME=$NCCL_HOME; ls $NCCL_HOME/include $NCCL_HOME/lib; nproc; free -g; df -h .'
 
-gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-stage configure cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+gen=()
+command -v ninja > /dev/null && gen=(-G Ninja)
+stage configure always 20 300 cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$root/.gpu/deps/usr" -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DNANODDP_CUDA=ON -DNANODDP_NCCL=ON -DNANODDP_GLOO=OFF -DNANODDP_MPI=OFF || { cat "$out/configure.log" >&2; exit 1; }
-stage build cmake --build "$build" -j"$(nproc)" || { tail -n 40 "$out/build.log" >&2; exit 1; }
+  -DNANODDP_CUDA=ON -DNANODDP_NCCL=ON -DNANODDP_GLOO=OFF -DNANODDP_MPI=OFF ${GPU_CHECK_CMAKE_ARGS:-} || finish
+# Only what the stages run: the CPU-only tests and tools would double the build.
+targets=(nanoddp test_cuda_ops test_cuda_model bench_train_gpu bench_allreduce)
+grep -qs test_comm_nccl "$build/tests/comm/CTestTestfile.cmake" && targets+=(test_comm_nccl)  # where NCCL was found
+stage build always 30 "$budget" cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" || finish
 bin=$build/nanoddp
-stage nanoddp_env "$bin" env --device cuda
+stage nanoddp_env always 2 60 "$bin" env --device "$device"
 
-if [[ " $parts " == *" B "* ]]; then
-  stage ctest_cuda bash -c "cd '$build' && ctest -L cuda --output-on-failure --timeout 900"
-  ops=$build/tests/ops/cuda/test_cuda_ops
-  for tool in memcheck racecheck synccheck; do
-    stage "sanitizer_$tool" timeout 540 compute-sanitizer --tool "$tool" --error-exitcode 3 "$ops" \
-      --gtest_brief=1
+# Eight at a time: each test is a process that opens a CUDA context (about a second) for little work.
+stage ctest_cuda B 60 480 ctest --test-dir "$build" -L cuda -j 8 --output-on-failure --timeout 300
+ops=$build/tests/ops/cuda/test_cuda_ops
+for tool in memcheck racecheck synccheck; do
+  if ((dry)); then
+    skip "sanitizer_$tool" B "dry run (compute-sanitizer needs a GPU)"
+  else
+    stage "sanitizer_$tool" B 60 240 compute-sanitizer --tool "$tool" --error-exitcode 3 "$ops" --gtest_brief=1
+  fi
+done
+
+data=.gpu/data
+common=(--data "$data" --device "$device" --depth 4 --max_seq_len 256 --device_batch_size 8
+        --total_batch_size 4096 --num_iterations 40 --eval_every 20 --eval_tokens 16384 --save_every 20)
+# A run folder left by a cut or failed stage would be resumed, or refused, by the next try.
+fresh() { rm -rf "$1"; }
+fresh_unless_passed() { grep -qx "$1" "$passed" || fresh "$work/$2"; }
+fresh_unless_passed train_cuda straight
+stage train_cuda B 15 180 "$bin" train "${common[@]}" --out "$work/straight"
+fresh_unless_passed train_cuda_stop resumed
+stage train_cuda_stop B 15 180 "$bin" train "${common[@]}" --out "$work/resumed" --stop_at 20
+stage train_cuda_resume B 15 180 "$bin" train "${common[@]}" --out "$work/resumed" --resume latest
+stage resume_bitwise B 2 60 same_last_checkpoint "$work/straight" "$work/resumed"
+fresh_unless_passed train_cuda_fp16 fp16_straight
+stage train_cuda_fp16 B 15 180 "$bin" train "${common[@]}" --dtype fp16 --out "$work/fp16_straight"
+fresh_unless_passed train_cuda_fp16_stop fp16_resumed
+stage train_cuda_fp16_stop B 15 180 "$bin" train "${common[@]}" --dtype fp16 --out "$work/fp16_resumed" --stop_at 20
+stage train_cuda_fp16_resume B 15 180 "$bin" train "${common[@]}" --dtype fp16 --out "$work/fp16_resumed" \
+  --resume latest
+stage resume_bitwise_fp16 B 2 60 same_last_checkpoint "$work/fp16_straight" "$work/fp16_resumed"
+fresh_unless_passed run_nproc1 launched
+stage run_nproc1 B 15 180 "$bin" run --standalone --nproc_per_node 1 train "${common[@]}" --out "$work/launched"
+stage sample_cuda B 5 120 "$bin" sample --checkpoint "$work/straight" --device "$device" --prompt "The jury said" \
+  --max_tokens 60
+
+if ((dry)); then
+  skip nccl_busbw C "dry run (NCCL needs a GPU)"
+  skip bench_d12 C "dry run (needs a GPU and PyTorch 2)"
+  skip bench_d20 C "dry run (needs a GPU and PyTorch 2)"
+else
+  stage nccl_busbw C 20 120 "$bin" run --standalone --nproc_per_node 1 "$build/bench/bench_allreduce" --device cuda \
+    --min_bytes 8 --max_bytes $((1 << 30)) --factor 4
+  for d in 12 20; do
+    # Each depth is a stage of its own (about 3-5 minutes with PyTorch's compile), results kept apart.
+    stage "bench_d$d" C 150 540 env BUILD_DIR="$build" OUT_DIR="$logs/bench_d$d" DEPTHS="$d" SKIP_BUILD=1 \
+      bash bench/gpu_bench.sh
   done
-  data=.gpu/data
-  work=${TMPDIR:-/tmp}/nanoddp-gpu-train  # checkpoints stay out of $OUT (too large, too deep)
-  rm -rf "$work"; mkdir -p "$work"
-  common=(--data "$data" --device cuda --depth 4 --max_seq_len 256 --device_batch_size 8
-          --total_batch_size 4096 --num_iterations 40 --eval_every 20 --eval_tokens 16384 --save_every 20)
-  stage train_cuda "$bin" train "${common[@]}" --out "$work/straight"
-  stage train_cuda_stop "$bin" train "${common[@]}" --out "$work/resumed" --stop_at 20
-  stage train_cuda_resume "$bin" train "${common[@]}" --out "$work/resumed" --resume latest
-  stage resume_bitwise same_last_checkpoint "$work/straight" "$work/resumed"
-  stage train_cuda_fp16 "$bin" train "${common[@]}" --dtype fp16 --out "$work/fp16_straight"
-  stage train_cuda_fp16_stop "$bin" train "${common[@]}" --dtype fp16 --out "$work/fp16_resumed" --stop_at 20
-  stage train_cuda_fp16_resume "$bin" train "${common[@]}" --dtype fp16 --out "$work/fp16_resumed" --resume latest
-  stage resume_bitwise_fp16 same_last_checkpoint "$work/fp16_straight" "$work/fp16_resumed"
-  stage run_nproc1 "$bin" run --standalone --nproc_per_node 1 train "${common[@]}" --out "$work/launched"
-  stage sample_cuda "$bin" sample --checkpoint "$work/straight" --device cuda --prompt "The jury said" \
-    --max_tokens 60
+  files=()
+  for d in 12 20; do [ -s "$logs/bench_d$d/results.jsonl" ] && files+=("$logs/bench_d$d/results.jsonl"); done
+  if ((${#files[@]})); then  # the table over both depths, whichever calls ran them
+    cat "${files[@]}" > "$logs/bench.jsonl"
+    python3 bench/gpu_bench_table.py "$logs/bench.jsonl" | tee -a "$log_all" >&2
+  fi
 fi
 
-if [[ " $parts " == *" C "* ]]; then
-  stage gpu_bench env BUILD_DIR="$build" OUT_DIR="$out/bench" bash bench/gpu_bench.sh
-  cp "$out/bench/results.jsonl" "$out/bench_results.jsonl" 2>/dev/null
-fi
-
-echo "== summary ($summary)" >&2
-cat "$summary"
+finish
