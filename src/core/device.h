@@ -4,6 +4,7 @@
 // --device.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 

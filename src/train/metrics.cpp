@@ -1,5 +1,6 @@
 #include "train/metrics.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>

@@ -4,6 +4,7 @@
 // missing node or npm package fails this test instead of skipping it.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 

@@ -9,6 +9,7 @@
 // there in a few dozen steps.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
