@@ -189,7 +189,7 @@ stage build always 30 "$budget" cmake --build "$build" -j"$(nproc)" --target "${
 bin=$build/nanoddp
 stage nanoddp_env always 2 60 "$bin" env --device "$device"
 
-# Eight at a time: each test is a process that opens a CUDA context (about a second) for little work.
+# Eight at a time: each test is a process of its own whose start-up (a CUDA context) outweighs its work.
 stage ctest_cuda B 60 480 ctest --test-dir "$build" -L cuda -j 8 --output-on-failure --timeout 300
 ops=$build/tests/ops/cuda/test_cuda_ops
 for tool in memcheck racecheck synccheck; do
@@ -232,7 +232,8 @@ else
   stage nccl_busbw C 20 120 "$bin" run --standalone --nproc_per_node 1 "$build/bench/bench_allreduce" --device cuda \
     --min_bytes 8 --max_bytes $((1 << 30)) --factor 4
   for d in 12 20; do
-    # Each depth is a stage of its own (about 3-5 minutes with PyTorch's compile), results kept apart.
+    # Each depth is a stage of its own (PyTorch's compile alone takes minutes; not yet timed on the
+    # device machine), its results kept apart; the table below joins whichever calls ran them.
     stage "bench_d$d" C 150 540 env BUILD_DIR="$build" OUT_DIR="$logs/bench_d$d" DEPTHS="$d" SKIP_BUILD=1 \
       bash bench/gpu_bench.sh
   done
