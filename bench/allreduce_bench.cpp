@@ -140,18 +140,17 @@ void time_round(dist::ProcessGroup& pg, int iters, const std::function<void()>& 
   best.cpu = std::min(best.cpu, cpu[0]);
 }
 
-// After timing: each rank contributes rank+1 everywhere; every element must be the sum. A device
-// buffer is filled and read back through a host copy.
-void check_result(dist::ProcessGroup& pg, const Tensor& t, const std::function<void()>& drain) {
+// After timing: each rank contributes rank+1 everywhere; every element must be the sum. `host` is
+// t itself on the CPU, else a host tensor of t's size that carries the values both ways.
+void check_result(dist::ProcessGroup& pg, const Tensor& t, const Tensor& host, const std::function<void()>& drain) {
   dist::dispatch_reducible(t.dtype(), [&]<typename T>() {
-    const bool on_host = t.device().is_cpu();
-    Tensor host = on_host ? t : Tensor::empty(t.shape(), t.dtype());
+    const bool staged = !host.shares_storage(t);
     T* p = static_cast<T*>(host.raw());
     std::fill(p, p + t.numel(), T(pg.rank() + 1));
-    if (!on_host) copy(t, host);
+    if (staged) copy(t, host);
     pg.allreduce(t, dist::ReduceOp::Sum)->wait();
     drain();
-    if (!on_host) copy(host, t);
+    if (staged) copy(host, t);
     T want = T(pg.size() * (pg.size() + 1) / 2);
     for (int64_t i = 0; i < t.numel(); i++)
       NANODDP_CHECK(p[i] == want, "allreduce of {} elements gave {} at element {} instead of {}: the backend is broken",
@@ -175,6 +174,7 @@ void run_allreduce_bench(const AllreduceBenchOptions& o, const dist::DistOptions
   // One buffer of the largest size, allocated once; each size uses its prefix.
   const int64_t max_count = o.max_bytes / int64_t(dtype_size(dtype));
   Tensor buffer = Tensor::zeros({max_count}, dtype, device);
+  const Tensor host_buffer = device.is_cpu() ? buffer : Tensor::empty({max_count}, dtype);  // for the checks
 
   log::print0("# bench_allreduce: backend {} on {}, {} rank(s), {} sum, {} iterations x best of {} rounds",
               ctx->backend, device.str(), n, o.dtype, o.iters, o.rounds);
@@ -198,7 +198,7 @@ void run_allreduce_bench(const AllreduceBenchOptions& o, const dist::DistOptions
       time_round(pg, o.iters, ours, drain, best);
       if (raw) time_round(pg, o.iters, library, drain, best_raw);
     }
-    check_result(pg, t, drain);
+    check_result(pg, t, host_buffer.region(0, {count}), drain);
     const double size = double(t.nbytes());
     const double algbw = size / best.wall / 1e9, busbw = algbw * bus_factor;
     if (raw) {

@@ -6,7 +6,8 @@ micro-step per optimizer step). Prints one JSON line with the same keys.
 Model (shared/ANCHORS.md §1): wte -> RMSNorm -> blocks -> RMSNorm -> lm_head; attention with
 separate q/k/v, half-split rotary (bf16 tables), QK RMSNorm, causal F.scaled_dot_product_attention
 restricted to one backend (--sdpa flash: FlashAttention-2, the default; --sdpa cudnn: cuDNN's fused
-attention; gpu_bench.sh runs both and keeps the faster); MLP relu^2; logits soft-capped at 15, cross-entropy in f32.
+attention; gpu_bench.sh runs both and keeps the faster); MLP relu^2; logits soft-capped at 15,
+cross-entropy in f32.
 Training: torch.compile, bf16 autocast over f32 master weights (wte itself in bf16, as nanochat), AdamW (fused) for wte and
 lm_head, Muon (Nesterov momentum, bf16 Newton-Schulz, compiled) for the block matrices.
 """

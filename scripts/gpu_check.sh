@@ -43,7 +43,7 @@ for a in "$@"; do
   case $a in
     --dry-run) dry=1 ;;
     B | C) want+=("$a") ;;
-    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
     *) want+=("$a") ;;  # a stage name: run that stage (with configure and build), passed or not
   esac
 done
@@ -63,16 +63,12 @@ left=()    # stages this call did not get to
 failed=()  # stages that ran and failed in this call
 skipped=() # stages this kind of run cannot do (a dry run's GPU stages)
 
-# selected NAME PART: whether this call asked for the stage (by its part or by name).
-selected() {
-  local w
-  for w in "${want[@]}"; do [[ $w == "$1" || $w == "$2" ]] && return 0; done
-  return 1
-}
-
-named() {  # named NAME: the stage was asked for by its own name (then it runs even if it passed)
-  local w
-  for w in "${want[@]}"; do [[ $w == "$1" ]] && return 0; done
+# asked WORD...: whether this call's arguments hold one of the words (a part, B or C, or a stage name).
+asked() {
+  local w a
+  for w in "${want[@]}"; do
+    for a in "$@"; do [[ $w == "$a" ]] && return 0; done
+  done
   return 1
 }
 
@@ -83,13 +79,14 @@ record() {  # record NAME TEXT: one summary line, kept in the build folder and c
 
 # stage NAME PART NEED MAX CMD...: runs CMD (a program or a function of this script) with its
 # output in $logs/NAME.log and this call's gpu-check.log, cut after MAX seconds or at the budget.
-# Not started when it passed in an earlier call (unless asked for by name; PART "always": run every
-# call), when fewer than NEED seconds are left, or when this call did not ask for it. Returns CMD's status (0 if skipped).
+# Not started when this call did not ask for it (PART "always": every call), when it passed in an
+# earlier call (unless asked for by name), or when fewer than NEED seconds are left. Returns CMD's
+# status (0 if not started).
 stage() {
   local name=$1 part=$2 need=$3 max=$4
   shift 4
-  [[ $part == always ]] || selected "$part" "$name" || return 0
-  if [[ $part != always ]] && ! named "$name" && grep -qx "$name" "$passed"; then
+  [[ $part == always ]] || asked "$part" "$name" || return 0
+  if [[ $part != always ]] && ! asked "$name" && grep -qx "$name" "$passed"; then
     record "$name" "passed in an earlier call"
     return 0
   fi
@@ -125,7 +122,7 @@ stage() {
 }
 
 skip() {  # skip NAME PART WHY: a stage this kind of run cannot do
-  selected "$2" "$1" || return 0
+  asked "$2" "$1" || return 0
   record "$1" "skipped: $3"
   skipped+=("$1")
 }
@@ -204,8 +201,7 @@ data=.gpu/data
 common=(--data "$data" --device "$device" --depth 4 --max_seq_len 256 --device_batch_size 8
         --total_batch_size 4096 --num_iterations 40 --eval_every 20 --eval_tokens 16384 --save_every 20)
 # A run folder left by a cut or failed stage would be resumed, or refused, by the next try.
-fresh() { rm -rf "$1"; }
-fresh_unless_passed() { grep -qx "$1" "$passed" || fresh "$work/$2"; }
+fresh_unless_passed() { grep -qx "$1" "$passed" || rm -rf "${work:?}/$2"; }
 fresh_unless_passed train_cuda straight
 stage train_cuda B 15 180 "$bin" train "${common[@]}" --out "$work/straight"
 fresh_unless_passed train_cuda_stop resumed
