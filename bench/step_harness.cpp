@@ -1,5 +1,7 @@
 #include "step_harness.h"
 
+#include <fmt/format.h>
+
 #include "core/rng.h"
 #include "core/timer.h"
 #include "ops/backend.h"
@@ -53,6 +55,18 @@ double StepBench::step(double* exposed) {
   }
   optimizer_->step(1.0, muon_momentum_);
   return loss;
+}
+
+void print_breakdown(std::FILE* f, const std::map<std::string, ops::OpStats>& stats, int steps, double seconds) {
+  double sum = 0;
+  for (const auto& [name, st] : stats) {
+    sum += st.seconds;
+    fmt::print(f, "    {:<22} {:>8.2f} ms/step {:>5.1f}%  {:>6} calls/step{}\n", name, 1e3 * st.seconds / steps,
+               100 * st.seconds / seconds, st.calls / steps,
+               st.flops > 0 ? fmt::format("  {:.1f} GFLOP/s", st.flops / st.seconds / 1e9) : "");
+  }
+  fmt::print(f, "    {:<22} {:>8.2f} ms/step {:>5.1f}%  of a {:.2f} ms step\n", "all ops", 1e3 * sum / steps,
+             100 * sum / seconds, 1e3 * seconds / steps);
 }
 
 }  // namespace nanoddp::bench

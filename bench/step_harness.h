@@ -5,6 +5,8 @@
 // and its baseline.
 #pragma once
 
+#include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -12,6 +14,7 @@
 #include "ddp/optimizer.h"
 #include "ddp/reducer.h"
 #include "model/gpt.h"
+#include "ops/profile.h"
 
 namespace nanoddp::bench {
 
@@ -56,5 +59,10 @@ class StepBench {
   double muon_momentum_;
   double loss_scale_;  // fp16: GradScaler's initial 2^16, halved on an overflow; else 1
 };
+
+// Prints an op profile (ops/profile.h) of `steps` steps that took `seconds` in all: each op's
+// time per step, share of the step, calls per step and (GEMMs) FLOP rate, then the ops' sum; the
+// rest of the step went to what is not an op (ops/profile.h).
+void print_breakdown(std::FILE* f, const std::map<std::string, ops::OpStats>& stats, int steps, double seconds);
 
 }  // namespace nanoddp::bench

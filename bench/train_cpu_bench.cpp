@@ -69,12 +69,7 @@ Result run_nanoddp(const Args& a, DType act) {
   const double dt = sw.seconds();
   ops::set_profiling(false);
   auto stats = ops::profile_snapshot();
-  if (a.breakdown) {
-    for (auto& [name, st] : stats)
-      fmt::print("    {:<22} {:>8.2f} ms/step {:>5.1f}%  {:>6} calls/step{}\n", name, 1e3 * st.seconds / a.steps,
-                 100 * st.seconds / dt, st.calls / a.steps,
-                 st.flops > 0 ? fmt::format("  {:.1f} GFLOP/s", st.flops / st.seconds / 1e9) : "");
-  }
+  if (a.breakdown) bench::print_breakdown(stdout, stats, a.steps, dt);
   Result r;
   r.tokens_per_s = double(a.batch) * a.seq * a.steps / dt;
   r.matmul_share = stats["matmul"].seconds / dt;

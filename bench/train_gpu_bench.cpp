@@ -3,7 +3,9 @@
 // same process, the bf16 GEMM rate of this GPU through cuBLASLt (the MFU denominator), then
 // prints one JSON line: tokens/s, MFU, peak device memory and memory per token. bench/gpu_bench.sh
 // runs it next to bench/torch_gpu_bench.py (PyTorch) on the same GPU.
-//   build/bench/bench_train_gpu --depth 20 --seq 2048 --batch 16
+// With --breakdown N it then profiles N more steps (ops/profile.h: each op's device time between
+// CUDA events) and prints the table to stderr; the timed steps above run without the markers.
+//   build/bench/bench_train_gpu --depth 20 --seq 2048 --batch 16 [--breakdown 3]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -15,6 +17,7 @@
 #include "core/timer.h"
 #include "ops/backend.h"
 #include "ops/ops.h"
+#include "ops/profile.h"
 #include "step_harness.h"
 
 namespace {
@@ -24,6 +27,7 @@ using namespace nanoddp;
 struct Args {
   int depth = 20, seq = 2048, batch = 16, steps = 10, warmup = 3, vocab = 65536;
   int gemm_n = 8192;
+  int breakdown = 0;
 };
 
 // The best of several bf16 GEMMs [n, n] x [n, n]^T -> bf16 (f32 accumulation), as the model's
@@ -61,6 +65,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", a.warmup, "Untimed steps first");
   app.add_option("--vocab", a.vocab);
   app.add_option("--gemm_n", a.gemm_n, "Size of the square GEMM that measures the peak");
+  app.add_option("--breakdown", a.breakdown, "Then profile this many steps: each op's device time (stderr)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     NANODDP_CHECK(cuda_device_count() > 0, "no GPU visible: this benchmark needs one");
@@ -87,6 +93,18 @@ int main(int argc, char** argv) {
     for (int i = 0; i < a.steps; i++) step();
     be.synchronize();
     const double dt = sw.seconds();
+    if (a.breakdown > 0) {
+      ops::reset_profile();
+      ops::set_profiling(true);
+      Stopwatch psw;
+      for (int i = 0; i < a.breakdown; i++) step();
+      be.synchronize();
+      const double pdt = psw.seconds();
+      ops::set_profiling(false);
+      fmt::print(stderr, "op breakdown, depth {} seq {} batch {}, {} profiled steps:\n", a.depth, a.seq, a.batch,
+                 a.breakdown);
+      bench::print_breakdown(stderr, ops::profile_snapshot(), a.breakdown, pdt);
+    }
     const double tokens_per_s = double(a.batch) * a.seq * a.steps / dt;
     const double flops_per_token = config.flops_per_token(a.seq);
     const AllocatorStats mem = allocator_for(dev).stats();

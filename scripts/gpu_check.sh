@@ -12,7 +12,11 @@
 #      `nanoddp run --nproc_per_node 1`, and sample;
 #   C  speed: the NCCL allreduce table at world size 1 (bench_allreduce --device cuda), then
 #      bench/gpu_bench.sh at depth 12 and at depth 20 (nanoddp against PyTorch, FlashAttention-2
-#      and cuDNN attention), and their table.
+#      and cuDNN attention), and their table;
+#   D  profile: bench_train_gpu --breakdown at depth 20 (each op's device time per step from CUDA
+#      events; Nsight Systems does not run on the device machines), then Nsight Compute's
+#      speed-of-light, occupancy, launch and memory sections for one launch of each hand-written
+#      kernel that a depth-20 step spends time in.
 # A call starts no stage its remaining budget (GPU_CHECK_SECONDS, default 540) cannot hold and cuts
 # a stage that runs past it, so it always ends with its summary. Stages that passed are recorded in
 # the build folder: the same command again, on a machine still warm, goes on from the first stage
@@ -21,10 +25,10 @@
 # every call on this build), gpu-check.log (this call's stage output, in order), bench.jsonl (the
 # speed results). The last line says what is left.
 #   here:        bash scripts/gpu_deps.sh
-#   on the GPU:  bash scripts/gpu_check.sh [B] [C] [STAGE...]   (default: B C; carry .gpu)
+#   on the GPU:  bash scripts/gpu_check.sh [B] [C] [D] [STAGE...]   (default: B C D; carry .gpu)
 #                GPU_CHECK_FRESH=1 forgets the stages that passed (after a fix, say).
 #   here, to check this script without a GPU: bash scripts/gpu_check.sh --dry-run
-#                (the training stages on --device cpu; sanitizers, NCCL and speed skipped), with
+#                (the training stages on --device cpu; sanitizers, NCCL, speed, profile skipped), with
 #                GPU_CHECK_CMAKE_ARGS="-DCMAKE_IGNORE_PREFIX_PATH=/usr;/" to hide Debian's packages
 #                as the GPU machine lacks them
 set -uo pipefail
@@ -42,12 +46,12 @@ want=()
 for a in "$@"; do
   case $a in
     --dry-run) dry=1 ;;
-    B | C) want+=("$a") ;;
+    B | C | D) want+=("$a") ;;
     -h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
     *) want+=("$a") ;;  # a stage name: run that stage (with configure and build), passed or not
   esac
 done
-[ ${#want[@]} -eq 0 ] && want=(B C)
+[ ${#want[@]} -eq 0 ] && want=(B C D)
 device=cuda
 ((dry)) && device=cpu
 
@@ -63,7 +67,7 @@ left=()    # stages this call did not get to
 failed=()  # stages that ran and failed in this call
 skipped=() # stages this kind of run cannot do (a dry run's GPU stages)
 
-# asked WORD...: whether this call's arguments hold one of the words (a part, B or C, or a stage name).
+# asked WORD...: whether this call's arguments hold one of the words (a part, B, C or D, or a stage name).
 asked() {
   local w a
   for w in "${want[@]}"; do
@@ -239,6 +243,32 @@ else
     cat "${files[@]}" > "$logs/bench.jsonl"
     python3 bench/gpu_bench_table.py "$logs/bench.jsonl" | tee -a "$log_all" >&2
   fi
+fi
+
+# ncu_kernels BENCH: Nsight Compute on one launch of each hand-written kernel of a depth-20 step of
+# BENCH (bench_train_gpu), after its first 25 launches (past the warm-up step's 20 layers). One
+# program run per kernel, each with a small GEMM-peak probe so that it starts quickly.
+ncu_kernels() {
+  local bench=$1 ncu rc=0 k
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | tail -n1)
+  [ -n "$ncu" ] || { echo "ncu not found (on PATH or in /opt/nvidia/nsight-compute)"; return 1; }
+  for k in flash_forward_kernel flash_dkdv_kernel flash_dq_kernel softcap_ce_kernel rmsnorm_forward_kernel \
+    rmsnorm_backward_kernel; do
+    echo "===== ncu: $k"
+    "$ncu" --clock-control none -k "regex:$k" --launch-skip 25 -c 1 --section SpeedOfLight --section Occupancy \
+      --section LaunchStats --section MemoryWorkloadAnalysis \
+      "$bench" --depth 20 --seq 2048 --batch 16 --steps 1 --warmup 1 --gemm_n 1024 || rc=1
+  done
+  return $rc
+}
+
+if ((dry)); then
+  skip profile_d20 D "dry run (needs a GPU)"
+  skip ncu_kernels D "dry run (needs a GPU)"
+else
+  stage profile_d20 D 60 300 "$build/bench/bench_train_gpu" --depth 20 --seq 2048 --batch 16 --steps 3 --warmup 2 \
+    --breakdown 3
+  stage ncu_kernels D 90 420 ncu_kernels "$build/bench/bench_train_gpu"
 fi
 
 finish

@@ -17,6 +17,16 @@ class Backend {
 
   // Blocks the host until all work queued on this backend's device has finished (a no-op on CPU).
   virtual void synchronize() = 0;
+
+  // Op timing on the device's own clock, for ops/profile.h, where ops run asynchronously (CUDA):
+  // record_marker() queues a marker behind the work queued so far and returns its number;
+  // marker_seconds(a, b) waits until marker b has passed and returns the device time from a to b;
+  // reset_markers() lets the numbers be reused once every marker has been read. A backend whose
+  // ops have finished when they return (the CPU) keeps these defaults: -1, and the profiler times
+  // on the host.
+  virtual int record_marker() { return -1; }
+  virtual double marker_seconds(int /*from*/, int /*to*/) { return 0; }
+  virtual void reset_markers() {}
 };
 
 // Inside a backend class: `NANODDP_OPS(NANODDP_OP_OVERRIDE)` declares every op as an override.

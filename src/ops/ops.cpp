@@ -46,31 +46,31 @@ void matmul(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, b
   NANODDP_ASSERT(a.dtype() == b.dtype() && is_float(a.dtype()) && is_float(out.dtype()));
   same_device(out, a);
   same_device(out, b);
-  OpTimer timer("matmul", 2.0 * m * n * k);
+  OpTimer timer("matmul", out.device(), 2.0 * m * n * k);
   backend(out.device()).matmul(out, a, trans_a, b, trans_b, alpha, beta);
 }
 
 void fill(const Tensor& x, float value) {
-  OpTimer timer("fill");
+  OpTimer timer("fill", x.device());
   backend(x.device()).fill(x, value);
 }
 
 void scale(const Tensor& x, float s) {
-  OpTimer timer("scale");
+  OpTimer timer("scale", x.device());
   backend(x.device()).scale(x, s);
 }
 
 void axpy(const Tensor& y, const Tensor& x, float alpha) {
   NANODDP_ASSERT(y.numel() == x.numel() && y.dtype() == x.dtype());
   same_device(y, x);
-  OpTimer timer("axpy");
+  OpTimer timer("axpy", y.device());
   backend(y.device()).axpy(y, x, alpha);
 }
 
 void cast(const Tensor& dst, const Tensor& src) {
   NANODDP_ASSERT(dst.numel() == src.numel() && is_float(dst.dtype()) && is_float(src.dtype()));
   same_device(dst, src);
-  OpTimer timer("cast");
+  OpTimer timer("cast", dst.device());
   backend(dst.device()).cast(dst, src);
 }
 
@@ -78,7 +78,7 @@ void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids
   NANODDP_ASSERT(table.ndim() == 2 && ids.dtype() == DType::I32 && out.numel() == ids.numel() * table.dim(1));
   same_device(out, table);
   same_device(out, ids);
-  OpTimer timer("embedding_forward");
+  OpTimer timer("embedding_forward", out.device());
   backend(out.device()).embedding_forward(out, table, ids);
 }
 
@@ -86,14 +86,14 @@ void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& 
   NANODDP_ASSERT(dtable.ndim() == 2 && ids.dtype() == DType::I32 && dout.numel() == ids.numel() * dtable.dim(1));
   same_device(dtable, dout);
   same_device(dtable, ids);
-  OpTimer timer("embedding_backward");
+  OpTimer timer("embedding_backward", dtable.device());
   backend(dtable.device()).embedding_backward(dtable, dout, ids);
 }
 
 void rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, float eps) {
   same_shape(y, x);
   is_f32(rstd, x.numel() / x.dim(-1));
-  OpTimer timer("rmsnorm_forward");
+  OpTimer timer("rmsnorm_forward", x.device());
   backend(x.device()).rmsnorm_forward(y, rstd, x, eps);
 }
 
@@ -101,7 +101,7 @@ void rmsnorm_backward(const Tensor& dx, const Tensor& dy, const Tensor& y, const
   same_shape(dx, dy);
   same_shape(dy, y);
   is_f32(rstd, y.numel() / y.dim(-1));
-  OpTimer timer("rmsnorm_backward");
+  OpTimer timer("rmsnorm_backward", dx.device());
   backend(dx.device()).rmsnorm_backward(dx, dy, y, rstd, accumulate);
 }
 
@@ -112,7 +112,7 @@ void rotary(const Tensor& y, const Tensor& x, const Tensor& cos, const Tensor& s
   NANODDP_ASSERT(cos.ndim() == 2 && cos.dim(1) == x.dim(3) / 2 && cos.shape() == sin.shape());
   NANODDP_ASSERT(pos0 >= 0 && pos0 + x.dim(1) <= cos.dim(0), "positions {}..{} beyond the {}-row rotary table",
                  pos0, pos0 + x.dim(1), cos.dim(0));
-  OpTimer timer("rotary");
+  OpTimer timer("rotary", x.device());
   backend(x.device()).rotary(y, x, cos, sin, pos0, inverse);
 }
 
@@ -125,7 +125,7 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
   NANODDP_ASSERT(kv_len >= q.dim(1) && kv_len <= k.dim(1), "kv_len {} with {} queries and {} cached positions",
                  kv_len, q.dim(1), k.dim(1));
   is_f32(lse, q.dim(0) * q.dim(2) * q.dim(1));
-  OpTimer timer("attention_forward");
+  OpTimer timer("attention_forward", q.device());
   backend(q.device()).attention_forward(out, lse, q, k, v, kv_len, scale);
 }
 
@@ -138,20 +138,20 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   same_shape(out, q);
   NANODDP_ASSERT(q.dim(1) == k.dim(1), "attention_backward is for training (Tq == Tk)");
   is_f32(lse, q.dim(0) * q.dim(2) * q.dim(1));
-  OpTimer timer("attention_backward");
+  OpTimer timer("attention_backward", q.device());
   backend(q.device()).attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale);
 }
 
 void relu2_forward(const Tensor& y, const Tensor& x) {
   same_shape(y, x);
-  OpTimer timer("relu2_forward");
+  OpTimer timer("relu2_forward", x.device());
   backend(x.device()).relu2_forward(y, x);
 }
 
 void relu2_backward(const Tensor& dx, const Tensor& dy, const Tensor& x) {
   same_shape(dx, dy);
   same_shape(dy, x);
-  OpTimer timer("relu2_backward");
+  OpTimer timer("relu2_backward", x.device());
   backend(x.device()).relu2_backward(dx, dy, x);
 }
 
@@ -162,7 +162,7 @@ void softcap_cross_entropy(const Tensor& losses, const Tensor& logits, const Ten
   is_f32(losses, logits.dim(0));
   same_device(logits, targets);
   same_device(logits, losses);
-  OpTimer timer("softcap_cross_entropy");
+  OpTimer timer("softcap_cross_entropy", logits.device());
   backend(logits.device()).softcap_cross_entropy(losses, logits, targets, vocab, softcap, grad_scale);
 }
 
@@ -172,7 +172,7 @@ void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tenso
   is_f32(m, p.numel());
   is_f32(v, p.numel());
   NANODDP_ASSERT(s.step >= 1);
-  OpTimer timer("adamw_update");
+  OpTimer timer("adamw_update", p.device());
   backend(p.device()).adamw_update(p, g, m, v, s);
 }
 
@@ -180,20 +180,20 @@ void sum_squares(const Tensor& out, const Tensor& x) {
   is_f32(x, x.numel());
   is_f32(out, 1);
   NANODDP_ASSERT(out.device() == x.device(), "sum_squares: out and x on different devices");
-  OpTimer timer("sum_squares");
+  OpTimer timer("sum_squares", x.device());
   backend(x.device()).sum_squares(out, x);
 }
 
 void muon_momentum(const Tensor& g, const Tensor& buf, float momentum) {
   is_f32(g, g.numel());
   is_f32(buf, g.numel());
-  OpTimer timer("muon_momentum");
+  OpTimer timer("muon_momentum", g.device());
   backend(g.device()).muon_momentum(g, buf, momentum);
 }
 
 void newton_schulz(const Tensor& x, int steps, bool bf16) {
   NANODDP_ASSERT(x.ndim() == 2 && x.dtype() == DType::F32 && steps >= 0);
-  OpTimer timer("newton_schulz");
+  OpTimer timer("newton_schulz", x.device());
   backend(x.device()).newton_schulz(x, steps, bf16);
 }
 

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <mutex>
+#include <vector>
 
 #include "core/timer.h"
 #include "ops/backend.h"
@@ -13,35 +15,97 @@
 namespace nanoddp::ops {
 
 namespace {
+
 std::atomic<bool> g_on{false};
-std::mutex g_mu;
+std::mutex g_mu;  // guards everything below, and the backends' markers
 std::map<std::string, OpStats> g_stats;
+
+// A device-timed op whose markers have not been read yet.
+struct Pending {
+  const char* name;
+  double flops;
+  Backend* backend;
+  int from, to;
+};
+std::vector<Pending> g_pending;
+int g_open = 0;  // device-timed ops between their two markers: no marker may be reused meanwhile
+// Pending ops are read back at once when this many have gathered: a host wait every few steps
+// keeps the number of CUDA events bounded (estimated from the CPU's op counts: a depth-20 step
+// queues some 1,500 ops).
+constexpr size_t kSettleEvery = 16384;
+
+void add(const char* name, double seconds, double flops) {
+  OpStats& s = g_stats[name];
+  s.seconds += seconds;
+  s.flops += flops;
+  s.calls++;
+}
+
+void drop_pending() {
+  for (const Pending& p : g_pending) p.backend->reset_markers();
+  g_pending.clear();
+}
+
+// Reads every pending op's device time (waiting for the device) and frees the markers for reuse.
+// With g_mu held and no op open.
+void settle() {
+  for (const Pending& p : g_pending) add(p.name, p.backend->marker_seconds(p.from, p.to), p.flops);
+  drop_pending();
+}
+
 }  // namespace
 
 void set_profiling(bool on) { g_on.store(on, std::memory_order_relaxed); }
 
 void reset_profile() {
   std::lock_guard lock(g_mu);
+  if (g_open == 0) drop_pending();
   g_stats.clear();
 }
 
 std::map<std::string, OpStats> profile_snapshot() {
   std::lock_guard lock(g_mu);
+  if (g_open == 0) settle();
   return g_stats;
 }
 
-OpTimer::OpTimer(const char* name, double flops) : name_(name), flops_(flops) {
-  if (g_on.load(std::memory_order_relaxed)) start_ = now_seconds();
+OpTimer::OpTimer(const char* name, Device device, double flops) : name_(name), flops_(flops) {
+  if (!g_on.load(std::memory_order_relaxed)) return;
+  exceptions_ = std::uncaught_exceptions();
+  if (!device.is_cpu()) {
+    Backend& b = backend(device);
+    std::lock_guard lock(g_mu);
+    marker_ = b.record_marker();
+    if (marker_ >= 0) {
+      backend_ = &b;
+      g_open++;
+      return;
+    }
+  }
+  start_ = now_seconds();
 }
 
 OpTimer::~OpTimer() {
-  if (start_ < 0) return;
-  const double dt = now_seconds() - start_;
+  const bool failed = std::uncaught_exceptions() > exceptions_;
+  if (start_ >= 0) {
+    if (failed) return;
+    const double dt = now_seconds() - start_;
+    std::lock_guard lock(g_mu);
+    add(name_, dt, flops_);
+    return;
+  }
+  if (backend_ == nullptr) return;
   std::lock_guard lock(g_mu);
-  OpStats& s = g_stats[name_];
-  s.seconds += dt;
-  s.flops += flops_;
-  s.calls++;
+  g_open--;
+  try {
+    if (!failed) g_pending.push_back({name_, flops_, backend_, marker_, backend_->record_marker()});
+    if (g_open == 0 && g_pending.size() >= kSettleEvery) settle();
+  } catch (const std::exception&) {
+    // The device failed; the op's own error surfaces at the next op or synchronize. A destructor
+    // must not throw, so the profile stops here instead.
+    g_on.store(false, std::memory_order_relaxed);
+    drop_pending();
+  }
 }
 
 PeakFlops peak_flops(Device device) {

@@ -1,6 +1,13 @@
-// Opt-in timing of every op call, for benchmarks: wall time, calls and (for GEMMs) FLOPs per op
-// name. Off by default; when off an op pays one relaxed atomic load. Timing is synchronous: it
-// measures the CPU backend exactly, and on CUDA only the launch (use CUDA events there).
+// Opt-in timing of every op call, for benchmarks: time, calls and (for GEMMs) FLOPs per op name.
+// Off by default; when off an op pays one relaxed atomic load. On the CPU an op's time is the host's
+// wall time around it (the CPU backend finishes an op before returning). On a GPU it is the device
+// time between two markers (CUDA events) queued on the compute stream before and after the op's
+// launches: the kernels' run time, plus the device's wait for those launches where the host falls
+// behind; the step's time outside every op went to what is not an op (waits for collectives, host
+// synchronisations, the host's own work between ops). The Nsight Systems
+// timeline is not available on the GPU machines this project is tested on, so this is the profile
+// there (bench_train_gpu --breakdown). Device markers are read back in batches (a host wait every
+// 16,384 ops, and in profile_snapshot): profile steps apart from the steps you time.
 #pragma once
 
 #include <map>
@@ -32,16 +39,22 @@ struct PeakFlops {
 };
 PeakFlops peak_flops(Device device);
 
-// RAII timer used by ops.cpp.
+// RAII timer used by ops.cpp around one op on `device`. An op that throws is not counted.
+class Backend;
 class OpTimer {
  public:
-  OpTimer(const char* name, double flops = 0);
+  OpTimer(const char* name, Device device, double flops = 0);
   ~OpTimer();
+  OpTimer(const OpTimer&) = delete;
+  OpTimer& operator=(const OpTimer&) = delete;
 
  private:
   const char* name_;
   double flops_;
-  double start_ = -1;
+  double start_ = -1;          // host timing: the start time; -1 when not timing on the host
+  Backend* backend_ = nullptr;  // device timing: the backend whose marker `marker_` opened the op
+  int marker_ = -1;
+  int exceptions_ = 0;          // std::uncaught_exceptions() at the start
 };
 
 }  // namespace nanoddp::ops

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "core/cuda_util.h"
 #include "core/log.h"
@@ -65,6 +66,30 @@ class CudaBackend final : public Backend {
     raise_kernel_error();
   }
 
+  // Markers for ops/profile.h: a pool of CUDA events, created as needed and reused after
+  // reset_markers (the profiler holds its lock around all three calls).
+  int record_marker() override {
+    cuda::set_device(device_);
+    if (next_marker_ == markers_.size()) {
+      cudaEvent_t e = nullptr;
+      NANODDP_CUDA_CHECK(cudaEventCreate(&e));
+      markers_.push_back(e);
+    }
+    NANODDP_CUDA_CHECK(cudaEventRecord(markers_[next_marker_], stream_));
+    return static_cast<int>(next_marker_++);
+  }
+
+  double marker_seconds(int from, int to) override {
+    cuda::set_device(device_);
+    NANODDP_CUDA_CHECK(cudaEventSynchronize(markers_.at(static_cast<size_t>(to))));
+    float ms = 0;
+    NANODDP_CUDA_CHECK(cudaEventElapsedTime(&ms, markers_.at(static_cast<size_t>(from)),
+                                            markers_.at(static_cast<size_t>(to))));
+    return 1e-3 * ms;
+  }
+
+  void reset_markers() override { next_marker_ = 0; }
+
  private:
   // The reference kernels are several times slower than the flash kernels; falling back to them
   // for bf16 or f16 (a head_dim below 64, above 128 or not a multiple of 8, odd alignment) is
@@ -109,6 +134,8 @@ class CudaBackend final : public Backend {
   Tensor claim_;                        // i32 [1] on the device
   cuda::ErrorSink sink_{};               // what kernels get: the record's device address and claim_
   std::atomic<bool> warned_slow_attention_{false};
+  std::vector<cudaEvent_t> markers_;  // never destroyed, like the backend itself
+  size_t next_marker_ = 0;
 };
 
 void CudaBackend::matmul(const Tensor& out, const Tensor& a, bool ta, const Tensor& b, bool tb, float alpha, float beta) {

@@ -7,8 +7,11 @@
 // run twice and compared bit for bit.
 #include <cmath>
 
+#include "core/timer.h"
 #include "cuda_test_util.h"
 #include "kernel_test_util.h"
+#include "ops/backend.h"
+#include "ops/profile.h"
 
 namespace nanoddp {
 namespace {
@@ -421,6 +424,37 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaNewtonSchulz,
                                            std::pair<int64_t, int64_t>{64, 24},
                                            std::pair<int64_t, int64_t>{256, 768},
                                            std::pair<int64_t, int64_t>{768, 256}));
+
+// ---- the op profiler's device timing (ops/profile.h) ---------------------------------------------
+// An op's time is the device time between CUDA events around it: a large GEMM's is close to the
+// host's wall time around it with synchronisations on both sides (it dominates that interval), and
+// never above it. Enough small ops to pass the profiler's read-back threshold (16,384 pending ops)
+// are all counted, each with a positive time.
+TEST(CudaOpProfile, TimesDeviceWorkBetweenEvents) {
+  NANODDP_REQUIRE_GPU();
+  const int64_t n = 4096;
+  Tensor a = to_gpu(randn({n, n}, 7), DType::BF16), c = Tensor::empty({n, n}, DType::BF16, testing::gpu());
+  ops::Backend& be = ops::backend(testing::gpu());
+  ops::matmul(c, a, false, a, true);  // warm-up: cuBLASLt's plan and workspace
+  be.synchronize();
+  ops::reset_profile();
+  ops::set_profiling(true);
+  Stopwatch sw;
+  for (int i = 0; i < 4; i++) ops::matmul(c, a, false, a, true);
+  be.synchronize();
+  const double wall = sw.seconds();
+  Tensor x = Tensor::zeros({1024}, DType::F32, testing::gpu());
+  const int small = 20000;
+  for (int i = 0; i < small; i++) ops::scale(x, 1.f);
+  ops::set_profiling(false);
+  auto stats = ops::profile_snapshot();
+  EXPECT_EQ(stats["matmul"].calls, 4);
+  EXPECT_GT(stats["matmul"].seconds, 0.5 * wall) << "the GEMMs are most of the interval; wall " << wall;
+  EXPECT_LE(stats["matmul"].seconds, wall) << "device time between the events cannot exceed the host's";
+  EXPECT_EQ(stats["scale"].calls, small);
+  EXPECT_GT(stats["scale"].seconds, 0);
+  ops::reset_profile();
+}
 
 INSTANTIATE_TEST_SUITE_P(ActDTypes, DTypes, ::testing::Values(DType::F32, DType::BF16, DType::F16), dtype_name_of);
 
