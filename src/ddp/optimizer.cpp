@@ -61,6 +61,15 @@ Optimizer::Optimizer(model::ParameterSet& model, Reducer& reducer, const Optimiz
                        Tensor::zeros({z - a}, DType::F32, dev)});
     }
   }
+  for (size_t i = 0; i < muon_.size(); i++) {
+    const Shape& shape = params[muon_[i].param].data.shape();
+    auto same = [&](const std::vector<size_t>& g) { return params[muon_[g[0]].param].data.shape() == shape; };
+    auto it = std::find_if(muon_groups_.begin(), muon_groups_.end(), same);
+    if (it == muon_groups_.end())
+      muon_groups_.push_back({i});
+    else
+      it->push_back(i);
+  }
 }
 
 std::vector<Tensor> Optimizer::owned_gradients() {
@@ -103,12 +112,21 @@ void Optimizer::clip_gradients() {
 void Optimizer::step(double lr_multiplier, double momentum) {
   auto& params = model_.parameters();
   if (cfg_.grad_clip > 0) clip_gradients();
-  for (MuonMatrix& mm : muon_) {
-    model::Parameter& p = params[mm.param];
-    ops::muon_momentum(p.grad, mm.momentum, static_cast<float>(momentum));  // grad <- Nesterov direction
-    ops::newton_schulz(p.grad, cfg_.ns_steps, cfg_.ns_bf16);
-    const double aspect = std::sqrt(std::max(1.0, double(p.data.dim(0)) / double(p.data.dim(1))));
-    ops::axpy(p.data, p.grad, static_cast<float>(-cfg_.matrix_lr * lr_multiplier * aspect));
+  // Muon, a group of same-shape matrices at a time; each matrix's arithmetic is its own, so the
+  // grouping changes no result.
+  for (const std::vector<size_t>& group : muon_groups_) {
+    std::vector<Tensor> directions;
+    for (size_t i : group) {
+      model::Parameter& p = params[muon_[i].param];
+      ops::muon_momentum(p.grad, muon_[i].momentum, static_cast<float>(momentum));  // grad <- Nesterov direction
+      directions.push_back(p.grad);
+    }
+    ops::newton_schulz(directions, cfg_.ns_steps, cfg_.ns_bf16);
+    for (size_t i : group) {
+      model::Parameter& p = params[muon_[i].param];
+      const double aspect = std::sqrt(std::max(1.0, double(p.data.dim(0)) / double(p.data.dim(1))));
+      ops::axpy(p.data, p.grad, static_cast<float>(-cfg_.matrix_lr * lr_multiplier * aspect));
+    }
   }
   adam_step_++;
   for (AdamPiece& a : adam_) {

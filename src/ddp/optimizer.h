@@ -84,6 +84,9 @@ class Optimizer {
   OptimizerConfig cfg_;
   std::vector<AdamPiece> adam_;
   std::vector<MuonMatrix> muon_;
+  // muon_'s indices grouped by the matrices' shape (in order of first appearance): Newton-Schulz
+  // takes a group at once, which a GPU runs as batches (ops::newton_schulz).
+  std::vector<std::vector<size_t>> muon_groups_;
   int64_t adam_step_ = 0;
 };
 

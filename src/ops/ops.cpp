@@ -191,10 +191,15 @@ void muon_momentum(const Tensor& g, const Tensor& buf, float momentum) {
   backend(g.device()).muon_momentum(g, buf, momentum);
 }
 
-void newton_schulz(const Tensor& x, int steps, bool bf16) {
-  NANODDP_ASSERT(x.ndim() == 2 && x.dtype() == DType::F32 && steps >= 0);
-  OpTimer timer("newton_schulz", x.device());
-  backend(x.device()).newton_schulz(x, steps, bf16);
+void newton_schulz(const std::vector<Tensor>& xs, int steps, bool bf16) {
+  NANODDP_ASSERT(steps >= 0);
+  if (xs.empty()) return;
+  for (const Tensor& x : xs) {
+    NANODDP_ASSERT(x.ndim() == 2 && x.dtype() == DType::F32, "newton_schulz takes f32 matrices");
+    same_shape(x, xs[0]);
+  }
+  OpTimer timer("newton_schulz", xs[0].device());
+  backend(xs[0].device()).newton_schulz(xs, steps, bf16);
 }
 
 }  // namespace nanoddp::ops

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -81,12 +82,14 @@ struct AdamWStep {
   /* ---- Muon's Nesterov momentum, in place: buf = lerp(buf, g, 1 - momentum); g = lerp(g, buf, momentum),  \
      with torch.lerp's rounding (a + w (b - a) for w < 0.5, else b - (b - a)(1 - w)). */                     \
   X(muon_momentum, (const Tensor& g, const Tensor& buf, float momentum))                                      \
-  /* ---- Newton-Schulz orthogonalisation of x [rows, cols] (f32 storage, in place): transpose if rows >    \
-     cols, x /= (||x||_F + 1e-7), `steps` times A = x x^T, B = b A + c A A, x = a x + B x with (a, b, c) =  \
-     (3.4445, -4.7750, 2.0315), transpose back. With bf16, every op's result is rounded to bf16 as          \
-     nanochat's bf16 tensors are (GEMMs accumulate in f32 and round once; scalars stay f32 as in PyTorch's  \
-     CUDA kernels); otherwise all arithmetic is f32. */                                                       \
-  X(newton_schulz, (const Tensor& x, int steps, bool bf16))
+  /* ---- Newton-Schulz orthogonalisation of each x [rows, cols] of xs (f32 storage, in place; every x of   \
+     one shape, on one device; each on its own): transpose if rows > cols, x /= (||x||_F + 1e-7), `steps`    \
+     times A = x x^T, B = b A + c A A, x = a x + B x with (a, b, c) = (3.4445, -4.7750, 2.0315), transpose   \
+     back. With bf16, every op's result is rounded to bf16 as nanochat's bf16 tensors are (GEMMs accumulate \
+     in f32 and round once; scalars stay f32 as in PyTorch's CUDA kernels); otherwise all arithmetic is     \
+     f32. Passing the matrices of a shape together lets a backend batch them (CUDA: each stage one launch  \
+     for many matrices; nanochat's mid-2026 Muon stacks its matrices by shape for the same reason). */      \
+  X(newton_schulz, (const std::vector<Tensor>& xs, int steps, bool bf16))
 
 #define NANODDP_OP_DECLARE(name, params) void name params;
 NANODDP_OPS(NANODDP_OP_DECLARE)
@@ -96,5 +99,8 @@ NANODDP_OPS(NANODDP_OP_DECLARE)
 inline void matmul(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b) {
   matmul(out, a, trans_a, b, trans_b, 1.f, 0.f);
 }
+
+// Newton-Schulz of one matrix.
+inline void newton_schulz(const Tensor& x, int steps, bool bf16) { newton_schulz(std::vector<Tensor>{x}, steps, bf16); }
 
 }  // namespace nanoddp::ops

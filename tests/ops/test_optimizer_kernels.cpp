@@ -162,6 +162,26 @@ TEST_P(NewtonSchulz, OneBf16StepRoundsEachOpOnce) {
   EXPECT_GE(equal, rows * cols * 99 / 100) << equal << " of " << rows * cols << " equal";
 }
 
+// Matrices passed together (as Muon passes each shape's matrices) come out exactly as each would on
+// its own, in both modes: each is normalised by its own norm, and nothing of one leaks into another.
+TEST_P(NewtonSchulz, ManyMatricesAtOnceEqualEachOnItsOwn) {
+  auto [rows, cols] = GetParam();
+  for (bool bf16 : {false, true}) {
+    std::vector<Tensor> together, alone;
+    for (uint64_t i = 0; i < 5; i++) {
+      Tensor x = randn({rows, cols}, 20 + i);
+      if (i == 3) ops::scale(x, 40.f);  // a different norm
+      together.push_back(x);
+      alone.push_back(x.copy_to(Device::cpu()));
+    }
+    ops::newton_schulz(together, 3, bf16);
+    for (size_t i = 0; i < alone.size(); i++) {
+      ops::newton_schulz(alone[i], 3, bf16);
+      EXPECT_EQ(vec(together[i]), vec(alone[i])) << "matrix " << i << ", bf16 " << bf16;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, NewtonSchulz,
                          ::testing::Values(std::pair<int64_t, int64_t>{32, 32}, std::pair<int64_t, int64_t>{16, 48},
                                            std::pair<int64_t, int64_t>{64, 24},

@@ -106,11 +106,13 @@ void newton_schulz_impl(float* px, int64_t rows, int64_t cols, int steps) {
 // nanochat runs Newton-Schulz on bf16 tensors. In bf16 mode each step rounds its result to bf16 as
 // the corresponding PyTorch bf16 op on CUDA would (GEMMs accumulate in f32 and round once, scalars
 // are f32), evaluating b * A + c * A @ A as (b A) + ((c A) A), the order Python gives it.
-void CpuBackend::newton_schulz(const Tensor& x, int steps, bool bf16) {
-  if (bf16)
-    newton_schulz_impl<nanoddp::bf16>(x.data<float>(), x.dim(0), x.dim(1), steps);
-  else
-    newton_schulz_impl<float>(x.data<float>(), x.dim(0), x.dim(1), steps);
+void CpuBackend::newton_schulz(const std::vector<Tensor>& xs, int steps, bool bf16) {
+  for (const Tensor& x : xs) {
+    if (bf16)
+      newton_schulz_impl<nanoddp::bf16>(x.data<float>(), x.dim(0), x.dim(1), steps);
+    else
+      newton_schulz_impl<float>(x.data<float>(), x.dim(0), x.dim(1), steps);
+  }
 }
 
 }  // namespace nanoddp::ops::cpu

@@ -2,6 +2,7 @@
 // stream (core/cuda_util.h). No op synchronises with the host; scratch buffers come from the
 // device's caching allocator, and since every op runs on the one compute stream, a scratch block
 // freed here is only reused by work queued after this op.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -271,32 +272,54 @@ void CudaBackend::muon_momentum(const Tensor& g, const Tensor& buf, float moment
   NANODDP_CUDA_CHECK(cuda::launch_muon_momentum(g.data<float>(), buf.data<float>(), g.numel(), momentum, s));
 }
 
-// Newton-Schulz (ops.h) in the storage type of its mode: X [m, n] (m <= n, x transposed when it
-// has more rows than columns), A, cA, B [m, m], BX [m, n]. GEMMs on cuBLASLt accumulate in f32
-// and round once into that type; the elementwise stages round as the CPU kernel does, so bf16
-// mode follows nanochat's bf16 tensor arithmetic step for step.
-void CudaBackend::newton_schulz(const Tensor& x, int steps, bool bf16) {
+// Newton-Schulz (ops.h) in the storage type of its mode: X [b, m, n] (m <= n, each x transposed
+// when it has more rows than columns), A, cA, B [b, m, m], BX [b, m, n], for a batch of b of the
+// matrices. GEMMs on cuBLASLt (strided batches) accumulate in f32 and round once into that type;
+// the elementwise stages round as the CPU kernel does, so bf16 mode follows nanochat's bf16 tensor
+// arithmetic step for step. A batch is one launch per stage, ~28 launches for 5 steps however many
+// matrices it holds: one matrix at a time, a depth-20 model's 120 Muon matrices cost ~3,400 small
+// launches per optimizer step, and a 1280 x 1280 GEMM fills fewer tiles than an H100 has
+// multiprocessors.
+void CudaBackend::newton_schulz(const std::vector<Tensor>& xs, int steps, bool bf16) {
   cudaStream_t s = begin();
   constexpr float a = 3.4445f, b = -4.7750f, c = 2.0315f;
-  const int64_t rows = x.dim(0), cols = x.dim(1);
+  // At most 2^25 elements of X per batch (64 MiB in bf16), so that a batch's scratch stays small
+  // beside the model's memory.
+  constexpr int64_t kMaxBatchElements = int64_t{1} << 25;
+  const int64_t rows = xs[0].dim(0), cols = xs[0].dim(1);
   const bool tr = rows > cols;
   const int64_t m = tr ? cols : rows, n = tr ? rows : cols;
+  const auto total = static_cast<int64_t>(xs.size());
+  const int64_t fit = std::max<int64_t>(1, kMaxBatchElements / std::max<int64_t>(1, m * n));
+  const int64_t per = std::min<int64_t>({cuda::kNsMaxBatch, fit, total});  // matrices per batch
   const DType t = bf16 ? DType::BF16 : DType::F32;
-  const Device dev = x.device();
-  Tensor X = Tensor::empty({m, n}, t, dev), A = Tensor::empty({m, m}, t, dev), cA = Tensor::empty({m, m}, t, dev);
-  Tensor B = Tensor::empty({m, m}, t, dev), BX = Tensor::empty({m, n}, t, dev);
-  Tensor norm = Tensor::empty({static_cast<int64_t>(cuda::ns_normalise_scratch_bytes())}, DType::U8, dev);
-  NANODDP_CUDA_CHECK(cuda::launch_ns_load(t, X.raw(), x.data<float>(), rows, cols, tr, s));
-  NANODDP_CUDA_CHECK(cuda::launch_ns_normalise(t, X.raw(), m * n, norm.raw(), s));
-  for (int i = 0; i < steps; i++) {
-    gemm_.run(s, m, m, n, 1.f, {X.raw(), t, n, false}, {X.raw(), t, n, true}, 0.f, A.raw(), t, m);  // A = X X^T
-    NANODDP_CUDA_CHECK(cuda::launch_ns_scale(t, cA.raw(), A.raw(), m * m, c, s));
-    gemm_.run(s, m, m, m, 1.f, {cA.raw(), t, m, false}, {A.raw(), t, m, false}, 0.f, B.raw(), t, m);  // (cA) A
-    NANODDP_CUDA_CHECK(cuda::launch_ns_combine(t, B.raw(), A.raw(), B.raw(), m * m, b, s));  // B = bA + (cA)A
-    gemm_.run(s, m, n, m, 1.f, {B.raw(), t, m, false}, {X.raw(), t, n, false}, 0.f, BX.raw(), t, n);  // B X
-    NANODDP_CUDA_CHECK(cuda::launch_ns_combine(t, X.raw(), X.raw(), BX.raw(), m * n, a, s));  // X = aX + BX
+  const Device dev = xs[0].device();
+  Tensor X = Tensor::empty({per, m, n}, t, dev), A = Tensor::empty({per, m, m}, t, dev);
+  Tensor cA = Tensor::empty({per, m, m}, t, dev), B = Tensor::empty({per, m, m}, t, dev);
+  Tensor BX = Tensor::empty({per, m, n}, t, dev);
+  Tensor norm = Tensor::empty({static_cast<int64_t>(cuda::ns_normalise_scratch_bytes(static_cast<int>(per)))},
+                              DType::U8, dev);
+  for (int64_t first = 0; first < total; first += per) {
+    const int64_t k = std::min(per, total - first);
+    cuda::NsMatrices ptrs{};
+    for (int64_t i = 0; i < k; i++) ptrs.p[i] = xs[static_cast<size_t>(first + i)].data<float>();
+    const int kb = static_cast<int>(k);
+    const cuda::GemmBatch mn_mn{k, m * n, m * n, m * m}, mm_mm{k, m * m, m * m, m * m}, mm_mn{k, m * m, m * n, m * n};
+    NANODDP_CUDA_CHECK(cuda::launch_ns_load(t, X.raw(), ptrs, kb, rows, cols, tr, s));
+    NANODDP_CUDA_CHECK(cuda::launch_ns_normalise(t, X.raw(), kb, m * n, norm.raw(), s));
+    for (int i = 0; i < steps; i++) {
+      // A = X X^T
+      gemm_.run(s, m, m, n, 1.f, {X.raw(), t, n, false}, {X.raw(), t, n, true}, 0.f, A.raw(), t, m, mn_mn);
+      NANODDP_CUDA_CHECK(cuda::launch_ns_scale(t, cA.raw(), A.raw(), k * m * m, c, s));
+      // B = (cA) A, then B = bA + B
+      gemm_.run(s, m, m, m, 1.f, {cA.raw(), t, m, false}, {A.raw(), t, m, false}, 0.f, B.raw(), t, m, mm_mm);
+      NANODDP_CUDA_CHECK(cuda::launch_ns_combine(t, B.raw(), A.raw(), B.raw(), k * m * m, b, s));
+      // X = aX + B X
+      gemm_.run(s, m, n, m, 1.f, {B.raw(), t, m, false}, {X.raw(), t, n, false}, 0.f, BX.raw(), t, n, mm_mn);
+      NANODDP_CUDA_CHECK(cuda::launch_ns_combine(t, X.raw(), X.raw(), BX.raw(), k * m * n, a, s));
+    }
+    NANODDP_CUDA_CHECK(cuda::launch_ns_store(t, ptrs, X.raw(), kb, rows, cols, tr, s));
   }
-  NANODDP_CUDA_CHECK(cuda::launch_ns_store(t, x.data<float>(), X.raw(), rows, cols, tr, s));
 }
 
 }  // namespace

@@ -33,19 +33,27 @@ cudaDataType_t cuda_type(DType t) {
   return t == DType::F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
-// The largest power of two (up to 256) dividing the address: what the heuristic may assume.
-int alignment_of(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
+// The largest power of two (up to 256) dividing the address and, in a batch, the stride between
+// matrices in bytes (every matrix's address then has it): what the heuristic may assume.
+int alignment_of(const void* p, int64_t stride_bytes = 0) {
+  const auto a = reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(stride_bytes);
   int align = 256;
   while (align > 1 && (a % align) != 0) align /= 2;
   return align;
 }
 
-// Column-major layout of a row-major matrix [rows, cols] with row stride ld: [cols, rows], ld.
-cublasLtMatrixLayout_t layout(DType t, int64_t rows, int64_t cols, int64_t ld) {
+// Column-major layout of a row-major matrix [rows, cols] with row stride ld: [cols, rows], ld; in a
+// batch of `count`, the matrices `stride` elements apart.
+cublasLtMatrixLayout_t layout(DType t, int64_t rows, int64_t cols, int64_t ld, int64_t count, int64_t stride) {
   cublasLtMatrixLayout_t l = nullptr;
   NANODDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, cuda_type(t), static_cast<uint64_t>(cols),
                                                   static_cast<uint64_t>(rows), ld));
+  if (count > 1) {
+    const auto n = static_cast<int32_t>(count);
+    NANODDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n));
+    NANODDP_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+  }
   return l;
 }
 
@@ -70,7 +78,8 @@ CublasLtGemm::~CublasLtGemm() {
 CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
-  const auto [m, n, k, ta, tb, ab_t, c_t, lda, ldb, ldc, align_a, align_b, align_c] = key;
+  const auto [m, n, k, ta, tb, ab_t, c_t, lda, ldb, ldc, align_a, align_b, align_c, count, stride_a, stride_b,
+              stride_c] = key;
   Plan p;
   NANODDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   // Note [row-major GEMM on a column-major library]: cuBLASLt's A is our b, its B is our a.
@@ -79,9 +88,9 @@ CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
   NANODDP_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
   // Stored shapes (row-major): b is [k, n] or [n, k] (trans_b); a is [m, k] or [k, m] (trans_a).
-  p.a = layout(ab_t, tb ? n : k, tb ? k : n, ldb);
-  p.b = layout(ab_t, ta ? k : m, ta ? m : k, lda);
-  p.c = layout(c_t, m, n, ldc);
+  p.a = layout(ab_t, tb ? n : k, tb ? k : n, ldb, count, stride_b);
+  p.b = layout(ab_t, ta ? k : m, ta ? m : k, lda, count, stride_a);
+  p.c = layout(c_t, m, n, ldc, count, stride_c);
 
   cublasLtMatmulPreference_t pref = nullptr;
   NANODDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -111,8 +120,9 @@ CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
 }
 
 void CublasLtGemm::run(cudaStream_t stream, int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a,
-                       const GemmOperand& b, float beta, void* c, DType c_type, int64_t ldc) {
-  if (m == 0 || n == 0) return;
+                       const GemmOperand& b, float beta, void* c, DType c_type, int64_t ldc, const GemmBatch& batch) {
+  if (m == 0 || n == 0 || batch.count == 0) return;
+  NANODDP_ASSERT(batch.count > 0 && batch.count <= INT32_MAX, "GEMM batch of {}", batch.count);
   NANODDP_ASSERT(a.type == b.type, "GEMM operands of different types");
   // cuBLASLt multiplies 16-bit operands into their own type or f32, and f32 into f32; other pairs
   // (f32 x f32 -> bf16, bf16 into f16) and k = 0 go to the fallback kernel.
@@ -120,8 +130,11 @@ void CublasLtGemm::run(cudaStream_t stream, int64_t m, int64_t n, int64_t k, flo
   Plan* plan_ref = nullptr;
   Plan p;  // a copy taken under the lock: descriptors are immutable once made
   if (lt_types) {
-    const Key key{m, n, k, a.trans, b.trans, a.type, c_type, a.ld, b.ld, ldc,
-                  alignment_of(a.ptr), alignment_of(b.ptr), alignment_of(c)};
+    const int64_t ea = static_cast<int64_t>(dtype_size(a.type)), ec = static_cast<int64_t>(dtype_size(c_type));
+    const bool many = batch.count > 1;
+    const int64_t sa = many ? batch.stride_a : 0, sb = many ? batch.stride_b : 0, sc = many ? batch.stride_c : 0;
+    const Key key{m, n, k, a.trans, b.trans, a.type, c_type, a.ld, b.ld, ldc, alignment_of(a.ptr, sa * ea),
+                  alignment_of(b.ptr, sb * ea), alignment_of(c, sc * ec), batch.count, sa, sb, sc};
     std::lock_guard lock(mu_);
     plan_ref = &plan(key);  // std::map: the reference stays valid as plans are added
     p = *plan_ref;
@@ -137,8 +150,16 @@ void CublasLtGemm::run(cudaStream_t stream, int64_t m, int64_t n, int64_t k, flo
     std::lock_guard lock(mu_);
     plan_ref->has_algo = false;
   }
-  NANODDP_CUDA_CHECK(launch_gemm_fallback(a.trans, b.trans, m, n, k, alpha, a.type, a.ptr, a.ld, b.ptr, b.ld, beta,
-                                          c_type, c, ldc, stream));
+  // The fallback is one product per launch: a batch is walked matrix by matrix.
+  const auto at = [](const void* p, int64_t i, int64_t stride, DType t) {
+    return static_cast<const char*>(p) + i * stride * static_cast<int64_t>(dtype_size(t));
+  };
+  for (int64_t i = 0; i < batch.count; i++) {
+    void* ci = const_cast<char*>(at(c, i, batch.stride_c, c_type));
+    NANODDP_CUDA_CHECK(launch_gemm_fallback(a.trans, b.trans, m, n, k, alpha, a.type,
+                                            at(a.ptr, i, batch.stride_a, a.type), a.ld,
+                                            at(b.ptr, i, batch.stride_b, b.type), b.ld, beta, c_type, ci, ldc, stream));
+  }
 }
 
 }  // namespace nanoddp::cuda

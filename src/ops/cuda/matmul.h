@@ -24,6 +24,13 @@ struct GemmOperand {
   bool trans;
 };
 
+// A strided batch of equal GEMMs: problem i reads a + i stride_a, b + i stride_b and writes
+// c + i stride_c (strides in elements). count 1 is the single GEMM.
+struct GemmBatch {
+  int64_t count = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
 class CublasLtGemm {
  public:
   explicit CublasLtGemm(int device);
@@ -32,12 +39,14 @@ class CublasLtGemm {
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
   // c[m, n] (row stride ldc, type c_type) = alpha op(a)[m, k] op(b)[k, n] + beta c, on `stream`.
+  // With `batch`, that many such products at once (one cuBLASLt call).
   void run(cudaStream_t stream, int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a,
-           const GemmOperand& b, float beta, void* c, DType c_type, int64_t ldc);
+           const GemmOperand& b, float beta, void* c, DType c_type, int64_t ldc, const GemmBatch& batch = {});
 
  private:
   // Everything the heuristic's answer depends on.
-  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, DType, int64_t, int64_t, int64_t, int, int, int>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, DType, int64_t, int64_t, int64_t, int, int, int,
+                         int64_t, int64_t, int64_t, int64_t>;
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;

@@ -10,6 +10,9 @@ that what can be verified without a GPU is verified in every build with CUDA:
     error must sit well inside the tolerances tests/ops/cuda/test_cuda_ops.cpp uses.
  2. matmul.cpp: the row-major -> column-major cuBLASLt mapping (layouts, ops, problem size).
  3. embedding.cu: the chunked deterministic scatter (every run summed once, into the right row).
+ 4. Newton-Schulz over a batch of matrices (CudaBackend::newton_schulz, newton_schulz.cu): the
+    batched load/store (transposing or not), the per-matrix normalisation, and the strided-batch
+    GEMMs through the same cuBLASLt mapping, each matrix against the definition in ops.h.
 
 The emulation follows the kernels' code structure; a change to a kernel's tiling or fragment
 arithmetic must be mirrored here. Runs with Debian's python3-numpy (/usr/bin/python3).
@@ -338,31 +341,85 @@ def check_16bit_error_against_test_tolerances():
         c_to_a = exact
 
 
+def cm_read(buf, rows, cols, ld):  # a column-major matrix as cuBLASLt reads it
+    return np.array([[buf[i + j * ld] for j in range(cols)] for i in range(rows)])
+
+
+def layout(rows_rm, cols_rm, ld):  # matmul.cpp's layout(): a row-major matrix read column-major
+    return cols_rm, rows_rm, ld
+
+
+def lt_gemm(m, n, k, a, lda, ta, b, ldb, tb, c, ldc, count=1, sa=0, sb=0, sc=0):
+    """CublasLtGemm::run on flat buffers: cuBLASLt's first operand is our b, its second our a, each
+    matrix i of a batch `stride` elements after the previous one; writes c column-major."""
+    for i in range(count):
+        first = layout(n if tb else k, k if tb else n, ldb)
+        second = layout(k if ta else m, m if ta else k, lda)
+        cl = layout(m, n, ldc)
+        op_a = cm_read(b[i * sb:], *first)
+        op_b = cm_read(a[i * sa:], *second)
+        d = (op_a.T if tb else op_a) @ (op_b.T if ta else op_b)
+        for p in range(cl[0]):
+            for q in range(cl[1]):
+                c[i * sc + p + q * cl[2]] = d[p, q]
+
+
 def check_gemm_mapping():
     rng = np.random.default_rng(2)
-
-    def cm_read(buf, rows, cols, ld):  # a column-major matrix as cuBLASLt reads it
-        return np.array([[buf[i + j * ld] for j in range(cols)] for i in range(rows)])
-
-    def layout(rows_rm, cols_rm, ld):  # matmul.cpp's layout()
-        return cols_rm, rows_rm, ld
-
     for m, n, k in [(7, 5, 3), (4, 9, 6)]:
         for ta, tb in itertools.product([False, True], repeat=2):
             a = rng.standard_normal((k, m) if ta else (m, k))
             b = rng.standard_normal((n, k) if tb else (k, n))
             want = (a.T if ta else a) @ (b.T if tb else b)
-            first = layout(n if tb else k, k if tb else n, b.shape[1])   # cuBLASLt's A: our b
-            second = layout(k if ta else m, m if ta else k, a.shape[1])  # cuBLASLt's B: our a
-            c = layout(m, n, n)
-            op_a = cm_read(b.reshape(-1), *first)
-            op_b = cm_read(a.reshape(-1), *second)
-            d = (op_a.T if tb else op_a) @ (op_b.T if ta else op_b)
             out = np.zeros(m * n)
-            for i in range(c[0]):
-                for j in range(c[1]):
-                    out[i + j * c[2]] = d[i, j]
+            lt_gemm(m, n, k, a.reshape(-1), a.shape[1], ta, b.reshape(-1), b.shape[1], tb, out, n)
             assert np.allclose(out.reshape(m, n), want), ("gemm", m, n, k, ta, tb)
+
+
+def check_newton_schulz_batch():
+    rng = np.random.default_rng(3)
+    ca, cb, cc = 3.4445, -4.7750, 2.0315
+    steps = 3
+
+    def definition(x):  # ops.h, in f64
+        X = x.T if x.shape[0] > x.shape[1] else x
+        X = X / (np.linalg.norm(X) + 1e-7)
+        for _ in range(steps):
+            A = X @ X.T
+            X = ca * X + (cb * A + (cc * A) @ A) @ X
+        return X.T if x.shape[0] > x.shape[1] else X
+
+    for rows, cols, count in [(3, 5, 3), (6, 4, 4), (4, 4, 2)]:
+        xs = [rng.standard_normal((rows, cols)) * (1 + 9 * i) for i in range(count)]
+        tr = rows > cols
+        m, n = (cols, rows) if tr else (rows, cols)
+        X, BX = np.full(count * m * n, np.nan), np.full(count * m * n, np.nan)
+        A, cA, B = (np.full(count * m * m, np.nan) for _ in range(3))
+        for z in range(count):  # move_batch, loading: blockIdx.z = z
+            if tr:  # transpose_tile(X + z r c, x, r = rows, c = cols): dst[cc r + rr] = src[rr c + cc]
+                for rr, c in itertools.product(range(rows), range(cols)):
+                    X[z * rows * cols + c * rows + rr] = xs[z][rr, c]
+            else:
+                X[z * m * n:(z + 1) * m * n] = xs[z].reshape(-1)
+        for y in range(count):  # launch_ns_normalise: blockIdx.y = y
+            seg = X[y * m * n:(y + 1) * m * n]
+            seg /= math.sqrt((seg * seg).sum()) + 1e-7
+        for _ in range(steps):  # the backend's loop, with its GemmBatch strides
+            lt_gemm(m, m, n, X, n, False, X, n, True, A, m, count, m * n, m * n, m * m)
+            cA[:] = cc * A
+            lt_gemm(m, m, m, cA, m, False, A, m, False, B, m, count, m * m, m * m, m * m)
+            B[:] = cb * A + B
+            lt_gemm(m, n, m, B, m, False, X, n, False, BX, n, count, m * m, m * n, m * n)
+            X[:] = ca * X + BX
+        for z in range(count):  # move_batch, storing: X[z] read as [r, c] = [cols, rows] if tr
+            out = np.full(rows * cols, np.nan)
+            if tr:
+                for rr, c in itertools.product(range(cols), range(rows)):
+                    out[c * cols + rr] = X[z * rows * cols + rr * rows + c]
+            else:
+                out[:] = X[z * m * n:(z + 1) * m * n]
+            want = definition(xs[z])
+            assert np.allclose(out.reshape(rows, cols), want, rtol=1e-9, atol=1e-12), ("ns batch", rows, cols, z)
 
 
 def check_embedding_chunks():
@@ -425,7 +482,8 @@ def check_embedding_chunks():
 
 
 if __name__ == "__main__":
-    checks = [check_attention, check_16bit_error_against_test_tolerances, check_gemm_mapping, check_embedding_chunks]
+    checks = [check_attention, check_16bit_error_against_test_tolerances, check_gemm_mapping, check_newton_schulz_batch,
+              check_embedding_chunks]
     for check in checks:
         check()
         print(check.__name__, "ok", flush=True)

@@ -419,6 +419,37 @@ TEST_P(CudaNewtonSchulz, MatchesCpuInBothModesAndIsReproducible) {
   }
 }
 
+// Many matrices of one shape at once, as Muon passes them: 37 of them, more than one batch holds
+// (cuda::kNsMaxBatch, 32), so a full batch and a partial one. Each against the CPU on its own, with
+// the single-matrix test's tolerances, and the batch reproducible bit for bit.
+TEST_P(CudaNewtonSchulz, ManyMatricesAtOnceMatchTheCpuEachOnItsOwn) {
+  NANODDP_REQUIRE_GPU();
+  auto [rows, cols] = GetParam();
+  const int count = 37;
+  for (bool bf16 : {false, true}) {
+    std::vector<Tensor> cpu, g1, g2;
+    for (int i = 0; i < count; i++) {
+      Tensor x = randn({rows, cols}, 60 + static_cast<uint64_t>(i));
+      if (i % 7 == 3) ops::scale(x, 25.f);  // matrices of different norms in one batch
+      cpu.push_back(x.copy_to(Device::cpu()));
+      g1.push_back(x.copy_to(testing::gpu()));
+      g2.push_back(x.copy_to(testing::gpu()));
+    }
+    ops::newton_schulz(g1, 5, bf16);
+    ops::newton_schulz(g2, 5, bf16);
+    for (int i = 0; i < count; i++) {
+      ops::newton_schulz(cpu[i], 5, bf16);
+      EXPECT_EQ(bytes_of(g1[i]), bytes_of(g2[i])) << "run-to-run, matrix " << i << ", bf16 " << bf16;
+      if (bf16) {
+        EXPECT_LT(err(g1[i], cpu[i]), 0.15) << "matrix " << i;
+        EXPECT_LT(rel_l2(to_double(g1[i]), to_double(cpu[i])), 0.05) << "matrix " << i;
+      } else {
+        EXPECT_LT(err(g1[i], cpu[i]), 1e-3) << "matrix " << i;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaNewtonSchulz,
                          ::testing::Values(std::pair<int64_t, int64_t>{32, 32}, std::pair<int64_t, int64_t>{16, 48},
                                            std::pair<int64_t, int64_t>{64, 24},
