@@ -3,6 +3,7 @@
 //   OMP_NUM_THREADS=1 build/bench/bench_kernels
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/rng.h"
@@ -73,11 +74,31 @@ void BM_adamw(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * p.nbytes() * 7);
 }
 
+// Muon's Newton-Schulz (5 steps) on one of the model's matrices, bf16 or f32 (range 2), as the
+// optimizer runs it; FLOP/s count the three GEMMs of each step, to set beside bench_gemm's rate.
+void BM_newton_schulz(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1);
+  const bool bf16 = state.range(2) != 0;
+  Tensor g = gaussian({rows, cols}, 9), x = Tensor::empty({rows, cols}, DType::F32);
+  for (auto _ : state) {
+    state.PauseTiming();
+    copy(x, g);
+    state.ResumeTiming();
+    ops::newton_schulz(x, 5, bf16);
+  }
+  const double m = double(std::min(rows, cols)), n = double(std::max(rows, cols));
+  state.counters["FLOP/s"] = benchmark::Counter(5 * (4 * m * m * n + 2 * m * m * m),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(bf16 ? "bf16" : "f32");
+}
+
 BENCHMARK(BM_softcap_cross_entropy)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_relu2_forward)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_rmsnorm_forward)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_attention)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_adamw)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_newton_schulz)->Args({256, 256, 1})->Args({1024, 256, 1})->Args({256, 1024, 1})->Args({256, 256, 0})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
