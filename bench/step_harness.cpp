@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "core/rng.h"
 #include "core/timer.h"
 #include "ops/backend.h"
@@ -57,16 +61,26 @@ double StepBench::step(double* exposed) {
   return loss;
 }
 
-void print_breakdown(std::FILE* f, const std::map<std::string, ops::OpStats>& stats, int steps, double seconds) {
-  double sum = 0;
-  for (const auto& [name, st] : stats) {
-    sum += st.seconds;
+void print_breakdown(std::FILE* f, const std::map<std::string, ops::OpStats>& stats, int steps, double seconds,
+                     const std::map<std::string, ops::OpStats>& detail) {
+  auto row = [&](const std::string& name, const ops::OpStats& st) {
     fmt::print(f, "    {:<22} {:>8.2f} ms/step {:>5.1f}%  {:>6} calls/step{}\n", name, 1e3 * st.seconds / steps,
                100 * st.seconds / seconds, st.calls / steps,
                st.flops > 0 ? fmt::format("  {:.1f} GFLOP/s", st.flops / st.seconds / 1e9) : "");
+  };
+  double sum = 0;
+  for (const auto& [name, st] : stats) {
+    sum += st.seconds;
+    row(name, st);
   }
   fmt::print(f, "    {:<22} {:>8.2f} ms/step {:>5.1f}%  of a {:.2f} ms step\n", "all ops", 1e3 * sum / steps,
              100 * sum / seconds, 1e3 * seconds / steps);
+  if (detail.empty()) return;
+  std::vector<std::pair<std::string, ops::OpStats>> by_time(detail.begin(), detail.end());
+  std::sort(by_time.begin(), by_time.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  fmt::print(f, "    by shape (m x n x k, transposes of a and b, input->output dtype), most time first:\n");
+  for (const auto& [name, st] : by_time) row(name, st);
 }
 
 }  // namespace nanoddp::bench

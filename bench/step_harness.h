@@ -62,7 +62,9 @@ class StepBench {
 
 // Prints an op profile (ops/profile.h) of `steps` steps that took `seconds` in all: each op's
 // time per step, share of the step, calls per step and (GEMMs) FLOP rate, then the ops' sum; the
-// rest of the step went to what is not an op (ops/profile.h).
-void print_breakdown(std::FILE* f, const std::map<std::string, ops::OpStats>& stats, int steps, double seconds);
+// rest of the step went to what is not an op (ops/profile.h). With `detail`
+// (ops::profile_detail_snapshot), then the GEMMs by shape, most time first.
+void print_breakdown(std::FILE* f, const std::map<std::string, ops::OpStats>& stats, int steps, double seconds,
+                     const std::map<std::string, ops::OpStats>& detail = {});
 
 }  // namespace nanoddp::bench

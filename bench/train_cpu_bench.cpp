@@ -69,7 +69,7 @@ Result run_nanoddp(const Args& a, DType act) {
   const double dt = sw.seconds();
   ops::set_profiling(false);
   auto stats = ops::profile_snapshot();
-  if (a.breakdown) bench::print_breakdown(stdout, stats, a.steps, dt);
+  if (a.breakdown) bench::print_breakdown(stdout, stats, a.steps, dt, ops::profile_detail_snapshot());
   Result r;
   r.tokens_per_s = double(a.batch) * a.seq * a.steps / dt;
   r.matmul_share = stats["matmul"].seconds / dt;

@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
       ops::set_profiling(false);
       fmt::print(stderr, "op breakdown, depth {} seq {} batch {}, {} profiled steps:\n", a.depth, a.seq, a.batch,
                  a.breakdown);
-      bench::print_breakdown(stderr, ops::profile_snapshot(), a.breakdown, pdt);
+      bench::print_breakdown(stderr, ops::profile_snapshot(), a.breakdown, pdt, ops::profile_detail_snapshot());
     }
     const double tokens_per_s = double(a.batch) * a.seq * a.steps / dt;
     const double flops_per_token = config.flops_per_token(a.seq);

@@ -1,6 +1,8 @@
 // Shape and dtype checks shared by every backend, then dispatch on the device.
 #include "ops/ops.h"
 
+#include <fmt/format.h>
+
 #include "nanoddp/build_config.h"
 #include "ops/backend.h"
 #include "ops/profile.h"
@@ -46,7 +48,10 @@ void matmul(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, b
   NANODDP_ASSERT(a.dtype() == b.dtype() && is_float(a.dtype()) && is_float(out.dtype()));
   same_device(out, a);
   same_device(out, b);
-  OpTimer timer("matmul", out.device(), 2.0 * m * n * k);
+  OpTimer timer("matmul", out.device(), 2.0 * m * n * k,
+                profiling() ? fmt::format("{}x{}x{} {}{} {}->{}", m, n, k, trans_a ? 'T' : 'N', trans_b ? 'T' : 'N',
+                                          dtype_name(a.dtype()), dtype_name(out.dtype()))
+                            : std::string());
   backend(out.device()).matmul(out, a, trans_a, b, trans_b, alpha, beta);
 }
 

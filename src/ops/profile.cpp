@@ -6,6 +6,7 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "core/timer.h"
@@ -19,10 +20,12 @@ namespace {
 std::atomic<bool> g_on{false};
 std::mutex g_mu;  // guards everything below, and the backends' markers
 std::map<std::string, OpStats> g_stats;
+std::map<std::string, OpStats> g_detail;  // "name detail" of the calls that gave a detail
 
 // A device-timed op whose markers have not been read yet.
 struct Pending {
   const char* name;
+  std::string detail;
   double flops;
   Backend* backend;
   int from, to;
@@ -34,11 +37,13 @@ int g_open = 0;  // device-timed ops between their two markers: no marker may be
 // queues some 1,500 ops).
 constexpr size_t kSettleEvery = 16384;
 
-void add(const char* name, double seconds, double flops) {
-  OpStats& s = g_stats[name];
-  s.seconds += seconds;
-  s.flops += flops;
-  s.calls++;
+void add(const char* name, const std::string& detail, double seconds, double flops) {
+  for (OpStats* s : {&g_stats[name], detail.empty() ? nullptr : &g_detail[fmt::format("{} {}", name, detail)]}) {
+    if (s == nullptr) continue;
+    s->seconds += seconds;
+    s->flops += flops;
+    s->calls++;
+  }
 }
 
 void drop_pending() {
@@ -49,7 +54,7 @@ void drop_pending() {
 // Reads every pending op's device time (waiting for the device) and frees the markers for reuse.
 // With g_mu held and no op open.
 void settle() {
-  for (const Pending& p : g_pending) add(p.name, p.backend->marker_seconds(p.from, p.to), p.flops);
+  for (const Pending& p : g_pending) add(p.name, p.detail, p.backend->marker_seconds(p.from, p.to), p.flops);
   drop_pending();
 }
 
@@ -57,10 +62,13 @@ void settle() {
 
 void set_profiling(bool on) { g_on.store(on, std::memory_order_relaxed); }
 
+bool profiling() { return g_on.load(std::memory_order_relaxed); }
+
 void reset_profile() {
   std::lock_guard lock(g_mu);
   if (g_open == 0) drop_pending();
   g_stats.clear();
+  g_detail.clear();
 }
 
 std::map<std::string, OpStats> profile_snapshot() {
@@ -69,7 +77,14 @@ std::map<std::string, OpStats> profile_snapshot() {
   return g_stats;
 }
 
-OpTimer::OpTimer(const char* name, Device device, double flops) : name_(name), flops_(flops) {
+std::map<std::string, OpStats> profile_detail_snapshot() {
+  std::lock_guard lock(g_mu);
+  if (g_open == 0) settle();
+  return g_detail;
+}
+
+OpTimer::OpTimer(const char* name, Device device, double flops, std::string detail)
+    : name_(name), flops_(flops), detail_(std::move(detail)) {
   if (!g_on.load(std::memory_order_relaxed)) return;
   exceptions_ = std::uncaught_exceptions();
   if (!device.is_cpu()) {
@@ -91,14 +106,14 @@ OpTimer::~OpTimer() {
     if (failed) return;
     const double dt = now_seconds() - start_;
     std::lock_guard lock(g_mu);
-    add(name_, dt, flops_);
+    add(name_, detail_, dt, flops_);
     return;
   }
   if (backend_ == nullptr) return;
   std::lock_guard lock(g_mu);
   g_open--;
   try {
-    if (!failed) g_pending.push_back({name_, flops_, backend_, marker_, backend_->record_marker()});
+    if (!failed) g_pending.push_back({name_, detail_, flops_, backend_, marker_, backend_->record_marker()});
     if (g_open == 0 && g_pending.size() >= kSettleEvery) settle();
   } catch (const std::exception&) {
     // The device failed; the op's own error surfaces at the next op or synchronize. A destructor

@@ -24,8 +24,12 @@ struct OpStats {
 };
 
 void set_profiling(bool on);
+bool profiling();  // whether ops are being timed now
 void reset_profile();
 std::map<std::string, OpStats> profile_snapshot();
+// The same calls, keyed by op and detail where an op gave one (matmul: its shape, transposes and
+// dtypes, e.g. "matmul 2048x768x768 NT bf16->bf16"): which GEMMs the time goes to.
+std::map<std::string, OpStats> profile_detail_snapshot();
 
 // The MFU denominator: the datasheet peak of one device for the arithmetic training uses, from a
 // table, never a measurement (a start-up GEMM on a shared machine swung 57-330 GFLOP/s and printed
@@ -39,11 +43,12 @@ struct PeakFlops {
 };
 PeakFlops peak_flops(Device device);
 
-// RAII timer used by ops.cpp around one op on `device`. An op that throws is not counted.
+// RAII timer used by ops.cpp around one op on `device`. An op that throws is not counted. `detail`
+// (made only while profiling()) adds the call to profile_detail_snapshot under "name detail".
 class Backend;
 class OpTimer {
  public:
-  OpTimer(const char* name, Device device, double flops = 0);
+  OpTimer(const char* name, Device device, double flops = 0, std::string detail = {});
   ~OpTimer();
   OpTimer(const OpTimer&) = delete;
   OpTimer& operator=(const OpTimer&) = delete;
@@ -51,6 +56,7 @@ class OpTimer {
  private:
   const char* name_;
   double flops_;
+  std::string detail_;
   double start_ = -1;          // host timing: the start time; -1 when not timing on the host
   Backend* backend_ = nullptr;  // device timing: the backend whose marker `marker_` opened the op
   int marker_ = -1;

@@ -38,8 +38,15 @@ TEST(OpProfile, CountsCallsFlopsAndHostTimePerOpName) {
   // Each op's time lies inside the wall time around all of them.
   EXPECT_GT(stats["matmul"].seconds, 0);
   EXPECT_LE(stats["matmul"].seconds + stats["fill"].seconds, wall);
+  // By shape: the matmuls under their shape, transposes and dtypes; fill gives no detail.
+  auto detail = ops::profile_detail_snapshot();
+  ASSERT_EQ(detail.size(), 1u);
+  EXPECT_EQ(detail.begin()->first, "matmul 64x16x32 NT f32->f32");
+  EXPECT_EQ(detail.begin()->second.calls, 3);
+  EXPECT_DOUBLE_EQ(detail.begin()->second.seconds, stats["matmul"].seconds);
   ops::reset_profile();
   EXPECT_TRUE(ops::profile_snapshot().empty());
+  EXPECT_TRUE(ops::profile_detail_snapshot().empty());
 }
 
 }  // namespace
