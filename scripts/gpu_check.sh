@@ -246,17 +246,19 @@ else
 fi
 
 # ncu_kernels BENCH: Nsight Compute on one launch of each hand-written kernel of a depth-20 step of
-# BENCH (bench_train_gpu), after its first 25 launches (past the warm-up step's 20 layers). One
-# program run per kernel, each with a small GEMM-peak probe so that it starts quickly.
+# BENCH (bench_train_gpu: a warm-up step and a timed one), in the second step: past the first
+# step's launches of that kernel (20 per step for attention, 82 for RMSNorm, 8 chunks of 4,096
+# rows for the cross-entropy). One program run per kernel, each with a small GEMM-peak probe so
+# that it starts quickly.
 ncu_kernels() {
   local bench=$1 ncu rc=0 k
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | tail -n1)
   [ -n "$ncu" ] || { echo "ncu not found (on PATH or in /opt/nvidia/nsight-compute)"; return 1; }
-  for k in flash_forward_kernel flash_dkdv_kernel flash_dq_kernel softcap_ce_kernel rmsnorm_forward_kernel \
-    rmsnorm_backward_kernel; do
-    echo "===== ncu: $k"
-    "$ncu" --clock-control none -k "regex:$k" --launch-skip 25 -c 1 --section SpeedOfLight --section Occupancy \
-      --section LaunchStats --section MemoryWorkloadAnalysis \
+  for k in flash_forward_kernel:25 flash_dkdv_kernel:25 flash_dq_kernel:25 softcap_ce_kernel:10 \
+    rmsnorm_forward_kernel:90 rmsnorm_backward_kernel:90; do
+    echo "===== ncu: ${k%%:*}, after ${k##*:} launches"
+    "$ncu" --clock-control none -k "regex:${k%%:*}" --launch-skip "${k##*:}" -c 1 --section SpeedOfLight \
+      --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
       "$bench" --depth 20 --seq 2048 --batch 16 --steps 1 --warmup 1 --gemm_n 1024 || rc=1
   done
   return $rc
