@@ -276,10 +276,10 @@ void CudaBackend::muon_momentum(const Tensor& g, const Tensor& buf, float moment
 // when it has more rows than columns), A, cA, B [b, m, m], BX [b, m, n], for a batch of b of the
 // matrices. GEMMs on cuBLASLt (strided batches) accumulate in f32 and round once into that type;
 // the elementwise stages round as the CPU kernel does, so bf16 mode follows nanochat's bf16 tensor
-// arithmetic step for step. A batch is one launch per stage, ~28 launches for 5 steps however many
-// matrices it holds: one matrix at a time, a depth-20 model's 120 Muon matrices cost ~3,400 small
-// launches per optimizer step, and a 1280 x 1280 GEMM fills fewer tiles than an H100 has
-// multiprocessors.
+// arithmetic step for step. A batch is one launch per stage, 35 launches for 5 steps (load, 3 to
+// normalise, 6 per step, store) however many matrices it holds: one matrix at a time, a depth-20
+// model's 120 Muon matrices cost 4,200 small launches per optimizer step, and a 1280 x 1280 GEMM
+// fills fewer tiles than an H100 has multiprocessors.
 void CudaBackend::newton_schulz(const std::vector<Tensor>& xs, int steps, bool bf16) {
   cudaStream_t s = begin();
   constexpr float a = 3.4445f, b = -4.7750f, c = 2.0315f;
