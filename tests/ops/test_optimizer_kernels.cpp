@@ -162,22 +162,31 @@ TEST_P(NewtonSchulz, OneBf16StepRoundsEachOpOnce) {
   EXPECT_GE(equal, rows * cols * 99 / 100) << equal << " of " << rows * cols << " equal";
 }
 
-// Matrices passed together (as Muon passes each shape's matrices) come out exactly as each would on
-// its own, in both modes: each is normalised by its own norm, and nothing of one leaks into another.
-TEST_P(NewtonSchulz, ManyMatricesAtOnceEqualEachOnItsOwn) {
+// Matrices passed together (as Muon passes each shape's matrices) run side by side, one per
+// thread, each single-threaded: so each comes out exactly as it does alone on one thread, in both
+// modes, whichever thread ran it (run to run the same bits), each with its own norm, and nothing of
+// one leaks into another.
+TEST_P(NewtonSchulz, ManyMatricesAtOnceEqualEachAloneOnOneThread) {
   auto [rows, cols] = GetParam();
+  const int threads = ops::cpu_threads();
   for (bool bf16 : {false, true}) {
-    std::vector<Tensor> together, alone;
+    std::vector<Tensor> together, again, alone;
     for (uint64_t i = 0; i < 5; i++) {
       Tensor x = randn({rows, cols}, 20 + i);
       if (i == 3) ops::scale(x, 40.f);  // a different norm
       together.push_back(x);
+      again.push_back(x.copy_to(Device::cpu()));
       alone.push_back(x.copy_to(Device::cpu()));
     }
+    ops::set_cpu_threads(1);
+    for (Tensor& x : alone) ops::newton_schulz(x, 3, bf16);
+    ops::set_cpu_threads(std::max(2, threads));  // side by side even where one core is all there is
     ops::newton_schulz(together, 3, bf16);
+    ops::newton_schulz(again, 3, bf16);
+    ops::set_cpu_threads(threads);
     for (size_t i = 0; i < alone.size(); i++) {
-      ops::newton_schulz(alone[i], 3, bf16);
       EXPECT_EQ(vec(together[i]), vec(alone[i])) << "matrix " << i << ", bf16 " << bf16;
+      EXPECT_EQ(vec(together[i]), vec(again[i])) << "run to run: matrix " << i << ", bf16 " << bf16;
     }
   }
 }

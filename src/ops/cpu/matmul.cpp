@@ -136,14 +136,26 @@ class ReducedMatmuls {
     // The thread count is part of the problem: oneDNN fixes a primitive's parallel split when it is
     // created, so one made at 1 thread would keep running on 1 after set_cpu_threads(2).
     const Key key{in, m, n, k, trans_a, trans_b, lda, ldb, ldc, c_reduced, alpha, beta, cpu_threads()};
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = cache_.find(key);
-    if (it == cache_.end()) it = cache_.emplace(key, create(key)).first;
-    if (!it->second) return false;
-    Entry& e = *it->second;
-    memory am(e.a, engine_, const_cast<void*>(a)), bm(e.b, engine_, const_cast<void*>(b)), cm(e.c, engine_, c);
-    e.prim.execute(stream_, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-    stream_.wait();
+    const Entry* e = nullptr;
+    {
+      // The lock covers the cache only: std::map's entries stay where they are as others are
+      // added, and a primitive may run on several threads at once (each on its own stream), as
+      // Newton-Schulz's matrices do (optimizer.cpp).
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = cache_.find(key);
+      if (it == cache_.end()) it = cache_.emplace(key, create(key)).first;
+      if (!it->second) return false;
+      e = &*it->second;
+    }
+    // oneDNN's own scratchpad is one per process (unless it was built for concurrent execution), so
+    // each thread passes its own, 64-byte aligned; it only grows.
+    thread_local dnnl::stream stream(engine_);
+    thread_local std::vector<uint8_t> pad;
+    const auto pad_at = reinterpret_cast<uintptr_t>(grown(pad, e->pad.get_size() + 64));
+    memory am(e->a, engine_, const_cast<void*>(a)), bm(e->b, engine_, const_cast<void*>(b)), cm(e->c, engine_, c);
+    memory sm(e->pad, engine_, reinterpret_cast<void*>((pad_at + 63) & ~uintptr_t{63}));
+    e->prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
+    stream.wait();
     return true;
   }
 
@@ -152,7 +164,7 @@ class ReducedMatmuls {
                          int>;
   struct Entry {
     dnnl::matmul prim;
-    dnnl::memory::desc a, b, c;
+    dnnl::memory::desc a, b, c, pad;  // pad: the scratchpad the caller provides
   };
 
   std::optional<Entry> create(const Key& key) {
@@ -168,6 +180,7 @@ class ReducedMatmuls {
     const auto a_md = operand(m, k, lda, trans_a, t), b_md = operand(k, n, ldb, trans_b, t);
     const auto c_md = memory::desc({m, n}, c_reduced ? t : memory::data_type::f32, {ldc, 1});
     dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (alpha != 1.f) attr.set_output_scales(0, {alpha});
     if (beta != 0.f) {
       dnnl::post_ops po;
@@ -177,15 +190,14 @@ class ReducedMatmuls {
     try {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine_);
       if (std::string_view(pd.impl_info_str()).starts_with("ref")) return std::nullopt;
-      return Entry{dnnl::matmul(pd), a_md, b_md, c_md};
+      return Entry{dnnl::matmul(pd), a_md, b_md, c_md, pd.scratchpad_desc()};
     } catch (const dnnl::error&) {
       return std::nullopt;  // no kernel for this problem: widened
     }
   }
 
-  ReducedMatmuls() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+  ReducedMatmuls() : engine_(dnnl::engine::kind::cpu, 0) {}
   dnnl::engine engine_;
-  dnnl::stream stream_;
   std::mutex mutex_;
   std::map<Key, std::optional<Entry>> cache_;
 };
