@@ -37,13 +37,16 @@ int g_open = 0;  // device-timed ops between their two markers: no marker may be
 // queues some 1,500 ops).
 constexpr size_t kSettleEvery = 16384;
 
+void count(OpStats& s, double seconds, double flops) {
+  s.seconds += seconds;
+  s.flops += flops;
+  s.calls++;
+}
+
+// One call of op `name`: into its totals, and under "name detail" when it gave a detail.
 void add(const char* name, const std::string& detail, double seconds, double flops) {
-  for (OpStats* s : {&g_stats[name], detail.empty() ? nullptr : &g_detail[fmt::format("{} {}", name, detail)]}) {
-    if (s == nullptr) continue;
-    s->seconds += seconds;
-    s->flops += flops;
-    s->calls++;
-  }
+  count(g_stats[name], seconds, flops);
+  if (!detail.empty()) count(g_detail[fmt::format("{} {}", name, detail)], seconds, flops);
 }
 
 void drop_pending() {

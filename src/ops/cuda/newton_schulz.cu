@@ -148,25 +148,23 @@ cudaError_t launch_ns_store(DType t, const NsMatrices& x, const void* X, int bat
   // X[i] is [cols, rows] when transposed: transposing it back gives x [rows, cols].
   with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    T* src = static_cast<T*>(const_cast<void*>(X));
-    if (transpose)
-      move_batch<T, false>(src, x, batch, cols, rows, true, stream);
-    else
-      move_batch<T, false>(src, x, batch, rows, cols, false, stream);
+    move_batch<T, false>(static_cast<T*>(const_cast<void*>(X)), x, batch, transpose ? cols : rows,
+                         transpose ? rows : cols, transpose, stream);
   });
   return cudaGetLastError();
 }
 
-// The partial sums, then (at a 256-byte boundary) the divisors.
-size_t ns_normalise_scratch_bytes(int batch) {
-  return (size_t(batch) * kNormBlocks * sizeof(double) + 255) / 256 * 256 + size_t(batch) * sizeof(float);
-}
+namespace {
+// The scratch holds the partial sums, then (at a 256-byte boundary) the divisors.
+size_t divisors_offset(int batch) { return (size_t(batch) * kNormBlocks * sizeof(double) + 255) / 256 * 256; }
+}  // namespace
+
+size_t ns_normalise_scratch_bytes(int batch) { return divisors_offset(batch) + size_t(batch) * sizeof(float); }
 
 cudaError_t launch_ns_normalise(DType t, void* X, int batch, int64_t n, void* scratch, cudaStream_t stream) {
   if (n == 0 || batch == 0) return cudaSuccess;
   double* partial = static_cast<double*>(scratch);
-  float* denom = reinterpret_cast<float*>(static_cast<char*>(scratch) +
-                                          (size_t(batch) * kNormBlocks * sizeof(double) + 255) / 256 * 256);
+  float* denom = reinterpret_cast<float*>(static_cast<char*>(scratch) + divisors_offset(batch));
   with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const auto b = static_cast<unsigned>(batch);
