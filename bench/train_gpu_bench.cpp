@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", a.vocab);
   app.add_option("--gemm_n", a.gemm_n, "Size of the square GEMM that measures the peak");
   app.add_option("--breakdown", a.breakdown, "Then profile this many steps: each op's device time (stderr)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1000));
   CLI11_PARSE(app, argc, argv);
   try {
     NANODDP_CHECK(cuda_device_count() > 0, "no GPU visible: this benchmark needs one");
