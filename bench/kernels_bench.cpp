@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "core/rng.h"
 #include "ops/backend.h"
@@ -48,13 +49,19 @@ void BM_rmsnorm_forward(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * x.nbytes() * 2);
 }
 
+// Args: backward (0/1), activations bf16 (0: f32).
 void BM_attention(benchmark::State& state) {
   const bool backward = state.range(0) != 0;
+  const DType act = state.range(1) != 0 ? DType::BF16 : DType::F32;
   const int64_t b = 16, t = 128, h = 2, d = 128;
-  Tensor q = gaussian({b, t, h, d}, 4), k = gaussian({b, t, h, d}, 5), v = gaussian({b, t, h, d}, 6);
-  Tensor out = Tensor::empty(q.shape(), DType::F32), lse = Tensor::empty({b, h, t}, DType::F32);
-  Tensor dq = Tensor::empty(q.shape(), DType::F32), dk = Tensor::empty(q.shape(), DType::F32),
-         dv = Tensor::empty(q.shape(), DType::F32);
+  auto input = [&](uint64_t seed) {
+    Tensor x = Tensor::empty({b, t, h, d}, act);
+    ops::cast(x, gaussian({b, t, h, d}, seed));
+    return x;
+  };
+  Tensor q = input(4), k = input(5), v = input(6);
+  Tensor out = Tensor::empty(q.shape(), act), lse = Tensor::empty({b, h, t}, DType::F32);
+  Tensor dq = Tensor::empty(q.shape(), act), dk = Tensor::empty(q.shape(), act), dv = Tensor::empty(q.shape(), act);
   const float scale = 1.f / std::sqrt(float(d));
   ops::attention_forward(out, lse, q, k, v, t, scale);
   for (auto _ : state) {
@@ -63,7 +70,7 @@ void BM_attention(benchmark::State& state) {
     else
       ops::attention_forward(out, lse, q, k, v, t, scale);
   }
-  state.SetLabel(backward ? "backward" : "forward");
+  state.SetLabel(std::string(backward ? "backward " : "forward ") + std::string(dtype_name(act)));
 }
 
 void BM_adamw(benchmark::State& state) {
@@ -95,7 +102,7 @@ void BM_newton_schulz(benchmark::State& state) {
 BENCHMARK(BM_softcap_cross_entropy)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_relu2_forward)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_rmsnorm_forward)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_attention)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_attention)->Args({0, 0})->Args({1, 0})->Args({0, 1})->Args({1, 1})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_adamw)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_newton_schulz)->Args({256, 256, 1})->Args({1024, 256, 1})->Args({256, 1024, 1})->Args({256, 256, 0})
     ->Unit(benchmark::kMillisecond);

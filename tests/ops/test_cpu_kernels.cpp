@@ -5,6 +5,7 @@
 
 #include "kernel_test_util.h"
 #include "ops/backend.h"
+#include "ops/cpu/kernels.h"
 #include "ops/ops.h"
 
 namespace nanoddp {
@@ -77,6 +78,35 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16MatmulTest,
                          ::testing::Values(MatmulCase{1, 1, 1, false, false}, MatmulCase{7, 5, 3, false, true},
                                            MatmulCase{33, 17, 65, true, false}, MatmulCase{64, 96, 40, true, true},
                                            MatmulCase{130, 3, 257, false, false}));
+
+// A small result over a long reduction runs as slices of k side by side, one per thread (Note
+// [GEMMs split along k]), here with 2 and 3 threads (an uneven cut), every transpose, alpha and
+// beta, f32 and bf16 operands. Against the double-precision product of the same values: f32 sums of
+// 1100 Gaussian products err like a random walk, ~sqrt(k) 2^-24 of a term (~1e-7 of the largest
+// result here); 1e-4 is a thousand times that, while a slice dropped, doubled or added to the wrong
+// rows is off by ~0.3 or more.
+TEST(Matmul, LongReductionsSplitAlongKMatchTheReference) {
+  const int64_t m = 24, n = 40, k = 1100;
+  const int before = ops::cpu_threads();
+  for (int threads : {2, 3}) {
+    ops::set_cpu_threads(threads);
+    ASSERT_TRUE(ops::cpu::split_along_k(m, n, k, threads));
+    for (DType t : {DType::F32, DType::BF16})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          Tensor a = randn(ta ? Shape{k, m} : Shape{m, k}, 41), b = randn(tb ? Shape{n, k} : Shape{k, n}, 42);
+          if (t == DType::BF16) a = to_bf16(a), b = to_bf16(b);
+          Tensor c = randn({m, n}, 43);
+          const auto c0 = vec(c);
+          ops::matmul(c, a, ta, b, tb, 0.5f, 2.f);
+          auto want = reference::matmul(vec(a), ta, vec(b), tb, m, n, k);
+          for (size_t i = 0; i < want.size(); i++) want[i] = 0.5 * want[i] + 2.0 * c0[i];
+          EXPECT_LT(max_rel_error(vec(c), want), 1e-4)
+              << threads << " threads, " << dtype_name(t) << ", ta " << ta << " tb " << tb;
+        }
+  }
+  ops::set_cpu_threads(before);
+}
 
 TEST(Embedding, ForwardGathersRowsAndBackwardScattersRepeats) {
   const int64_t v = 11, c = 70, n = 40;
@@ -223,6 +253,32 @@ TEST(Threads, KernelsGiveTheSameBitsOnOneAndTwoThreads) {
     return all;
   };
   int before = ops::cpu_threads();
+  auto one = run(1), two = run(2);
+  ops::set_cpu_threads(before);
+  EXPECT_EQ(one, two);
+}
+
+// bf16 attention runs each head's GEMMs on oneDNN's bf16 matmul inside the parallel loop over heads,
+// each on its own thread: the thread count must not change a bit of it either.
+TEST(Threads, Bf16AttentionGivesTheSameBitsOnOneAndTwoThreads) {
+  const int64_t b = 2, t = 150, h = 2, d = 32;
+  const Tensor q = to_bf16(randn({b, t, h, d}, 30)), k = to_bf16(randn({b, t, h, d}, 31)),
+               v = to_bf16(randn({b, t, h, d}, 32)), dout = to_bf16(randn({b, t, h, d}, 33));
+  auto run = [&](int threads) {
+    ops::set_cpu_threads(threads);
+    Tensor out = Tensor::empty(q.shape(), DType::BF16), lse = Tensor::empty({b, h, t}, DType::F32);
+    Tensor dq = Tensor::empty(q.shape(), DType::BF16), dk = Tensor::empty(q.shape(), DType::BF16),
+           dv = Tensor::empty(q.shape(), DType::BF16);
+    ops::attention_forward(out, lse, q, k, v, t, 0.25f);
+    ops::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, 0.25f);
+    std::vector<double> all;
+    for (const Tensor& x : {out, lse, dq, dk, dv}) {
+      auto xs = vec(x);
+      all.insert(all.end(), xs.begin(), xs.end());
+    }
+    return all;
+  };
+  const int before = ops::cpu_threads();
   auto one = run(1), two = run(2);
   ops::set_cpu_threads(before);
   EXPECT_EQ(one, two);

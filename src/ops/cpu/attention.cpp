@@ -6,9 +6,15 @@
 // log-sum-exp of each score row is kept for backward, which recomputes the probabilities
 // (flash-attention's trade: a little more compute, no [T, T] tensor per head in memory).
 //
-// bf16 or f16 storage (Note [bf16 activations on the CPU] in kernels.h): each head is widened to f32
-// once per task, the GEMMs run in f32 on operands holding bf16 (f16) values, and results are rounded
-// once at the store.
+// bf16 or f16 storage (Note [bf16 activations on the CPU] in kernels.h): bf16 heads go straight into
+// oneDNN's bf16 matmul (bf16_gemm: f32 accumulation, AVX512-BF16 or AMX where the CPU has them)
+// with their row stride, and the probabilities P and the score gradient dS are written as bf16 for
+// it; f16 heads are widened to f32 once per task for sgemm (oneDNN has no f16 kernel on most CPUs,
+// Note [bf16 matmul on the CPU] in matmul.cpp). Either way results are rounded once, at the store.
+// On sgemm over widened heads bf16 ran at f32's speed (8.6 + 20.1 ms of a bf16 Muon step against
+// 8.1 + 19.6 for f32, bench_train_cpu --breakdown at 1 thread); on the bf16 matmul one call at the
+// benchmark model's size takes 1.30 ms forward and 2.84 ms backward against f32's 2.02 and 4.59
+// (OMP_NUM_THREADS=1 bench_kernels --benchmark_filter=attention, Zen 5 with AVX512-BF16).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -30,26 +36,39 @@ struct HeadView {
   int64_t offset(int64_t b, int64_t t_len, int64_t head) const { return b * t_len * h * d + head * d; }
 };
 
-// One head's rows [rows, d] (row stride ld) as f32: the rows themselves for f32 storage, else
-// widened into buf with row stride d. `ld_out` receives the stride of what is returned.
-const float* head_f32(const float* src, int64_t, int64_t ld, int64_t, std::vector<float>&, int64_t& ld_out) {
-  ld_out = ld;
-  return src;
-}
+// The GEMMs' operand type for storage T: bf16 for bf16, f32 for f32 and (widened) f16.
 template <typename T>
-const float* head_f32(const T* src, int64_t rows, int64_t ld, int64_t d, std::vector<float>& buf,
-                      int64_t& ld_out) {
-  float* dst = grown(buf, rows * d);
-  for (int64_t r = 0; r < rows; r++) {
-    if constexpr (std::is_same_v<T, f16>) {
-      widen_f16(dst + r * d, src + r * ld, d);  // the conversion instructions (kernels.h)
-    } else {
-#pragma omp simd
-      for (int64_t j = 0; j < d; j++) dst[r * d + j] = load(src + r * ld, j);
-    }
+using Operand = std::conditional_t<std::is_same_v<T, bf16>, bf16, float>;
+
+// c = alpha op(a) op(b) + beta c on the operand type: sgemm, or oneDNN's bf16 matmul writing f32 or
+// (rounded once) bf16.
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
+          const bf16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  bf16_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
+}
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
+          const bf16* b, int64_t ldb, float beta, bf16* c, int64_t ldc) {
+  bf16_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, true);
+}
+
+// One head's rows [rows, d] (row stride ld) as GEMM operands: the rows themselves for f32 and bf16
+// storage, else widened into buf with row stride d. `ld_out` receives the stride of what is returned.
+template <typename T>
+const Operand<T>* head_operand(const T* src, int64_t rows, int64_t ld, int64_t d, std::vector<float>& buf,
+                               int64_t& ld_out) {
+  if constexpr (std::is_same_v<T, f16>) {
+    float* dst = grown(buf, rows * d);
+    for (int64_t r = 0; r < rows; r++) widen_f16(dst + r * d, src + r * ld, d);  // kernels.h
+    ld_out = d;
+    return dst;
+  } else {
+    ld_out = ld;
+    return src;
   }
-  ld_out = d;
-  return dst;
 }
 
 // Rows [rows, d] of f32 results written to a head (row stride ld), rounded once each.
@@ -65,34 +84,50 @@ void store_head(T* dst, int64_t ld, const float* src, int64_t rows, int64_t d) {
   }
 }
 
-// Where a head's f32 results go: straight into f32 storage, or into buf for store_head.
-float* out_f32(float* dst, int64_t ld, int64_t, int64_t, std::vector<float>&, int64_t& ld_out) {
-  ld_out = ld;
-  return dst;
-}
+// Where a head's f32 sums go: straight into f32 storage, or into buf for store_head.
 template <typename T>
-float* out_f32(T*, int64_t, int64_t rows, int64_t d, std::vector<float>& buf, int64_t& ld_out) {
-  ld_out = d;
-  return grown(buf, rows * d);
+float* sums_f32(T* dst, int64_t ld, int64_t rows, int64_t d, std::vector<float>& buf, int64_t& ld_out) {
+  if constexpr (std::is_same_v<T, float>) {
+    ld_out = ld;
+    return dst;
+  } else {
+    ld_out = d;
+    return grown(buf, rows * d);
+  }
+}
+
+// Where a head's GEMM results go: straight into storage the GEMM writes (f32; bf16, rounded by the
+// GEMM), or into buf for store_head (f16).
+template <typename T>
+Operand<T>* out_operand(T* dst, int64_t ld, int64_t rows, int64_t d, std::vector<float>& buf, int64_t& ld_out) {
+  if constexpr (std::is_same_v<T, f16>) {
+    return sums_f32(dst, ld, rows, d, buf, ld_out);
+  } else {
+    ld_out = ld;
+    return dst;
+  }
 }
 
 // With bf16 (f16) activations the probabilities P and the score gradient dS are rounded to bf16
 // (f16) before they enter a GEMM, where the CUDA flash kernels round them for the tensor cores.
-// bf16 rounds in the loop that computes them (gemm_operand: an add and a mask, vectorised); f16
-// after it, a row at a time on the conversion instructions (round_gemm_operands), which take about
-// a third of the time of the portable conversions (convert.cpp).
+// Their rows are computed in f32 and written as operands: bf16 rounds as it stores (vectorised);
+// f32 and f16 write in place (the operand buffer is the f32 one), and f16 then rounds a row at a
+// time on the conversion instructions (round_gemm_operands), which take about a third of the time
+// of the portable conversions (convert.cpp).
 template <typename T>
-inline float gemm_operand(float x) {
-  if constexpr (std::is_same_v<T, f16>) {
-    return x;
+Operand<T>* operand_rows(float* f32_rows, std::vector<bf16>& buf, int64_t n) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return grown(buf, n);
   } else {
-    return round_to<T>(x);
+    return f32_rows;
   }
 }
 template <typename T>
 void round_gemm_operands(float* p, int64_t n) {
   if constexpr (std::is_same_v<T, f16>) round_f16(p, n);
 }
+template <typename T>
+void round_gemm_operands(bf16*, int64_t) {}
 
 template <typename T>
 void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -107,23 +142,26 @@ void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& 
 #pragma omp parallel
   {
     thread_local std::vector<float> s_buf, q_buf, k_buf, v_buf, o_buf;
+    thread_local std::vector<bf16> p_buf;
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < batch; b++) {
       for (int64_t h = 0; h < hq; h++) {
         int64_t ldq, ldk, ldv, ldo;
-        const float* qh = head_f32(pq + qv.offset(b, tq, h), tq, qv.stride(), d, q_buf, ldq);
-        const float* kh = head_f32(pk + kvv.offset(b, tcap, h / group), kv_len, kvv.stride(), d, k_buf, ldk);
-        const float* vh = head_f32(pv + kvv.offset(b, tcap, h / group), kv_len, kvv.stride(), d, v_buf, ldv);
+        const auto* qh = head_operand(pq + qv.offset(b, tq, h), tq, qv.stride(), d, q_buf, ldq);
+        const auto* kh = head_operand(pk + kvv.offset(b, tcap, h / group), kv_len, kvv.stride(), d, k_buf, ldk);
+        const auto* vh = head_operand(pv + kvv.offset(b, tcap, h / group), kv_len, kvv.stride(), d, v_buf, ldv);
         T* oh_out = po + qv.offset(b, tq, h);
-        float* oh = out_f32(oh_out, qv.stride(), tq, d, o_buf, ldo);
+        auto* oh = out_operand(oh_out, qv.stride(), tq, d, o_buf, ldo);
         float* lh = pl + (b * hq + h) * tq;
         for (int64_t i0 = 0; i0 < tq; i0 += kTile) {
           const int64_t rows = std::min(kTile, tq - i0), keys = q_pos0 + i0 + rows;
           float* s = grown(s_buf, rows * keys);
+          Operand<T>* p = operand_rows<T>(s, p_buf, rows * keys);
           // s[rows, keys] = scale * Q_tile K^T
-          sgemm(false, true, rows, keys, d, scale, qh + i0 * ldq, ldq, kh, ldk, 0.f, s, keys);
+          gemm(false, true, rows, keys, d, scale, qh + i0 * ldq, ldq, kh, ldk, 0.f, s, keys);
           for (int64_t r = 0; r < rows; r++) {
             float* sr = s + r * keys;
+            Operand<T>* pr = p + r * keys;
             const int64_t visible = q_pos0 + i0 + r + 1;
             float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
@@ -136,15 +174,15 @@ void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& 
             }
             const float inv = 1.f / sum;
 #pragma omp simd
-            for (int64_t j = 0; j < visible; j++) sr[j] = gemm_operand<T>(sr[j] * inv);
-            round_gemm_operands<T>(sr, visible);
-            std::fill(sr + visible, sr + keys, 0.f);
+            for (int64_t j = 0; j < visible; j++) store(pr, j, sr[j] * inv);
+            round_gemm_operands<T>(pr, visible);
+            std::memset(static_cast<void*>(pr + visible), 0, (keys - visible) * sizeof(*pr));
             lh[i0 + r] = mx + std::log(sum);
           }
           // O_tile = P V
-          sgemm(false, false, rows, d, keys, 1.f, s, keys, vh, ldv, 0.f, oh + i0 * ldo, ldo);
+          gemm(false, false, rows, d, keys, 1.f, p, keys, vh, ldv, 0.f, oh + i0 * ldo, ldo);
         }
-        if constexpr (!std::is_same_v<T, float>) store_head(oh_out, qv.stride(), oh, tq, d);
+        if constexpr (std::is_same_v<T, f16>) store_head(oh_out, qv.stride(), oh, tq, d);
       }
     }
   }
@@ -162,21 +200,23 @@ void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& d
   const float* pl = lse.data<float>();
   T *pdq = dq.data<T>(), *pdk = dk.data<T>(), *pdv = dv.data<T>();
 
-  // One task per (batch, kv head): the query heads of a group all add into the same dk, dv rows.
+  // One task per (batch, kv head): the query heads of a group all add into the same dk, dv rows,
+  // which are summed in f32 and rounded once at the end.
 #pragma omp parallel
   {
     thread_local std::vector<float> p_buf, dp_buf, delta_buf, k_buf, v_buf, dk_buf, dv_buf, q_buf, do_buf, o_buf,
         dq_buf;
+    thread_local std::vector<bf16> p_ops, ds_ops;
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < batch; b++) {
       for (int64_t g = 0; g < hkv; g++) {
         int64_t ldk, ldv, lddk, lddv;
-        const float* kh = head_f32(pk + kvv.offset(b, t, g), t, kvv.stride(), d, k_buf, ldk);
-        const float* vh = head_f32(pv + kvv.offset(b, t, g), t, kvv.stride(), d, v_buf, ldv);
+        const auto* kh = head_operand(pk + kvv.offset(b, t, g), t, kvv.stride(), d, k_buf, ldk);
+        const auto* vh = head_operand(pv + kvv.offset(b, t, g), t, kvv.stride(), d, v_buf, ldv);
         T* dkh_out = pdk + kvv.offset(b, t, g);
         T* dvh_out = pdv + kvv.offset(b, t, g);
-        float* dkh = out_f32(dkh_out, kvv.stride(), t, d, dk_buf, lddk);
-        float* dvh = out_f32(dvh_out, kvv.stride(), t, d, dv_buf, lddv);
+        float* dkh = sums_f32(dkh_out, kvv.stride(), t, d, dk_buf, lddk);
+        float* dvh = sums_f32(dvh_out, kvv.stride(), t, d, dv_buf, lddv);
         for (int64_t i = 0; i < t; i++) {
           std::memset(dkh + i * lddk, 0, d * sizeof(float));
           std::memset(dvh + i * lddv, 0, d * sizeof(float));
@@ -184,50 +224,54 @@ void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& d
         for (int64_t h = g * group; h < (g + 1) * group; h++) {
           const int64_t qoff = qv.offset(b, t, h);
           int64_t ldq, lddo, ldo, lddq;
-          const float* qh = head_f32(pq + qoff, t, qv.stride(), d, q_buf, ldq);
-          const float* doh = head_f32(pdo + qoff, t, qv.stride(), d, do_buf, lddo);
-          const float* oh = head_f32(po + qoff, t, qv.stride(), d, o_buf, ldo);
-          float* dqh = out_f32(pdq + qoff, qv.stride(), t, d, dq_buf, lddq);
+          const auto* qh = head_operand(pq + qoff, t, qv.stride(), d, q_buf, ldq);
+          const auto* doh = head_operand(pdo + qoff, t, qv.stride(), d, do_buf, lddo);
+          const auto* oh = head_operand(po + qoff, t, qv.stride(), d, o_buf, ldo);
+          auto* dqh = out_operand(pdq + qoff, qv.stride(), t, d, dq_buf, lddq);
           const float* lh = pl + (b * hq + h) * t;
           for (int64_t i0 = 0; i0 < t; i0 += kTile) {
             const int64_t rows = std::min(kTile, t - i0), keys = i0 + rows;
             float* p = grown(p_buf, rows * keys);
             float* dp = grown(dp_buf, rows * keys);
+            Operand<T>* p_op = operand_rows<T>(p, p_ops, rows * keys);
+            Operand<T>* ds_op = operand_rows<T>(dp, ds_ops, rows * keys);
             float* delta = grown(delta_buf, rows);
             // P = exp(scale Q K^T - lse) on the causal triangle, 0 above it.
-            sgemm(false, true, rows, keys, d, scale, qh + i0 * ldq, ldq, kh, ldk, 0.f, p, keys);
+            gemm(false, true, rows, keys, d, scale, qh + i0 * ldq, ldq, kh, ldk, 0.f, p, keys);
             // dP = dO V^T
-            sgemm(false, true, rows, keys, d, 1.f, doh + i0 * lddo, lddo, vh, ldv, 0.f, dp, keys);
+            gemm(false, true, rows, keys, d, 1.f, doh + i0 * lddo, lddo, vh, ldv, 0.f, dp, keys);
             for (int64_t r = 0; r < rows; r++) {
-              const float* dor = doh + (i0 + r) * lddo;
-              const float* orow = oh + (i0 + r) * ldo;
+              const auto* dor = doh + (i0 + r) * lddo;
+              const auto* orow = oh + (i0 + r) * ldo;
               float dot = 0;
 #pragma omp simd reduction(+ : dot)
-              for (int64_t j = 0; j < d; j++) dot += dor[j] * orow[j];
+              for (int64_t j = 0; j < d; j++) dot += load(dor, j) * load(orow, j);
               delta[r] = dot;
             }
             for (int64_t r = 0; r < rows; r++) {
-              float* pr = p + r * keys;
-              float* dpr = dp + r * keys;
+              const float* pr = p + r * keys;
+              const float* dpr = dp + r * keys;
+              Operand<T>* p_out = p_op + r * keys;
+              Operand<T>* ds_out = ds_op + r * keys;
               const int64_t visible = i0 + r + 1;
               const float l = lh[i0 + r], dl = delta[r];
 #pragma omp simd
               for (int64_t j = 0; j < visible; j++) {
                 const float pj = fast_exp(pr[j] - l);
-                dpr[j] = gemm_operand<T>(pj * (dpr[j] - dl));  // dS
-                pr[j] = gemm_operand<T>(pj);
+                store(ds_out, j, pj * (dpr[j] - dl));  // dS
+                store(p_out, j, pj);
               }
-              round_gemm_operands<T>(dpr, visible);
-              round_gemm_operands<T>(pr, visible);
-              std::fill(pr + visible, pr + keys, 0.f);
-              std::fill(dpr + visible, dpr + keys, 0.f);
+              round_gemm_operands<T>(ds_out, visible);
+              round_gemm_operands<T>(p_out, visible);
+              std::memset(static_cast<void*>(p_out + visible), 0, (keys - visible) * sizeof(*p_out));
+              std::memset(static_cast<void*>(ds_out + visible), 0, (keys - visible) * sizeof(*ds_out));
             }
             // dQ_tile = scale dS K ; dK += scale dS^T Q_tile ; dV += P^T dO_tile
-            sgemm(false, false, rows, d, keys, scale, dp, keys, kh, ldk, 0.f, dqh + i0 * lddq, lddq);
-            sgemm(true, false, keys, d, rows, scale, dp, keys, qh + i0 * ldq, ldq, 1.f, dkh, lddk);
-            sgemm(true, false, keys, d, rows, 1.f, p, keys, doh + i0 * lddo, lddo, 1.f, dvh, lddv);
+            gemm(false, false, rows, d, keys, scale, ds_op, keys, kh, ldk, 0.f, dqh + i0 * lddq, lddq);
+            gemm(true, false, keys, d, rows, scale, ds_op, keys, qh + i0 * ldq, ldq, 1.f, dkh, lddk);
+            gemm(true, false, keys, d, rows, 1.f, p_op, keys, doh + i0 * lddo, lddo, 1.f, dvh, lddv);
           }
-          if constexpr (!std::is_same_v<T, float>) store_head(pdq + qoff, qv.stride(), dqh, t, d);
+          if constexpr (std::is_same_v<T, f16>) store_head(pdq + qoff, qv.stride(), dqh, t, d);
         }
         if constexpr (!std::is_same_v<T, float>) {
           store_head(dkh_out, kvv.stride(), dkh, t, d);

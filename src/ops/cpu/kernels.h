@@ -32,6 +32,10 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
                const bf16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_bf16);
 
+// Whether an f32-result matmul of this shape at this many threads runs as slices of k side by side
+// (Note [GEMMs split along k] in matmul.cpp).
+bool split_along_k(int64_t m, int64_t n, int64_t k, int threads);
+
 // Loads and stores of an activation element, in f32. GCC vectorises both for bf16 (shifts and an
 // add on 32-bit lanes), so one loop body serves both storage types.
 inline float load(const float* p, int64_t i) { return p[i]; }

@@ -12,7 +12,10 @@
 #include <dnnl.hpp>
 #endif
 
+#include <omp.h>
+
 #include <algorithm>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -134,8 +137,11 @@ class ReducedMatmuls {
            int64_t lda, const void* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_reduced) {
     using dnnl::memory;
     // The thread count is part of the problem: oneDNN fixes a primitive's parallel split when it is
-    // created, so one made at 1 thread would keep running on 1 after set_cpu_threads(2).
-    const Key key{in, m, n, k, trans_a, trans_b, lda, ldb, ldc, c_reduced, alpha, beta, cpu_threads()};
+    // created, so one made at 1 thread would keep running on 1 after set_cpu_threads(2). Inside a
+    // parallel region (Newton-Schulz's matrices, attention's heads) a call runs on its own thread,
+    // so it counts as one.
+    const int threads = omp_in_parallel() ? 1 : cpu_threads();
+    const Key key{in, m, n, k, trans_a, trans_b, lda, ldb, ldc, c_reduced, alpha, beta, threads};
     const Entry* e = nullptr;
     {
       // The lock covers the cache only: std::map's entries stay where they are as others are
@@ -206,47 +212,49 @@ class ReducedMatmuls {
 // Reduced-precision operands widened to f32 (exactly) for sgemm, and the result rounded once: the
 // same rounding points as a native bf16/f16 GEMM, at f32 speed. Used without oneDNN, and for f16
 // where oneDNN has no optimised kernel (measured on Zen 5, which lacks AVX512-FP16: oneDNN 2.6
-// cannot create an f16 matmul at all). The buffers belong to the calling thread and only grow (no
-// mmap per call).
-constexpr int64_t kConvertBlock = 4096;  // f16 values a thread converts per call
+// cannot create an f16 matmul at all). Operands may be views with a leading dimension wider than
+// their rows (attention's heads inside [B, T, H, D]): only their own elements are read, widened into
+// dense buffers, and only the result's own elements are written. The buffers belong to the calling
+// thread and only grow (no mmap per call).
+template <typename T>
+void widen_rows(float* dst, const T* src, int64_t rows, int64_t cols, int64_t ld) {
+#pragma omp parallel for if (rows * cols > kParallelGrain)
+  for (int64_t r = 0; r < rows; r++) {
+    if constexpr (std::is_same_v<T, f16>) {
+      widen_f16(dst + r * cols, src + r * ld, cols);  // the conversion instructions (kernels.h)
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < cols; j++) dst[r * cols + j] = load(src + r * ld, j);
+    }
+  }
+}
 
 template <typename T>
 void widened_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const T* a, int64_t lda,
                   const T* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_reduced) {
   thread_local std::vector<float> af, bf, cf;
-  const int64_t a_rows = trans_a ? k : m, b_rows = trans_b ? n : k;
-  // Pointers, not the thread_locals' names, inside the parallel loops (each worker has its own).
-  // f16 on the CPU's conversion instructions (widen_f16), in blocks spread over the threads.
-  auto widen = [](std::vector<float>& buf, const T* src, int64_t count) {
-    float* dst = grown(buf, static_cast<size_t>(count));
-    if constexpr (std::is_same_v<T, f16>) {
-#pragma omp parallel for if (count > kParallelGrain)
-      for (int64_t i = 0; i < count; i += kConvertBlock)
-        widen_f16(dst + i, src + i, std::min(kConvertBlock, count - i));
-    } else {
-#pragma omp parallel for simd if (count > kParallelGrain)
-      for (int64_t i = 0; i < count; i++) dst[i] = load(src, i);
-    }
-    return dst;
-  };
-  const float* wa = widen(af, a, a_rows * lda);
-  const float* wb = widen(bf, b, b_rows * ldb);
-  float* out = static_cast<float*>(c);
-  if (c_reduced) {
-    out = beta != 0.f ? widen(cf, static_cast<const T*>(c), m * ldc) : grown(cf, static_cast<size_t>(m * ldc));
+  // op(a) is [m, k]: stored [k, m] when transposed; op(b) is [k, n].
+  const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+  const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+  float* wa = grown(af, static_cast<size_t>(a_rows * a_cols));
+  float* wb = grown(bf, static_cast<size_t>(b_rows * b_cols));
+  widen_rows(wa, a, a_rows, a_cols, lda);
+  widen_rows(wb, b, b_rows, b_cols, ldb);
+  if (!c_reduced) {
+    sgemm(trans_a, trans_b, m, n, k, alpha, wa, a_cols, wb, b_cols, beta, static_cast<float*>(c), ldc);
+    return;
   }
-  sgemm(trans_a, trans_b, m, n, k, alpha, wa, lda, wb, ldb, beta, out, ldc);
-  if (c_reduced) {
-    T* dst = static_cast<T*>(c);
-    const float* src = out;
-    const int64_t count = m * ldc;
+  T* dst = static_cast<T*>(c);
+  float* out = grown(cf, static_cast<size_t>(m * n));
+  if (beta != 0.f) widen_rows(out, static_cast<const T*>(dst), m, n, ldc);
+  sgemm(trans_a, trans_b, m, n, k, alpha, wa, a_cols, wb, b_cols, beta, out, n);
+#pragma omp parallel for if (m * n > kParallelGrain)
+  for (int64_t r = 0; r < m; r++) {
     if constexpr (std::is_same_v<T, f16>) {
-#pragma omp parallel for if (count > kParallelGrain)
-      for (int64_t i = 0; i < count; i += kConvertBlock)
-        narrow_f16(dst + i, src + i, std::min(kConvertBlock, count - i));
+      narrow_f16(dst + r * ldc, out + r * n, n);
     } else {
-#pragma omp parallel for simd if (count > kParallelGrain)
-      for (int64_t i = 0; i < count; i++) store(dst, i, src[i]);
+#pragma omp simd
+      for (int64_t j = 0; j < n; j++) store(dst + r * ldc, j, out[r * n + j]);
     }
   }
 }
@@ -272,9 +280,80 @@ void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
   reduced_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, c_bf16);
 }
 
+// Note [GEMMs split along k]: a GEMM with a small result and a long reduction -- the weight
+// gradients dW = dY^T X, 256 x 256 x 2048 at the benchmark model's depth 4 -- splits poorly over
+// threads by its output blocks (oneDNN reached 464 GFLOP/s on it at two threads in bf16, 600+ on the
+// model's other shapes; f32 likewise). Such a GEMM is cut along k into one slice per thread, each
+// slice runs side by side on single-threaded GEMMs (an OpenMP region inside this one runs on its
+// own thread), and the slices' f32 sums are added in a fixed order: slice 0 (carrying beta) + 1 +
+// ... The bits depend on the thread count, as oneDNN's own split does, not on the run. Only f32
+// results (a rounded result would round each slice); not inside a parallel region.
+bool split_along_k(int64_t m, int64_t n, int64_t k, int threads) {
+  constexpr int64_t kSplitMaxOutput = 1 << 18;  // results of at most this many elements
+  constexpr int64_t kSplitMinSlice = 256;       // and k of at least this much per thread
+  return threads > 1 && !omp_in_parallel() && m * n <= kSplitMaxOutput && k >= 2 * std::max(m, n) &&
+         k >= kSplitMinSlice * threads;
+}
+
+namespace {
+
+// c[m, n] (f32, row stride ldc) = alpha op(a) op(b) + beta c, by slices of k: gemm(k0, k1, beta, c,
+// ldc) computes one slice's product into c.
+template <typename Gemm>
+void gemm_split_along_k(int64_t m, int64_t n, int64_t k, float beta, float* c, int64_t ldc, int threads,
+                        const Gemm& gemm) {
+  thread_local std::vector<float> partial_buf;  // slices 1.. of the calling thread's GEMMs; only grows
+  float* partials = grown(partial_buf, static_cast<size_t>((threads - 1) * m * n));
+  std::exception_ptr failure;  // an exception must not leave an OpenMP region
+  std::mutex failure_mu;
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+  for (int i = 0; i < threads; i++) {
+    try {
+      const int64_t k0 = k * i / threads, k1 = k * (i + 1) / threads;
+      if (i == 0)
+        gemm(k0, k1, beta, c, ldc);
+      else
+        gemm(k0, k1, 0.f, partials + (i - 1) * m * n, n);
+    } catch (...) {
+      std::lock_guard lock(failure_mu);
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+#pragma omp parallel for num_threads(threads) if (m * n > kParallelGrain)
+  for (int64_t r = 0; r < m; r++)
+    for (int i = 1; i < threads; i++) {
+      const float* p = partials + (i - 1) * m * n + r * n;
+      float* cr = c + r * ldc;
+#pragma omp simd
+      for (int64_t j = 0; j < n; j++) cr[j] += p[j];
+    }
+}
+
+}  // namespace
+
 void CpuBackend::matmul(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha,
                         float beta) {
   int64_t m = out.dim(0), n = out.dim(1), k = trans_a ? a.dim(0) : a.dim(1);
+  const int threads = cpu_threads();
+  if (out.dtype() == DType::F32 && split_along_k(m, n, k, threads)) {
+    // Note [GEMMs split along k]. A slice of k is a column range of op(a) and a row range of op(b).
+    const int64_t lda = a.dim(1), ldb = b.dim(1);
+    auto slice = [&](int64_t k0, int64_t k1, float beta_, float* c, int64_t ldc) {
+      const int64_t a_off = trans_a ? k0 * lda : k0, b_off = trans_b ? k0 : k0 * ldb;
+      if (a.dtype() == DType::BF16)
+        reduced_gemm(trans_a, trans_b, m, n, k1 - k0, alpha, a.data<bf16>() + a_off, lda, b.data<bf16>() + b_off,
+                     ldb, beta_, c, ldc, false);
+      else if (a.dtype() == DType::F16)
+        reduced_gemm(trans_a, trans_b, m, n, k1 - k0, alpha, a.data<f16>() + a_off, lda, b.data<f16>() + b_off,
+                     ldb, beta_, c, ldc, false);
+      else
+        sgemm(trans_a, trans_b, m, n, k1 - k0, alpha, a.data<float>() + a_off, lda, b.data<float>() + b_off, ldb,
+              beta_, c, ldc);
+    };
+    gemm_split_along_k(m, n, k, beta, out.data<float>(), n, threads, slice);
+    return;
+  }
   if (a.dtype() == DType::BF16) {
     // See Note [bf16 matmul on the CPU].
     NANODDP_ASSERT(out.dtype() == DType::F32 || out.dtype() == DType::BF16, "bf16 matmul writes f32 or bf16");
