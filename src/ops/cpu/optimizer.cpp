@@ -54,73 +54,87 @@ namespace {
 // Muon's quintic coefficients.
 constexpr float kNsA = 3.4445f, kNsB = -4.7750f, kNsC = 2.0315f;
 
-// c = a op(b) on T buffers (row-major, ldc = n): sgemm in f32; in bf16 the bf16 matmul (f32
-// accumulation, the result rounded once), about twice sgemm's rate where the CPU has bf16 dot
-// products or AMX (docs/benchmarks.md).
+// c [m, n] = op(a) op(b) on T buffers, row-major, op(a) [m, k] and op(b) [k, n] stored transposed
+// or not: sgemm in f32; in bf16 the bf16 matmul (f32 accumulation, the result rounded once), about
+// twice sgemm's rate where the CPU has bf16 dot products or AMX (docs/benchmarks.md).
 template <typename T>
-void ns_gemm(bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, const T* b, int64_t ldb, T* c) {
+void ns_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c) {
+  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
   if constexpr (std::is_same_v<T, bf16>)
-    bf16_gemm(false, trans_b, m, n, k, 1.f, a, k, b, ldb, 0.f, c, n, true);
+    bf16_gemm(trans_a, trans_b, m, n, k, 1.f, a, lda, b, ldb, 0.f, c, n, true);
   else
-    sgemm(false, trans_b, m, n, k, 1.f, a, k, b, ldb, 0.f, c, n);
+    sgemm(trans_a, trans_b, m, n, k, 1.f, a, lda, b, ldb, 0.f, c, n);
 }
 
-// dst [cols, rows] = src [rows, cols]^T in square tiles, so that both the rows read and the columns
-// written stay in cache. Types are converted beforehand or afterwards, over contiguous arrays
-// where the conversion vectorises; converting inside the strided loop, element by element, took
-// 15% of the samples of a 1024 x 256 matrix's bf16 Newton-Schulz against 11% now (perf, Zen 5).
+// The sum of squares of n values of T, in double: 8 partial sums over interleaved lanes, added
+// in a fixed order at the end, so that the loop vectorises (a single double accumulator kept it
+// scalar) and the result does not depend on the compiler's choices.
 template <typename T>
-void transpose_into(T* dst, const T* src, int64_t rows, int64_t cols) {
-  constexpr int64_t kTile = 32;
-#pragma omp parallel for collapse(2) if (rows * cols > kParallelGrain)
-  for (int64_t i0 = 0; i0 < rows; i0 += kTile)
-    for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
-      const int64_t i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
-      for (int64_t i = i0; i < i1; i++)
-        for (int64_t j = j0; j < j1; j++) dst[j * rows + i] = src[i * cols + j];
+double sum_squares(const T* x, int64_t n) {
+  constexpr int kLanes = 8;
+  double part[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+#pragma omp simd
+    for (int l = 0; l < kLanes; l++) {
+      const double v = load(x, i + l);
+      part[l] += v * v;
     }
+  for (; i < n; i++) {
+    const double v = load(x, i);
+    part[0] += v * v;
+  }
+  double ss = 0;
+  for (double p : part) ss += p;
+  return ss;
 }
 
 // The iteration on buffers of T (float, or bf16 for nanochat's bf16 Newton-Schulz): every tensor
 // op's result is stored as T, scalars are f32 (Note [bf16 activations on the CPU]'s load/store).
+// A tall matrix (rows > cols) is iterated on as its transpose X = px^T, as nanochat does, but
+// without moving it: X is kept as stored, [cols, rows] read transposed, so A = X X^T is a GEMM of
+// the stored matrix's transpose with itself and B X is stored as (px B^T). Transposing there and
+// back in tiles took 12% of a 1024 x 256 matrix's bf16 run (perf, Zen 5).
 template <typename T>
 void newton_schulz_impl(float* px, int64_t rows, int64_t cols, int steps) {
-  const bool transposed = rows > cols;
-  const int64_t m = transposed ? cols : rows, n = transposed ? rows : cols;  // X is [m, n], m <= n
+  const bool tall = rows > cols;
+  const int64_t m = tall ? cols : rows, n = tall ? rows : cols;  // X is [m, n], m <= n
   const int64_t mn = m * n, mm = m * m;
   thread_local std::vector<T> xs, as, cas, bs, bxs;  // reused across calls; they only grow
   // Pointers, not the thread_locals' names, inside the parallel loops (each worker has its own).
   T *X = grown(xs, mn), *A = grown(as, mm), *cA = grown(cas, mm), *B = grown(bs, mm), *BX = grown(bxs, mn);
 
-  // X = px (transposed), rounded to T; BX is free until the first step.
-  T* const converted = transposed ? BX : X;
+  // X = px rounded to T (as stored: [rows, cols]), divided by its norm.
 #pragma omp parallel for simd if (mn > kParallelGrain)
-  for (int64_t i = 0; i < mn; i++) store(converted, i, px[i]);
-  if (transposed) transpose_into(X, static_cast<const T*>(BX), rows, cols);
-  double ss = 0;
-  for (int64_t i = 0; i < mn; i++) ss += double(load(X, i)) * load(X, i);
-  const float norm = round_to<T>(static_cast<float>(std::sqrt(ss)));
+  for (int64_t i = 0; i < mn; i++) store(X, i, px[i]);
+  const float norm = round_to<T>(static_cast<float>(std::sqrt(sum_squares(X, mn))));
   const float denom = round_to<T>(norm + 1e-7f);
 #pragma omp parallel for simd if (mn > kParallelGrain)
   for (int64_t i = 0; i < mn; i++) store(X, i, load(X, i) / denom);
 
   for (int s = 0; s < steps; s++) {
-    ns_gemm(true, m, m, n, X, X, n, A);  // A = X X^T
+    // A = X X^T: the stored [rows, cols] is X^T when tall.
+    if (tall)
+      ns_gemm(true, false, m, m, n, X, X, A);
+    else
+      ns_gemm(false, true, m, m, n, X, X, A);
 #pragma omp parallel for simd if (mm > kParallelGrain)
     for (int64_t i = 0; i < mm; i++) store(cA, i, kNsC * load(A, i));
-    ns_gemm(false, m, m, m, cA, A, m, B);  // (cA) A
+    ns_gemm(false, false, m, m, m, cA, A, B);  // (cA) A
 #pragma omp parallel for simd if (mm > kParallelGrain)
     for (int64_t i = 0; i < mm; i++) store(B, i, round_to<T>(kNsB * load(A, i)) + load(B, i));
-    ns_gemm(false, m, n, m, B, X, n, BX);  // B X
+    // B X, stored as X is: (B X)^T = X^T B^T when tall.
+    if (tall)
+      ns_gemm(false, true, n, m, m, X, B, BX);
+    else
+      ns_gemm(false, false, m, n, m, B, X, BX);
 #pragma omp parallel for simd if (mn > kParallelGrain)
     for (int64_t i = 0; i < mn; i++) store(X, i, round_to<T>(kNsA * load(X, i)) + load(BX, i));
   }
 
-  // px = X (transposed back: X is [cols, rows]), widened to f32.
-  if (transposed) transpose_into(BX, static_cast<const T*>(X), cols, rows);
-  const T* const result = transposed ? BX : X;
+  // px = X, widened to f32.
 #pragma omp parallel for simd if (mn > kParallelGrain)
-  for (int64_t i = 0; i < mn; i++) px[i] = load(result, i);
+  for (int64_t i = 0; i < mn; i++) px[i] = load(X, i);
 }
 
 }  // namespace
