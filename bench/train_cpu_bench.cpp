@@ -5,12 +5,19 @@
 // T 128, batch 16. Prints tokens/s, MFU against the sgemm peak measured here, the share of the
 // step spent in GEMMs and the GEMMs' own rate.
 // MFU is against the GEMM peak of the row's dtype, measured here.
+// The dtypes of one thread count are timed in turns, a block of steps each, so that the machine's
+// drift (this project's shared machines swing by 1.5x within minutes) falls on every dtype alike
+// and the "vs fp32" ratio compares like with like; each dtype's GEMM peak is the best of its turns.
 //   build/bench/bench_train_cpu --threads 1,2 --optimizer adamw --dtype fp32,bf16
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "comm/process_group.h"
 #include "core/timer.h"
@@ -52,29 +59,69 @@ double gemm_peak(DType t) {
 }
 
 struct Result {
-  double tokens_per_s = 0, matmul_share = 0, matmul_flops_per_s = 0;
+  double tokens_per_s = 0, matmul_share = 0, matmul_flops_per_s = 0, peak = 0;
 };
 
-Result run_nanoddp(const Args& a, DType act) {
+// One dtype's model, stepped in turns with the others; what its timed blocks added up to.
+struct Contender {
+  DType act;
+  std::unique_ptr<bench::StepBench> bench;
+  double seconds = 0, peak = 0;
+  int steps = 0;
+  std::map<std::string, ops::OpStats> stats, detail;
+};
+
+void add_stats(std::map<std::string, ops::OpStats>& into, const std::map<std::string, ops::OpStats>& from) {
+  for (const auto& [name, s] : from) {
+    into[name].seconds += s.seconds;
+    into[name].flops += s.flops;
+    into[name].calls += s.calls;
+  }
+}
+
+// Every dtype at the current threads: warm-up, then `turns` rounds in which each dtype times a
+// block of its steps and measures its GEMM peak (fp16's GEMMs run in f32, f16 operands widened:
+// its peak is f32's).
+std::vector<Result> run_nanoddp(const Args& a, const std::vector<DType>& acts) {
   auto group = dist::make_single_rank_group(Device::cpu());
-  bench::StepBench run({.depth = a.depth, .vocab = a.vocab, .seq = a.seq, .batch = a.batch, .act_dtype = act,
-                        .optimizer = a.optimizer},
-                       *group);
-  auto step = [&] { run.step(); };
-  for (int i = 0; i < a.warmup; i++) step();
-  ops::reset_profile();
-  ops::set_profiling(true);
-  Stopwatch sw;
-  for (int i = 0; i < a.steps; i++) step();
-  const double dt = sw.seconds();
-  ops::set_profiling(false);
-  auto stats = ops::profile_snapshot();
-  if (a.breakdown) bench::print_breakdown(stdout, stats, a.steps, dt, ops::profile_detail_snapshot());
-  Result r;
-  r.tokens_per_s = double(a.batch) * a.seq * a.steps / dt;
-  r.matmul_share = stats["matmul"].seconds / dt;
-  r.matmul_flops_per_s = stats["matmul"].flops / stats["matmul"].seconds;
-  return r;
+  std::vector<Contender> cs;
+  for (DType act : acts) {
+    cs.push_back({act, std::make_unique<bench::StepBench>(
+                           bench::StepBenchConfig{.depth = a.depth, .vocab = a.vocab, .seq = a.seq, .batch = a.batch,
+                                                  .act_dtype = act, .optimizer = a.optimizer},
+                           *group)});
+    for (int i = 0; i < a.warmup; i++) cs.back().bench->step();
+  }
+  const int turns = std::min(a.steps, 5);
+  for (int turn = 0; turn < turns; turn++) {
+    for (Contender& c : cs) {
+      c.peak = std::max(c.peak, gemm_peak(c.act == DType::F16 ? DType::F32 : c.act));
+      const int steps = a.steps / turns + (turn < a.steps % turns ? 1 : 0);
+      ops::reset_profile();
+      ops::set_profiling(true);
+      Stopwatch sw;
+      for (int i = 0; i < steps; i++) c.bench->step();
+      c.seconds += sw.seconds();
+      ops::set_profiling(false);
+      c.steps += steps;
+      add_stats(c.stats, ops::profile_snapshot());
+      add_stats(c.detail, ops::profile_detail_snapshot());
+    }
+  }
+  std::vector<Result> out;
+  for (Contender& c : cs) {
+    if (a.breakdown) {
+      fmt::print("  {} at {} threads, {} steps:\n", dtype_name(c.act), ops::cpu_threads(), c.steps);
+      bench::print_breakdown(stdout, c.stats, c.steps, c.seconds, c.detail);
+    }
+    Result r;
+    r.peak = c.peak;
+    r.tokens_per_s = double(a.batch) * a.seq * c.steps / c.seconds;
+    r.matmul_share = c.stats["matmul"].seconds / c.seconds;
+    r.matmul_flops_per_s = c.stats["matmul"].flops / c.stats["matmul"].seconds;
+    out.push_back(r);
+  }
+  return out;
 }
 
 Result run_torch(const Args& a, int threads, const std::string& dtype) {
@@ -91,7 +138,7 @@ Result run_torch(const Args& a, int threads, const std::string& dtype) {
     return {};
   }
   auto j = nlohmann::json::parse(out.substr(out.rfind('{')));
-  return {j["tokens_per_s"].get<double>(), 0, 0};
+  return {j["tokens_per_s"].get<double>(), 0, 0, 0};
 }
 
 }  // namespace
@@ -125,22 +172,24 @@ int main(int argc, char** argv) {
              "GEMM peak", "nanoddp tok/s", "MFU", "GEMM %", "GEMM/peak", "vs fp32", "PyTorch tok/s", "nanoddp/PT");
   for (int t : a.threads) {
     ops::set_cpu_threads(t);
+    std::vector<DType> acts;
+    for (const auto& d : a.dtypes) acts.push_back(d == "bf16" ? DType::BF16 : d == "fp16" ? DType::F16 : DType::F32);
+    const std::vector<Result> ours = run_nanoddp(a, acts);
     double fp32_tokens = 0;
-    for (const auto& d : a.dtypes) {
-      const DType act = d == "bf16" ? DType::BF16 : d == "fp16" ? DType::F16 : DType::F32;
-      // fp16's GEMMs run in f32 (f16 operands widened): its peak is f32's.
-      const double peak = gemm_peak(act == DType::F16 ? DType::F32 : act);
-      const Result ours = run_nanoddp(a, act);
-      if (d == "fp32") fp32_tokens = ours.tokens_per_s;
+    for (size_t i = 0; i < acts.size(); i++)
+      if (acts[i] == DType::F32) fp32_tokens = ours[i].tokens_per_s;
+    for (size_t i = 0; i < acts.size(); i++) {
+      const std::string& d = a.dtypes[i];
+      const Result& r = ours[i];
       // PyTorch 1.13 has no fp16 autocast on the CPU: no baseline for fp16.
       const Result theirs = a.torch && d != "fp16" ? run_torch(a, t, d) : Result{};
       const bool baseline = theirs.tokens_per_s > 0;
       fmt::print("{:>7} | {:>5} | {:>7.1f} GF/s | {:>13.0f} | {:>7.1f}% | {:>5.1f}% | {:>9.1f}% | {:>9} | {:>13} | {:>10}\n",
-                 t, d, peak / 1e9, ours.tokens_per_s, 100 * flops_per_token * ours.tokens_per_s / peak,
-                 100 * ours.matmul_share, 100 * ours.matmul_flops_per_s / peak,
-                 fp32_tokens > 0 ? fmt::format("{:.2f}x", ours.tokens_per_s / fp32_tokens) : "-",
+                 t, d, r.peak / 1e9, r.tokens_per_s, 100 * flops_per_token * r.tokens_per_s / r.peak,
+                 100 * r.matmul_share, 100 * r.matmul_flops_per_s / r.peak,
+                 fp32_tokens > 0 ? fmt::format("{:.2f}x", r.tokens_per_s / fp32_tokens) : "-",
                  baseline ? fmt::format("{:.0f}", theirs.tokens_per_s) : "-",
-                 baseline ? fmt::format("{:.2f}x", ours.tokens_per_s / theirs.tokens_per_s) : "-");
+                 baseline ? fmt::format("{:.2f}x", r.tokens_per_s / theirs.tokens_per_s) : "-");
     }
   }
   return 0;
