@@ -421,5 +421,26 @@ TEST(Bf16Kernels, AttentionFollowsItsF32TwinWithinTheRoundingOfPAndDs) {
   EXPECT_LT(max_rel_error(vec(o1b), vec(o1f)), 4e-3);
 }
 
+// Decoding from a KV cache (kv_len > the queries) grows the key count by one every token: on the
+// bf16 matmul each new shape would JIT a oneDNN primitive kept for the process, so that path runs
+// widened to f32 instead and must not add a single GEMM problem, however many tokens it decodes.
+// Its output still follows the f32 twin within AttentionFollowsItsF32TwinWithinTheRoundingOfPAndDs's
+// bound (4e-3 of the largest output).
+TEST(Bf16Kernels, DecodingFromACacheMakesNoNewGemmKernels) {
+  const int64_t b = 1, cap = 64, hq = 2, hkv = 1, d = 32;
+  Pair kc = pair({b, cap, hkv, d}, 50), vc = pair({b, cap, hkv, d}, 51);
+  const float scale = 1.f / std::sqrt(static_cast<float>(d));
+  const int64_t before = ops::cpu::reduced_matmul_problems();
+  for (int64_t kv_len = 9; kv_len <= 40; kv_len++) {
+    Pair q1 = pair({b, 1, hq, d}, 60 + static_cast<uint64_t>(kv_len));
+    Tensor ob = Tensor::empty(q1.bf.shape(), DType::BF16), of = Tensor::empty(q1.f.shape(), DType::F32);
+    Tensor l = Tensor::empty({b, hq, 1}, DType::F32);
+    ops::attention_forward(ob, l, q1.bf, kc.bf, vc.bf, kv_len, scale);
+    ops::attention_forward(of, l, q1.f, kc.f, vc.f, kv_len, scale);
+    EXPECT_LT(max_rel_error(vec(ob), vec(of)), 4e-3) << "kv_len " << kv_len;
+  }
+  EXPECT_EQ(ops::cpu::reduced_matmul_problems(), before);
+}
+
 }  // namespace
 }  // namespace nanoddp

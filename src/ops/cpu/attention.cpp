@@ -36,7 +36,9 @@ struct HeadView {
   int64_t offset(int64_t b, int64_t t_len, int64_t head) const { return b * t_len * h * d + head * d; }
 };
 
-// The GEMMs' operand type for storage T: bf16 for bf16, f32 for f32 and (widened) f16.
+// The GEMMs' operand type G for storage T in training: bf16 for bf16 (oneDNN's bf16 matmul), f32
+// for f32 and (widened) f16. A forward from a KV cache runs bf16 widened to f32 too (see
+// CpuBackend::attention_forward).
 template <typename T>
 using Operand = std::conditional_t<std::is_same_v<T, bf16>, bf16, float>;
 
@@ -55,19 +57,28 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
   bf16_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, true);
 }
 
-// One head's rows [rows, d] (row stride ld) as GEMM operands: the rows themselves for f32 and bf16
-// storage, else widened into buf with row stride d. `ld_out` receives the stride of what is returned.
-template <typename T>
-const Operand<T>* head_operand(const T* src, int64_t rows, int64_t ld, int64_t d, std::vector<float>& buf,
-                               int64_t& ld_out) {
-  if constexpr (std::is_same_v<T, f16>) {
-    float* dst = grown(buf, rows * d);
-    for (int64_t r = 0; r < rows; r++) widen_f16(dst + r * d, src + r * ld, d);  // kernels.h
-    ld_out = d;
-    return dst;
-  } else {
+// One head's rows [rows, d] (row stride ld) as operands of type G: the rows themselves where G is
+// the storage type, else widened into buf with row stride d. `ld_out` receives the stride of what
+// is returned.
+template <typename G, typename T>
+const G* head_operand(const T* src, int64_t rows, int64_t ld, int64_t d, std::vector<float>& buf,
+                      int64_t& ld_out) {
+  if constexpr (std::is_same_v<G, T>) {
     ld_out = ld;
     return src;
+  } else {
+    static_assert(std::is_same_v<G, float>);
+    float* dst = grown(buf, rows * d);
+    for (int64_t r = 0; r < rows; r++) {
+      if constexpr (std::is_same_v<T, f16>) {
+        widen_f16(dst + r * d, src + r * ld, d);  // the conversion instructions (kernels.h)
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < d; j++) dst[r * d + j] = load(src + r * ld, j);
+      }
+    }
+    ld_out = d;
+    return dst;
   }
 }
 
@@ -84,10 +95,11 @@ void store_head(T* dst, int64_t ld, const float* src, int64_t rows, int64_t d) {
   }
 }
 
-// Where a head's f32 sums go: straight into f32 storage, or into buf for store_head.
-template <typename T>
-float* sums_f32(T* dst, int64_t ld, int64_t rows, int64_t d, std::vector<float>& buf, int64_t& ld_out) {
-  if constexpr (std::is_same_v<T, float>) {
+// Where a head's results of type G go: straight into storage of that type (f32; bf16, rounded by
+// the GEMM), else into buf (f32) for store_head.
+template <typename G, typename T>
+G* out_operand(T* dst, int64_t ld, int64_t rows, int64_t d, std::vector<float>& buf, int64_t& ld_out) {
+  if constexpr (std::is_same_v<G, T>) {
     ld_out = ld;
     return dst;
   } else {
@@ -96,31 +108,29 @@ float* sums_f32(T* dst, int64_t ld, int64_t rows, int64_t d, std::vector<float>&
   }
 }
 
-// Where a head's GEMM results go: straight into storage the GEMM writes (f32; bf16, rounded by the
-// GEMM), or into buf for store_head (f16).
-template <typename T>
-Operand<T>* out_operand(T* dst, int64_t ld, int64_t rows, int64_t d, std::vector<float>& buf, int64_t& ld_out) {
-  if constexpr (std::is_same_v<T, f16>) {
-    return sums_f32(dst, ld, rows, d, buf, ld_out);
-  } else {
-    ld_out = ld;
-    return dst;
-  }
-}
-
 // With bf16 (f16) activations the probabilities P and the score gradient dS are rounded to bf16
 // (f16) before they enter a GEMM, where the CUDA flash kernels round them for the tensor cores.
-// Their rows are computed in f32 and written as operands: bf16 rounds as it stores (vectorised);
-// f32 and f16 write in place (the operand buffer is the f32 one), and f16 then rounds a row at a
-// time on the conversion instructions (round_gemm_operands), which take about a third of the time
-// of the portable conversions (convert.cpp).
-template <typename T>
-Operand<T>* operand_rows(float* f32_rows, std::vector<bf16>& buf, int64_t n) {
-  if constexpr (std::is_same_v<T, bf16>) {
+// Their rows are computed in f32 and written as operands (put_operand): bf16 operands round as
+// they are stored; f32 operands write in place (the operand buffer is the f32 one), holding bf16
+// values when the storage is bf16 (an add and a mask, vectorised), and f16 values after
+// round_gemm_operands, a row at a time on the conversion instructions, which take about a third
+// of the time of the portable conversions (convert.cpp).
+template <typename G>
+G* operand_rows(float* f32_rows, std::vector<bf16>& buf, int64_t n) {
+  if constexpr (std::is_same_v<G, bf16>) {
     return grown(buf, n);
   } else {
     return f32_rows;
   }
+}
+template <typename G, typename T>
+inline void put_operand(G* p, int64_t j, float v) {
+  if constexpr (std::is_same_v<G, bf16>)
+    store(p, j, v);
+  else if constexpr (std::is_same_v<T, bf16>)
+    p[j] = round_to<bf16>(v);
+  else
+    p[j] = v;
 }
 template <typename T>
 void round_gemm_operands(float* p, int64_t n) {
@@ -129,7 +139,7 @@ void round_gemm_operands(float* p, int64_t n) {
 template <typename T>
 void round_gemm_operands(bf16*, int64_t) {}
 
-template <typename T>
+template <typename T, typename G>
 void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                             int64_t kv_len, float scale) {
   const int64_t batch = q.dim(0), tq = q.dim(1), hq = q.dim(2), d = q.dim(3);
@@ -147,21 +157,21 @@ void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& 
     for (int64_t b = 0; b < batch; b++) {
       for (int64_t h = 0; h < hq; h++) {
         int64_t ldq, ldk, ldv, ldo;
-        const auto* qh = head_operand(pq + qv.offset(b, tq, h), tq, qv.stride(), d, q_buf, ldq);
-        const auto* kh = head_operand(pk + kvv.offset(b, tcap, h / group), kv_len, kvv.stride(), d, k_buf, ldk);
-        const auto* vh = head_operand(pv + kvv.offset(b, tcap, h / group), kv_len, kvv.stride(), d, v_buf, ldv);
+        const G* qh = head_operand<G>(pq + qv.offset(b, tq, h), tq, qv.stride(), d, q_buf, ldq);
+        const G* kh = head_operand<G>(pk + kvv.offset(b, tcap, h / group), kv_len, kvv.stride(), d, k_buf, ldk);
+        const G* vh = head_operand<G>(pv + kvv.offset(b, tcap, h / group), kv_len, kvv.stride(), d, v_buf, ldv);
         T* oh_out = po + qv.offset(b, tq, h);
-        auto* oh = out_operand(oh_out, qv.stride(), tq, d, o_buf, ldo);
+        G* oh = out_operand<G>(oh_out, qv.stride(), tq, d, o_buf, ldo);
         float* lh = pl + (b * hq + h) * tq;
         for (int64_t i0 = 0; i0 < tq; i0 += kTile) {
           const int64_t rows = std::min(kTile, tq - i0), keys = q_pos0 + i0 + rows;
           float* s = grown(s_buf, rows * keys);
-          Operand<T>* p = operand_rows<T>(s, p_buf, rows * keys);
+          G* p = operand_rows<G>(s, p_buf, rows * keys);
           // s[rows, keys] = scale * Q_tile K^T
           gemm(false, true, rows, keys, d, scale, qh + i0 * ldq, ldq, kh, ldk, 0.f, s, keys);
           for (int64_t r = 0; r < rows; r++) {
             float* sr = s + r * keys;
-            Operand<T>* pr = p + r * keys;
+            G* pr = p + r * keys;
             const int64_t visible = q_pos0 + i0 + r + 1;
             float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
@@ -174,7 +184,7 @@ void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& 
             }
             const float inv = 1.f / sum;
 #pragma omp simd
-            for (int64_t j = 0; j < visible; j++) store(pr, j, sr[j] * inv);
+            for (int64_t j = 0; j < visible; j++) put_operand<G, T>(pr, j, sr[j] * inv);
             round_gemm_operands<T>(pr, visible);
             std::memset(static_cast<void*>(pr + visible), 0, (keys - visible) * sizeof(*pr));
             lh[i0 + r] = mx + std::log(sum);
@@ -182,7 +192,7 @@ void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& 
           // O_tile = P V
           gemm(false, false, rows, d, keys, 1.f, p, keys, vh, ldv, 0.f, oh + i0 * ldo, ldo);
         }
-        if constexpr (std::is_same_v<T, f16>) store_head(oh_out, qv.stride(), oh, tq, d);
+        if constexpr (!std::is_same_v<G, T>) store_head(oh_out, qv.stride(), oh, tq, d);
       }
     }
   }
@@ -196,6 +206,7 @@ void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& d
   const int64_t hkv = k.dim(2), group = hq / hkv;
   const HeadView qv{hq, d}, kvv{hkv, d};
   const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>();
+  using G = Operand<T>;
   const T *pdo = dout.data<T>(), *po = out.data<T>();
   const float* pl = lse.data<float>();
   T *pdq = dq.data<T>(), *pdk = dk.data<T>(), *pdv = dv.data<T>();
@@ -211,12 +222,12 @@ void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& d
     for (int64_t b = 0; b < batch; b++) {
       for (int64_t g = 0; g < hkv; g++) {
         int64_t ldk, ldv, lddk, lddv;
-        const auto* kh = head_operand(pk + kvv.offset(b, t, g), t, kvv.stride(), d, k_buf, ldk);
-        const auto* vh = head_operand(pv + kvv.offset(b, t, g), t, kvv.stride(), d, v_buf, ldv);
+        const G* kh = head_operand<G>(pk + kvv.offset(b, t, g), t, kvv.stride(), d, k_buf, ldk);
+        const G* vh = head_operand<G>(pv + kvv.offset(b, t, g), t, kvv.stride(), d, v_buf, ldv);
         T* dkh_out = pdk + kvv.offset(b, t, g);
         T* dvh_out = pdv + kvv.offset(b, t, g);
-        float* dkh = sums_f32(dkh_out, kvv.stride(), t, d, dk_buf, lddk);
-        float* dvh = sums_f32(dvh_out, kvv.stride(), t, d, dv_buf, lddv);
+        float* dkh = out_operand<float>(dkh_out, kvv.stride(), t, d, dk_buf, lddk);  // f32 sums
+        float* dvh = out_operand<float>(dvh_out, kvv.stride(), t, d, dv_buf, lddv);
         for (int64_t i = 0; i < t; i++) {
           std::memset(dkh + i * lddk, 0, d * sizeof(float));
           std::memset(dvh + i * lddv, 0, d * sizeof(float));
@@ -224,17 +235,17 @@ void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& d
         for (int64_t h = g * group; h < (g + 1) * group; h++) {
           const int64_t qoff = qv.offset(b, t, h);
           int64_t ldq, lddo, ldo, lddq;
-          const auto* qh = head_operand(pq + qoff, t, qv.stride(), d, q_buf, ldq);
-          const auto* doh = head_operand(pdo + qoff, t, qv.stride(), d, do_buf, lddo);
-          const auto* oh = head_operand(po + qoff, t, qv.stride(), d, o_buf, ldo);
-          auto* dqh = out_operand(pdq + qoff, qv.stride(), t, d, dq_buf, lddq);
+          const G* qh = head_operand<G>(pq + qoff, t, qv.stride(), d, q_buf, ldq);
+          const G* doh = head_operand<G>(pdo + qoff, t, qv.stride(), d, do_buf, lddo);
+          const G* oh = head_operand<G>(po + qoff, t, qv.stride(), d, o_buf, ldo);
+          G* dqh = out_operand<G>(pdq + qoff, qv.stride(), t, d, dq_buf, lddq);
           const float* lh = pl + (b * hq + h) * t;
           for (int64_t i0 = 0; i0 < t; i0 += kTile) {
             const int64_t rows = std::min(kTile, t - i0), keys = i0 + rows;
             float* p = grown(p_buf, rows * keys);
             float* dp = grown(dp_buf, rows * keys);
-            Operand<T>* p_op = operand_rows<T>(p, p_ops, rows * keys);
-            Operand<T>* ds_op = operand_rows<T>(dp, ds_ops, rows * keys);
+            G* p_op = operand_rows<G>(p, p_ops, rows * keys);
+            G* ds_op = operand_rows<G>(dp, ds_ops, rows * keys);
             float* delta = grown(delta_buf, rows);
             // P = exp(scale Q K^T - lse) on the causal triangle, 0 above it.
             gemm(false, true, rows, keys, d, scale, qh + i0 * ldq, ldq, kh, ldk, 0.f, p, keys);
@@ -251,15 +262,15 @@ void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& d
             for (int64_t r = 0; r < rows; r++) {
               const float* pr = p + r * keys;
               const float* dpr = dp + r * keys;
-              Operand<T>* p_out = p_op + r * keys;
-              Operand<T>* ds_out = ds_op + r * keys;
+              G* p_out = p_op + r * keys;
+              G* ds_out = ds_op + r * keys;
               const int64_t visible = i0 + r + 1;
               const float l = lh[i0 + r], dl = delta[r];
 #pragma omp simd
               for (int64_t j = 0; j < visible; j++) {
                 const float pj = fast_exp(pr[j] - l);
-                store(ds_out, j, pj * (dpr[j] - dl));  // dS
-                store(p_out, j, pj);
+                put_operand<G, T>(ds_out, j, pj * (dpr[j] - dl));  // dS
+                put_operand<G, T>(p_out, j, pj);
               }
               round_gemm_operands<T>(ds_out, visible);
               round_gemm_operands<T>(p_out, visible);
@@ -271,7 +282,7 @@ void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& d
             gemm(true, false, keys, d, rows, scale, ds_op, keys, qh + i0 * ldq, ldq, 1.f, dkh, lddk);
             gemm(true, false, keys, d, rows, 1.f, p_op, keys, doh + i0 * lddo, lddo, 1.f, dvh, lddv);
           }
-          if constexpr (std::is_same_v<T, f16>) store_head(pdq + qoff, qv.stride(), dqh, t, d);
+          if constexpr (!std::is_same_v<G, T>) store_head(pdq + qoff, qv.stride(), dqh, t, d);
         }
         if constexpr (!std::is_same_v<T, float>) {
           store_head(dkh_out, kvv.stride(), dkh, t, d);
@@ -286,8 +297,16 @@ void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& d
 
 void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                                    const Tensor& v, int64_t kv_len, float scale) {
+  // bf16 runs on the bf16 matmul where the shapes repeat: training and a prompt's prefill (no
+  // cached keys before the queries). Decoding from a KV cache widens to f32 for sgemm instead: its
+  // key count grows by one every token, and each new GEMM shape would JIT a oneDNN primitive
+  // (0.1-1 ms, kept for the process) for one use (Note [bf16 matmul on the CPU] in matmul.cpp).
   with_act_type(q.dtype(), [&](auto tag) {
-    attention_forward_impl<std::remove_pointer_t<decltype(tag)>>(out, lse, q, k, v, kv_len, scale);
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if (kv_len == q.dim(1))
+      attention_forward_impl<T, Operand<T>>(out, lse, q, k, v, kv_len, scale);
+    else
+      attention_forward_impl<T, float>(out, lse, q, k, v, kv_len, scale);
   });
 }
 

@@ -36,6 +36,10 @@ void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
 // (Note [GEMMs split along k] in matmul.cpp).
 bool split_along_k(int64_t m, int64_t n, int64_t k, int threads);
 
+// How many GEMM problems oneDNN's reduced-precision matmul has met in this process (each one a
+// JIT-compiled primitive, or the finding that there is none), for tests; 0 without oneDNN.
+int64_t reduced_matmul_problems();
+
 // Loads and stores of an activation element, in f32. GCC vectorises both for bf16 (shifts and an
 // add on 32-bit lanes), so one loop body serves both storage types.
 inline float load(const float* p, int64_t i) { return p[i]; }

@@ -132,6 +132,11 @@ class ReducedMatmuls {
     return instance;
   }
 
+  int64_t problems() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int64_t>(cache_.size());
+  }
+
   // False when oneDNN has no optimised kernel for the problem: the caller widens to f32.
   bool run(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
            int64_t lda, const void* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_reduced) {
@@ -274,6 +279,14 @@ void reduced_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
 }
 
 }  // namespace
+
+int64_t reduced_matmul_problems() {
+#if NANODDP_HAVE_ONEDNN
+  return ReducedMatmuls::get().problems();
+#else
+  return 0;
+#endif
+}
 
 void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
                const bf16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_bf16) {
