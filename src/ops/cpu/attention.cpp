@@ -69,34 +69,14 @@ const G* head_operand(const T* src, int64_t rows, int64_t ld, int64_t d, std::ve
   } else {
     static_assert(std::is_same_v<G, float>);
     float* dst = grown(buf, rows * d);
-    for (int64_t r = 0; r < rows; r++) {
-      if constexpr (std::is_same_v<T, f16>) {
-        widen_f16(dst + r * d, src + r * ld, d);  // the conversion instructions (kernels.h)
-      } else {
-#pragma omp simd
-        for (int64_t j = 0; j < d; j++) dst[r * d + j] = load(src + r * ld, j);
-      }
-    }
+    convert_rows(dst, d, src, ld, rows, d);  // kernels.h
     ld_out = d;
     return dst;
   }
 }
 
-// Rows [rows, d] of f32 results written to a head (row stride ld), rounded once each.
-template <typename T>
-void store_head(T* dst, int64_t ld, const float* src, int64_t rows, int64_t d) {
-  for (int64_t r = 0; r < rows; r++) {
-    if constexpr (std::is_same_v<T, f16>) {
-      narrow_f16(dst + r * ld, src + r * d, d);
-    } else {
-#pragma omp simd
-      for (int64_t j = 0; j < d; j++) store(dst + r * ld, j, src[r * d + j]);
-    }
-  }
-}
-
 // Where a head's results of type G go: straight into storage of that type (f32; bf16, rounded by
-// the GEMM), else into buf (f32) for store_head.
+// the GEMM), else into buf (f32) for convert_rows.
 template <typename G, typename T>
 G* out_operand(T* dst, int64_t ld, int64_t rows, int64_t d, std::vector<float>& buf, int64_t& ld_out) {
   if constexpr (std::is_same_v<G, T>) {
@@ -192,7 +172,8 @@ void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& 
           // O_tile = P V
           gemm(false, false, rows, d, keys, 1.f, p, keys, vh, ldv, 0.f, oh + i0 * ldo, ldo);
         }
-        if constexpr (!std::is_same_v<G, T>) store_head(oh_out, qv.stride(), oh, tq, d);
+        if constexpr (!std::is_same_v<G, T>)
+          convert_rows(oh_out, qv.stride(), static_cast<const float*>(oh), d, tq, d);
       }
     }
   }
@@ -282,11 +263,12 @@ void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& d
             gemm(true, false, keys, d, rows, scale, ds_op, keys, qh + i0 * ldq, ldq, 1.f, dkh, lddk);
             gemm(true, false, keys, d, rows, 1.f, p_op, keys, doh + i0 * lddo, lddo, 1.f, dvh, lddv);
           }
-          if constexpr (!std::is_same_v<G, T>) store_head(pdq + qoff, qv.stride(), dqh, t, d);
+          if constexpr (!std::is_same_v<G, T>)
+            convert_rows(pdq + qoff, qv.stride(), static_cast<const float*>(dqh), d, t, d);
         }
         if constexpr (!std::is_same_v<T, float>) {
-          store_head(dkh_out, kvv.stride(), dkh, t, d);
-          store_head(dvh_out, kvv.stride(), dvh, t, d);
+          convert_rows(dkh_out, kvv.stride(), static_cast<const float*>(dkh), d, t, d);
+          convert_rows(dvh_out, kvv.stride(), static_cast<const float*>(dvh), d, t, d);
         }
       }
     }

@@ -8,6 +8,8 @@
 // and optimizer state stay f32 whatever the activations are.
 #pragma once
 
+#include <omp.h>
+
 #include <type_traits>
 #include <vector>
 
@@ -91,5 +93,34 @@ T* grown(std::vector<T>& buf, size_t n) {
 
 // Elementwise loops below this many elements run on one thread (a parallel region costs ~1 us).
 inline constexpr int64_t kParallelGrain = 1 << 14;
+
+// One row of n values converted between f32 and a storage type: exactly when widening, rounded once
+// when narrowing; f16 on the conversion instructions.
+inline void convert_row(float* dst, const f16* src, int64_t n) { widen_f16(dst, src, n); }
+inline void convert_row(f16* dst, const float* src, int64_t n) { narrow_f16(dst, src, n); }
+template <typename T>
+void convert_row(float* dst, const T* src, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) dst[j] = load(src, j);
+}
+template <typename T>
+void convert_row(T* dst, const float* src, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) store(dst, j, src[j]);
+}
+
+// rows x cols values from src (row stride ld_src) into dst (row stride ld_dst), converted as
+// convert_row does: a view of a wider tensor (a head of [B, T, H, D]) to or from a dense buffer.
+// Rows are spread over threads above kParallelGrain values, outside a parallel region only: inside
+// one (attention's heads) even a region of one thread costs a team set-up per call.
+template <typename D, typename S>
+void convert_rows(D* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t rows, int64_t cols) {
+  if (rows * cols > kParallelGrain && !omp_in_parallel()) {
+#pragma omp parallel for
+    for (int64_t r = 0; r < rows; r++) convert_row(dst + r * ld_dst, src + r * ld_src, cols);
+  } else {
+    for (int64_t r = 0; r < rows; r++) convert_row(dst + r * ld_dst, src + r * ld_src, cols);
+  }
+}
 
 }  // namespace nanoddp::ops::cpu

@@ -221,18 +221,6 @@ class ReducedMatmuls {
 // their rows (attention's heads inside [B, T, H, D]): only their own elements are read, widened into
 // dense buffers, and only the result's own elements are written. The buffers belong to the calling
 // thread and only grow (no mmap per call).
-template <typename T>
-void widen_rows(float* dst, const T* src, int64_t rows, int64_t cols, int64_t ld) {
-#pragma omp parallel for if (rows * cols > kParallelGrain)
-  for (int64_t r = 0; r < rows; r++) {
-    if constexpr (std::is_same_v<T, f16>) {
-      widen_f16(dst + r * cols, src + r * ld, cols);  // the conversion instructions (kernels.h)
-    } else {
-#pragma omp simd
-      for (int64_t j = 0; j < cols; j++) dst[r * cols + j] = load(src + r * ld, j);
-    }
-  }
-}
 
 template <typename T>
 void widened_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const T* a, int64_t lda,
@@ -243,25 +231,17 @@ void widened_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
   const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
   float* wa = grown(af, static_cast<size_t>(a_rows * a_cols));
   float* wb = grown(bf, static_cast<size_t>(b_rows * b_cols));
-  widen_rows(wa, a, a_rows, a_cols, lda);
-  widen_rows(wb, b, b_rows, b_cols, ldb);
+  convert_rows(wa, a_cols, a, lda, a_rows, a_cols);
+  convert_rows(wb, b_cols, b, ldb, b_rows, b_cols);
   if (!c_reduced) {
     sgemm(trans_a, trans_b, m, n, k, alpha, wa, a_cols, wb, b_cols, beta, static_cast<float*>(c), ldc);
     return;
   }
   T* dst = static_cast<T*>(c);
   float* out = grown(cf, static_cast<size_t>(m * n));
-  if (beta != 0.f) widen_rows(out, static_cast<const T*>(dst), m, n, ldc);
+  if (beta != 0.f) convert_rows(out, n, static_cast<const T*>(dst), ldc, m, n);
   sgemm(trans_a, trans_b, m, n, k, alpha, wa, a_cols, wb, b_cols, beta, out, n);
-#pragma omp parallel for if (m * n > kParallelGrain)
-  for (int64_t r = 0; r < m; r++) {
-    if constexpr (std::is_same_v<T, f16>) {
-      narrow_f16(dst + r * ldc, out + r * n, n);
-    } else {
-#pragma omp simd
-      for (int64_t j = 0; j < n; j++) store(dst + r * ldc, j, out[r * n + j]);
-    }
-  }
+  convert_rows(dst, ldc, static_cast<const float*>(out), n, m, n);
 }
 
 // out = alpha op(a) op(b) + beta out for bf16 or f16 a, b (T) and an f32 or T result: on oneDNN
