@@ -36,26 +36,11 @@ struct HeadView {
   int64_t offset(int64_t b, int64_t t_len, int64_t head) const { return b * t_len * h * d + head * d; }
 };
 
-// The GEMMs' operand type G for storage T in training: bf16 for bf16 (oneDNN's bf16 matmul), f32
-// for f32 and (widened) f16. A forward from a KV cache runs bf16 widened to f32 too (see
+// The GEMMs' operand type G for storage T in training (gemm in kernels.h takes either): bf16 for
+// bf16 (oneDNN's bf16 matmul), f32 for f32 and (widened) f16. A forward from a KV cache runs bf16 widened to f32 too (see
 // CpuBackend::attention_forward).
 template <typename T>
 using Operand = std::conditional_t<std::is_same_v<T, bf16>, bf16, float>;
-
-// c = alpha op(a) op(b) + beta c on the operand type: sgemm, or oneDNN's bf16 matmul writing f32 or
-// (rounded once) bf16.
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
-          const bf16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  bf16_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
-}
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
-          const bf16* b, int64_t ldb, float beta, bf16* c, int64_t ldc) {
-  bf16_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, true);
-}
 
 // One head's rows [rows, d] (row stride ld) as operands of type G: the rows themselves where G is
 // the storage type, else widened into buf with row stride d. `ld_out` receives the stride of what

@@ -10,6 +10,8 @@
 
 #include <omp.h>
 
+#include <exception>
+#include <mutex>
 #include <type_traits>
 #include <vector>
 
@@ -33,6 +35,21 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 // rounded once (Note [bf16 matmul on the CPU] in matmul.cpp).
 void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
                const bf16* b, int64_t ldb, float beta, void* c, int64_t ldc, bool c_bf16);
+
+// c = alpha op(a) op(b) + beta c by the operands' type, for kernels written over it: sgemm for f32,
+// the bf16 matmul for bf16 with an f32 result or a bf16 one (rounded once).
+inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
+                 const bf16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  bf16_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
+}
+inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
+                 const bf16* b, int64_t ldb, float beta, bf16* c, int64_t ldc) {
+  bf16_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, true);
+}
 
 // Whether an f32-result matmul of this shape at this many threads runs as slices of k side by side
 // (Note [GEMMs split along k] in matmul.cpp).
@@ -121,6 +138,26 @@ void convert_rows(D* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t 
   } else {
     for (int64_t r = 0; r < rows; r++) convert_row(dst + r * ld_dst, src + r * ld_src, cols);
   }
+}
+
+// fn(i) for i in [0, count) on the OpenMP threads, one item at a time each (dynamic schedule): for
+// tasks that each run single-threaded kernels side by side (an OpenMP region inside this one runs
+// on its own thread). An exception must not leave an OpenMP region: the first is kept and
+// rethrown after it.
+template <typename Fn>
+void parallel_each(int64_t count, Fn&& fn) {
+  std::exception_ptr failure;
+  std::mutex failure_mu;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < count; i++) {
+    try {
+      fn(i);
+    } catch (...) {
+      std::lock_guard lock(failure_mu);
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace nanoddp::ops::cpu

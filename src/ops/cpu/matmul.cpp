@@ -15,7 +15,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <exception>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -290,30 +289,21 @@ bool split_along_k(int64_t m, int64_t n, int64_t k, int threads) {
 
 namespace {
 
-// c[m, n] (f32, row stride ldc) = alpha op(a) op(b) + beta c, by slices of k: gemm(k0, k1, beta, c,
-// ldc) computes one slice's product into c.
+// c[m, n] (f32, row stride ldc) = alpha op(a) op(b) + beta c, by slices of k, one per thread:
+// gemm(k0, k1, beta, c, ldc) computes one slice's product into c.
 template <typename Gemm>
 void gemm_split_along_k(int64_t m, int64_t n, int64_t k, float beta, float* c, int64_t ldc, int threads,
                         const Gemm& gemm) {
   thread_local std::vector<float> partial_buf;  // slices 1.. of the calling thread's GEMMs; only grows
   float* partials = grown(partial_buf, static_cast<size_t>((threads - 1) * m * n));
-  std::exception_ptr failure;  // an exception must not leave an OpenMP region
-  std::mutex failure_mu;
-#pragma omp parallel for num_threads(threads) schedule(static, 1)
-  for (int i = 0; i < threads; i++) {
-    try {
-      const int64_t k0 = k * i / threads, k1 = k * (i + 1) / threads;
-      if (i == 0)
-        gemm(k0, k1, beta, c, ldc);
-      else
-        gemm(k0, k1, 0.f, partials + (i - 1) * m * n, n);
-    } catch (...) {
-      std::lock_guard lock(failure_mu);
-      if (!failure) failure = std::current_exception();
-    }
-  }
-  if (failure) std::rethrow_exception(failure);
-#pragma omp parallel for num_threads(threads) if (m * n > kParallelGrain)
+  parallel_each(threads, [&](int64_t i) {
+    const int64_t k0 = k * i / threads, k1 = k * (i + 1) / threads;
+    if (i == 0)
+      gemm(k0, k1, beta, c, ldc);
+    else
+      gemm(k0, k1, 0.f, partials + (i - 1) * m * n, n);
+  });
+#pragma omp parallel for if (m * n > kParallelGrain)
   for (int64_t r = 0; r < m; r++)
     for (int i = 1; i < threads; i++) {
       const float* p = partials + (i - 1) * m * n + r * n;
@@ -327,42 +317,31 @@ void gemm_split_along_k(int64_t m, int64_t n, int64_t k, float beta, float* c, i
 
 void CpuBackend::matmul(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha,
                         float beta) {
-  int64_t m = out.dim(0), n = out.dim(1), k = trans_a ? a.dim(0) : a.dim(1);
+  const int64_t m = out.dim(0), n = out.dim(1), k = trans_a ? a.dim(0) : a.dim(1), lda = a.dim(1), ldb = b.dim(1);
+  const DType in = a.dtype();
+  const bool reduced_out = out.dtype() != DType::F32;
+  if (in == DType::BF16 || in == DType::F16)  // Note [bf16 matmul on the CPU]
+    NANODDP_ASSERT(out.dtype() == DType::F32 || out.dtype() == in, "{0} matmul writes f32 or {0}", dtype_name(in));
+  else
+    NANODDP_ASSERT(out.dtype() == DType::F32 && in == DType::F32, "f32 operands need an f32 output on the CPU");
+  // op(a) op(b) over k in [k0, k1) -- a column range of op(a), a row range of op(b) -- into c.
+  auto gemm = [&](int64_t k0, int64_t k1, float beta_, void* c, int64_t ldc) {
+    const int64_t a_off = trans_a ? k0 * lda : k0, b_off = trans_b ? k0 : k0 * ldb;
+    if (in == DType::BF16)
+      reduced_gemm(trans_a, trans_b, m, n, k1 - k0, alpha, a.data<bf16>() + a_off, lda, b.data<bf16>() + b_off, ldb,
+                   beta_, c, ldc, reduced_out);
+    else if (in == DType::F16)
+      reduced_gemm(trans_a, trans_b, m, n, k1 - k0, alpha, a.data<f16>() + a_off, lda, b.data<f16>() + b_off, ldb,
+                   beta_, c, ldc, reduced_out);
+    else
+      sgemm(trans_a, trans_b, m, n, k1 - k0, alpha, a.data<float>() + a_off, lda, b.data<float>() + b_off, ldb,
+            beta_, static_cast<float*>(c), ldc);
+  };
   const int threads = cpu_threads();
-  if (out.dtype() == DType::F32 && split_along_k(m, n, k, threads)) {
-    // Note [GEMMs split along k]. A slice of k is a column range of op(a) and a row range of op(b).
-    const int64_t lda = a.dim(1), ldb = b.dim(1);
-    auto slice = [&](int64_t k0, int64_t k1, float beta_, float* c, int64_t ldc) {
-      const int64_t a_off = trans_a ? k0 * lda : k0, b_off = trans_b ? k0 : k0 * ldb;
-      if (a.dtype() == DType::BF16)
-        reduced_gemm(trans_a, trans_b, m, n, k1 - k0, alpha, a.data<bf16>() + a_off, lda, b.data<bf16>() + b_off,
-                     ldb, beta_, c, ldc, false);
-      else if (a.dtype() == DType::F16)
-        reduced_gemm(trans_a, trans_b, m, n, k1 - k0, alpha, a.data<f16>() + a_off, lda, b.data<f16>() + b_off,
-                     ldb, beta_, c, ldc, false);
-      else
-        sgemm(trans_a, trans_b, m, n, k1 - k0, alpha, a.data<float>() + a_off, lda, b.data<float>() + b_off, ldb,
-              beta_, c, ldc);
-    };
-    gemm_split_along_k(m, n, k, beta, out.data<float>(), n, threads, slice);
-    return;
-  }
-  if (a.dtype() == DType::BF16) {
-    // See Note [bf16 matmul on the CPU].
-    NANODDP_ASSERT(out.dtype() == DType::F32 || out.dtype() == DType::BF16, "bf16 matmul writes f32 or bf16");
-    reduced_gemm(trans_a, trans_b, m, n, k, alpha, a.data<bf16>(), a.dim(1), b.data<bf16>(), b.dim(1), beta, out.raw(),
-                 n, out.dtype() == DType::BF16);
-    return;
-  }
-  if (a.dtype() == DType::F16) {
-    NANODDP_ASSERT(out.dtype() == DType::F32 || out.dtype() == DType::F16, "f16 matmul writes f32 or f16");
-    reduced_gemm(trans_a, trans_b, m, n, k, alpha, a.data<f16>(), a.dim(1), b.data<f16>(), b.dim(1), beta, out.raw(),
-                 n, out.dtype() == DType::F16);
-    return;
-  }
-  NANODDP_ASSERT(out.dtype() == DType::F32 && a.dtype() == DType::F32, "f32 operands need an f32 output on the CPU");
-  sgemm(trans_a, trans_b, m, n, k, alpha, a.data<float>(), a.dim(1), b.data<float>(), b.dim(1), beta,
-        out.data<float>(), n);
+  if (!reduced_out && split_along_k(m, n, k, threads))  // Note [GEMMs split along k]
+    gemm_split_along_k(m, n, k, beta, out.data<float>(), n, threads, gemm);
+  else
+    gemm(0, k, beta, out.raw(), n);
 }
 
 }  // namespace nanoddp::ops::cpu

@@ -1,8 +1,6 @@
 // Optimizer updates: AdamW and Muon's Nesterov momentum (elementwise), and Newton-Schulz.
 #include <algorithm>
 #include <cmath>
-#include <exception>
-#include <mutex>
 #include <vector>
 
 #include "ops/cpu/kernels.h"
@@ -54,16 +52,12 @@ namespace {
 // Muon's quintic coefficients.
 constexpr float kNsA = 3.4445f, kNsB = -4.7750f, kNsC = 2.0315f;
 
-// c [m, n] = op(a) op(b) on T buffers, row-major, op(a) [m, k] and op(b) [k, n] stored transposed
-// or not: sgemm in f32; in bf16 the bf16 matmul (f32 accumulation, the result rounded once), about
+// c [m, n] = op(a) op(b) on dense T buffers, op(a) [m, k] and op(b) [k, n] stored transposed or
+// not: sgemm in f32; in bf16 the bf16 matmul (f32 accumulation, the result rounded once), about
 // twice sgemm's rate where the CPU has bf16 dot products or AMX (docs/benchmarks.md).
 template <typename T>
 void ns_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c) {
-  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
-  if constexpr (std::is_same_v<T, bf16>)
-    bf16_gemm(trans_a, trans_b, m, n, k, 1.f, a, lda, b, ldb, 0.f, c, n, true);
-  else
-    sgemm(trans_a, trans_b, m, n, k, 1.f, a, lda, b, ldb, 0.f, c, n);
+  gemm(trans_a, trans_b, m, n, k, 1.f, a, trans_a ? m : k, b, trans_b ? k : n, 0.f, c, n);
 }
 
 // The sum of squares of n values of T, in double: 8 partial sums over interleaved lanes, added
@@ -162,19 +156,7 @@ void CpuBackend::newton_schulz(const std::vector<Tensor>& xs, int steps, bool bf
     for (const Tensor& x : xs) one(x);
     return;
   }
-  // An exception must not leave an OpenMP region: the first is kept and rethrown after it.
-  std::exception_ptr failure;
-  std::mutex failure_mu;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t i = 0; i < count; i++) {
-    try {
-      one(xs[static_cast<size_t>(i)]);
-    } catch (...) {
-      std::lock_guard lock(failure_mu);
-      if (!failure) failure = std::current_exception();
-    }
-  }
-  if (failure) std::rethrow_exception(failure);
+  parallel_each(count, [&](int64_t i) { one(xs[static_cast<size_t>(i)]); });
 }
 
 }  // namespace nanoddp::ops::cpu
