@@ -72,11 +72,7 @@ struct Contender {
 };
 
 void add_stats(std::map<std::string, ops::OpStats>& into, const std::map<std::string, ops::OpStats>& from) {
-  for (const auto& [name, s] : from) {
-    into[name].seconds += s.seconds;
-    into[name].flops += s.flops;
-    into[name].calls += s.calls;
-  }
+  for (const auto& [name, s] : from) into[name] += s;
 }
 
 // Every dtype at the current threads: warm-up, then `turns` rounds in which each dtype times a

@@ -37,16 +37,11 @@ int g_open = 0;  // device-timed ops between their two markers: no marker may be
 // queues some 1,500 ops).
 constexpr size_t kSettleEvery = 16384;
 
-void count(OpStats& s, double seconds, double flops) {
-  s.seconds += seconds;
-  s.flops += flops;
-  s.calls++;
-}
-
 // One call of op `name`: into its totals, and under "name detail" when it gave a detail.
 void add(const char* name, const std::string& detail, double seconds, double flops) {
-  count(g_stats[name], seconds, flops);
-  if (!detail.empty()) count(g_detail[fmt::format("{} {}", name, detail)], seconds, flops);
+  const OpStats call{seconds, flops, 1};
+  g_stats[name] += call;
+  if (!detail.empty()) g_detail[fmt::format("{} {}", name, detail)] += call;
 }
 
 void drop_pending() {

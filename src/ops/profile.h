@@ -21,6 +21,12 @@ struct OpStats {
   double seconds = 0;
   double flops = 0;
   long long calls = 0;
+  OpStats& operator+=(const OpStats& o) {
+    seconds += o.seconds;
+    flops += o.flops;
+    calls += o.calls;
+    return *this;
+  }
 };
 
 void set_profiling(bool on);
