@@ -53,6 +53,20 @@ void BM_rmsnorm_forward(benchmark::State& state) {
   state.SetLabel(std::string(dtype_name(act)));
 }
 
+// Arg: activations bf16 (0: f32). dx written over dy's copy, as the QK norms run in place.
+void BM_rmsnorm_backward(benchmark::State& state) {
+  const DType act = state.range(0) != 0 ? DType::BF16 : DType::F32;
+  Tensor x = Tensor::empty({2048, 256}, act), y = Tensor::empty({2048, 256}, act),
+         dy = Tensor::empty({2048, 256}, act), dx = Tensor::empty({2048, 256}, act),
+         rstd = Tensor::empty({2048}, DType::F32);
+  ops::cast(x, gaussian({2048, 256}, 3));
+  ops::cast(dy, gaussian({2048, 256}, 4));
+  ops::rmsnorm_forward(y, rstd, x, 1.1920929e-07f);
+  for (auto _ : state) ops::rmsnorm_backward(dx, dy, y, rstd, false);
+  state.SetBytesProcessed(state.iterations() * x.nbytes() * 3);
+  state.SetLabel(std::string(dtype_name(act)));
+}
+
 // Args: backward (0/1), activations bf16 (0: f32).
 void BM_attention(benchmark::State& state) {
   const bool backward = state.range(0) != 0;
@@ -106,6 +120,7 @@ void BM_newton_schulz(benchmark::State& state) {
 BENCHMARK(BM_softcap_cross_entropy)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_relu2_forward)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_rmsnorm_forward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_rmsnorm_backward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_attention)->Args({0, 0})->Args({1, 0})->Args({0, 1})->Args({1, 1})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_adamw)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_newton_schulz)->Args({256, 256, 1})->Args({1024, 256, 1})->Args({256, 1024, 1})->Args({256, 256, 0})

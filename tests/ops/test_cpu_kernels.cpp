@@ -133,6 +133,35 @@ TEST(Embedding, OutOfRangeIdIsAnError) {
   EXPECT_THROW(ops::embedding_forward(out, table, ids), Error);
 }
 
+// The row reductions' order is the code's (Note [row reductions in fixed lanes]): element j goes
+// to lane j % Lanes, the lanes are then folded in halves. Values chosen so that f32 rounding tells
+// orders apart: 2^24 + 1 is lost when added to 2^24 alone but kept once two ones meet first.
+TEST(RowReductions, FollowTheirFixedLaneOrder) {
+  using ops::cpu::lane_max;
+  using ops::cpu::lane_sum;
+  for (int64_t n : {0, 1, 3, 4, 5, 8, 13, 35}) {
+    std::vector<float> x(n);
+    for (int64_t j = 0; j < n; j++) x[j] = (j % 4 == 0) ? 16777216.f * (j == 0) + 1.f * (j != 0) : 1.f;
+    // The same order written out: lanes of 4, folded 0+2, 1+3, then 0+1.
+    float lane[4] = {0, 0, 0, 0};
+    for (int64_t j = 0; j < n; j++) lane[j % 4] += x[j];
+    const float want = (lane[0] + lane[2]) + (lane[1] + lane[3]);
+    const auto term = [&](int64_t j) { return x[j]; };
+    EXPECT_EQ((lane_sum<float, 4>(n, term)), want) << "n = " << n;
+    // Doubles hold every partial sum here exactly.
+    double exact = 0;
+    for (float v : x) exact += v;
+    EXPECT_EQ((lane_sum<double, 4>(n, [&](int64_t j) { return double(x[j]); })), exact) << "n = " << n;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+      x[j] = std::sin(0.7f * j) * j;
+      mx = std::max(mx, x[j]);
+    }
+    EXPECT_EQ(lane_max<4>(n, term), mx) << "n = " << n;
+    EXPECT_EQ(lane_max<16>(n, term), mx) << "n = " << n;
+  }
+}
+
 TEST(RmsNorm, ForwardMatchesReference) {
   const int64_t rows = 37, c = 129;
   const float eps = 1.1920929e-07f;

@@ -29,6 +29,9 @@ namespace {
 
 constexpr int64_t kTile = 128;
 
+// A row's max and softmax sum in 16 f32 lanes: one AVX-512 register each.
+constexpr int kSoftmaxLanes = 16;
+
 // Layout of one head inside a [B, T, H, D] tensor.
 struct HeadView {
   int64_t h, d;
@@ -138,15 +141,12 @@ void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& 
             float* sr = s + r * keys;
             G* pr = p + r * keys;
             const int64_t visible = q_pos0 + i0 + r + 1;
-            float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-            for (int64_t j = 0; j < visible; j++) mx = mx > sr[j] ? mx : sr[j];
-            float sum = 0;
-#pragma omp simd reduction(+ : sum)
-            for (int64_t j = 0; j < visible; j++) {
+            // Fixed lanes (Note [row reductions in fixed lanes] in kernels.h).
+            const float mx = lane_max<kSoftmaxLanes>(visible, [&](int64_t j) { return sr[j]; });
+            const float sum = lane_sum<float, kSoftmaxLanes>(visible, [&](int64_t j) {
               sr[j] = fast_exp(sr[j] - mx);
-              sum += sr[j];
-            }
+              return sr[j];
+            });
             const float inv = 1.f / sum;
 #pragma omp simd
             for (int64_t j = 0; j < visible; j++) put_operand<G, T>(pr, j, sr[j] * inv);
@@ -220,10 +220,7 @@ void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& d
             for (int64_t r = 0; r < rows; r++) {
               const auto* dor = doh + (i0 + r) * lddo;
               const auto* orow = oh + (i0 + r) * ldo;
-              float dot = 0;
-#pragma omp simd reduction(+ : dot)
-              for (int64_t j = 0; j < d; j++) dot += load(dor, j) * load(orow, j);
-              delta[r] = dot;
+              delta[r] = lane_sum<float, kSoftmaxLanes>(d, [&](int64_t j) { return load(dor, j) * load(orow, j); });
             }
             for (int64_t r = 0; r < rows; r++) {
               const float* pr = p + r * keys;

@@ -10,6 +10,7 @@
 
 #include <omp.h>
 
+#include <cmath>
 #include <exception>
 #include <mutex>
 #include <type_traits>
@@ -138,6 +139,61 @@ void convert_rows(D* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t 
   } else {
     for (int64_t r = 0; r < rows; r++) convert_row(dst + r * ld_dst, src + r * ld_src, cols);
   }
+}
+
+// Note [row reductions in fixed lanes]: a sum (or max) along a row is kept as Lanes partial
+// results over interleaved elements, combined pairwise at the end. `#pragma omp simd reduction`
+// made GCC 12 keep its partial sums in a stack array and add them one after another once the loop
+// was done: 32 dependent double adds per bf16 row, which cost more than the row's own loop at
+// RMSNorm's 256 columns (bf16 RMSNorm forward took twice f32's time, bench_kernels on Zen 5). Here
+// the lanes stay in registers, the combining takes log2(Lanes) vector adds, and the order of the
+// additions is fixed by the code rather than by the compiler's vector width.
+//
+// term(j) gives element j's contribution (it may also store, e.g. an exponential it computed).
+// part[0, W) += part[W, 2W), then the same on the first half, down to part[0]: constant trip
+// counts, so each step is a few whole-register adds.
+template <int W, typename Acc, typename Op>
+[[gnu::always_inline]] inline void fold_lanes(Acc* part, Op op) {
+  if constexpr (W > 0) {
+#pragma omp simd
+    for (int l = 0; l < W; l++) part[l] = op(part[l], part[l + W]);
+    fold_lanes<W / 2>(part, op);
+  }
+}
+
+template <typename Acc, int Lanes, typename Term>
+[[gnu::always_inline]] inline Acc lane_sum(int64_t n, Term&& term) {
+  static_assert((Lanes & (Lanes - 1)) == 0, "Lanes is a power of two");
+  Acc part[Lanes] = {};
+  int64_t i = 0;
+  for (; i + Lanes <= n; i += Lanes)
+#pragma omp simd
+    for (int l = 0; l < Lanes; l++) part[l] += term(i + l);
+  for (int l = 0; i + l < n; l++) part[l] += term(i + l);
+  fold_lanes<Lanes / 2>(part, [](Acc a, Acc b) { return a + b; });
+  return part[0];
+}
+
+// The largest term(j) over [0, n), -inf for n = 0; the same scheme as lane_sum. A ternary, not
+// std::max (Note [vectorised max] in elementwise.cpp).
+template <int Lanes, typename Term>
+[[gnu::always_inline]] inline float lane_max(int64_t n, Term&& term) {
+  static_assert((Lanes & (Lanes - 1)) == 0, "Lanes is a power of two");
+  float part[Lanes];
+  for (float& p : part) p = -INFINITY;
+  int64_t i = 0;
+  for (; i + Lanes <= n; i += Lanes)
+#pragma omp simd
+    for (int l = 0; l < Lanes; l++) {
+      const float v = term(i + l);
+      part[l] = part[l] > v ? part[l] : v;
+    }
+  for (int l = 0; i + l < n; l++) {
+    const float v = term(i + l);
+    part[l] = part[l] > v ? part[l] : v;
+  }
+  fold_lanes<Lanes / 2>(part, [](float a, float b) { return a > b ? a : b; });
+  return part[0];
 }
 
 // fn(i) for i in [0, count) on the OpenMP threads, one item at a time each (dynamic schedule): for

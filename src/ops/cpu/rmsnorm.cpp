@@ -1,6 +1,7 @@
 // RMSNorm without a weight, rows of length C, over f32, bf16 or f16 storage (Note [bf16
-// activations on the CPU] in kernels.h). Sums in double: C is at most a few thousand, and the extra
-// precision makes the result independent of the vector width.
+// activations on the CPU] in kernels.h). Sums in double, in 32 fixed lanes (Note [row reductions in
+// fixed lanes] in kernels.h): C is at most a few thousand, and the extra precision keeps the f32
+// result of the sum clear of its order.
 #include <cmath>
 #include <vector>
 
@@ -10,15 +11,16 @@ namespace nanoddp::ops::cpu {
 
 namespace {
 
+// Four AVX-512 registers of doubles: enough independent adds to hide the FMA's latency.
+constexpr int kRowLanes = 32;
+
 // One row each, so that f16 can take its own path below.
 template <typename T>
 float rmsnorm_row(T* y, const T* x, int64_t c, float eps) {
-  double ss = 0;
-#pragma omp simd reduction(+ : ss)
-  for (int64_t j = 0; j < c; j++) {
+  const double ss = lane_sum<double, kRowLanes>(c, [&](int64_t j) {
     const double v = load(x, j);
-    ss += v * v;
-  }
+    return v * v;
+  });
   const float s = static_cast<float>(1.0 / std::sqrt(ss / c + eps));
 #pragma omp simd
   for (int64_t j = 0; j < c; j++) store(y, j, load(x, j) * s);
@@ -28,9 +30,7 @@ float rmsnorm_row(T* y, const T* x, int64_t c, float eps) {
 // dx may be dy: every element is read before it is written, and dy's dot product comes first.
 template <typename T>
 void rmsnorm_backward_row(T* dx, const T* dy, const T* y, float s, int64_t c, bool accumulate) {
-  double dot = 0;
-#pragma omp simd reduction(+ : dot)
-  for (int64_t j = 0; j < c; j++) dot += double(load(dy, j)) * load(y, j);
+  const double dot = lane_sum<double, kRowLanes>(c, [&](int64_t j) { return double(load(dy, j)) * load(y, j); });
   const float mean = static_cast<float>(dot / c);
   if (accumulate) {
 #pragma omp simd
