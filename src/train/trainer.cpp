@@ -440,6 +440,12 @@ void Trainer::restore(int64_t step) {
     log::print0("resharded the optimizer state of {} rank(s) (--zero {}) onto {} (--zero {})", saved_world,
                 meta.at("options").value("zero", 0), group_.size(), opts_.zero);
   }
+  // Another --dtype may continue a run (the master weights and optimizer state are f32 in every
+  // dtype), as a PyTorch run may change its autocast dtype; say so, since the run then no longer
+  // follows the checkpoint's bits.
+  if (meta.contains("activations") && meta.at("activations") != dtype_flag(model_->act_dtype()))
+    log::print0("note: checkpoint {} was trained with --dtype {} and this run continues with --dtype {}", dir,
+                meta.at("activations").get<std::string>(), dtype_flag(model_->act_dtype()));
   // Note [dynamic loss scaling]: a checkpoint of another dtype has no scale; start from --loss_scale_init.
   if (loss_scaling() && meta.contains("loss_scale")) {
     loss_scale_ = meta.at("loss_scale").at("scale").get<double>();
@@ -512,6 +518,7 @@ void Trainer::save(int64_t step) {
             {"val_bpb", result_.eval ? nlohmann::json(result_.eval->bpb) : nlohmann::json()},
             {"val_loss", result_.eval ? nlohmann::json(result_.eval->loss) : nlohmann::json()}};
   if (loss_scaling()) c.meta["loss_scale"] = {{"scale", loss_scale_}, {"good_steps", scale_good_steps_}};
+  c.meta["activations"] = dtype_flag(model_->act_dtype());  // --dtype as resolved (auto: by device)
   save_checkpoint(opts_.out, c, group_, opts_.keep_last);
   since_save_ = Stopwatch();
   log::print0("saved checkpoint {}", checkpoint_dir(opts_.out, step));

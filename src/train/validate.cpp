@@ -124,6 +124,14 @@ DType activation_dtype(const std::string& dtype, Device device) {
   return device.is_cuda() ? DType::BF16 : DType::F32;
 }
 
+const char* dtype_flag(DType dtype) {
+  switch (dtype) {
+    case DType::BF16: return "bf16";
+    case DType::F16: return "fp16";
+    default: return "fp32";
+  }
+}
+
 double estimate_rank_bytes(const model::GPTConfig& c, const TrainOptions& o) {
   const double params = static_cast<double>(c.num_params());
   // f32 weights, gradients and two optimizer moments (AdamW; Muon keeps one, plus its scratch).

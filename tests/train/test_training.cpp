@@ -293,6 +293,44 @@ TEST(Resume, AnotherModelOrBatchIsRefused) {
   NANODDP_EXPECT_ERROR(train_single(missing), "no complete checkpoint at");
 }
 
+// Another --dtype may continue a run, as a PyTorch run may change its autocast dtype: the weights
+// and optimizer state are f32 in every dtype. The fp16 run starts its loss scale from
+// --loss_scale_init (a bf16 checkpoint has none), continues from the checkpoint's weights (its
+// first loss is the bf16 run's next one to within the two dtypes' rounding), and its checkpoints
+// record the dtype it ran in.
+TEST(Resume, AnotherDtypeContinuesFromTheCheckpoint) {
+  testing::ScratchDir straight("resume_dtype_straight"), split("resume_dtype_split");
+  auto o = tiny(straight.str());
+  o.dtype = "bf16";
+  o.num_iterations = 6;
+  train_single(o);
+  auto s = o;
+  s.out = split.str();
+  s.stop_at = 3;
+  train_single(s);
+  const auto activations = [&](const std::string& checkpoint) {
+    return nlohmann::json::parse(testing::read_file(split.str("checkpoints/" + checkpoint + "/meta.json")))
+        .at("activations");
+  };
+  EXPECT_EQ(activations("step_000003"), "bf16");
+  s.stop_at = -1;
+  s.resume = "latest";
+  s.dtype = "fp16";
+  s.loss_scale_init = 1024;
+  train_single(s);
+  const auto scale = testing::training_metric(split.str(), "loss_scale");
+  ASSERT_TRUE(scale.contains(4));
+  EXPECT_EQ(scale.at(4), 1024);
+  EXPECT_FALSE(scale.contains(3));  // the bf16 steps log no scale
+  const auto a = training_losses(straight.str()), b = training_losses(split.str());
+  ASSERT_EQ(b.size(), 6u);
+  for (int64_t step = 1; step <= 3; step++) EXPECT_EQ(a.at(step), b.at(step)) << "step " << step;
+  // Step 4's weights are the same bits in both runs; only its forward's rounding differs (bf16
+  // carries 2^-9 relative per activation, fp16 2^-12, unbiased): 2% is the bound the dtype tests use.
+  EXPECT_NEAR(b.at(4), a.at(4), 0.02 * a.at(4));
+  EXPECT_EQ(activations("step_000006"), "fp16");
+}
+
 TEST(Options, BatchThatDoesNotDivideIsAClearError) {
   testing::ScratchDir out("bad_batch");
   auto o = tiny(out.str());
