@@ -29,6 +29,7 @@ struct ChatArgs {
   uint64_t seed = 42;
   std::string data = "";
   std::string device = "cpu";
+  std::string dtype = "auto";
   template <typename V>
   void visit(V&& v) {
     v(checkpoint, "checkpoint", "Checkpoint directory, or a run's --out (its newest checkpoint)");
@@ -39,6 +40,7 @@ struct ChatArgs {
     v(seed, "seed", "Seed of the sampler");
     v(data, "data", "Dataset directory whose tokenizer to use (default: the checkpoint's)");
     v(device, "device", "cpu or cuda");
+    v(dtype, "dtype", "Activations: auto (bf16 on CUDA, fp32 on the CPU), fp32, bf16 or fp16 (nanochat's --dtype)");
   }
 };
 
@@ -52,7 +54,7 @@ void add_chat_command(CLI::App& root) {
     const ChatArgs& a = *args;
     check_sampling_flags(a.max_tokens, a.temperature, a.top_k);
     const std::string dir = train::resolve_checkpoint(a.checkpoint);
-    auto model = train::load_model(dir, parse_device(a.device));
+    auto model = train::load_model(dir, parse_device(a.device), a.dtype);
     auto tok = train::load_checkpoint_tokenizer(dir, a.data);
     const int32_t end = tok->special_id("<|assistant_end|>");
     data::Conversation conv;

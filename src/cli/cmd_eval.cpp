@@ -14,6 +14,7 @@
 #include "model/generate.h"
 #include "train/checkpoint.h"
 #include "train/model_io.h"
+#include "train/validate.h"
 
 namespace nanoddp::cli {
 
@@ -30,6 +31,7 @@ struct EvalArgs {
   int64_t max_tokens = 64;
   uint64_t seed = 42;
   std::string device = "cpu";
+  std::string dtype = "auto";
   std::string backend = "auto";
   double timeout = 300;
   template <typename V>
@@ -44,6 +46,7 @@ struct EvalArgs {
     v(max_tokens, "max_tokens", "Longest answer in tokens");
     v(seed, "seed", "Seed of the sampler (each problem and sample draws from its own stream)");
     v(device, "device", "cpu or cuda");
+    v(dtype, "dtype", "Activations: auto (bf16 on CUDA, fp32 on the CPU), fp32, bf16 or fp16 (nanochat's --dtype)");
     v(backend, "backend", "Process group: auto, gloo, mpi, nccl");
     v(timeout, "timeout", "Seconds before a rendezvous or collective that does not complete is an error");
   }
@@ -60,11 +63,12 @@ void add_eval_command(CLI::App& root) {
     NANODDP_CHECK(!a.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
     NANODDP_CHECK(a.num_samples >= 1, "--num_samples must be at least 1 (got {})", a.num_samples);
     check_sampling_flags(a.max_tokens, a.temperature, a.top_k);
+    train::activation_dtype(a.dtype, Device::cpu());  // a bad --dtype fails before the rendezvous
     const RankSetup rank = join_process_group(a.device, a.backend, a.timeout);
     const Device device = rank.device;
     dist::ProcessGroup& group = *rank.context->group;
     const std::string dir = train::resolve_checkpoint(a.checkpoint);
-    auto model = train::load_model(dir, device);
+    auto model = train::load_model(dir, device, a.dtype);
     auto tok = train::load_checkpoint_tokenizer(dir, "");
     const auto questions = data::load_questions(a.task, a.count, a.task_seed);
     const int32_t end = tok->special_id("<|assistant_end|>");

@@ -26,6 +26,7 @@ struct SampleArgs {
   uint64_t seed = 42;
   std::string data = "";
   std::string device = "cpu";
+  std::string dtype = "auto";
   template <typename V>
   void visit(V&& v) {
     v(checkpoint, "checkpoint", "Checkpoint directory, or a run's OUT directory (its newest checkpoint)");
@@ -36,6 +37,7 @@ struct SampleArgs {
     v(seed, "seed", "Random seed of the sampler");
     v(data, "data", "Dataset directory whose tokenizer to use (default: the one recorded in the checkpoint)");
     v(device, "device", "cpu or cuda");
+    v(dtype, "dtype", "Activations: auto (bf16 on CUDA, fp32 on the CPU), fp32, bf16 or fp16 (nanochat's --dtype)");
   }
 };
 
@@ -55,7 +57,7 @@ void add_sample_command(CLI::App& root) {
   cmd->callback([args] {
     check_sampling_flags(args->max_tokens, args->temperature, args->top_k);
     const std::string dir = train::resolve_checkpoint(args->checkpoint);
-    auto model = train::load_model(dir, parse_device(args->device));
+    auto model = train::load_model(dir, parse_device(args->device), args->dtype);
     auto tokenizer = train::load_checkpoint_tokenizer(dir, args->data);
     // Training documents start with BOS, so the prompt does too; generating a BOS ends the text.
     std::vector<int32_t> prompt{tokenizer->bos_id()};

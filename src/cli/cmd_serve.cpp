@@ -66,6 +66,7 @@ struct ServeArgs {
   uint64_t seed = 42;
   std::string data = "";
   std::string device = "cpu";
+  std::string dtype = "auto";
   int64_t max_request_bytes = 64 << 10;
   int64_t max_queue = 16;
   template <typename V>
@@ -79,6 +80,7 @@ struct ServeArgs {
     v(seed, "seed", "Default seed of the sampler: a request with the same messages and seed gets the same reply");
     v(data, "data", "Dataset directory whose tokenizer to use (default: the checkpoint's)");
     v(device, "device", "cpu or cuda");
+    v(dtype, "dtype", "Activations: auto (bf16 on CUDA, fp32 on the CPU), fp32, bf16 or fp16 (nanochat's --dtype)");
     v(max_request_bytes, "max_request_bytes", "Largest request body; a larger one is refused with 413");
     v(max_queue, "max_queue", "Requests that may wait for the model (1 to 1024); more are refused with 503");
   }
@@ -323,7 +325,7 @@ void serve(const ServeArgs& a) {
     queue.stop(sse_event({{"error", "the server is stopping"}}));
   });
   const std::string dir = train::resolve_checkpoint(a.checkpoint);
-  auto model = train::load_model(dir, parse_device(a.device));
+  auto model = train::load_model(dir, parse_device(a.device), a.dtype);
   auto tok = train::load_checkpoint_tokenizer(dir, a.data);
   const int64_t context = model->config().max_seq_len;
   NANODDP_CHECK(a.max_tokens <= context, "--max_tokens {} is more than the model's context of {} tokens: give "

@@ -8,6 +8,7 @@
 #include "data/dataset.h"
 #include "data/tokenizer_file.h"
 #include "train/checkpoint.h"
+#include "train/validate.h"
 
 namespace nanoddp::train {
 
@@ -139,11 +140,12 @@ void write_imported_checkpoint(const std::string& out, const std::vector<std::pa
 
 }  // namespace
 
-std::unique_ptr<model::GPT> load_model(const std::string& dir, Device device) {
+std::unique_ptr<model::GPT> load_model(const std::string& dir, Device device, const std::string& dtype) {
+  const DType act = activation_dtype(dtype, device);
   const auto meta = read_checkpoint_meta(dir);
   NANODDP_CHECK(meta.contains("model_config"), "{}/meta.json has no model_config", dir);
   auto config = model::GPTConfig::from_json(meta.at("model_config"));
-  auto gpt = std::make_unique<model::GPT>(config, device, device.is_cuda() ? DType::BF16 : DType::F32);
+  auto gpt = std::make_unique<model::GPT>(config, device, act);
   SafetensorsFile weights(dir + "/" + CheckpointFiles().model);
   for (auto& p : gpt->parameters()) weights.read_into(p.name, p.data);
   // The file holds the f32 master weights; the activation-dtype copies are derived from them.

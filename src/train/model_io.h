@@ -18,7 +18,10 @@ namespace nanoddp::train {
 // The model of a checkpoint directory, on `device`.
 // Activations bf16 on a GPU and f32 on the CPU, as in training. Throws nanoddp::Error when
 // meta.json or a weight is missing or has another shape.
-std::unique_ptr<model::GPT> load_model(const std::string& checkpoint_dir, Device device);
+// dtype: the activations, as train's --dtype names them (auto: bf16 on CUDA, fp32 on the CPU); the
+// weights are the checkpoint's f32 master weights whatever it was trained in.
+std::unique_ptr<model::GPT> load_model(const std::string& checkpoint_dir, Device device,
+                                       const std::string& dtype = "auto");
 // The tokenizer a checkpoint's training data used (its dataset directory, recorded in meta.json);
 // `data_dir` overrides where to look.
 // Throws when the dataset is gone and the tokenizer is not a built-in one.
