@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/safetensors.h"
 #include "model/gpt.h"
 #include "subprocess.h"
@@ -514,6 +515,13 @@ TEST_F(Cli, Sample) {
   const std::string run = checkpoint("run");
   expect_failure({"sample", "--checkpoint", run, "--device", "toaster"}, {"toaster"});
   expect_failure({"sample", "--checkpoint", run, "--data", path("missing")}, {"missing"});
+  expect_failure({"sample", "--checkpoint", run, "--dtype", "fp8"}, {"--dtype must be auto, fp32, bf16 or fp16"});
+  expect_failure({"chat", "--checkpoint", run, "--prompt", "hi", "--dtype", "half"}, {"--dtype must be"});
+  expect_failure({"eval", "--checkpoint", run, "--task", "arithmetic", "--dtype", "int8"}, {"--dtype must be"});
+  // A GPU asked for where there is none: the flag and what to check, not a CUDA runtime message.
+  if (cuda_device_count() == 0)
+    expect_failure({"sample", "--checkpoint", run, "--device", "cuda"},
+                   {"--device cuda:0 but 0 GPU(s) are visible", "--device cpu"});
 }
 
 // Train's flags and checks belong to the trainer; here only the binary's contract is checked.
