@@ -68,6 +68,18 @@ void add_eval_command(CLI::App& root) {
     const Device device = rank.device;
     dist::ProcessGroup& group = *rank.context->group;
     const std::string dir = train::resolve_checkpoint(a.checkpoint);
+    // Every rank must evaluate the same thing: a rank started with another flag or checkpoint would
+    // add its counts to a different experiment's (as train checks its ranks before computing).
+    if (group.size() > 1) {
+      dist::check_consistent(group, dist::build_fingerprint(), "install the same nanoddp build on every node");
+      dist::Fields fields;
+      EvalArgs named = a;
+      named.visit([&](const auto& value, const char* name, const char*) {
+        fields.emplace_back(fmt::format("--{}", name), fmt::format("{}", value));
+      });
+      fields.emplace_back("the checkpoint's step", std::to_string(train::read_checkpoint_meta(dir).value("step", -1)));
+      dist::check_consistent(group, fields);
+    }
     auto model = train::load_model(dir, device, a.dtype);
     auto tok = train::load_checkpoint_tokenizer(dir, "");
     const auto questions = data::load_questions(a.task, a.count, a.task_seed);

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -408,6 +409,26 @@ TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationStepsAndEvalCountsAlike) {
   EXPECT_EQ(e2["n"], 21);
   EXPECT_EQ(e1["correct"], e2["correct"]);
   EXPECT_EQ(e1["task"], "arithmetic");
+  // Ranks started with other eval flags (mpirun can give each its own) stop before counting, the
+  // differing one naming the flag, as train's ranks do.
+  {
+    const std::string port = std::to_string(testing::free_port());
+    std::vector<std::unique_ptr<Proc>> ranks;
+    for (int r = 0; r < 2; r++) {
+      ranks.push_back(std::make_unique<Proc>(
+          single({"eval", "--checkpoint", one.str(), "--task", "arithmetic", "--count", "3", "--max_tokens",
+                  r == 0 ? "8" : "9", "--timeout", "20"}),
+          std::vector<std::string>{"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=2",
+                                   "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}));
+    }
+    for (auto& p : ranks) EXPECT_NE(p->wait_exit(60s), 0) << p->all();
+    EXPECT_NE(ranks[1]->err().find("--max_tokens is 9 on rank 1 but 8 on rank 0: start every rank with the same "
+                                   "arguments"),
+              std::string::npos)
+        << ranks[1]->err();
+    EXPECT_NE(ranks[0]->err().find("rank 1 has settings that differ from rank 0's"), std::string::npos)
+        << ranks[0]->err();
+  }
 
   // chat --prompt answers once in chat format and exits; a message beyond the context is an error.
   Proc c(single({"chat", "--checkpoint", one.str(), "--prompt", "hi", "--max_tokens", "8", "--temperature", "0"}));
