@@ -82,10 +82,13 @@ std::vector<Result> run_nanoddp(const Args& a, const std::vector<DType>& acts) {
   auto group = dist::make_single_rank_group(Device::cpu());
   std::vector<Contender> cs;
   for (DType act : acts) {
-    cs.push_back({act, std::make_unique<bench::StepBench>(
-                           bench::StepBenchConfig{.depth = a.depth, .vocab = a.vocab, .seq = a.seq, .batch = a.batch,
-                                                  .act_dtype = act, .optimizer = a.optimizer},
-                           *group)});
+    cs.push_back(Contender{.act = act,
+                           .bench = std::make_unique<bench::StepBench>(
+                               bench::StepBenchConfig{.depth = a.depth, .vocab = a.vocab, .seq = a.seq,
+                                                      .batch = a.batch, .act_dtype = act, .optimizer = a.optimizer},
+                               *group),
+                           .stats = {},
+                           .detail = {}});
     for (int i = 0; i < a.warmup; i++) cs.back().bench->step();
   }
   const int turns = std::min(a.steps, 5);
