@@ -2,6 +2,8 @@
 // shapes have been checked. See ops/ops.h for the meaning of each function.
 #pragma once
 
+#include <functional>
+
 #include "core/device.h"
 #include "ops/ops.h"
 
@@ -42,5 +44,9 @@ Backend& cuda_backend(int device);
 // Number of CPU threads kernels use (OpenMP); 0 keeps the OpenMP default.
 void set_cpu_threads(int n);
 int cpu_threads();
+
+// Runs fn once on each of the cpu_threads() threads the kernels run on (the caller's among them),
+// for per-thread set-up such as an alternate signal stack.
+void on_every_cpu_thread(const std::function<void()>& fn);
 
 }  // namespace nanoddp::ops

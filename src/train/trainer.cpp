@@ -5,6 +5,9 @@
 #include <csignal>
 #include <cmath>
 #include <cstdlib>
+#include <vector>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -46,11 +49,40 @@ namespace {
 // SIGINT set a flag; at the next step boundary the ranks agree on it (one small allreduce per
 // step), save a checkpoint and stop, so the work up to that step is kept. A second signal means
 // "now": the process exits at once, as it would have without this.
+//
+// Note [signals and oneDNN's JIT GEMMs]: oneDNN 2.6's JIT sgemm kernels point rsp into a heap buffer
+// while they run (oneDNN issue 4845, fixed upstream in 3.11; Debian 12 ships 2.6). A signal handled
+// on the interrupted stack has its frame written there, into the heap: 1 in 4-50 SIGTERMs during
+// a CPU run with a busy machine aborted at a later free() with "corrupted size vs. prev_size"
+// (core dump: free inside dnnl_sgemm), and the run's work was lost. So the handler runs on an
+// alternate signal stack (SA_ONSTACK), set up on every thread that runs GEMMs: the caller's and
+// the OpenMP team's. Other threads (Gloo's, the store's) run no JIT code.
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 extern "C" void on_stop_signal(int sig) {
   if (g_stop_signal != 0) std::_Exit(128 + sig);
   g_stop_signal = sig;
+}
+
+// This thread's alternate signal stack, made once and kept for the thread's life (disabled before
+// its memory goes). 64 KiB: a signal frame holds the whole AVX-512 (and AMX) register state.
+void use_alternate_signal_stack() {
+  struct AltStack {
+    std::vector<char> memory = std::vector<char>(64 * 1024);
+    AltStack() {
+      stack_t ss{};
+      ss.ss_sp = memory.data();
+      ss.ss_size = memory.size();
+      NANODDP_CHECK(::sigaltstack(&ss, nullptr) == 0, "sigaltstack failed: {}", std::strerror(errno));
+    }
+    ~AltStack() {
+      stack_t ss{};
+      ss.ss_flags = SS_DISABLE;
+      ::sigaltstack(&ss, nullptr);
+    }
+  };
+  thread_local AltStack stack;
+  (void)stack;
 }
 
 // Installs on_stop_signal for SIGTERM and SIGINT for the lifetime of the object (training only:
@@ -59,19 +91,25 @@ class StopSignals {
  public:
   StopSignals() {
     g_stop_signal = 0;
-    old_term_ = std::signal(SIGTERM, on_stop_signal);
-    old_int_ = std::signal(SIGINT, on_stop_signal);
+    ops::on_every_cpu_thread(use_alternate_signal_stack);
+    use_alternate_signal_stack();  // in case the team does not include this thread
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_ONSTACK | SA_RESTART;  // SA_RESTART: as std::signal does on Linux
+    ::sigaction(SIGTERM, &sa, &old_term_);
+    ::sigaction(SIGINT, &sa, &old_int_);
   }
   ~StopSignals() {
-    std::signal(SIGTERM, old_term_);
-    std::signal(SIGINT, old_int_);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    ::sigaction(SIGINT, &old_int_, nullptr);
   }
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 
  private:
-  void (*old_term_)(int) = SIG_DFL;
-  void (*old_int_)(int) = SIG_DFL;
+  struct sigaction old_term_ {};
+  struct sigaction old_int_ {};
 };
 
 // "a.jsonl,b.jsonl" -> its items (empty ones dropped).

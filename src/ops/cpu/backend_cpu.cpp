@@ -17,4 +17,12 @@ void set_cpu_threads(int n) {
 
 int cpu_threads() { return omp_get_max_threads(); }
 
+// A parallel region of the kernels' team size: each of its threads runs fn once, and libgomp keeps
+// those threads for the later regions.
+void on_every_cpu_thread(const std::function<void()>& fn) {
+  const int n = omp_get_max_threads();
+#pragma omp parallel num_threads(n)
+  fn();
+}
+
 }  // namespace nanoddp::ops
