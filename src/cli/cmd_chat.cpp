@@ -9,6 +9,7 @@
 #include "cli/chat_prompt.h"
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/rank_setup.h"
 #include "cli/text_stream.h"
 #include "core/error.h"
 #include "data/conversation.h"
@@ -54,7 +55,7 @@ void add_chat_command(CLI::App& root) {
     const ChatArgs& a = *args;
     check_sampling_flags(a.max_tokens, a.temperature, a.top_k);
     const std::string dir = train::resolve_checkpoint(a.checkpoint);
-    auto model = train::load_model(dir, parse_device(a.device), a.dtype);
+    auto model = train::load_model(dir, single_process_device(a.device), a.dtype);
     auto tok = train::load_checkpoint_tokenizer(dir, a.data);
     const int32_t end = tok->special_id("<|assistant_end|>");
     data::Conversation conv;

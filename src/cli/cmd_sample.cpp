@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/rank_setup.h"
 #include "cli/text_stream.h"
 #include "core/error.h"
 #include "model/generate.h"
@@ -57,7 +58,7 @@ void add_sample_command(CLI::App& root) {
   cmd->callback([args] {
     check_sampling_flags(args->max_tokens, args->temperature, args->top_k);
     const std::string dir = train::resolve_checkpoint(args->checkpoint);
-    auto model = train::load_model(dir, parse_device(args->device), args->dtype);
+    auto model = train::load_model(dir, single_process_device(args->device), args->dtype);
     auto tokenizer = train::load_checkpoint_tokenizer(dir, args->data);
     // Training documents start with BOS, so the prompt does too; generating a BOS ends the text.
     std::vector<int32_t> prompt{tokenizer->bos_id()};

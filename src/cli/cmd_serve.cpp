@@ -41,6 +41,7 @@
 #include "cli/commands.h"
 #include "cli/text_stream.h"
 #include "cli/option_flags.h"
+#include "cli/rank_setup.h"
 #include "cli/serve_page.h"
 #include "cli/serve_queue.h"
 #include "core/error.h"
@@ -325,7 +326,7 @@ void serve(const ServeArgs& a) {
     queue.stop(sse_event({{"error", "the server is stopping"}}));
   });
   const std::string dir = train::resolve_checkpoint(a.checkpoint);
-  auto model = train::load_model(dir, parse_device(a.device), a.dtype);
+  auto model = train::load_model(dir, single_process_device(a.device), a.dtype);
   auto tok = train::load_checkpoint_tokenizer(dir, a.data);
   const int64_t context = model->config().max_seq_len;
   NANODDP_CHECK(a.max_tokens <= context, "--max_tokens {} is more than the model's context of {} tokens: give "

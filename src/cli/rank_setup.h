@@ -16,6 +16,12 @@ struct RankSetup {
   std::unique_ptr<dist::DistContext> context;
 };
 
+// The device of a command that runs as one process (sample, chat, serve): the same choice and checks
+// as a rank's (a GPU asked for where none is visible is a clear error).
+inline Device single_process_device(const std::string& device) {
+  return dist::local_device(device, dist::DistEnv{});
+}
+
 // One timeout bounds both the rendezvous and every collective.
 inline RankSetup join_process_group(const std::string& device, const std::string& backend, double timeout_s) {
   const dist::DistEnv env = dist::discover_environment();

@@ -521,7 +521,7 @@ TEST_F(Cli, Sample) {
   // A GPU asked for where there is none: the flag and what to check, not a CUDA runtime message.
   if (cuda_device_count() == 0)
     expect_failure({"sample", "--checkpoint", run, "--device", "cuda"},
-                   {"--device cuda:0 but 0 GPU(s) are visible", "--device cpu"});
+                   {"--device cuda but no GPU is visible", "CUDA_VISIBLE_DEVICES", "--device cpu"});
 }
 
 // Train's flags and checks belong to the trainer; here only the binary's contract is checked.

@@ -17,11 +17,10 @@ void set_cpu_threads(int n) {
 
 int cpu_threads() { return omp_get_max_threads(); }
 
-// A parallel region of the kernels' team size: each of its threads runs fn once, and libgomp keeps
-// those threads for the later regions.
+// A parallel region of the kernels' team size (the caller is its thread 0): each of its threads runs
+// fn once, and libgomp keeps those threads for the later regions.
 void on_every_cpu_thread(const std::function<void()>& fn) {
-  const int n = omp_get_max_threads();
-#pragma omp parallel num_threads(n)
+#pragma omp parallel
   fn();
 }
 
