@@ -17,14 +17,17 @@
 #      events; Nsight Systems does not run on the device machines), then Nsight Compute's
 #      speed-of-light, occupancy, launch and memory sections for one launch of each hand-written
 #      kernel that a depth-20 step spends time in.
-# A call starts no stage its remaining budget (GPU_CHECK_SECONDS, default 540) cannot hold and cuts
-# a stage that runs past it, so it always ends with its summary. Stages that passed are recorded in
-# the build folder: the same command again, on a machine still warm, goes on from the first stage
-# not yet passed (configure and build always run; they are incremental). A bare machine starts over.
+# The stages run in the order a short lease wants them (B's tests and end-to-end runs, C at depth
+# 20, D's breakdown, then fp16, the sanitizers, depth 12 and Nsight Compute). A call starts no stage
+# its remaining budget (GPU_CHECK_SECONDS, default 540) cannot hold and cuts a stage that runs past
+# it, so it always ends with its summary. Stages that passed are recorded in out/gpu-state: the same
+# command again, on a machine still warm, goes on from the first stage not yet passed. A bare
+# machine starts over. A build made here (scripts/gpu_deps.sh --prebuild, carried in .gpu) is used
+# when its programs run there; otherwise the machine configures and builds on all its cores first.
 # Back in $OUT: summary.txt (each stage's exit status and seconds, or why it did not run, over
-# every call on this build), gpu-check.log (this call's stage output, in order), bench.jsonl (the
+# every call on this machine), gpu-check.log (this call's stage output, in order), bench.jsonl (the
 # speed results). The last line says what is left.
-#   here:        bash scripts/gpu_deps.sh
+#   here:        bash scripts/gpu_deps.sh [--prebuild]
 #   on the GPU:  bash scripts/gpu_check.sh [B] [C] [D] [STAGE...]   (default: B C D; carry .gpu)
 #                GPU_CHECK_FRESH=1 forgets the stages that passed (after a fix, say).
 #   here, to check this script without a GPU: bash scripts/gpu_check.sh --dry-run
@@ -38,8 +41,10 @@ out=${OUT:-$root/out/gpu-check}
 build=${BUILD_DIR:-$root/build-gpu}
 budget=${GPU_CHECK_SECONDS:-540}
 deadline=$((SECONDS + budget))
-logs=$build/gpu-check  # kept between calls while the machine is warm (an ignored build output)
-work=$logs/train       # checkpoints stay out of $OUT (too large, too deep)
+# Kept between calls while the machine is warm (ignored outputs), apart from the build folder,
+# which an unpacked prebuilt build replaces.
+logs=${GPU_CHECK_STATE:-$root/out/gpu-state}
+work=$logs/train  # checkpoints stay out of $OUT (too large, too deep)
 
 dry=0
 want=()
@@ -76,7 +81,7 @@ asked() {
   return 1
 }
 
-record() {  # record NAME TEXT: one summary line, kept in the build folder and copied back
+record() {  # record NAME TEXT: one summary line, kept in out/gpu-state and copied back
   printf '%-22s %s\n' "$1" "$2" | tee -a "$logs/summary.txt" >&2
   cp "$logs/summary.txt" "$out/summary.txt"
 }
@@ -178,28 +183,70 @@ stage env always 5 60 bash -c 'nvidia-smi || echo "(no nvidia-smi)"; nvcc --vers
   cmake --version; python3 -c "import torch; print(\"torch\", torch.__version__, torch.version.cuda)"
   echo NCCL_HOME=$NCCL_HOME; ls $NCCL_HOME/include $NCCL_HOME/lib; nproc; free -g; df -h .'
 
-gen=()
-command -v ninja > /dev/null && gen=(-G Ninja)
-stage configure always 20 300 cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$root/.gpu/deps/usr" -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DNANODDP_CUDA=ON -DNANODDP_NCCL=ON -DNANODDP_GLOO=OFF -DNANODDP_MPI=OFF ${GPU_CHECK_CMAKE_ARGS:-} || finish
-# Only what the stages run: the CPU-only tests and tools would double the build.
-targets=(nanoddp test_cuda_ops test_cuda_model bench_train_gpu bench_allreduce)
-grep -qs test_comm_nccl "$build/tests/comm/CTestTestfile.cmake" && targets+=(test_comm_nccl)  # where NCCL was found
-stage build always 30 "$budget" cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" || finish
+# A build made on the host (scripts/gpu_deps.sh --prebuild: .gpu/build-gpu.tar.gz, built at the
+# path in .gpu/build-gpu.root) saves the device the build's minutes: it is unpacked at that same
+# path (a link to this checkout where the path differs, so the absolute paths in its CTest files and
+# run-paths hold) and used if its programs find every library here; otherwise this machine builds.
+prebuilt=0
+unpack_prebuilt() {
+  local at=$1
+  if [ "$(cd "$at" 2> /dev/null && pwd -P)" != "$(pwd -P)" ]; then
+    [ -e "$at" ] && { echo "$at exists and is not this checkout: cannot place the prebuilt build"; return 1; }
+    mkdir -p "$(dirname "$at")" && ln -s "$(pwd -P)" "$at" || return 1
+  fi
+  local stamp
+  stamp=$(cksum < .gpu/build-gpu.tar.gz)
+  if [ "$(cat build-gpu/.prebuilt 2> /dev/null)" != "$stamp" ]; then  # a warm machine keeps the last one
+    rm -rf build-gpu && tar -xzf .gpu/build-gpu.tar.gz && echo "$stamp" > build-gpu/.prebuilt || return 1
+  fi
+  # The kernel-emulation test's python (numpy) is this machine's, not the host's.
+  sed -i "s#\"[^\"]*/python3\"#\"$(command -v python3)\"#" build-gpu/tests/ops/cuda/CTestTestfile.cmake
+  local f missing
+  for f in build-gpu/nanoddp build-gpu/tests/ops/cuda/test_cuda_ops build-gpu/bench/bench_train_gpu; do
+    missing=$(ldd "$f" | grep 'not found')
+    [ -z "$missing" ] || { echo "$f: $missing"; return 1; }
+  done
+  local report
+  report=$(build-gpu/nanoddp env --device cuda) || { echo "$report"; return 1; }
+  echo "$report"
+  grep -q '^ *cuda *ok' <<< "$report"  # the GPU's own check ran and passed
+}
+# The toolkit's libraries may come as PyTorch's wheels only (nvidia/*/lib): after the system's.
+wheel_libs=$(python3 -c 'import nvidia, os; p = list(nvidia.__path__)[0]
+print(":".join(os.path.join(p, d, "lib") for d in sorted(os.listdir(p)) if os.path.isdir(os.path.join(p, d, "lib"))))' \
+  2> /dev/null || true)
+[ -n "$wheel_libs" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$wheel_libs"
+if ((!dry)) && [ -s .gpu/build-gpu.tar.gz ] && [ -z "${GPU_CHECK_NO_PREBUILT:-}" ]; then
+  at=$(cat .gpu/build-gpu.root)
+  if stage prebuilt always 10 120 unpack_prebuilt "$at"; then
+    prebuilt=1
+    build=$at/build-gpu
+  else
+    build=$root/build-gpu-here  # not over the unpacked build's cache, which names the host's paths
+  fi
+fi
+if ((!prebuilt)); then
+  gen=()
+  command -v ninja > /dev/null && gen=(-G Ninja)
+  stage configure always 20 300 cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$root/.gpu/deps/usr" -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DNANODDP_CUDA=ON -DNANODDP_NCCL=ON -DNANODDP_GLOO=OFF -DNANODDP_MPI=OFF ${GPU_CHECK_CMAKE_ARGS:-} || finish
+  # Only what the stages run: the CPU-only tests and tools would double the build.
+  targets=(nanoddp test_cuda_ops test_cuda_model bench_train_gpu bench_allreduce)
+  grep -qs test_comm_nccl "$build/tests/comm/CTestTestfile.cmake" && targets+=(test_comm_nccl)  # where NCCL was found
+  stage build always 30 "$budget" cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" || finish
+fi
 bin=$build/nanoddp
 stage nanoddp_env always 2 60 "$bin" env --device "$device"
 
-# Eight at a time: each test is a process of its own whose start-up (a CUDA context) outweighs its work.
-stage ctest_cuda B 60 480 ctest --test-dir "$build" -L cuda -j 8 --output-on-failure --timeout 300
-ops=$build/tests/ops/cuda/test_cuda_ops
-for tool in memcheck racecheck synccheck; do
-  if ((dry)); then
-    skip "sanitizer_$tool" B "dry run (compute-sanitizer needs a GPU)"
-  else
-    stage "sanitizer_$tool" B 60 240 compute-sanitizer --tool "$tool" --error-exitcode 3 "$ops" --gtest_brief=1
-  fi
-done
+# The stages in the order a short lease wants them (15 minutes of device time a session, the
+# machine's start included): the correctness of part B first, then one end-to-end run of each kind,
+# the speed at depth 20 (the goal's depth) and its breakdown, and only then what repeats or widens
+# them (fp16, the sanitizers, depth 12, Nsight Compute).
+
+# Eight at a time, two CPU threads each: each test is a process of its own whose start-up (a CUDA
+# context) outweighs its work.
+stage ctest_cuda B 60 240 env OMP_NUM_THREADS=2 ctest --test-dir "$build" -L cuda -j 8 --output-on-failure --timeout 230
 
 data=.gpu/data
 common=(--data "$data" --device "$device" --depth 4 --max_seq_len 256 --device_batch_size 8
@@ -207,43 +254,68 @@ common=(--data "$data" --device "$device" --depth 4 --max_seq_len 256 --device_b
 # A run folder left by a cut or failed stage would be resumed, or refused, by the next try.
 fresh_unless_passed() { grep -qx "$1" "$passed" || rm -rf "${work:?}/$2"; }
 fresh_unless_passed train_cuda straight
-stage train_cuda B 15 180 "$bin" train "${common[@]}" --out "$work/straight"
+stage train_cuda B 15 120 "$bin" train "${common[@]}" --out "$work/straight"
 fresh_unless_passed train_cuda_stop resumed
-stage train_cuda_stop B 15 180 "$bin" train "${common[@]}" --out "$work/resumed" --stop_at 20
-stage train_cuda_resume B 15 180 "$bin" train "${common[@]}" --out "$work/resumed" --resume latest
+stage train_cuda_stop B 15 120 "$bin" train "${common[@]}" --out "$work/resumed" --stop_at 20
+stage train_cuda_resume B 15 120 "$bin" train "${common[@]}" --out "$work/resumed" --resume latest
 stage resume_bitwise B 2 60 same_last_checkpoint "$work/straight" "$work/resumed"
-fresh_unless_passed train_cuda_fp16 fp16_straight
-stage train_cuda_fp16 B 15 180 "$bin" train "${common[@]}" --dtype fp16 --out "$work/fp16_straight"
-fresh_unless_passed train_cuda_fp16_stop fp16_resumed
-stage train_cuda_fp16_stop B 15 180 "$bin" train "${common[@]}" --dtype fp16 --out "$work/fp16_resumed" --stop_at 20
-stage train_cuda_fp16_resume B 15 180 "$bin" train "${common[@]}" --dtype fp16 --out "$work/fp16_resumed" \
-  --resume latest
-stage resume_bitwise_fp16 B 2 60 same_last_checkpoint "$work/fp16_straight" "$work/fp16_resumed"
 fresh_unless_passed run_nproc1 launched
-stage run_nproc1 B 15 180 "$bin" run --standalone --nproc_per_node 1 train "${common[@]}" --out "$work/launched"
-stage sample_cuda B 5 120 "$bin" sample --checkpoint "$work/straight" --device "$device" --prompt "The jury said" \
+stage run_nproc1 B 15 120 "$bin" run --standalone --nproc_per_node 1 train "${common[@]}" --out "$work/launched"
+stage sample_cuda B 5 60 "$bin" sample --checkpoint "$work/straight" --device "$device" --prompt "The jury said" \
   --max_tokens 60
 
+# bench_table: the table over both depths, whichever calls ran them.
+bench_table() {
+  local files=() d
+  for d in 12 20; do [ -s "$logs/bench_d$d/results.jsonl" ] && files+=("$logs/bench_d$d/results.jsonl"); done
+  ((${#files[@]})) || return 0
+  cat "${files[@]}" > "$logs/bench.jsonl"
+  python3 bench/gpu_bench_table.py "$logs/bench.jsonl" | tee -a "$log_all" >&2
+}
+# bench_depth D: nanoddp against PyTorch at depth D, a stage of its own (PyTorch's compile alone
+# takes minutes), its results kept apart.
+bench_depth() {
+  stage "bench_d$1" C 150 420 env BUILD_DIR="$build" OUT_DIR="$logs/bench_d$1" DEPTHS="$1" SKIP_BUILD=1 \
+    bash bench/gpu_bench.sh
+  bench_table
+}
 if ((dry)); then
   skip nccl_busbw C "dry run (NCCL needs a GPU)"
-  skip bench_d12 C "dry run (needs a GPU and PyTorch 2)"
   skip bench_d20 C "dry run (needs a GPU and PyTorch 2)"
+  skip profile_d20 D "dry run (needs a GPU)"
 else
-  stage nccl_busbw C 20 120 "$bin" run --standalone --nproc_per_node 1 "$build/bench/bench_allreduce" --device cuda \
-    --min_bytes 8 --max_bytes $((1 << 30)) --factor 4
-  for d in 12 20; do
-    # Each depth is a stage of its own (PyTorch's compile alone takes minutes; not yet timed on the
-    # device machine), its results kept apart; the table below joins whichever calls ran them.
-    stage "bench_d$d" C 150 540 env BUILD_DIR="$build" OUT_DIR="$logs/bench_d$d" DEPTHS="$d" SKIP_BUILD=1 \
-      bash bench/gpu_bench.sh
-  done
-  files=()
-  for d in 12 20; do [ -s "$logs/bench_d$d/results.jsonl" ] && files+=("$logs/bench_d$d/results.jsonl"); done
-  if ((${#files[@]})); then  # the table over both depths, whichever calls ran them
-    cat "${files[@]}" > "$logs/bench.jsonl"
-    python3 bench/gpu_bench_table.py "$logs/bench.jsonl" | tee -a "$log_all" >&2
-  fi
+  # --backend nccl: one process otherwise gets the single-rank group, which times nothing.
+  stage nccl_busbw C 20 60 "$bin" run --standalone --nproc_per_node 1 "$build/bench/bench_allreduce" --device cuda \
+    --backend nccl --min_bytes 8 --max_bytes $((1 << 30)) --factor 4
+  bench_depth 20
+  stage profile_d20 D 40 120 "$build/bench/bench_train_gpu" --depth 20 --seq 2048 --batch 16 --steps 3 --warmup 2 \
+    --breakdown 3
 fi
+
+fresh_unless_passed train_cuda_fp16 fp16_straight
+stage train_cuda_fp16 B 15 120 "$bin" train "${common[@]}" --dtype fp16 --out "$work/fp16_straight"
+fresh_unless_passed train_cuda_fp16_stop fp16_resumed
+stage train_cuda_fp16_stop B 15 120 "$bin" train "${common[@]}" --dtype fp16 --out "$work/fp16_resumed" --stop_at 20
+stage train_cuda_fp16_resume B 15 120 "$bin" train "${common[@]}" --dtype fp16 --out "$work/fp16_resumed" \
+  --resume latest
+stage resume_bitwise_fp16 B 2 60 same_last_checkpoint "$work/fp16_straight" "$work/fp16_resumed"
+
+# memcheck over every op test (8 s on an H200); racecheck and synccheck over one launch shape each
+# of the kernels that share memory between threads (GPU_CHECK_SHARED_FILTER): racecheck ran past
+# 180 s over every op test, and past 150 s over the attention tests at head_dim 128 and 64.
+ops=$build/tests/ops/cuda/test_cuda_ops
+shared_filter=${GPU_CHECK_SHARED_FILTER:-'*Attention*b1q64cap64kv64h1g1d128_bf16:*Attention*b2q13cap13kv13h4g4d16_f32'}
+shared_filter+=':*RmsNorm*/bf16:*CrossEntropy*/bf16:*NewtonSchulz.ManyMatrices*/0'
+for tool in memcheck racecheck synccheck; do
+  filter='*'
+  [[ $tool == memcheck ]] || filter=$shared_filter
+  if ((dry)); then
+    skip "sanitizer_$tool" B "dry run (compute-sanitizer needs a GPU)"
+  else
+    stage "sanitizer_$tool" B 40 150 compute-sanitizer --tool "$tool" --error-exitcode 3 "$ops" --gtest_brief=1 \
+      "--gtest_filter=$filter"
+  fi
+done
 
 # ncu_kernels BENCH: Nsight Compute on one launch of each hand-written kernel of a depth-20 step of
 # BENCH (bench_train_gpu: a warm-up step and a timed one), in the second step: past the first
@@ -263,13 +335,11 @@ ncu_kernels() {
   done
   return $rc
 }
-
 if ((dry)); then
-  skip profile_d20 D "dry run (needs a GPU)"
+  skip bench_d12 C "dry run (needs a GPU and PyTorch 2)"
   skip ncu_kernels D "dry run (needs a GPU)"
 else
-  stage profile_d20 D 60 300 "$build/bench/bench_train_gpu" --depth 20 --seq 2048 --batch 16 --steps 3 --warmup 2 \
-    --breakdown 3
+  bench_depth 12
   stage ncu_kernels D 90 420 ncu_kernels "$build/bench/bench_train_gpu"
 fi
 

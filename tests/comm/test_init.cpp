@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "comm/consistency.h"
 #include "comm/init.h"
+#include "core/device.h"
 #include "rendezvous/tcp_store.h"
 #include "nanoddp/build_config.h"
 #include "test_util.h"
@@ -77,6 +78,19 @@ TEST(Init, NoEnvironmentIsTheSingleRankGroupWithoutSockets) {
   EXPECT_EQ(rs.data<float>()[1], 2.5f);
   EXPECT_THROW(ctx->group->broadcast(t, 1), Error);
   check_consistent(*ctx->group, build_fingerprint());  // nothing to compare with
+}
+
+// One process asking for NCCL gets NCCL's group of one (to measure NCCL, or to run a job's NCCL
+// path on one GPU), not the single-rank group; on a CPU device that is a clear error.
+TEST(Init, OneProcessWithBackendNcclAsksForNccl) {
+  DistOptions o;
+  o.backend = "nccl";
+  NANODDP_EXPECT_ERROR(init_distributed(o, Device::cpu(), DistEnv{}),
+                       NANODDP_HAVE_NCCL ? "the nccl backend needs a CUDA device" : "this build has no NCCL");
+  if (!NANODDP_HAVE_NCCL || cuda_device_count() == 0) return;  // the rest needs a GPU
+  auto ctx = init_distributed(o, Device::cuda(0), DistEnv{});
+  EXPECT_EQ(ctx->backend, "nccl");
+  EXPECT_EQ(ctx->world_size(), 1);
 }
 
 TEST(Init, BackendSelection) {

@@ -142,6 +142,13 @@ __global__ void ref_dkdv_kernel(T* dk, T* dv, const T* dout, const T* q, const T
   }
 }
 
+// Floats of slack after each kernel's shared arrays. compute-sanitizer's memcheck on an H200 found
+// ref_dq_kernel<float> reading 8 bytes at the last float of its 17-float allocation (one key, head
+// dim 8): the PTX reads dS one float at a time there, so ptxas merges the tail's loads into wider
+// ones past the end, whose extra lanes go unused. The hardware allocates shared memory in larger
+// units, so the results were right; the slack keeps every load inside the allocation.
+constexpr int64_t kSmemSlack = 4;
+
 // Raises the kernel's dynamic shared-memory limit when it needs more than the default 48 KB.
 template <typename K>
 cudaError_t allow_smem(K kernel, size_t bytes) {
@@ -152,7 +159,7 @@ cudaError_t allow_smem(K kernel, size_t bytes) {
 template <typename T>
 cudaError_t ref_forward(void* out, float* lse, const void* q, const void* k, const void* v, const AttentionShape& s,
                         float scale, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(s.d + s.kv_len) * sizeof(float);
+  const size_t smem = static_cast<size_t>(s.d + s.kv_len + kSmemSlack) * sizeof(float);
   if (cudaError_t e = allow_smem(ref_forward_kernel<T>, smem); e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(s.tq), static_cast<unsigned>(s.hq), static_cast<unsigned>(s.batch));
   ref_forward_kernel<T><<<grid, kThreads, smem, stream>>>(static_cast<T*>(out), lse, static_cast<const T*>(q),
@@ -166,8 +173,8 @@ cudaError_t ref_backward(void* dq, void* dk, void* dv, const void* dout, const v
                          const float* lse, const float* delta, const AttentionShape& s, float scale,
                          cudaStream_t stream) {
   const int64_t t = s.tq, group = s.hq / s.hkv;
-  const size_t smem_q = static_cast<size_t>(2 * s.d + t) * sizeof(float);
-  const size_t smem_kv = static_cast<size_t>(2 * s.d + 2 * group * t) * sizeof(float);
+  const size_t smem_q = static_cast<size_t>(2 * s.d + t + kSmemSlack) * sizeof(float);
+  const size_t smem_kv = static_cast<size_t>(2 * s.d + 2 * group * t + kSmemSlack) * sizeof(float);
   if (cudaError_t e = allow_smem(ref_dq_kernel<T>, smem_q); e != cudaSuccess) return e;
   if (cudaError_t e = allow_smem(ref_dkdv_kernel<T>, smem_kv); e != cudaSuccess) return e;
   const dim3 grid_q(static_cast<unsigned>(t), static_cast<unsigned>(s.hq), static_cast<unsigned>(s.batch));

@@ -278,10 +278,25 @@ TEST_P(CudaAttention, BackwardMatchesCpuAndIsReproducible) {
          dv = Tensor::empty(v.shape(), DType::F32);
   ops::attention_backward(dq, dk, dv, dout, q, k, v, to_host(out), to_host(lse), scale);
   // 16-bit types: P and dS are rounded to the type before their GEMMs, and the results once.
-  EXPECT_LT(err(g1[0], dq), tol(dt, 1e-5, 8 * kBf16Eps)) << "dq";
-  EXPECT_LT(err(g1[1], dk), tol(dt, 1e-5, 8 * kBf16Eps)) << "dk";
+  // With one key, P = 1 and O = V, so dS = P (dO.V - dO.O) is 0 in exact arithmetic and dq, dk are
+  // what is left of that cancellation on either side: they are measured against the size of the
+  // terms that cancel (scale |dO| |V| |K|), not against the near-zero CPU values (an H200 gave
+  // 0.12 relative to those in f16 with every other shape passing).
+  double floor = 1e-12;
+  if (t == 1) {
+    auto max_abs = [](const Tensor& x) {
+      double m = 0;
+      for (double e : to_double(x)) m = std::max(m, std::abs(e));
+      return m;
+    };
+    floor = scale * double(d) * max_abs(dout) * max_abs(v) * max_abs(k);
+  }
+  EXPECT_LT(max_rel_error(g1[0], dq, floor), tol(dt, 1e-5, 8 * kBf16Eps)) << "dq";
+  EXPECT_LT(max_rel_error(g1[1], dk, floor), tol(dt, 1e-5, 8 * kBf16Eps)) << "dk";
   EXPECT_LT(err(g1[2], dv), tol(dt, 1e-5, 8 * kBf16Eps)) << "dv";
-  EXPECT_LT(rel_l2(to_double(g1[0]), to_double(dq)), tol(dt, 1e-5, 2 * kBf16Eps)) << "dq";
+  if (t > 1) {
+    EXPECT_LT(rel_l2(to_double(g1[0]), to_double(dq)), tol(dt, 1e-5, 2 * kBf16Eps)) << "dq";
+  }
   for (int i = 0; i < 3; i++) EXPECT_EQ(bytes_of(g1[i]), bytes_of(g2[i])) << "run-to-run, gradient " << i;
 }
 
