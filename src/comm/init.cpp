@@ -73,7 +73,17 @@ DistContext::~DistContext() {
 }
 
 Device local_device(const std::string& requested, const DistEnv& env) {
-  if (requested != "cuda") return parse_device(requested);
+  if (requested != "cuda") {
+    const Device d = parse_device(requested);
+    if (d.is_cuda()) {  // cuda:N names one GPU for every rank of the node, as in PyTorch
+      const int count = cuda_device_count();
+      NANODDP_CHECK(count > 0, "--device {} but no GPU is visible to rank {} (check nvidia-smi and "
+                    "CUDA_VISIBLE_DEVICES), or use --device cpu", requested, env.rank);
+      NANODDP_CHECK(d.index < count, "--device {} but only {} GPU(s) are visible to rank {}: use cuda:0 to cuda:{}, "
+                    "or check CUDA_VISIBLE_DEVICES", requested, count, env.rank, count - 1);
+    }
+    return d;
+  }
   int count = cuda_device_count();
   NANODDP_CHECK(count > 0, "--device cuda but no GPU is visible to rank {} (check nvidia-smi and "
                 "CUDA_VISIBLE_DEVICES), or use --device cpu", env.rank);

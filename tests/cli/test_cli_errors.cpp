@@ -519,9 +519,16 @@ TEST_F(Cli, Sample) {
   expect_failure({"chat", "--checkpoint", run, "--prompt", "hi", "--dtype", "half"}, {"--dtype must be"});
   expect_failure({"eval", "--checkpoint", run, "--task", "arithmetic", "--dtype", "int8"}, {"--dtype must be"});
   // A GPU asked for where there is none: the flag and what to check, not a CUDA runtime message.
-  if (cuda_device_count() == 0)
+  if (cuda_device_count() == 0) {
     expect_failure({"sample", "--checkpoint", run, "--device", "cuda"},
                    {"--device cuda but no GPU is visible", "CUDA_VISIBLE_DEVICES", "--device cpu"});
+    expect_failure({"sample", "--checkpoint", run, "--device", "cuda:1"},
+                   {"--device cuda:1 but no GPU is visible", "CUDA_VISIBLE_DEVICES", "--device cpu"});
+  }
+  // A GPU index past the visible ones: how many there are, not a CUDA runtime message.
+  const std::string past = "cuda:" + std::to_string(cuda_device_count() + 3);
+  expect_failure({"sample", "--checkpoint", run, "--device", past},
+                 {"--device " + past + " but", "CUDA_VISIBLE_DEVICES"});
 }
 
 // Train's flags and checks belong to the trainer; here only the binary's contract is checked.
