@@ -144,9 +144,9 @@ __global__ void ref_dkdv_kernel(T* dk, T* dv, const T* dout, const T* q, const T
 
 // Floats of slack after each kernel's shared arrays. compute-sanitizer's memcheck on an H200 found
 // ref_dq_kernel<float> reading 8 bytes at the last float of its 17-float allocation (one key, head
-// dim 8): the PTX reads dS one float at a time there, so ptxas merges the tail's loads into wider
-// ones past the end, whose extra lanes go unused. The hardware allocates shared memory in larger
-// units, so the results were right; the slack keeps every load inside the allocation.
+// dim 8). The PTX reads dS one float at a time there, so the wider load is ptxas's (the machine
+// code was not read); its extra lane goes unused, and the hardware allocates shared memory in
+// larger units, so the results were right. The slack keeps every load inside the allocation.
 constexpr int64_t kSmemSlack = 4;
 
 // Raises the kernel's dynamic shared-memory limit when it needs more than the default 48 KB.
