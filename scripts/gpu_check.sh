@@ -14,7 +14,8 @@
 #      bench/gpu_bench.sh at depth 12 and at depth 20 (nanoddp against PyTorch, FlashAttention-2
 #      and cuDNN attention), and their table;
 #   D  profile: bench_train_gpu --breakdown at depth 20 (each op's device time per step from CUDA
-#      events; Nsight Systems does not run on the device machines), then Nsight Compute's
+#      events; Nsight Systems does not run on the device machines), the attention kernels alone
+#      against PyTorch's (bench_attention_gpu, bench/torch_attention_bench.py), then Nsight Compute's
 #      speed-of-light, occupancy, launch and memory sections for one launch of each hand-written
 #      kernel that a depth-20 step spends time in.
 # The stages run in the order a short lease wants them (B's tests and end-to-end runs, C at depth
@@ -216,6 +217,10 @@ wheel_libs=$(python3 -c 'import nvidia, os; p = list(nvidia.__path__)[0]
 print(":".join(os.path.join(p, d, "lib") for d in sorted(os.listdir(p)) if os.path.isdir(os.path.join(p, d, "lib"))))' \
   2> /dev/null || true)
 [ -n "$wheel_libs" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$wheel_libs"
+# OpenMP's runtime for the prebuilt programs where this image has none (gpu_deps.sh --prebuild).
+if ! ldconfig -p 2> /dev/null | grep -q 'libgomp\.so\.1 '; then
+  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$root/.gpu/deps/runtime"
+fi
 if ((!dry)) && [ -s .gpu/build-gpu.tar.gz ] && [ -z "${GPU_CHECK_NO_PREBUILT:-}" ]; then
   at=$(cat .gpu/build-gpu.root)
   if stage prebuilt always 10 120 unpack_prebuilt "$at"; then
@@ -232,7 +237,7 @@ if ((!prebuilt)); then
     -DCMAKE_PREFIX_PATH="$root/.gpu/deps/usr" -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DNANODDP_CUDA=ON -DNANODDP_NCCL=ON -DNANODDP_GLOO=OFF -DNANODDP_MPI=OFF ${GPU_CHECK_CMAKE_ARGS:-} || finish
   # Only what the stages run: the CPU-only tests and tools would double the build.
-  targets=(nanoddp test_cuda_ops test_cuda_model bench_train_gpu bench_allreduce)
+  targets=(nanoddp test_cuda_ops test_cuda_model bench_train_gpu bench_attention_gpu bench_allreduce)
   grep -qs test_comm_nccl "$build/tests/comm/CTestTestfile.cmake" && targets+=(test_comm_nccl)  # where NCCL was found
   stage build always 30 "$budget" cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" || finish
 fi
@@ -283,6 +288,7 @@ if ((dry)); then
   skip nccl_busbw C "dry run (NCCL needs a GPU)"
   skip bench_d20 C "dry run (needs a GPU and PyTorch 2)"
   skip profile_d20 D "dry run (needs a GPU)"
+  skip attention_d20 D "dry run (needs a GPU)"
 else
   # --backend nccl: one process otherwise gets the single-rank group, which times nothing.
   stage nccl_busbw C 20 60 "$bin" run --standalone --nproc_per_node 1 "$build/bench/bench_allreduce" --device cuda \
@@ -290,6 +296,8 @@ else
   bench_depth 20
   stage profile_d20 D 40 120 "$build/bench/bench_train_gpu" --depth 20 --seq 2048 --batch 16 --steps 3 --warmup 2 \
     --breakdown 3
+  # The attention kernels alone against PyTorch's two on the same shapes (depth 20: 10 heads of 128).
+  stage attention_d20 D 30 120 bash -c "'$build/bench/bench_attention_gpu' && python3 bench/torch_attention_bench.py"
 fi
 
 fresh_unless_passed train_cuda_fp16 fp16_straight

