@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # nanoddp against PyTorch on one GPU, side by side in one command: builds bench_train_gpu, runs
 # it and bench/torch_gpu_bench.py at each depth (same seq, batch and steps; PyTorch once with
-# FlashAttention-2 and once with cuDNN's attention, the faster of the two being the baseline), and
+# FlashAttention-2 and once with cuDNN's attention, the faster of the two being the baseline;
+# nanoddp before and after them, the table taking the mean of its two runs), and
 # prints the table of bench/gpu_bench_table.py: tokens/s, MFU (against the best bf16 GEMM rate any
 # program measured in this run), peak memory and memory per token, with nanoddp / PyTorch ratios.
 # Full JSON lines go to $OUT_DIR/results.jsonl, each program's log beside them.
 #   bench/gpu_bench.sh                      # depths 12 and 20, seq 2048, batch 16
 #   DEPTHS="20" BATCH=32 bench/gpu_bench.sh
 #   SKIP_BUILD=1 ...                        # bench_train_gpu is already built in $BUILD_DIR
+#   NANODDP_AGAIN=0 ...                     # nanoddp once per depth, not before and after PyTorch
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}
@@ -49,6 +51,11 @@ for d in $depths; do
     run "pytorch_${sdpa}_d$d" "{\"impl\": \"pytorch\", \"sdpa\": \"$sdpa\", \"depth\": $d, \"failed\": true}" \
       "$python" "$root/bench/torch_gpu_bench.py" "${args[@]}" --sdpa "$sdpa"
   done
+  # nanoddp again after PyTorch: the table compares their mean and shows how far the two drift.
+  if [ "${NANODDP_AGAIN:-1}" = 1 ]; then
+    run "nanoddp_d${d}_again" "{\"impl\": \"nanoddp\", \"depth\": $d, \"failed\": true}" \
+      "$build/bench/bench_train_gpu" "${args[@]}"
+  fi
 done
 
 "$python" "$root/bench/gpu_bench_table.py" "$results"

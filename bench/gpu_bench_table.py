@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The table of bench/gpu_bench.sh from its JSON lines (one file or several, e.g. one per depth run
 in separate calls): tokens/s, MFU against the best bf16 GEMM rate any program measured in these
-runs, step time, peak memory and memory per token; then, per depth, nanoddp against the faster of
-PyTorch's attention backends (issue 10 C: FlashAttention-2 and cuDNN, the faster one counts).
+runs, step time, peak memory and memory per token; then, per depth, nanoddp (the mean of its runs)
+against the faster of PyTorch's attention backends (issue 10 C: FlashAttention-2 and cuDNN, the
+faster one counts).
     bench/gpu_bench_table.py results.jsonl [more.jsonl ...]
 """
 import json
@@ -34,10 +35,15 @@ def main(paths):
         if not ours or not theirs:
             print(f"depth {depth}: no ratio (a side is missing or failed)")
             continue
-        a, b = ours[0], max(theirs, key=lambda r: r["tokens_per_s"])
+        # nanoddp runs before and after PyTorch (gpu_bench.sh): the ratio takes their mean, and
+        # their spread says how far the machine drifted over the comparison.
+        tok = [r["tokens_per_s"] for r in ours]
+        mean = sum(tok) / len(tok)
+        b = max(theirs, key=lambda r: r["tokens_per_s"])
+        spread = f" (nanoddp's {len(tok)} runs {min(tok):.0f}-{max(tok):.0f} tok/s)" if len(tok) > 1 else ""
         print(f"depth {depth}: nanoddp / PyTorch ({b.get('sdpa', '?')}, its faster attention): tokens/s "
-              f"{a['tokens_per_s'] / b['tokens_per_s']:.2f}x, memory/token "
-              f"{a['mem_per_token_kib'] / b['mem_per_token_kib']:.2f}x")
+              f"{mean / b['tokens_per_s']:.2f}x{spread}, memory/token "
+              f"{ours[0]['mem_per_token_kib'] / b['mem_per_token_kib']:.2f}x")
 
 
 if __name__ == "__main__":
