@@ -1,14 +1,19 @@
 """The DDP guide's Fashion-MNIST MLP under PyTorch DDP, the baseline of bench/fashion_mnist_bench.sh:
 784 -> 256 -> ReLU -> 10, cross-entropy, Adam (lr 1e-3), DistributedSampler, batch per rank, the
 same idx files. Run with torchrun; prints one JSON line with samples_per_s and test_accuracy."""
-import argparse, gzip, json, os, time
+import argparse, gzip, json, os, sys, time
 
-import numpy as np
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from keep_freed_memory import reexec_keeping_freed_memory  # noqa: E402
+
+reexec_keeping_freed_memory()  # before torch allocates: Note [PyTorch's CPU baseline and glibc's malloc]
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset  # noqa: E402
 
 
 def load(folder, prefix):

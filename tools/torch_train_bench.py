@@ -11,9 +11,13 @@ import os
 import sys
 import time
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from keep_freed_memory import reexec_keeping_freed_memory  # noqa: E402
+
+reexec_keeping_freed_memory()  # before torch allocates: Note [PyTorch's CPU baseline and glibc's malloc]
+
+import torch  # noqa: E402
+
 import torch_golden as golden  # noqa: E402
 
 
