@@ -57,13 +57,13 @@ cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD
   -DNANODDP_ONEDNN=OFF "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/" > /dev/null
 cmake --build "$b" --target nanoddp test_cuda_ops test_cuda_model bench_train_gpu bench_attention_gpu \
   bench_allreduce test_comm_nccl
-# Programs, CTest files and GoogleTest's test lists; no objects, archives or CMake internals.
 # OpenMP's runtime from the GCC the programs were built with, for a GPU machine whose image has
 # none (gpu_check.sh adds this folder to LD_LIBRARY_PATH then). Kept out of the bundle's lib
 # folder, where CMake would warn that it shadows the compiler's own.
 mkdir -p "$dest/runtime"
 cp -a /$lib/libgomp.so.1 /$lib/libgomp.so.1.0.0 "$dest/runtime/"
-tar -czf .gpu/build-gpu.tar.gz --exclude='*.o' --exclude='*.a' --exclude=CMakeFiles --exclude=gpu-check "$b"
+# Programs, CTest files and GoogleTest's test lists; no objects, archives or CMake internals.
+tar -czf .gpu/build-gpu.tar.gz --exclude='*.o' --exclude='*.a' --exclude=CMakeFiles "$b"
 pwd -P > .gpu/build-gpu.root
 echo "gpu_deps.sh: $(du -sh .gpu/build-gpu.tar.gz | cut -f1) in .gpu/build-gpu.tar.gz," \
   "built at $(cat .gpu/build-gpu.root)/$b"

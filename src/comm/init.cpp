@@ -73,20 +73,18 @@ DistContext::~DistContext() {
 }
 
 Device local_device(const std::string& requested, const DistEnv& env) {
-  if (requested != "cuda") {
-    const Device d = parse_device(requested);
-    if (d.is_cuda()) {  // cuda:N names one GPU for every rank of the node, as in PyTorch
-      const int count = cuda_device_count();
-      NANODDP_CHECK(count > 0, "--device {} but no GPU is visible to rank {} (check nvidia-smi and "
-                    "CUDA_VISIBLE_DEVICES), or use --device cpu", requested, env.rank);
-      NANODDP_CHECK(d.index < count, "--device {} but only {} GPU(s) are visible to rank {}: use cuda:0 to cuda:{}, "
-                    "or check CUDA_VISIBLE_DEVICES", requested, count, env.rank, count - 1);
-    }
+  // "cuda": each rank its LOCAL_RANK's GPU; "cuda:N": GPU N for every rank of the node, as in PyTorch.
+  const bool per_rank = requested == "cuda";
+  const Device d = per_rank ? Device::cuda(0) : parse_device(requested);
+  if (!d.is_cuda()) return d;
+  const int count = cuda_device_count();
+  NANODDP_CHECK(count > 0, "--device {} but no GPU is visible to rank {} (check nvidia-smi and "
+                "CUDA_VISIBLE_DEVICES), or use --device cpu", requested, env.rank);
+  if (!per_rank) {
+    NANODDP_CHECK(d.index < count, "--device {} but only {} GPU(s) are visible to rank {}: use cuda:0 to cuda:{}, "
+                  "or check CUDA_VISIBLE_DEVICES", requested, count, env.rank, count - 1);
     return d;
   }
-  int count = cuda_device_count();
-  NANODDP_CHECK(count > 0, "--device cuda but no GPU is visible to rank {} (check nvidia-smi and "
-                "CUDA_VISIBLE_DEVICES), or use --device cpu", env.rank);
   NANODDP_CHECK(env.local_rank < count,
                 "rank {} has LOCAL_RANK {} but only {} GPU(s) are visible on this node: start at most {} processes "
                 "per node (--nproc_per_node), or check CUDA_VISIBLE_DEVICES",
@@ -128,22 +126,18 @@ std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device
   ctx->store_linger = 5 * std::clamp(timeout / 10, milliseconds(20), milliseconds(2000));
   const std::string attempt = fmt::format("attempt{}", env.restart_count);
 
-  // One process: no process group is needed, so none is set up unless --backend nccl asks for
-  // NCCL's own (to measure it, or to run the NCCL path of a job on one GPU), as PyTorch would.
-  if (env.world_size == 1 && options.backend != "mpi") {
-    ctx->store = agent_hosts_store() ? std::make_shared<PrefixStore>(attempt, connect_store(env, options, *ctx))
-                                     : std::shared_ptr<Store>(std::make_shared<HashStore>());
-    if (options.backend == "nccl") {
-      ctx->backend = resolve_backend(options.backend, device, env);  // the build and the device can do it
-#if NANODDP_HAVE_NCCL
-      NcclGroupOptions o;
-      o.timeout = timeout;
-      ctx->group = std::make_unique<NcclGroup>(std::make_shared<PrefixStore>("pg0", ctx->store), 0, 1, device, o);
-#endif
-    } else {
-      ctx->backend = "single";
-      ctx->group = make_single_rank_group(device);
-    }
+  // One process needs no process group, so none is set up unless --backend nccl asks for NCCL's
+  // own (to measure it, or to run the NCCL path of a job on one GPU), as PyTorch would. Its store
+  // is the launcher's where the launcher hosts one, else in memory: there are no peers to reach.
+  const bool one_process = env.world_size == 1 && options.backend != "mpi";
+  auto one_process_store = [&]() -> std::shared_ptr<Store> {
+    if (agent_hosts_store()) return std::make_shared<PrefixStore>(attempt, connect_store(env, options, *ctx));
+    return std::make_shared<HashStore>();
+  };
+  if (one_process && options.backend != "nccl") {
+    ctx->backend = "single";
+    ctx->store = one_process_store();
+    ctx->group = make_single_rank_group(device);
     log::set_rank(0, 1);
     return ctx;
   }
@@ -163,8 +157,12 @@ std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device
     ctx->group = std::move(group);
 #endif
   } else {
-    ctx->store = std::make_shared<PrefixStore>(attempt, connect_store(env, options, *ctx));
-    ctx->store->set_timeout(to_ms(options.rendezvous_timeout));
+    if (one_process) {
+      ctx->store = one_process_store();
+    } else {
+      ctx->store = std::make_shared<PrefixStore>(attempt, connect_store(env, options, *ctx));
+      ctx->store->set_timeout(to_ms(options.rendezvous_timeout));
+    }
     auto group_store = std::make_shared<PrefixStore>("pg0", ctx->store);
     if (ctx->backend == "gloo") {
 #if NANODDP_HAVE_GLOO
