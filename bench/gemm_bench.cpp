@@ -18,8 +18,11 @@ namespace {
 struct Shape {
   int m, n, k;
 };
-// (tokens x out x in) of the forward GEMMs; backward uses the same sizes transposed.
-const Shape kShapes[] = {{2048, 256, 256}, {2048, 1024, 256}, {2048, 256, 1024}, {2048, 4096, 256}, {1024, 1024, 1024}};
+// (tokens x out x in) of the forward GEMMs; backward uses the same sizes transposed. Then one
+// attention head's GEMM (a query tile's scores, 128 x 128 x 128: about 900 calls per bf16 step) and
+// an 8 x 8 x 8 whose time is nearly all the cost of a call.
+const Shape kShapes[] = {{2048, 256, 256}, {2048, 1024, 256}, {2048, 256, 1024}, {2048, 4096, 256}, {1024, 1024, 1024},
+                         {128, 128, 128},  {8, 8, 8}};
 
 template <bool kOneDnn>
 void BM_sgemm(benchmark::State& state) {
@@ -60,10 +63,10 @@ void BM_matmul(benchmark::State& state, nanoddp::DType t) {
   state.SetLabel(std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k));
 }
 
-BENCHMARK_CAPTURE(BM_matmul, f32, nanoddp::DType::F32)->Name("matmul/f32")->DenseRange(0, 4)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_matmul, bf16, nanoddp::DType::BF16)->Name("matmul/bf16")->DenseRange(0, 4)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_sgemm<true>)->Name("sgemm/onednn")->DenseRange(0, 4)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_sgemm<false>)->Name("sgemm/openblas")->DenseRange(0, 4)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_matmul, f32, nanoddp::DType::F32)->Name("matmul/f32")->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_matmul, bf16, nanoddp::DType::BF16)->Name("matmul/bf16")->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_sgemm<true>)->Name("sgemm/onednn")->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_sgemm<false>)->Name("sgemm/openblas")->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -15,6 +15,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -162,9 +163,25 @@ class ReducedMatmuls {
     thread_local dnnl::stream stream(engine_);
     thread_local std::vector<uint8_t> pad;
     const auto pad_at = reinterpret_cast<uintptr_t>(grown(pad, e->pad.get_size() + 64));
-    memory am(e->a, engine_, const_cast<void*>(a)), bm(e->b, engine_, const_cast<void*>(b)), cm(e->c, engine_, c);
-    memory sm(e->pad, engine_, reinterpret_cast<void*>((pad_at + 63) & ~uintptr_t{63}));
-    e->prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
+    // Each thread keeps one set of memory objects per problem and points them at this call's
+    // buffers: creating four per call, and the argument map execute() takes, were most of a small
+    // GEMM's cost in malloc and free (perf, 8 x 8 x 8: over a third of 1.45 us per call), and
+    // attention and Newton-Schulz make about 1,300 calls per bf16 step.
+    thread_local std::map<const Entry*, std::array<memory, 4>> bound;
+    auto [it, added] = bound.try_emplace(e);
+    auto& mem = it->second;
+    if (added)
+      mem = {memory(e->a, engine_, DNNL_MEMORY_NONE), memory(e->b, engine_, DNNL_MEMORY_NONE),
+             memory(e->c, engine_, DNNL_MEMORY_NONE), memory(e->pad, engine_, DNNL_MEMORY_NONE)};
+    mem[0].set_data_handle(const_cast<void*>(a));
+    mem[1].set_data_handle(const_cast<void*>(b));
+    mem[2].set_data_handle(c);
+    mem[3].set_data_handle(reinterpret_cast<void*>((pad_at + 63) & ~uintptr_t{63}));
+    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, mem[0].get()}, {DNNL_ARG_WEIGHTS, mem[1].get()},
+                                    {DNNL_ARG_DST, mem[2].get()}, {DNNL_ARG_SCRATCHPAD, mem[3].get()}};
+    const dnnl_status_t st = dnnl_primitive_execute(e->prim.get(), stream.get(), 4, args);
+    NANODDP_ASSERT(st == dnnl_success, "oneDNN matmul failed with status {} (m={} n={} k={})", static_cast<int>(st),
+                   m, n, k);
     stream.wait();
     return true;
   }
