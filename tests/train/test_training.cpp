@@ -270,7 +270,25 @@ TEST(Checkpoints, CorruptFilesAreClearErrors) {
   fs::resize_file(model, fs::file_size(model) / 2);
   o.resume = "latest";
   o.num_iterations = 4;
-  NANODDP_EXPECT_ERROR(train_single(o), "truncated", "model.safetensors");
+  NANODDP_EXPECT_ERROR(train_single(o), "truncated", "model.safetensors", "no earlier one");
+}
+
+// A checkpoint that cannot be read points to the one before it, which then resumes.
+TEST(Checkpoints, AnUnreadableOneNamesTheOneBefore) {
+  testing::ScratchDir out("checkpoints_unreadable");
+  auto o = tiny(out.str());
+  o.num_iterations = 6;
+  o.save_every = 2;
+  o.stop_at = 4;
+  train_single(o);
+  const std::string optim = out.str("checkpoints/step_000004/optim_rank0.safetensors");
+  fs::resize_file(optim, 100);
+  o.stop_at = -1;
+  o.resume = "latest";
+  NANODDP_EXPECT_ERROR(train_single(o), "optim_rank0.safetensors", "--resume 2");
+  EXPECT_EQ(fs::file_size(optim), 100u) << "the unreadable checkpoint was left as it was";
+  o.resume = "2";
+  EXPECT_EQ(train_single(o).last_step, 6);
 }
 
 TEST(Resume, AnotherModelOrBatchIsRefused) {
