@@ -191,6 +191,11 @@ stage env always 5 60 bash -c 'nvidia-smi || echo "(no nvidia-smi)"; nvcc --vers
 prebuilt=0
 unpack_prebuilt() {
   local at=$1
+  # Built from other sources than these (an edit after gpu_deps.sh --prebuild): build here instead.
+  if [ "$(bash scripts/source_fingerprint.sh)" != "$(cat .gpu/build-gpu.sources 2> /dev/null)" ]; then
+    echo "the prebuilt build is of other sources than this checkout (rerun scripts/gpu_deps.sh --prebuild)"
+    return 1
+  fi
   if [ "$(cd "$at" 2> /dev/null && pwd -P)" != "$(pwd -P)" ]; then
     [ -e "$at" ] && { echo "$at exists and is not this checkout: cannot place the prebuilt build"; return 1; }
     mkdir -p "$(dirname "$at")" && ln -s "$(pwd -P)" "$at" || return 1

@@ -65,5 +65,8 @@ cp -a /$lib/libgomp.so.1 /$lib/libgomp.so.1.0.0 "$dest/runtime/"
 # Programs, CTest files and GoogleTest's test lists; no objects, archives or CMake internals.
 tar -czf .gpu/build-gpu.tar.gz --exclude='*.o' --exclude='*.a' --exclude=CMakeFiles "$b"
 pwd -P > .gpu/build-gpu.root
+# What the build was made from (scripts/source_fingerprint.sh): gpu_check.sh builds on the device
+# instead when the sources it was given differ, so a later edit never runs as a stale program.
+bash scripts/source_fingerprint.sh > .gpu/build-gpu.sources
 echo "gpu_deps.sh: $(du -sh .gpu/build-gpu.tar.gz | cut -f1) in .gpu/build-gpu.tar.gz," \
   "built at $(cat .gpu/build-gpu.root)/$b"
