@@ -3,6 +3,8 @@
 # a machine of the kind not yet measured (Intel Sapphire Rapids: AMX, AVX512-FP16) is measured in one
 # command:
 #   bench/cpu_dtype_bench.sh [build dir] [log dir]
+# NANODDP_BENCH_ROUNDS (default 1) is bench_train_cpu's --rounds: 3 gives medians that a drifting
+# machine moves less, in about three times the time of part 2.
 # 1. the CPU and the matmul path each dtype takes (`nanoddp env`);
 # 2. bench_train_cpu at 1 and 2 threads: our fp32, bf16 and fp16 against PyTorch 1.13's f32 and
 #    bf16 autocast, with AdamW and with Muon (ratios and MFU against the GEMM peak of the same run);
@@ -15,6 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build}"
 logs="${2:-$(mktemp -d /tmp/cpu_dtype_bench.XXXX)}"
+rounds="${NANODDP_BENCH_ROUNDS:-1}"
 mkdir -p "$logs"
 bin="$build/nanoddp"
 for f in "$bin" "$build/bench/bench_train_cpu" "$build/bench/bench_train_ddp"; do
@@ -27,8 +30,8 @@ echo "== 1. the CPU and the matmul paths"
   tee "$logs/env.txt"
 
 echo "== 2. one process: nanoddp fp32 / bf16 / fp16 against PyTorch 1.13"
-"$build/bench/bench_train_cpu" --threads 1,2 --optimizer adamw --dtype fp32,bf16,fp16 2>&1 | tee "$logs/train_adamw.txt"
-"$build/bench/bench_train_cpu" --threads 1,2 --optimizer muon --dtype fp32,bf16 2>&1 | tee "$logs/train_muon.txt"
+"$build/bench/bench_train_cpu" --rounds "$rounds" --threads 1,2 --optimizer adamw --dtype fp32,bf16,fp16 2>&1 | tee "$logs/train_adamw.txt"
+"$build/bench/bench_train_cpu" --rounds "$rounds" --threads 1,2 --optimizer muon --dtype fp32,bf16 2>&1 | tee "$logs/train_muon.txt"
 
 echo "== 3. data-parallel, one thread per rank"
 export OMP_NUM_THREADS=1

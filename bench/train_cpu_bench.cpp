@@ -8,7 +8,10 @@
 // The dtypes of one thread count are timed in turns, a block of steps each, so that the machine's
 // drift (this project's shared machines swing by 1.5x within minutes) falls on every dtype alike
 // and the "vs fp32" ratio compares like with like; each dtype's GEMM peak is the best of its turns.
-//   build/bench/bench_train_cpu --threads 1,2 --optimizer adamw --dtype fp32,bf16
+// PyTorch runs in its own process after ours, so drift between the two falls on the nanoddp /
+// PyTorch ratio: --rounds N repeats the pair N times and prints, per row, the median of the rounds'
+// figures and ratios (each ratio taken within its round) and every round's ratio.
+//   build/bench/bench_train_cpu --threads 1,2 --optimizer adamw --dtype fp32,bf16 [--rounds 3]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -37,7 +40,14 @@ struct Args {
   std::vector<std::string> dtypes{"fp32", "bf16"};
   bool torch = true;
   bool breakdown = false;
+  int rounds = 1;
 };
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 // The best GEMM rate over the model's GEMM shapes (the MFU denominator), at the current threads,
 // with operands of type t (f32, or bf16 into f32).
@@ -156,6 +166,8 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", a.dtypes, "Activation dtypes to measure: fp32, bf16, fp16")->delimiter(',');
   app.add_flag("!--no-torch", a.torch, "Skip the PyTorch baseline");
   app.add_flag("--breakdown", a.breakdown, "Print the time of every op");
+  app.add_option("--rounds", a.rounds, "Measure ours then PyTorch this many times; print the medians")
+      ->check(CLI::Range(1, 100));
   CLI11_PARSE(app, argc, argv);
   for (const auto& d : a.dtypes)
     if (d != "fp32" && d != "bf16" && d != "fp16") {
@@ -173,22 +185,47 @@ int main(int argc, char** argv) {
     ops::set_cpu_threads(t);
     std::vector<DType> acts;
     for (const auto& d : a.dtypes) acts.push_back(d == "bf16" ? DType::BF16 : d == "fp16" ? DType::F16 : DType::F32);
-    const std::vector<Result> ours = run_nanoddp(a, acts);
-    double fp32_tokens = 0;
-    for (size_t i = 0; i < acts.size(); i++)
-      if (acts[i] == DType::F32) fp32_tokens = ours[i].tokens_per_s;
+    // Per dtype, one entry per round: ours, PyTorch's (0: none) and the two ratios.
+    struct Rounds {
+      std::vector<double> tokens, peak, mfu, share, gemm_rate, vs_fp32, theirs, vs_torch;
+    };
+    std::vector<Rounds> rounds(acts.size());
+    for (int round = 0; round < a.rounds; round++) {
+      const std::vector<Result> ours = run_nanoddp(a, acts);
+      double fp32_tokens = 0;
+      for (size_t i = 0; i < acts.size(); i++)
+        if (acts[i] == DType::F32) fp32_tokens = ours[i].tokens_per_s;
+      for (size_t i = 0; i < acts.size(); i++) {
+        const std::string& d = a.dtypes[i];
+        const Result& r = ours[i];
+        Rounds& rs = rounds[i];
+        rs.tokens.push_back(r.tokens_per_s);
+        rs.peak.push_back(r.peak);
+        rs.mfu.push_back(flops_per_token * r.tokens_per_s / r.peak);
+        rs.share.push_back(r.matmul_share);
+        rs.gemm_rate.push_back(r.matmul_flops_per_s / r.peak);
+        if (fp32_tokens > 0) rs.vs_fp32.push_back(r.tokens_per_s / fp32_tokens);
+        // PyTorch 1.13 has no fp16 autocast on the CPU: no baseline for fp16.
+        const Result theirs = a.torch && d != "fp16" ? run_torch(a, t, d) : Result{};
+        if (theirs.tokens_per_s > 0) {
+          rs.theirs.push_back(theirs.tokens_per_s);
+          rs.vs_torch.push_back(r.tokens_per_s / theirs.tokens_per_s);
+        }
+      }
+    }
     for (size_t i = 0; i < acts.size(); i++) {
-      const std::string& d = a.dtypes[i];
-      const Result& r = ours[i];
-      // PyTorch 1.13 has no fp16 autocast on the CPU: no baseline for fp16.
-      const Result theirs = a.torch && d != "fp16" ? run_torch(a, t, d) : Result{};
-      const bool baseline = theirs.tokens_per_s > 0;
+      const Rounds& rs = rounds[i];
+      const bool baseline = !rs.vs_torch.empty();
       fmt::print("{:>7} | {:>5} | {:>7.1f} GF/s | {:>13.0f} | {:>7.1f}% | {:>5.1f}% | {:>9.1f}% | {:>9} | {:>13} | {:>10}\n",
-                 t, d, r.peak / 1e9, r.tokens_per_s, 100 * flops_per_token * r.tokens_per_s / r.peak,
-                 100 * r.matmul_share, 100 * r.matmul_flops_per_s / r.peak,
-                 fp32_tokens > 0 ? fmt::format("{:.2f}x", r.tokens_per_s / fp32_tokens) : "-",
-                 baseline ? fmt::format("{:.0f}", theirs.tokens_per_s) : "-",
-                 baseline ? fmt::format("{:.2f}x", r.tokens_per_s / theirs.tokens_per_s) : "-");
+                 t, a.dtypes[i], median(rs.peak) / 1e9, median(rs.tokens), 100 * median(rs.mfu), 100 * median(rs.share),
+                 100 * median(rs.gemm_rate), rs.vs_fp32.empty() ? "-" : fmt::format("{:.2f}x", median(rs.vs_fp32)),
+                 baseline ? fmt::format("{:.0f}", median(rs.theirs)) : "-",
+                 baseline ? fmt::format("{:.2f}x", median(rs.vs_torch)) : "-");
+      if (a.rounds > 1 && baseline) {
+        std::string each;
+        for (double x : rs.vs_torch) each += fmt::format("{}{:.2f}x", each.empty() ? "" : " ", x);
+        fmt::print("{:>7}   {:>5}   nanoddp/PT in each of {} rounds: {}\n", "", "", a.rounds, each);
+      }
     }
   }
   return 0;
