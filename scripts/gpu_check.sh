@@ -334,7 +334,10 @@ done
 # BENCH (bench_train_gpu: a warm-up step and a timed one), in the second step: past the first
 # step's launches of that kernel (20 per step for attention, 82 for RMSNorm, 8 chunks of 4,096
 # rows for the cross-entropy). One program run per kernel, each with a small GEMM-peak probe so
-# that it starts quickly.
+# that it starts quickly. Besides speed of light, occupancy and memory: the pipes' utilisation
+# (ComputeWorkloadAnalysis: tensor against ALU and FMA) and the warps' stall reasons
+# (WarpStateStats: MIO throttle and short scoreboard point at shared memory and ldmatrix), which
+# tell whether the flash kernels wait on shared memory or on their softmax arithmetic.
 ncu_kernels() {
   local bench=$1 ncu rc=0 k
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | tail -n1)
@@ -343,7 +346,8 @@ ncu_kernels() {
     rmsnorm_forward_kernel:90 rmsnorm_backward_kernel:90; do
     echo "===== ncu: ${k%%:*}, after ${k##*:} launches"
     "$ncu" --clock-control none -k "regex:${k%%:*}" --launch-skip "${k##*:}" -c 1 --section SpeedOfLight \
-      --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+      --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      --section WarpStateStats \
       "$bench" --depth 20 --seq 2048 --batch 16 --steps 1 --warmup 1 --gemm_n 1024 || rc=1
   done
   return $rc
