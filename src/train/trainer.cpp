@@ -460,33 +460,17 @@ void Trainer::restore(int64_t step) {
                     opts_.data, now.dump());
     }
   }
+  const bool same_sharding = saved_world == group_.size() &&
+                             meta.at("options").value("zero", 0) == static_cast<int>(opts_.zero);
   // A checkpoint whose files cannot be read (truncated by a full disk, overwritten, a missing
   // rank's file) fails naming the file, and says which earlier checkpoint the run can resume
   // instead; nothing is moved or deleted.
-  const auto read_files = [&](auto&& read) {
-    try {
-      read();
-    } catch (const Error& e) {
-      const auto steps = complete_checkpoint_steps(opts_.out);
-      const auto before = std::lower_bound(steps.begin(), steps.end(), step);
-      if (before == steps.begin())
-        NANODDP_FAIL("{}; checkpoint step {} cannot be resumed and there is no earlier one: restore its files, or "
-                     "start over (--overwrite moves this run aside)", e.what(), step);
-      NANODDP_FAIL("{}; checkpoint step {} cannot be resumed: resume the one before it with --resume {}", e.what(),
-                   step, *(before - 1));
-    }
-  };
-  read_files([&] {
+  try {
     SafetensorsFile weights(dir + "/model.safetensors");
     for (auto& p : model_->parameters()) weights.read_into(p.name, p.data);
-  });
-  model_->refresh_compute_weights();
-  const bool same_sharding = saved_world == group_.size() &&
-                             meta.at("options").value("zero", 0) == static_cast<int>(opts_.zero);
-  if (same_sharding) {
-    read_files([&] { optimizer_->load_state(SafetensorsFile(dir + "/" + CheckpointFiles::optimizer(group_.rank()))); });
-  } else {
-    read_files([&] {
+    if (same_sharding) {
+      optimizer_->load_state(SafetensorsFile(dir + "/" + CheckpointFiles::optimizer(group_.rank())));
+    } else {
       std::vector<std::unique_ptr<SafetensorsFile>> files;
       std::vector<const SafetensorsFile*> views;
       for (int r = 0; r < saved_world; r++) {
@@ -494,10 +478,20 @@ void Trainer::restore(int64_t step) {
         views.push_back(files.back().get());
       }
       optimizer_->load_state_resharded(views);
-    });
+    }
+  } catch (const Error& e) {
+    const auto steps = complete_checkpoint_steps(opts_.out);
+    const auto before = std::lower_bound(steps.begin(), steps.end(), step);
+    if (before == steps.begin())
+      NANODDP_FAIL("{}; checkpoint step {} cannot be resumed and there is no earlier one: restore its files, or "
+                   "start over (--overwrite moves this run aside)", e.what(), step);
+    NANODDP_FAIL("{}; checkpoint step {} cannot be resumed: resume the one before it with --resume {}", e.what(),
+                 step, *(before - 1));
+  }
+  model_->refresh_compute_weights();
+  if (!same_sharding)
     log::print0("resharded the optimizer state of {} rank(s) (--zero {}) onto {} (--zero {})", saved_world,
                 meta.at("options").value("zero", 0), group_.size(), opts_.zero);
-  }
   // Another --dtype may continue a run (the master weights and optimizer state are f32 in every
   // dtype), as a PyTorch run may change its autocast dtype; say so, since the run then no longer
   // follows the checkpoint's bits.
