@@ -10,13 +10,13 @@
 // or dO V^T, give zero columns in P V and the gradients, and are never stored. The odd depths of
 // nanochat's sizing give head_dim 96, 112 and 120 (model_dim 64 * depth in heads of about 128).
 //
-// Tiles: a block of 4 warps; each warp owns 16 rows of the tile and computes with
-// mma.sync.m16n8k16 (T x T -> f32). Operands come from shared memory through ldmatrix;
-// rows are padded by 16 bytes so the 8 rows an ldmatrix reads fall in distinct banks. Global
-// tiles are copied with cp.async (16 bytes per thread, zero-filled past the end), overlapping the
-// next tile's load with the current tile's math.
+// Tiles: a block of 4 warps; each warp owns 32 query rows (forward, dq: two 16-row m-tiles, Note
+// [two m-tiles per warp]) or 16 keys (dk/dv) and computes with mma.sync.m16n8k16 (T x T -> f32).
+// Operands come from shared memory through ldmatrix; rows are padded by 16 bytes so the 8 rows an
+// ldmatrix reads fall in distinct banks. Global tiles are copied with cp.async (16 bytes per
+// thread, zero-filled past the end), overlapping the next tile's load with the current tile's math.
 //
-// Forward (per block: 64 queries of one head): for each 64-key tile up to the causal limit,
+// Forward (per block: 128 queries of one head): for each 64-key tile up to the causal limit,
 // S = Q K^T, masked and scaled by scale * log2(e); online softmax in base 2 (running row max m
 // and sum l, the output rescaled by 2^(m_old - m_new)); O += P V with P rounded to T. At the
 // end O /= l and lse = (m + log2 l) ln 2, the natural log-sum-exp of the scaled scores.
@@ -26,7 +26,7 @@
 //  - dk/dv: a block per 64 keys of one kv head loops over every query head of its group and every
 //    32-query tile at or after the diagonal: S^T = K Q^T, dP^T = V dO^T,
 //    P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta), dV += P^T dO, dK += dS^T Q.
-//  - dq: a block per 64 queries of one head loops over the key tiles up to the diagonal:
+//  - dq: a block per 128 queries of one head loops over the 32-key tiles up to the diagonal:
 //    S = Q K^T, dP = dO V^T, dS = P (dP - delta), dQ += dS K.
 // Note [deterministic attention backward]: FlashAttention-2 computes dq in the dk/dv loop and
 // adds it with atomics, whose order varies run to run. Recomputing S and dP in a separate dq
@@ -79,18 +79,25 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. The address is a
+// shared-memory one (smem_addr): the helpers below compute a lane's address once per tile and add
+// compile-time offsets, which ptxas folds into the instruction instead of keeping an address
+// register per fragment.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p))
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) { ldmatrix_x4(r, smem_addr(p)); }
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
                : "memory");
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p))
-               : "memory");
+  ldmatrix_x4_trans(r, smem_addr(p));
 }
 
 // d[16x8] += a[16x16] b[16x8], T operands (bf16 or f16), f32 accumulators.
@@ -151,22 +158,52 @@ __device__ __forceinline__ const T* bt_frag(const T* tile, int k0, int n0, int l
   return tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * SD + n0 + (lane >> 4) * 8;
 }
 
-// acc += C B for one warp, where C is a product the warp holds in registers (N8 n-tiles of 8, fed
-// back as T A fragments: P in O += P V, dS in dQ += dS K) and B rows [0, 8 N8) x columns
-// [0, 8 D8) of a [k][SD] shared tile, read transposed.
-template <int SD, int N8, int D8, typename T>
-__device__ __forceinline__ void warp_mma_registers_by_tile(float (&acc)[D8][4], const float (&c)[N8][4],
+// acc[ms] += C[ms] B for one warp and each of its MS 16-row m-tiles, where C[ms] is a product the
+// warp holds in registers (N8 n-tiles of 8, fed back as T A fragments: P in O += P V, dS in
+// dQ += dS K) and B rows [0, 8 N8) x columns [0, 8 D8) of a [k][SD] shared tile, read transposed.
+// Each B fragment read serves all MS m-tiles.
+template <int SD, int MS, int N8, int D8, typename T>
+__device__ __forceinline__ void warp_mma_registers_by_tile(float (&acc)[MS][D8][4], const float (&c)[MS][N8][4],
                                                            const T* tile, int lane) {
+  const uint32_t base = smem_addr(bt_frag<SD>(tile, 0, 0, lane));
 #pragma unroll
   for (int kk = 0; kk < N8 / 2; kk++) {
-    uint32_t a[4];
-    c_to_a<T>(a, c[2 * kk], c[2 * kk + 1]);
+    uint32_t a[MS][4];
+#pragma unroll
+    for (int ms = 0; ms < MS; ms++) c_to_a<T>(a[ms], c[ms][2 * kk], c[ms][2 * kk + 1]);
 #pragma unroll
     for (int dp = 0; dp < D8 / 2; dp++) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, bt_frag<SD>(tile, kk * 16, dp * 16, lane));
-      mma<T>(acc[2 * dp], a, b[0], b[1]);
-      mma<T>(acc[2 * dp + 1], a, b[2], b[3]);
+      ldmatrix_x4_trans(b, base + uint32_t((kk * 16 * SD + dp * 16) * sizeof(T)));
+#pragma unroll
+      for (int ms = 0; ms < MS; ms++) {
+        mma<T>(acc[ms][2 * dp], a[ms], b[0], b[1]);
+        mma<T>(acc[ms][2 * dp + 1], a[ms], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// acc[ms] += A_ms B^T for one warp, where A_ms is rows [a_row + 16 ms, + 16) of an [m][SD] shared
+// tile (the warp's MS m-tiles) and B rows [0, 8 N8) of an [n][SD] shared tile, over KSTEPS k-steps
+// of 16. Each B fragment read serves all MS m-tiles.
+template <int SD, int KSTEPS, int MS, int N8, typename T>
+__device__ __forceinline__ void warp_mma_rows(float (&acc)[MS][N8][4], const T* a, int a_row, const T* b, int lane) {
+  const uint32_t a_base = smem_addr(a_frag<SD>(a, a_row, 0, lane)), b_base = smem_addr(b_frag<SD>(b, 0, 0, lane));
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS; kk++) {
+    uint32_t x[MS][4];
+#pragma unroll
+    for (int ms = 0; ms < MS; ms++) ldmatrix_x4(x[ms], a_base + uint32_t((ms * 16 * SD + kk * 16) * sizeof(T)));
+#pragma unroll
+    for (int np = 0; np < N8 / 2; np++) {
+      uint32_t y[4];
+      ldmatrix_x4(y, b_base + uint32_t((np * 16 * SD + kk * 16) * sizeof(T)));
+#pragma unroll
+      for (int ms = 0; ms < MS; ms++) {
+        mma<T>(acc[ms][2 * np], x[ms], y[0], y[1]);
+        mma<T>(acc[ms][2 * np + 1], x[ms], y[2], y[3]);
+      }
     }
   }
 }
@@ -242,18 +279,74 @@ struct BwdParams {
 };
 
 // ---- forward -----------------------------------------------------------------------------------
-constexpr int kFwdM = 64, kFwdN = 64;
+// Note [two m-tiles per warp]: a warp owning 16 query rows feeds each K or V fragment it reads
+// from shared memory (an ldmatrix.x4, 512 bytes) to two m16n8k16 MMAs, and a multiprocessor's
+// shared memory delivers 128 bytes a clock: the old 16-row forward issued 64 ldmatrix.x4 per 128
+// MMAs per warp and key tile, the dq kernel 112 per 192, which points at shared memory as their
+// bound (an estimate from counts; on the H200 the forward ran at about 180 TFLOP/s and the
+// backward at 120). A warp owning 32 rows, two m-tiles, feeds each B fragment to four MMAs: the
+// forward issues 80 per 256 and the dq kernel 80 per 192 (with 32-key tiles, which keep its
+// registers under 255). The MMAs and their order are unchanged, so are the results. Near the
+// diagonal a 128-query block has key tiles that some of its warps see no key of: those warps skip
+// the tile (its terms would be exactly zero: P = 0 and the rescale factor 1), and a warp skips the
+// mask on a tile every one of its rows sees whole. The dk/dv kernel keeps 16 keys per warp: its
+// dK and dV accumulators (128 floats a thread at head_dim 128) leave no registers for a second
+// m-tile.
+constexpr int kFwdM = 128, kFwdN = 64, kFwdWarpRows = kFwdM / 4;  // queries per block, keys per tile
 
 template <int HD>
 constexpr size_t fwd_smem_bytes() {
   return size_t(kFwdM + 2 * kFwdN) * (HD + kPad) * sizeof(uint16_t);
 }
 
+// Folds one 16-row m-tile's raw scores s = Q K^T of a key tile into the running max and sum of its
+// rows (this thread's rows g and g + 8: rr = 0, 1) and rescales its output accumulators o; s
+// becomes P = 2^(scale_log2 s - max), base 2. Masked: row rr sees columns 0 ..= last[rr] of the tile.
+template <bool Masked, int NT, int DT>
+__device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[DT][4], float (&row_max)[2],
+                                               float (&row_sum)[2], const int (&last)[2], int quad,
+                                               float scale_log2) {
+#pragma unroll
+  for (int rr = 0; rr < 2; rr++) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        float& x = s[j][rr * 2 + e];
+        x = !Masked || j * 8 + quad * 2 + e <= last[rr] ? x * scale_log2 : -INFINITY;
+        mx = fmaxf(mx, x);
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    // Key 0 is visible to every row, so the max is finite from the first tile on.
+    const float new_max = fmaxf(row_max[rr], mx), corr = exp2f(row_max[rr] - new_max);
+    row_max[rr] = new_max;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        float& x = s[j][rr * 2 + e];
+        x = exp2f(x - new_max);
+        sum += x;
+      }
+    }
+    row_sum[rr] = row_sum[rr] * corr + sum;
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++) {
+      o[dt][rr * 2] *= corr;
+      o[dt][rr * 2 + 1] *= corr;
+    }
+  }
+}
+
 template <int HD, typename T>
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams<T> p) {
   constexpr int SD = HD + kPad, KSTEPS = HD / 16, DT = HD / 8, NT = kFwdN / 8;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* sQ = reinterpret_cast<T*>(smem);  // [64 queries][SD]
+  T* sQ = reinterpret_cast<T*>(smem);  // [128 queries][SD]
   T* sK = sQ + kFwdM * SD;              // [64 keys][SD]
   T* sV = sK + kFwdN * SD;              // [64 keys][SD]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
@@ -269,34 +362,25 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams<T> p)
   load_tile<kFwdN, HD>(sK, p.k + kv_off, kv_stride, 0, p.kv_len, p.d);
   cp_async_commit();
 
-  uint32_t qf[KSTEPS][4];
-  float o[DT][4] = {};
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-  const int64_t row_lo = m0 + warp * 16 + g;  // this thread's rows: row_lo, row_lo + 8
+  // This warp's rows are w0 .. w0 + 31 (the thread's: w0 + 16 ms + g + 8 rr). Of the keys, its rows
+  // before tq see at most 0 ..= warp_last, and every one of its rows sees 0 ..= warp_all.
+  const int64_t w0 = m0 + warp * kFwdWarpRows;
+  const int64_t warp_last = w0 < p.tq ? min(p.q_pos0 + min(w0 + kFwdWarpRows, p.tq) - 1, p.kv_len - 1) : -1;
+  const int64_t warp_all = p.q_pos0 + w0;  // below kv_len wherever warp_last >= 0
+  float o[2][DT][4] = {};
+  float row_max[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}}, row_sum[2][2] = {};
 
   for (int nt = 0; nt < n_tiles; nt++) {
     const int64_t n0 = int64_t(nt) * kFwdN;
+    const bool active = n0 <= warp_last, whole = n0 + kFwdN - 1 <= warp_all;  // warp-uniform
     cp_async_wait<0>();
     __syncthreads();  // K[nt] landed; every warp is done with V[nt - 1]
-    if (nt == 0) {
-#pragma unroll
-      for (int kk = 0; kk < KSTEPS; kk++) ldmatrix_x4(qf[kk], a_frag<SD>(sQ, warp * 16, kk * 16, lane));
-    }
     load_tile<kFwdN, HD>(sV, p.v + kv_off, kv_stride, n0, p.kv_len, p.d);
     cp_async_commit();
 
-    // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
-    float s[NT][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < KSTEPS; kk++) {
-#pragma unroll
-      for (int np = 0; np < NT / 2; np++) {
-        uint32_t kf[4];
-        ldmatrix_x4(kf, b_frag<SD>(sK, np * 16, kk * 16, lane));
-        mma<T>(s[2 * np], qf[kk], kf[0], kf[1]);
-        mma<T>(s[2 * np + 1], qf[kk], kf[2], kf[3]);
-      }
-    }
+    // S = Q K^T for this warp's 32 rows and the tile's 64 keys.
+    float s[2][NT][4] = {};
+    if (active) warp_mma_rows<SD, KSTEPS, 2, NT>(s, sQ, warp * kFwdWarpRows, sK, lane);
     __syncthreads();  // every warp is done with K[nt]
     const bool more = nt + 1 < n_tiles;
     if (more) {
@@ -305,40 +389,17 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams<T> p)
     }
 
     // Mask, scale to base 2, and fold the tile into the running max and sum of each row.
+    if (active) {
 #pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-      // Keys up to the row's position and before kv_len: columns 0 ..= last of this tile.
-      const int last = tile_col(min(p.q_pos0 + row_lo + rr * 8, p.kv_len - 1), n0, kFwdN);
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < NT; j++) {
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          float& x = s[j][rr * 2 + e];
-          x = j * 8 + quad * 2 + e <= last ? x * p.scale_log2 : -INFINITY;
-          mx = fmaxf(mx, x);
-        }
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      // Key 0 is visible to every row, so the max is finite from the first tile on.
-      const float new_max = fmaxf(row_max[rr], mx), corr = exp2f(row_max[rr] - new_max);
-      row_max[rr] = new_max;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < NT; j++) {
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          float& x = s[j][rr * 2 + e];
-          x = exp2f(x - new_max);
-          sum += x;
-        }
-      }
-      row_sum[rr] = row_sum[rr] * corr + sum;
-#pragma unroll
-      for (int dt = 0; dt < DT; dt++) {
-        o[dt][rr * 2] *= corr;
-        o[dt][rr * 2 + 1] *= corr;
+      for (int ms = 0; ms < 2; ms++) {
+        // Keys up to the row's position and before kv_len: columns 0 ..= last of this tile.
+        const int64_t row_lo = w0 + ms * 16 + g;
+        const int last[2] = {tile_col(min(p.q_pos0 + row_lo, p.kv_len - 1), n0, kFwdN),
+                             tile_col(min(p.q_pos0 + row_lo + 8, p.kv_len - 1), n0, kFwdN)};
+        if (whole)
+          online_softmax<false>(s[ms], o[ms], row_max[ms], row_sum[ms], last, quad, p.scale_log2);
+        else
+          online_softmax<true>(s[ms], o[ms], row_max[ms], row_sum[ms], last, quad, p.scale_log2);
       }
     }
 
@@ -348,18 +409,21 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams<T> p)
       cp_async_wait<0>();
     __syncthreads();
     // O += P V, P from the score registers.
-    warp_mma_registers_by_tile<SD, NT, DT>(o, s, sV, lane);
+    if (active) warp_mma_registers_by_tile<SD, 2, NT, DT>(o, s, sV, lane);
   }
 
 #pragma unroll
-  for (int rr = 0; rr < 2; rr++) {
-    float sum = row_sum[rr];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int64_t row = row_lo + rr * 8;
-    if (row < p.tq) {
-      store_rows<HD>(p.out + q_off + row * q_stride, o, rr, quad, 1.f / sum, p.d);
-      if (quad == 0) p.lse[(b * p.hq + h) * p.tq + row] = (row_max[rr] + log2f(sum)) * kLn2;
+  for (int ms = 0; ms < 2; ms++) {
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+      float sum = row_sum[ms][rr];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int64_t row = w0 + ms * 16 + g + rr * 8;
+      if (row < p.tq) {
+        store_rows<HD>(p.out + q_off + row * q_stride, o[ms], rr, quad, 1.f / sum, p.d);
+        if (quad == 0) p.lse[(b * p.hq + h) * p.tq + row] = (row_max[ms][rr] + log2f(sum)) * kLn2;
+      }
     }
   }
 }
@@ -477,21 +541,26 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams<T> p) {
 }
 
 // ---- backward: dq ------------------------------------------------------------------------------
-constexpr int kQM = 64, kQN = 64;  // queries per block, keys per inner tile
+// 128 queries per block, 32 per warp as two m-tiles (Note [two m-tiles per warp]); 32-key tiles.
+constexpr int kQM = 128, kQN = 32, kQWarpRows = kQM / 4;  // queries per block, keys per inner tile
 
 template <int HD>
 constexpr size_t dq_smem_bytes() {
-  return size_t(2 * kQM + 4 * kQN) * (HD + kPad) * sizeof(uint16_t);
+  return size_t(2 * kQM + 4 * kQN) * (HD + kPad) * sizeof(uint16_t) + 2 * kQM * sizeof(float);
 }
 
 template <int HD, typename T>
 __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams<T> p) {
   constexpr int SD = HD + kPad, KSTEPS = HD / 16, DT = HD / 8, NT = kQN / 8;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* sQ = reinterpret_cast<T*>(smem);  // [64 queries][SD]
-  T* sO = sQ + kQM * SD;               // [64 queries][SD]: dout
-  T* sK = sO + kQM * SD;               // [2 buffers][64 keys][SD]
-  T* sV = sK + 2 * kQN * SD;           // [2][64][SD]
+  T* sQ = reinterpret_cast<T*>(smem);  // [128 queries][SD]
+  T* sO = sQ + kQM * SD;               // [128 queries][SD]: dout
+  T* sK = sO + kQM * SD;               // [2 buffers][32 keys][SD]
+  T* sV = sK + 2 * kQN * SD;           // [2][32][SD]
+  // [128 queries]: lse in base 2, and delta; in shared memory rather than in 8 registers a thread,
+  // which the two m-tiles' accumulators need.
+  float* sL = reinterpret_cast<float*>(sV + 2 * kQN * SD);
+  float* sD = sL + kQM;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
   const int64_t m_tiles = (p.t + kQM - 1) / kQM;
   const int64_t m0 = (m_tiles - 1 - blockIdx.x) * kQM, h = blockIdx.y, b = blockIdx.z, kh = h / p.group;
@@ -505,15 +574,15 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams<T> p) {
   load_tile<kQN, HD>(sV, p.v + kv_off, kv_stride, 0, p.t, p.d);
   cp_async_commit();
 
-  const int64_t row_lo = m0 + warp * 16 + g;  // this thread's rows: row_lo, row_lo + 8
-  float lse_l2[2], delta[2];
-#pragma unroll
-  for (int rr = 0; rr < 2; rr++) {
-    const int64_t row = row_lo + rr * 8, stat = (b * p.hq + h) * p.t + row;
-    lse_l2[rr] = row < p.t ? p.lse[stat] * kLog2e : 0.f;
-    delta[rr] = row < p.t ? p.delta[stat] : 0.f;
+  // This warp's rows are w0 .. w0 + 31 (the thread's: w0 + 16 ms + g + 8 rr); its rows before t
+  // see keys 0 ..= warp_last at most, and every one of them sees 0 ..= w0.
+  const int64_t w0 = m0 + warp * kQWarpRows, warp_last = w0 < p.t ? min(w0 + kQWarpRows, p.t) - 1 : -1;
+  for (int i = threadIdx.x; i < kQM; i += kThreads) {
+    const int64_t row = m0 + i, stat = (b * p.hq + h) * p.t + row;
+    sL[i] = row < p.t ? p.lse[stat] * kLog2e : 0.f;
+    sD[i] = row < p.t ? p.delta[stat] : 0.f;
   }
-  float dq[DT][4] = {};
+  float dq[2][DT][4] = {};
   for (int nt = 0; nt < n_tiles; nt++) {
     const int buf = nt & 1;
     cp_async_wait<0>();
@@ -524,34 +593,48 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams<T> p) {
       cp_async_commit();
     }
     const int64_t n0 = int64_t(nt) * kQN;
+    if (n0 > warp_last) continue;  // no row of this warp sees a key of the tile (warp-uniform)
+    const bool whole = n0 + kQN - 1 <= w0;  // every row of this warp sees every key of the tile
     const T* k_s = sK + buf * kQN * SD;
     const T* v_s = sV + buf * kQN * SD;
 
-    // S = Q K^T and dP = dO V^T for this warp's 16 queries and the tile's 64 keys.
-    float s[NT][4] = {}, dpv[NT][4] = {};
-    warp_mma_pair<SD, KSTEPS, NT>(s, dpv, sQ, sO, warp * 16, k_s, v_s, lane);
-    // dS = P (dP - delta) on the causal triangle, into s. Visible keys of row row_lo + 8 rr: tile
-    // columns 0 ..= last[rr] (none for a row past the end).
-    const int last[2] = {row_lo < p.t ? tile_col(row_lo, n0, kQN) : -1,
-                         row_lo + 8 < p.t ? tile_col(row_lo + 8, n0, kQN) : -1};
+    // S = Q K^T and dP = dO V^T for this warp's 32 queries and the tile's 32 keys.
+    float s[2][NT][4] = {}, dpv[2][NT][4] = {};
+    warp_mma_rows<SD, KSTEPS, 2, NT>(s, sQ, warp * kQWarpRows, k_s, lane);
+    warp_mma_rows<SD, KSTEPS, 2, NT>(dpv, sO, warp * kQWarpRows, v_s, lane);
+    // dS = P (dP - delta) on the causal triangle, into s. Visible keys of row w0 + 16 ms + g + 8 rr:
+    // tile columns 0 ..= last (none for a row past the end).
 #pragma unroll
-    for (int j = 0; j < NT; j++) {
+    for (int ms = 0; ms < 2; ms++) {
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int rr = e >> 1;
-        const bool valid = j * 8 + quad * 2 + (e & 1) <= last[rr];
-        const float pv = valid ? exp2f(s[j][e] * p.scale_log2 - lse_l2[rr]) : 0.f;
-        s[j][e] = pv * (dpv[j][e] - delta[rr]);
+      for (int rr = 0; rr < 2; rr++) {
+        const int i = warp * kQWarpRows + ms * 16 + g + rr * 8;  // the block's row m0 + i
+        const int64_t row = m0 + i;
+        const int last = whole ? kQN - 1 : row < p.t ? tile_col(row, n0, kQN) : -1;
+        const float lse_l2 = sL[i], delta = sD[i];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            float& x = s[ms][j][rr * 2 + e];
+            const bool valid = j * 8 + quad * 2 + e <= last;
+            const float pv = valid ? exp2f(x * p.scale_log2 - lse_l2) : 0.f;
+            x = pv * (dpv[ms][j][rr * 2 + e] - delta);
+          }
+        }
       }
     }
     // dQ += dS K, reducing over the tile's keys.
-    warp_mma_registers_by_tile<SD, NT, DT>(dq, s, k_s, lane);
+    warp_mma_registers_by_tile<SD, 2, NT, DT>(dq, s, k_s, lane);
   }
 
 #pragma unroll
-  for (int rr = 0; rr < 2; rr++) {
-    const int64_t row = row_lo + rr * 8;
-    if (row < p.t) store_rows<HD>(p.dq + q_off + row * q_stride, dq, rr, quad, p.scale, p.d);
+  for (int ms = 0; ms < 2; ms++) {
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+      const int64_t row = w0 + ms * 16 + g + rr * 8;
+      if (row < p.t) store_rows<HD>(p.dq + q_off + row * q_stride, dq[ms], rr, quad, p.scale, p.d);
+    }
   }
 }
 

@@ -94,12 +94,52 @@ def quad_sum(x):
 LOG2E = 1.4426950408889634
 
 # ---- flash_forward_kernel (batch 1; q [tq, hq, HD], k, v [tk, hkv, HD]) -------------------------
+# Note [two m-tiles per warp]: a warp owns 32 rows as two 16-row m-tiles sharing each K and V
+# fragment; it skips a key tile none of its rows sees and the mask on one all of them see whole.
+def online_softmax(s, o, row_max, row_sum, last, scale):  # one m-tile: s [NT, 32, 4], o [DT, 32, 4]
+    NT = s.shape[0]
+    for rr in range(2):
+        mx = np.full(32, -np.inf)
+        for j in range(NT):
+            for e in range(2):
+                x = s[j, :, rr*2 + e]
+                x = x * scale * LOG2E if last is None else np.where(j*8 + t*2 + e <= last[rr], x * scale * LOG2E, -np.inf)
+                s[j, :, rr*2 + e] = x; mx = np.maximum(mx, x)
+        mx = quad_max(mx)
+        new_max = np.maximum(row_max[rr], mx); corr = np.exp2(row_max[rr] - new_max)
+        row_max[rr] = new_max; ssum = np.zeros(32)
+        for j in range(NT):
+            for e in range(2):
+                x = np.exp2(s[j, :, rr*2 + e] - new_max); s[j, :, rr*2 + e] = x; ssum += x
+        row_sum[rr] = row_sum[rr] * corr + ssum
+        o[:, :, rr*2] *= corr; o[:, :, rr*2 + 1] *= corr
+
+def warp_mma_rows(acc, a_tile, a_row, b_tile):  # acc [MS, N8, 32, 4] += A_ms B^T, B fragments shared
+    MS, N8 = acc.shape[0], acc.shape[1]
+    for kk in range((a_tile.shape[1] - PAD) // 16):
+        x = [ldm(a_tile, *a_frag(a_row + ms*16, kk*16), False) for ms in range(MS)]
+        for np_ in range(N8 // 2):
+            y = ldm(b_tile, *b_frag(np_*16, kk*16), False)
+            for ms in range(MS):
+                mma(acc[ms, 2*np_], x[ms], y[0], y[1]); mma(acc[ms, 2*np_ + 1], x[ms], y[2], y[3])
+
+def warp_mma_registers_by_tile(acc, c, tile):  # acc [MS, D8, 32, 4] += C_ms B, B fragments shared
+    MS, D8, N8 = acc.shape[0], acc.shape[1], c.shape[1]
+    for kk in range(N8 // 2):
+        a = [c_to_a(c[ms, 2*kk], c[ms, 2*kk + 1]) for ms in range(MS)]
+        for dp in range(D8 // 2):
+            b = ldm(tile, *bt_frag(kk*16, dp*16), True)
+            for ms in range(MS):
+                mma(acc[ms, 2*dp], a[ms], b[0], b[1]); mma(acc[ms, 2*dp + 1], a[ms], b[2], b[3])
+
+SKIPPED = {"forward": 0, "forward whole": 0, "dq": 0, "dq whole": 0}  # the shapes must reach every path
+
 def forward(q, k, v, kv_len, scale):
     # q [tq, hq, d], k, v [tk, hkv, d] (batch 1); the kernel instance computes HD >= d columns
     HD = padded_head_dim(q.shape[2])
     tq, hq, _ = q.shape; tk, hkv, _ = k.shape; group = hq // hkv; q_pos0 = kv_len - tq
     out = np.full(q.shape, np.nan); lse = np.full((hq, tq), np.nan)
-    M, N = 64, 64; KSTEPS, DT, NT = HD // 16, HD // 8, N // 8
+    M, N, WR = 128, 64, 32; DT, NT = HD // 8, N // 8
     m_tiles = (tq + M - 1) // M
     for bx in range(m_tiles):
         for h in range(hq):
@@ -107,47 +147,35 @@ def forward(q, k, v, kv_len, scale):
             keys = min(q_pos0 + min(m0 + M, tq), kv_len); n_tiles = (keys + N - 1) // N
             sQ = load_tile(M, HD, q[:, h], m0, tq)
             for warp in range(4):
-                qf = [ldm(sQ, *a_frag(warp*16, kk*16), False) for kk in range(KSTEPS)]
-                o = np.zeros((DT, 32, 4)); row_max = [np.full(32, -np.inf)]*2; row_sum = [np.zeros(32)]*2
-                row_max = list(row_max); row_sum = list(row_sum)
-                row_lo = m0 + warp*16 + g
+                w0 = m0 + warp*WR
+                warp_last = min(q_pos0 + min(w0 + WR, tq) - 1, kv_len - 1) if w0 < tq else -1
+                warp_all = q_pos0 + w0  # below kv_len wherever warp_last >= 0
+                o = np.zeros((2, DT, 32, 4))
+                row_max = [[np.full(32, -np.inf)] * 2 for _ in range(2)]; row_sum = [[np.zeros(32)] * 2 for _ in range(2)]
                 for nt in range(n_tiles):
                     n0 = nt * N
+                    active = n0 <= warp_last; whole = n0 + N - 1 <= warp_all
+                    if not active: SKIPPED["forward"] += 1; continue
+                    SKIPPED["forward whole"] += whole
                     sK = load_tile(N, HD, k[:, kh], n0, kv_len); sV = load_tile(N, HD, v[:, kh], n0, kv_len)
-                    s = np.zeros((NT, 32, 4))
-                    for kk in range(KSTEPS):
-                        for np_ in range(NT // 2):
-                            kf = ldm(sK, *b_frag(np_*16, kk*16), False)
-                            mma(s[2*np_], qf[kk], kf[0], kf[1]); mma(s[2*np_ + 1], qf[kk], kf[2], kf[3])
+                    s = np.zeros((2, NT, 32, 4))
+                    warp_mma_rows(s, sQ, warp*WR, sK)
+                    for ms in range(2):
+                        row_lo = w0 + ms*16 + g
+                        last = None if whole else [tile_col(np.minimum(q_pos0 + row_lo + rr*8, kv_len - 1), n0, N)
+                                                   for rr in range(2)]
+                        online_softmax(s[ms], o[ms], row_max[ms], row_sum[ms], last, scale)
+                    warp_mma_registers_by_tile(o, s, sV)
+                for ms in range(2):
                     for rr in range(2):
-                        last = tile_col(np.minimum(q_pos0 + row_lo + rr*8, kv_len - 1), n0, N)
-                        mx = np.full(32, -np.inf)
-                        for j in range(NT):
-                            for e in range(2):
-                                x = s[j, :, rr*2 + e]
-                                x = np.where(j*8 + t*2 + e <= last, x * scale * LOG2E, -np.inf)
-                                s[j, :, rr*2 + e] = x; mx = np.maximum(mx, x)
-                        mx = quad_max(mx)
-                        new_max = np.maximum(row_max[rr], mx); corr = np.exp2(row_max[rr] - new_max)
-                        row_max[rr] = new_max; ssum = np.zeros(32)
-                        for j in range(NT):
-                            for e in range(2):
-                                x = np.exp2(s[j, :, rr*2 + e] - new_max); s[j, :, rr*2 + e] = x; ssum += x
-                        row_sum[rr] = row_sum[rr] * corr + ssum
-                        o[:, :, rr*2] *= corr; o[:, :, rr*2 + 1] *= corr
-                    for kk in range(NT // 2):
-                        a = c_to_a(s[2*kk], s[2*kk + 1])
-                        for dp in range(DT // 2):
-                            vf = ldm(sV, *bt_frag(kk*16, dp*16), True)
-                            mma(o[2*dp], a, vf[0], vf[1]); mma(o[2*dp + 1], a, vf[2], vf[3])
-                for rr in range(2):
-                    ssum = quad_sum(row_sum[rr]); row = row_lo + rr*8
-                    for L in range(32):
-                        if row[L] < tq:
-                            for dt in range(q.shape[2] // 8):  # store_rows: the d stored columns
-                                out[row[L], h, dt*8 + t[L]*2] = o[dt, L, rr*2] / ssum[L]
-                                out[row[L], h, dt*8 + t[L]*2 + 1] = o[dt, L, rr*2 + 1] / ssum[L]
-                            if t[L] == 0: lse[h, row[L]] = (row_max[rr][L] + math.log2(ssum[L])) * math.log(2)
+                        ssum = quad_sum(row_sum[ms][rr]); row = w0 + ms*16 + g + rr*8
+                        for L in range(32):
+                            if row[L] < tq:
+                                for dt in range(q.shape[2] // 8):  # store_rows: the d stored columns
+                                    out[row[L], h, dt*8 + t[L]*2] = o[ms, dt, L, rr*2] / ssum[L]
+                                    out[row[L], h, dt*8 + t[L]*2 + 1] = o[ms, dt, L, rr*2 + 1] / ssum[L]
+                                if t[L] == 0:
+                                    lse[h, row[L]] = (row_max[ms][rr][L] + math.log2(ssum[L])) * math.log(2)
     return out, lse
 
 # ---- flash_dkdv_kernel ---------------------------------------------------------------------------
@@ -205,46 +233,44 @@ def dq_kernel(q, k, v, dout, lse, delta, scale):
     HD = padded_head_dim(q.shape[2])
     T, hq, _ = q.shape; hkv = k.shape[1]; group = hq // hkv
     dq = np.full(q.shape, np.nan)
-    M, N = 64, 64; KSTEPS, DT, NT = HD // 16, HD // 8, N // 8
+    M, N, WR = 128, 32, 32; DT, NT = HD // 8, N // 8
     m_tiles = (T + M - 1) // M
     for bx in range(m_tiles):
         for h in range(hq):
             m0 = (m_tiles - 1 - bx) * M; kh = h // group; n_tiles = (min(m0 + M, T) + N - 1) // N
             sQ = load_tile(M, HD, q[:, h], m0, T); sO = load_tile(M, HD, dout[:, h], m0, T)
             for warp in range(4):
-                row_lo = m0 + warp*16 + g
-                lse_l2 = [np.where(row_lo + rr*8 < T, lse[h, np.minimum(row_lo + rr*8, T - 1)] * LOG2E, 0) for rr in range(2)]
-                dl = [np.where(row_lo + rr*8 < T, delta[h, np.minimum(row_lo + rr*8, T - 1)], 0) for rr in range(2)]
-                dqacc = np.zeros((DT, 32, 4))
+                w0 = m0 + warp*WR; warp_last = min(w0 + WR, T) - 1 if w0 < T else -1
+                rows = [[w0 + ms*16 + g + rr*8 for rr in range(2)] for ms in range(2)]
+                lse_l2 = [[np.where(r < T, lse[h, np.minimum(r, T - 1)] * LOG2E, 0) for r in rs] for rs in rows]
+                dl = [[np.where(r < T, delta[h, np.minimum(r, T - 1)], 0) for r in rs] for rs in rows]
+                dqacc = np.zeros((2, DT, 32, 4))
                 for nt in range(n_tiles):
                     n0 = nt * N
+                    if n0 > warp_last: SKIPPED["dq"] += 1; continue
+                    whole = n0 + N - 1 <= w0; SKIPPED["dq whole"] += whole
                     k_s = load_tile(N, HD, k[:, kh], n0, T); v_s = load_tile(N, HD, v[:, kh], n0, T)
-                    s = np.zeros((NT, 32, 4)); dpv = np.zeros((NT, 32, 4))
-                    for kk in range(KSTEPS):
-                        qa = ldm(sQ, *a_frag(warp*16, kk*16), False); oa = ldm(sO, *a_frag(warp*16, kk*16), False)
-                        for np_ in range(NT // 2):
-                            kb = ldm(k_s, *b_frag(np_*16, kk*16), False); vb = ldm(v_s, *b_frag(np_*16, kk*16), False)
-                            mma(s[2*np_], qa, kb[0], kb[1]); mma(s[2*np_ + 1], qa, kb[2], kb[3])
-                            mma(dpv[2*np_], oa, vb[0], vb[1]); mma(dpv[2*np_ + 1], oa, vb[2], vb[3])
-                    last = [np.where(row_lo + rr*8 < T, tile_col(row_lo + rr*8, n0, N), -1) for rr in range(2)]
-                    for j in range(NT):
-                        for e in range(4):
-                            rr = e >> 1
-                            valid = j*8 + t*2 + (e & 1) <= last[rr]
-                            pv = np.where(valid, np.exp2(s[j, :, e] * scale * LOG2E - lse_l2[rr]), 0.0)
-                            s[j, :, e] = pv * (dpv[j, :, e] - dl[rr])
-                    for kk in range(NT // 2):
-                        a = c_to_a(s[2*kk], s[2*kk + 1])
-                        for dpp in range(DT // 2):
-                            kb = ldm(k_s, *bt_frag(kk*16, dpp*16), True)
-                            mma(dqacc[2*dpp], a, kb[0], kb[1]); mma(dqacc[2*dpp + 1], a, kb[2], kb[3])
-                for rr in range(2):
-                    row = row_lo + rr*8
-                    for L in range(32):
-                        if row[L] < T:
-                            for dt in range(q.shape[2] // 8):
+                    s = np.zeros((2, NT, 32, 4)); dpv = np.zeros((2, NT, 32, 4))
+                    warp_mma_rows(s, sQ, warp*WR, k_s); warp_mma_rows(dpv, sO, warp*WR, v_s)
+                    for ms in range(2):
+                        for rr in range(2):
+                            r = rows[ms][rr]
+                            last = N - 1 if whole else np.where(r < T, tile_col(r, n0, N), -1)
+                            for j in range(NT):
                                 for e in range(2):
-                                    dq[row[L], h, dt*8 + t[L]*2 + e] = dqacc[dt, L, rr*2 + e] * scale
+                                    valid = j*8 + t*2 + e <= last
+                                    x = s[ms, j, :, rr*2 + e]
+                                    pv = np.where(valid, np.exp2(x * scale * LOG2E - lse_l2[ms][rr]), 0.0)
+                                    s[ms, j, :, rr*2 + e] = pv * (dpv[ms, j, :, rr*2 + e] - dl[ms][rr])
+                    warp_mma_registers_by_tile(dqacc, s, k_s)
+                for ms in range(2):
+                    for rr in range(2):
+                        row = rows[ms][rr]
+                        for L in range(32):
+                            if row[L] < T:
+                                for dt in range(q.shape[2] // 8):
+                                    for e in range(2):
+                                        dq[row[L], h, dt*8 + t[L]*2 + e] = dqacc[ms, dt, L, rr*2 + e] * scale
     return dq
 
 # ---- exact references ----------------------------------------------------------------------------
@@ -296,7 +322,10 @@ def check_attention():
     # zero columns in it (96, 128), which must add nothing and never be stored.
     for (tq, tk, kv_len, hq, hkv, hd) in [(70, 100, 90, 2, 1, 128), (130, 130, 130, 4, 2, 64), (1, 64, 40, 2, 2, 64),
                                           (64, 64, 64, 1, 1, 128), (70, 100, 90, 2, 1, 120), (65, 65, 65, 2, 2, 96),
-                                          (3, 70, 70, 2, 1, 80), (40, 40, 40, 1, 1, 112)]:
+                                          (3, 70, 70, 2, 1, 80), (40, 40, 40, 1, 1, 112),
+                                          # kv offsets 50, 30 and 33 put the warps' bounds at every
+                                          # place relative to the 64-key tiles: skipped, whole, one key
+                                          (200, 260, 250, 2, 1, 64), (200, 230, 230, 2, 1, 64), (100, 133, 133, 1, 1, 64)]:
         q, k, v = (rng.standard_normal(s) for s in [(tq, hq, hd), (tk, hkv, hd), (tk, hkv, hd)])
         scale = 1 / math.sqrt(hd)
         o, l = forward(q, k, v, kv_len, scale)
@@ -310,6 +339,7 @@ def check_attention():
         dq = dq_kernel(q, k, v, dout, lse, delta, scale)
         for name, a, b in [("dq", dq, rdq), ("dk", dk, rdk), ("dv", dv, rdv)]:
             assert rel(a, b) < 1e-12, ("backward", name, t, hq, hkv, hd)
+    assert all(n > 0 for n in SKIPPED.values()), ("a path of the kernels was not reached", SKIPPED)
 
 
 def check_16bit_error_against_test_tolerances():

@@ -215,20 +215,24 @@ TEST_P(DTypes, RmsNormForwardAndBackward) {
 TEST_P(DTypes, RotaryMatchesCpuInPlaceAndInverse) {
   NANODDP_REQUIRE_GPU();
   const DType dt = GetParam();
-  const int64_t b = 2, t = 9, h = 3, d = 128, pos0 = 5, rows = 32;
-  Tensor cos = Tensor::empty({rows, d / 2}, DType::F32), sin = Tensor::empty({rows, d / 2}, DType::F32);
-  for (int64_t p = 0; p < rows; p++)
-    for (int64_t i = 0; i < d / 2; i++) {
-      const float f = 1.f / std::pow(10000.f, 2.f * i / d);
-      cos.data<float>()[p * d / 2 + i] = round_to_bf16(std::cos(p * f));
-      sin.data<float>()[p * d / 2 + i] = round_to_bf16(std::sin(p * f));
+  // head_dim 128 takes the 16-byte path (pairs 8 at a time in bf16 and f16, 4 in f32), 12 the
+  // element-wise one (6 pairs per half).
+  for (const int64_t d : {int64_t{128}, int64_t{12}}) {
+    const int64_t b = 2, t = 9, h = 3, pos0 = 5, rows = 32;
+    Tensor cos = Tensor::empty({rows, d / 2}, DType::F32), sin = Tensor::empty({rows, d / 2}, DType::F32);
+    for (int64_t p = 0; p < rows; p++)
+      for (int64_t i = 0; i < d / 2; i++) {
+        const float f = 1.f / std::pow(10000.f, 2.f * i / d);
+        cos.data<float>()[p * d / 2 + i] = round_to_bf16(std::cos(p * f));
+        sin.data<float>()[p * d / 2 + i] = round_to_bf16(std::sin(p * f));
+      }
+    Tensor gcos = cos.copy_to(testing::gpu()), gsin = sin.copy_to(testing::gpu());
+    for (bool inverse : {false, true}) {
+      Tensor x = rounded(randn({b, t, h, d}, 11), dt), gx = to_gpu(x, dt);
+      ops::rotary(gx, gx, gcos, gsin, pos0, inverse);
+      ops::rotary(x, x, cos, sin, pos0, inverse);
+      EXPECT_LT(err(gx, x), tol(dt, 1e-6, kBf16Eps)) << "head_dim " << d << " inverse " << inverse;
     }
-  Tensor gcos = cos.copy_to(testing::gpu()), gsin = sin.copy_to(testing::gpu());
-  for (bool inverse : {false, true}) {
-    Tensor x = rounded(randn({b, t, h, d}, 11), dt), gx = to_gpu(x, dt);
-    ops::rotary(gx, gx, gcos, gsin, pos0, inverse);
-    ops::rotary(x, x, cos, sin, pos0, inverse);
-    EXPECT_LT(err(gx, x), tol(dt, 1e-6, kBf16Eps)) << inverse;
   }
 }
 
