@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -34,23 +35,25 @@ std::vector<int64_t> complete_checkpoint_steps(const std::string& out) {
 namespace {
 
 // fsync of a file or a directory (both open read-only). A directory's fsync makes the entries and
-// renames in it durable.
-void fsync_path(const fs::path& p) {
+// renames in it durable. Returns whether it succeeded.
+bool fsync_path(const fs::path& p) {
   int fd = ::open(p.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  if (fd < 0) return false;
+  const bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  return ok;
 }
 
+// A small file (meta.json, DONE), on disk before it counts: its bytes reach the kernel only at the
+// flush, so that is what is checked, and then its fsync (a full disk fails one of them).
 void write_text(const fs::path& path, const std::string& text) {
-  {
-    // Closed (flushed to the kernel) at the end of this scope, before the fsync.
-    std::ofstream f(path);
-    f << text;
-    NANODDP_CHECK(f.good(), "cannot write {} (disk full?)", path.string());
-  }
-  fsync_path(path);
+  std::ofstream f(path);
+  f << text;
+  f.flush();
+  const bool written = f.good();
+  f.close();
+  NANODDP_CHECK(written && !f.fail() && fsync_path(path), "cannot write {} (disk full?): {}", path.string(),
+                std::strerror(errno));
 }
 
 void write_tensors(const fs::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors) {
@@ -59,10 +62,34 @@ void write_tensors(const fs::path& path, const std::vector<std::pair<std::string
   w.write(path.string());
 }
 
+// Puts the complete checkpoint `tmp` in place as `final_dir`. rename() cannot replace a non-empty
+// directory, so an existing checkpoint of the same step is renamed aside first and removed only
+// once the new one is in place: a crash in between leaves the old one as step_N.old and the new
+// one complete in step_N.tmp, never neither.
+void publish(const fs::path& tmp, const fs::path& final_dir) {
+  const fs::path old = final_dir.string() + ".old";
+  if (fs::exists(final_dir)) {
+    fs::remove_all(old);  // an older copy of this step, left by such a crash
+    fs::rename(final_dir, old);
+  }
+  fs::rename(tmp, final_dir);
+  fsync_path(final_dir.parent_path());  // best effort: not every file system syncs a directory
+  fs::remove_all(old);
+}
+
 }  // namespace
 
 std::string checkpoint_dir(const std::string& out, int64_t step) {
   return (fs::path(out) / "checkpoints" / fmt::format("step_{:06d}", step)).string();
+}
+
+std::string checkpoint_run_id(const std::string& out, int64_t step) {
+  // Parsed leniently (not read_checkpoint_meta, which throws): an unreadable meta.json belongs to
+  // no run, so its checkpoint is left alone rather than failing the caller.
+  const auto meta = nlohmann::json::parse(std::ifstream(fs::path(checkpoint_dir(out, step)) / CheckpointFiles().meta),
+                                          nullptr, false);
+  if (meta.is_discarded() || !meta.is_object() || !meta.contains("run_id") || !meta.at("run_id").is_string()) return "";
+  return meta.at("run_id").get<std::string>();
 }
 
 std::optional<int64_t> latest_checkpoint(const std::string& out) {
@@ -99,10 +126,7 @@ void write_model_checkpoint(const std::string& out, int64_t step, const std::vec
   write_tensors(tmp / CheckpointFiles().model, model);
   write_text(tmp / CheckpointFiles().meta, meta.dump(2));
   write_text(tmp / "DONE", fmt::format("{}\n", step));
-  // rename() cannot replace a non-empty directory, so an existing checkpoint of this step goes first.
-  fs::remove_all(final_dir);
-  fs::rename(tmp, final_dir);
-  fsync_path(final_dir.parent_path());
+  publish(tmp, final_dir);
 }
 
 void save_checkpoint(const std::string& out, const CheckpointContents& c, dist::ProcessGroup& group, int keep_last) {
@@ -125,22 +149,15 @@ void save_checkpoint(const std::string& out, const CheckpointContents& c, dist::
   group.barrier()->wait();  // every rank's files are on disk
   if (primary) {
     write_text(tmp / "DONE", fmt::format("{}\n", c.step));
-    fs::remove_all(final_dir);  // an older complete save of the same step is replaced as a whole
-    fs::rename(tmp, final_dir);
-    fsync_path(final_dir.parent_path());
+    publish(tmp, final_dir);  // an older complete save of the same step is replaced as a whole
     // Prune only now that the new checkpoint is complete, so a crash never leaves fewer than before;
-    // and only this run's checkpoints (meta.json's run_id), so a folder that somehow holds another
-    // run's never loses them to this one's rotation.
+    // only this run's checkpoints (meta.json's run_id), so a folder that somehow holds another run's
+    // never loses them to this one's rotation; and only steps before this one, which is kept
+    // whatever --keep_last says (a later step is not this run's past: see Trainer::set_aside_later).
     std::vector<int64_t> ours;
     const std::string run_id = c.meta.value("run_id", std::string());
-    for (int64_t step : complete_checkpoint_steps(out)) {
-      // Parsed leniently (not read_checkpoint_meta, which throws): an unreadable meta.json is not
-      // this run's, so it is kept, not a reason to fail the save that just completed.
-      const auto meta = nlohmann::json::parse(std::ifstream(fs::path(checkpoint_dir(out, step)) / files.meta), nullptr,
-                                              false);
-      if (!meta.is_discarded() && meta.is_object() && meta.value("run_id", std::string()) == run_id)
-        ours.push_back(step);
-    }
+    for (int64_t step : complete_checkpoint_steps(out))
+      if (step <= c.step && checkpoint_run_id(out, step) == run_id) ours.push_back(step);
     for (size_t i = 0; i + std::max(1, keep_last) < ours.size(); i++) fs::remove_all(checkpoint_dir(out, ours[i]));
   }
   // No rank returns before the checkpoint is published: a rank that exits or resumes right after

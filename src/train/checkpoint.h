@@ -36,6 +36,8 @@ struct CheckpointFiles {
 // OUT/checkpoints/step_NNNNNN: six digits, so a directory listing sorts by step. Only builds the path.
 std::string checkpoint_dir(const std::string& out, int64_t step);
 // The newest complete checkpoint's step, if any.
+// The run_id in meta.json of OUT's checkpoint `step`, or "" when it has none or cannot be read.
+std::string checkpoint_run_id(const std::string& out, int64_t step);
 std::optional<int64_t> latest_checkpoint(const std::string& out);
 // The steps of OUT's complete checkpoints (with DONE), oldest first.
 std::vector<int64_t> complete_checkpoint_steps(const std::string& out);

@@ -6,10 +6,11 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace nanoddp::train {
 
-MetricsLog::MetricsLog(const std::string& out, bool primary, int64_t resume_step) {
+MetricsLog::MetricsLog(const std::string& out, bool primary, int64_t resume_step, bool resume_step_evaluated) {
   if (!primary) return;
   std::filesystem::create_directories(out);
   const std::string path = out + "/metrics.jsonl";
@@ -20,13 +21,16 @@ MetricsLog::MetricsLog(const std::string& out, bool primary, int64_t resume_step
       auto j = nlohmann::json::parse(line, nullptr, false);
       // A line cut short by a crash is not valid JSON: drop it rather than fail the resume.
       if (j.is_discarded()) continue;
-      // A training line's step counts completed steps (line S is the checkpoint's last); the
-      // evaluation at step S runs again after the resume.
+      // A training line's step counts completed steps (line S is the checkpoint's last); an
+      // evaluation at step S is kept unless the resumed run evaluates step S again.
       const int64_t step = j.value("step", int64_t{0});
-      if (j.contains("loss") ? step <= resume_step : step < resume_step) kept << line << '\n';
+      const bool keep = j.contains("loss") ? step <= resume_step
+                                           : step < resume_step || (step == resume_step && !resume_step_evaluated);
+      if (keep) kept << line << '\n';
     }
     in.close();
-    std::ofstream(path, std::ios::trunc) << kept.str();
+    // Atomically: a failure here (a disk still full) must not lose the history.
+    write_file_atomically(path, kept.str());
   } else if (resume_step < 0) {
     std::filesystem::remove(path);  // a fresh run starts a fresh log
   }

@@ -28,9 +28,9 @@ namespace nanoddp::train {
 class MetricsLog {
  public:
   // Rank 0 opens OUT/metrics.jsonl for appending; on a resume from step S it first drops the lines
-  // the resumed run writes again (training lines after S, evaluations from S on). Other ranks
-  // write nothing.
-  MetricsLog(const std::string& out, bool primary, int64_t resume_step);
+  // the resumed run writes again (training lines after S, evaluations after S, and the one at S
+  // when resume_step_evaluated: the resumed run evaluates S again). Other ranks write nothing.
+  MetricsLog(const std::string& out, bool primary, int64_t resume_step, bool resume_step_evaluated);
   ~MetricsLog();
   // One line, flushed at once, so a run that crashes keeps every line written before. A no-op on
   // ranks other than 0.

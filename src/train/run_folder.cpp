@@ -74,4 +74,26 @@ std::string move_run_aside(const std::string& out) {
   return dest;
 }
 
+std::vector<int64_t> set_aside_checkpoints_after(const std::string& out, int64_t step, const std::string& run_id,
+                                                 std::string* dest) {
+  std::vector<int64_t> later;
+  for (int64_t s : complete_checkpoint_steps(out))
+    if (s > step && checkpoint_run_id(out, s) == run_id) later.push_back(s);
+  if (later.empty()) return later;
+  const fs::path root = fs::path(out) / "checkpoints";
+  const std::string stem = (root / fmt::format("after_step_{:06d}", step)).string();
+  std::string folder = stem;
+  for (int i = 2; fs::exists(folder); i++) folder = fmt::format("{}-{}", stem, i);
+  fs::create_directories(folder);
+  for (int64_t s : later) {
+    const fs::path from = checkpoint_dir(out, s);
+    std::error_code ec;
+    fs::rename(from, fs::path(folder) / from.filename(), ec);
+    NANODDP_CHECK(!ec, "cannot move checkpoint {} into {} ({}): move it out of {} yourself, then resume again",
+                  from.string(), folder, ec.message(), root.string());
+  }
+  if (dest != nullptr) *dest = folder;
+  return later;
+}
+
 }  // namespace nanoddp::train

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <csignal>
 #include <cmath>
 #include <cerrno>
@@ -204,6 +205,7 @@ class Trainer {
   void claim_run_folder(int64_t resume);
   void keep_tokenizer();
   void restore(int64_t step);
+  void set_aside_later(int64_t step);
   void init_from(const std::string& path);
   void save(int64_t step);
   // Returns this rank's mean micro-batch loss.
@@ -425,14 +427,57 @@ void Trainer::claim_run_folder(int64_t resume) {
   group_.barrier()->wait();
 }
 
+namespace {
+
+// A checkpoint of this run that cannot be resumed (a file unreadable, truncated or incomplete):
+// `why` names the file; the message says which earlier checkpoint can be resumed instead. Nothing
+// is moved or deleted.
+[[noreturn]] void fail_unresumable(const std::string& out, int64_t step, const std::string& why) {
+  const auto steps = complete_checkpoint_steps(out);
+  const auto before = std::lower_bound(steps.begin(), steps.end(), step);
+  if (before == steps.begin())
+    NANODDP_FAIL("{}; checkpoint step {} cannot be resumed and there is no earlier one: restore its files, or "
+                 "start over (--overwrite moves this run aside)", why, step);
+  NANODDP_FAIL("{}; checkpoint step {} cannot be resumed: resume the one before it with --resume {}", why, step,
+               *(before - 1));
+}
+
+// meta.json of checkpoint `step`, with what restore() reads from it present; a weights-only
+// checkpoint (`nanoddp import`) is refused with the flag that uses it.
+nlohmann::json read_resumable_meta(const std::string& out, int64_t step) {
+  const std::string dir = checkpoint_dir(out, step);
+  nlohmann::json meta;
+  try {
+    meta = read_checkpoint_meta(dir);
+  } catch (const Error& e) {
+    fail_unresumable(out, step, e.what());
+  }
+  NANODDP_CHECK(!(meta.is_object() && meta.value("model_only", false)), "checkpoint {} holds weights only (no "
+                "optimizer state or data position, e.g. from `nanoddp import`): start a new run from it with "
+                "--init_from {}", dir, dir);
+  const bool complete =
+      meta.is_object() && meta.contains("world_size") && meta.at("world_size").is_number_integer() &&
+      meta.at("world_size").get<int>() >= 1 && meta.contains("model_config") && meta.contains("loader") &&
+      meta.at("loader").is_object() && meta.at("loader").contains("epoch") && meta.at("loader").contains("cursor") &&
+      meta.contains("options") && meta.at("options").is_object() &&
+      std::ranges::all_of(std::array{"optimizer", "device_batch_size", "total_batch_size", "max_seq_len"},
+                          [&](const char* key) { return meta.at("options").contains(key); });
+  if (!complete) fail_unresumable(out, step, fmt::format("{}/meta.json lacks what a resume needs", dir));
+  return meta;
+}
+
+}  // namespace
+
 void Trainer::restore(int64_t step) {
   const std::string dir = checkpoint_dir(opts_.out, step);
-  const nlohmann::json meta = read_checkpoint_meta(dir);
-  NANODDP_CHECK(meta.contains("world_size") && meta.at("world_size").is_number_integer() &&
-                meta.at("world_size").get<int>() >= 1, "checkpoint {} holds weights only (no optimizer state or data "
-                "position, e.g. from `nanoddp import`): start a new run from it with --init_from {}", dir, dir);
+  const nlohmann::json meta = read_resumable_meta(opts_.out, step);
   const int saved_world = meta.at("world_size");
-  const model::GPTConfig saved_config = model::GPTConfig::from_json(meta.at("model_config"));
+  model::GPTConfig saved_config;
+  try {
+    saved_config = model::GPTConfig::from_json(meta.at("model_config"));
+  } catch (const std::exception& e) {
+    fail_unresumable(opts_.out, step, fmt::format("{}/meta.json has no valid model_config ({})", dir, e.what()));
+  }
   NANODDP_CHECK(saved_config.vocab_size == plan_.config.vocab_size, "checkpoint {} has a vocabulary of {} tokens but "
                 "--data {} has {}: resume with the dataset it was trained on", dir, saved_config.vocab_size, opts_.data,
                 plan_.config.vocab_size);
@@ -480,13 +525,7 @@ void Trainer::restore(int64_t step) {
       optimizer_->load_state_resharded(views);
     }
   } catch (const Error& e) {
-    const auto steps = complete_checkpoint_steps(opts_.out);
-    const auto before = std::lower_bound(steps.begin(), steps.end(), step);
-    if (before == steps.begin())
-      NANODDP_FAIL("{}; checkpoint step {} cannot be resumed and there is no earlier one: restore its files, or "
-                   "start over (--overwrite moves this run aside)", e.what(), step);
-    NANODDP_FAIL("{}; checkpoint step {} cannot be resumed: resume the one before it with --resume {}", e.what(),
-                 step, *(before - 1));
+    fail_unresumable(opts_.out, step, e.what());
   }
   model_->refresh_compute_weights();
   if (!same_sharding)
@@ -509,6 +548,20 @@ void Trainer::restore(int64_t step) {
   if (meta.contains("val_bpb") && !meta["val_bpb"].is_null())
     result_.eval = EvalResult{meta.value("val_loss", 0.0), meta["val_bpb"], 0};
   log::print0("resumed from {} (step {})", dir, step);
+}
+
+// Resuming a step that is not the newest checkpoint abandons the later ones: they are moved into
+// OUT/checkpoints/after_step_<step>/ (kept, never deleted), so that --resume latest, a launcher's
+// restart and the rotation of --keep_last all see this run's new history only. Rank 0, which alone
+// writes checkpoints.
+void Trainer::set_aside_later(int64_t step) {
+  if (group_.rank() != 0) return;
+  std::string dest;
+  const std::vector<int64_t> moved = set_aside_checkpoints_after(opts_.out, step, run_id_, &dest);
+  if (moved.empty()) return;
+  std::string list;
+  for (int64_t s : moved) list += (list.empty() ? "" : ", ") + std::to_string(s);
+  log::print0("resuming step {} abandons the later checkpoints (step {}): moved to {}, not deleted", step, list, dest);
 }
 
 // --init_from: weights only (a checkpoint, a run folder's newest checkpoint, or a .safetensors file
@@ -783,7 +836,10 @@ TrainResult Trainer::run() {
     reducer_->broadcast_parameters();
   }
   start_step_ = std::max<int64_t>(0, resume);
-  metrics_ = std::make_unique<MetricsLog>(opts_.out, group_.rank() == 0, resume);
+  if (resume >= 0) set_aside_later(resume);
+  // The loop evaluates its first step (the resumed one) only on the --eval_every cadence.
+  const bool resume_evaluated = opts_.eval_every > 0 && resume >= 0 && resume % opts_.eval_every == 0;
+  metrics_ = std::make_unique<MetricsLog>(opts_.out, group_.rank() == 0, resume, resume_evaluated);
   StopSignals signals;  // Note [stopping on a signal]
   if (opts_.trace) {
     // One time axis for all ranks: zero is the moment they leave this barrier.
@@ -821,7 +877,9 @@ TrainResult Trainer::run() {
     const bool last = step == stop;
     if (last || (opts_.eval_every > 0 && step % opts_.eval_every == 0)) evaluate_and_log(step);
     if (last || save_due || (opts_.save_every > 0 && step % opts_.save_every == 0 && step > start_step_)) save(step);
-    if (stop_requested) {
+    // A stop asked for during the last step needs nothing more: the run ends as complete (without
+    // its final sample), not as one to continue (there is nothing left to resume).
+    if (stop_requested && !last) {
       const int sig = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGTERM;
       log::end_status0();
       write_trace();
@@ -901,8 +959,8 @@ TrainResult Trainer::run() {
   result_.last_step = stop;
   log::end_status0();
   write_trace();
-  // A --stop_at run is a pause, not the end: no sample.
-  if (stop == n) sample();
+  // A --stop_at run is a pause, not the end: no sample; nor when a signal asked to stop.
+  if (stop == n && !stop_requested) sample();
   summarize(stop, train_seconds, trained_tokens);
   return result_;
 }

@@ -73,6 +73,50 @@ TEST(RunFolder, RotationDeletesOnlyThisRunsCheckpoints) {
   EXPECT_FALSE(fs::exists(out.str("checkpoints/step_000005")));
 }
 
+// Resuming a step before the newest abandons the later checkpoints: they are set aside, never
+// deleted, and no longer count as the run's newest. Was: the rotation kept the abandoned step 6
+// and deleted the step 5 just saved (exit 0), and --resume latest went back to step 6.
+TEST(RunFolder, ResumingAnEarlierStepSetsTheLaterOnesAside) {
+  testing::ScratchDir out("resume_earlier");
+  auto o = tiny(out.str());
+  o.num_iterations = 6;
+  o.save_every = 2;
+  o.keep_last = 2;
+  train_single(o);  // keeps steps 4 and 6
+  o.resume = "4";
+  o.stop_at = 5;
+  o.keep_last = 1;
+  EXPECT_EQ(train_single(o).last_step, 5);
+  EXPECT_TRUE(fs::exists(out.str("checkpoints/step_000005/DONE"))) << "the save just made was rotated away";
+  EXPECT_EQ(train::latest_checkpoint(out.str()), 5);
+  EXPECT_TRUE(fs::exists(out.str("checkpoints/after_step_000004/step_000006/DONE"))) << "step 6 was not kept";
+  o.resume = "latest";
+  o.stop_at = -1;
+  EXPECT_EQ(train_single(o).last_step, 6);
+  EXPECT_EQ(train::latest_checkpoint(out.str()), 6);
+}
+
+// The evaluation at the step a run resumes from stays in metrics.jsonl when the resumed run does
+// not evaluate that step again (off the --eval_every cadence). Was: dropped.
+TEST(RunFolder, AResumeKeepsTheEvaluationAtItsStep) {
+  testing::ScratchDir out("resume_metrics");
+  auto o = tiny(out.str());
+  o.num_iterations = 8;
+  o.eval_every = 4;
+  o.stop_at = 5;
+  train_single(o);  // evaluates steps 0, 4 and 5 (its last)
+  o.stop_at = -1;
+  o.resume = "latest";
+  train_single(o);  // evaluates step 8 only
+  std::vector<int64_t> evaluated, trained;
+  for (const auto& j : metrics_lines(out.str())) {
+    if (j.contains("val_bpb")) evaluated.push_back(j.at("step"));
+    if (j.contains("loss")) trained.push_back(j.at("step"));
+  }
+  EXPECT_EQ(evaluated, (std::vector<int64_t>{0, 4, 5, 8}));
+  EXPECT_EQ(trained, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
 TEST(RunFolder, ALauncherRestartResumesOnlyItsOwnJobsRun) {
   testing::ScratchDir out("restart_job");
   auto o = tiny(out.str());

@@ -291,6 +291,34 @@ TEST(Checkpoints, AnUnreadableOneNamesTheOneBefore) {
   EXPECT_EQ(train_single(o).last_step, 6);
 }
 
+// A meta.json that is empty, or JSON without what a resume needs, also names the checkpoint before
+// it. Was: no way forward for the first, and "weights only ... --init_from" for the second, which
+// would have thrown away the optimizer state and data position.
+TEST(Checkpoints, ABrokenMetaNamesTheOneBefore) {
+  testing::ScratchDir out("checkpoints_broken_meta");
+  auto o = tiny(out.str());
+  o.num_iterations = 6;
+  o.save_every = 2;
+  o.stop_at = 4;
+  train_single(o);
+  o.stop_at = -1;
+  o.resume = "latest";
+  for (const std::string text : {"", "{\"step\": 4}"}) {
+    std::ofstream(out.str("checkpoints/step_000004/meta.json"), std::ios::trunc) << text;
+    try {
+      train_single(o);
+      ADD_FAILURE() << "resumed from a broken meta.json: " << text;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("step_000004/meta.json"), std::string::npos) << what;
+      EXPECT_NE(what.find("--resume 2"), std::string::npos) << what;
+      EXPECT_EQ(what.find("--init_from"), std::string::npos) << what;
+    }
+  }
+  o.resume = "2";
+  EXPECT_EQ(train_single(o).last_step, 6);
+}
+
 TEST(Resume, AnotherModelOrBatchIsRefused) {
   testing::ScratchDir out("resume_mismatch");
   auto o = tiny(out.str());
