@@ -813,9 +813,11 @@ TrainResult Trainer::run() {
   // --stop_at ends early without changing n, so the LR schedule stays the full run's.
   const int64_t n = plan_.num_iterations, stop = opts_.stop_at > 0 ? std::min(opts_.stop_at, n) : n;
   if (resume >= stop) {
-    // A restart after the final checkpoint (the job died while sampling, say) has nothing left to do.
-    if (resume == stop && restarted_ && opts_.resume.empty()) {
-      log::print0("{} is complete at step {}: nothing left to train", opts_.out, resume);
+    // A restart after the final checkpoint (the job died while sampling, say) has nothing left to do;
+    // nor has --resume auto ("continue if there is anything to continue").
+    if (resume == stop && (opts_.resume == "auto" || (restarted_ && opts_.resume.empty()))) {
+      log::print0("{} is complete at step {}: nothing left to train (raise --num_iterations to train further)",
+                  opts_.out, resume);
       result_.last_step = stop;
       return result_;
     }

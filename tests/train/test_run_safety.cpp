@@ -115,6 +115,10 @@ TEST(RunFolder, AResumeKeepsTheEvaluationAtItsStep) {
   }
   EXPECT_EQ(evaluated, (std::vector<int64_t>{0, 4, 5, 8}));
   EXPECT_EQ(trained, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  // --resume auto on the finished run has nothing to do, and says so without failing.
+  o.resume = "auto";
+  EXPECT_EQ(train_single(o).last_step, 8);
+  EXPECT_EQ(metrics_lines(out.str()).size(), evaluated.size() + trained.size());
 }
 
 TEST(RunFolder, ALauncherRestartResumesOnlyItsOwnJobsRun) {
