@@ -200,7 +200,7 @@ class Attempt {
       rdzv_.report_failure(attempt_, why);  // so that the other nodes stop instead of waiting
     } catch (const Error&) {
     }
-    group_.stop(plan_.stop_timeout);
+    group_.stop(plan_.stop_timeout, sig);
     return {AttemptResult::End::Interrupted, std::nullopt, sig};
   }
 
@@ -296,6 +296,17 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
       return 128 + r.signal;
     }
     print_failure(*r.cause);
+    // A Ctrl-C or SIGTERM that came while the failed attempt's workers were being stopped ends the
+    // job: it asked to stop, not to start a new group. (Other nodes restart and then wait for this
+    // one until --rdzv_timeout, as when a node's launcher is killed.)
+    if (int sig = LauncherSignals::termination_signal(); sig != 0) {
+      launcher_say(fmt::format("received {} while stopping the workers: no restart", signal_name(sig)));
+      try {
+        rdzv.leave(leave_within);
+      } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
+      }
+      return 128 + sig;
+    }
     if (r.cause->restartable && attempt < plan.max_restarts) {
       launcher_say(fmt::format("restarting every worker (restart {} of --max_restarts {})", attempt + 1,
                                plan.max_restarts));

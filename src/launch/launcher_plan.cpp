@@ -26,9 +26,14 @@ std::optional<int> parse_int(std::string_view text) {
   return v;
 }
 
+// A duration flag in seconds, to the millisecond. The bounds keep it meaningful: at least 1 ms
+// unless zero is allowed (a 0.0004 s monitor interval was 0 ms, a busy loop), and at most a week
+// (1e10 s overflowed the deadline's clock arithmetic into the past).
+constexpr double kMaxFlagSeconds = 7 * 24 * 3600;
+
 std::chrono::milliseconds seconds_flag(double seconds, const char* flag, bool allow_zero) {
-  NANODDP_CHECK(seconds > 0 || (allow_zero && seconds == 0), "--{} {} must be {} seconds", flag, seconds,
-                allow_zero ? "zero or more" : "more than zero");
+  NANODDP_CHECK((allow_zero && seconds == 0) || (seconds >= 0.001 && seconds <= kMaxFlagSeconds), "--{} {} must be "
+                "{}from 0.001 to {:.0f} seconds", flag, seconds, allow_zero ? "0 or " : "", kMaxFlagSeconds);
   return std::chrono::milliseconds(int64_t(seconds * 1000 + 0.5));
 }
 
@@ -72,8 +77,8 @@ void apply_rdzv_conf(const std::string& conf, LaunchPlan* p) {
     if (key == "join_timeout" || key == "timeout") {
       char* end = nullptr;
       const double seconds = std::strtod(value.c_str(), &end);
-      NANODDP_CHECK(end != value.c_str() && *end == '\0' && seconds > 0, "--rdzv_conf {}={}: expected seconds above 0",
-                    key, value);
+      NANODDP_CHECK(end != value.c_str() && *end == '\0' && seconds >= 0.001 && seconds <= kMaxFlagSeconds,
+                    "--rdzv_conf {}={}: expected seconds from 0.001 to {:.0f}", key, value, kMaxFlagSeconds);
       p->rdzv_timeout = std::chrono::milliseconds(int64_t(seconds * 1000 + 0.5));
     } else {
       NANODDP_CHECK(no_effect.count(key), "--rdzv_conf: unknown key '{}'; known: join_timeout, timeout (seconds), "

@@ -200,12 +200,13 @@ std::vector<std::string> WorkerGroup::tail(size_t i) {
   return w.output->tail();
 }
 
-void WorkerGroup::stop(milliseconds grace) {
-  // Phase 1: SIGTERM, and time to exit cleanly (flush logs, close sockets).
+void WorkerGroup::stop(milliseconds grace, int sig) {
+  // Phase 1: SIGTERM (or the launcher's own signal), and time to exit cleanly (flush logs, close
+  // sockets).
   stopping_ = true;
-  signal_all(SIGTERM);
+  signal_all(sig);
   int signals_before = LauncherSignals::termination_count();
-  auto deadline = Clock::now() + grace;
+  const auto start = Clock::now(), deadline = start + grace;
   while (any_running() && Clock::now() < deadline && LauncherSignals::termination_count() == signals_before)
     pump(std::min(milliseconds(50), std::chrono::duration_cast<milliseconds>(deadline - Clock::now())));
 
@@ -213,8 +214,9 @@ void WorkerGroup::stop(milliseconds grace) {
   int left = int(std::count_if(workers_.begin(), workers_.end(),
                                [](const Worker& w) { return w.status.state == WorkerStatus::State::Running; }));
   if (left > 0)
-    launcher_say(fmt::format("{} worker(s) still running {} s after SIGTERM; sending SIGKILL", left,
-                             std::chrono::duration<double>(grace).count()));
+    launcher_say(fmt::format("{} worker(s) still running {:.1f} s after {}; sending SIGKILL", left,
+                             std::chrono::duration<double>(Clock::now() - start).count(),
+                             sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : fmt::format("signal {}", sig)));
   signal_all(SIGKILL);
   auto kill_deadline = Clock::now() + std::chrono::seconds(30);
   while (any_running() && Clock::now() < kill_deadline) pump(milliseconds(50));

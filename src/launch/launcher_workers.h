@@ -7,6 +7,8 @@
 // launcher is a child subreaper, so what a worker leaves behind is re-parented to it and reaped here.
 #pragma once
 
+#include <csignal>
+
 #include <sys/types.h>
 
 #include <chrono>
@@ -54,10 +56,11 @@ class WorkerGroup {
   // (LauncherSignals), then forwards the output read and records the exits.
   void pump(std::chrono::milliseconds timeout);
 
-  // Stops every running worker: SIGTERM to its process group, SIGKILL to those still running after
-  // `grace` (at once if another termination signal reaches the launcher meanwhile), then reaps them
-  // and passes on the rest of their output.
-  void stop(std::chrono::milliseconds grace);
+  // Stops every running worker: `sig` (SIGTERM, or the SIGINT / SIGHUP the launcher received, as
+  // torchrun passes it on) to its process group, SIGKILL to those still running after `grace` (at
+  // once if another termination signal reaches the launcher meanwhile), then reaps them and passes
+  // on the rest of their output.
+  void stop(std::chrono::milliseconds grace, int sig = SIGTERM);
 
   size_t size() const { return workers_.size(); }
   const WorkerSpec& spec(size_t i) const { return workers_[i].spec; }

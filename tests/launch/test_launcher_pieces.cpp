@@ -3,6 +3,7 @@
 // end to end is in test_launcher_run.cpp, several nodes in test_launcher_multinode.cpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include <netdb.h>
@@ -57,6 +58,13 @@ TEST(LauncherPieces, PlanRejectsBadFlags) {
   NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.local_ranks_filter = "0,1"; }),
                        "'1' is not a local rank of this node (0..0)");
   NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.monitor_interval = 0; }), "--monitor_interval");
+  // Was: 0.0004 s became 0 ms (a busy loop) and 1e10 s overflowed the deadline into the past.
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.monitor_interval = 0.0004; }), "--monitor_interval",
+                       "from 0.001");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.rdzv_timeout = 1e10; }), "--rdzv_timeout", "604800");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.stop_timeout = std::nan(""); }), "--stop_timeout");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.rdzv_conf = "timeout=1e300"; }), "timeout=1e300");
+  EXPECT_NO_THROW(plan_with([](LaunchOptions& o) { o.stop_timeout = 0; }));
   // Was: --nproc_per_node 100000 forked for minutes, deaf to SIGTERM.
   EXPECT_THROW(resolve_nproc_per_node("100000"), Error);
   // Was: node 0 waited the whole 300 s rendezvous timeout in silence. (.invalid never resolves;

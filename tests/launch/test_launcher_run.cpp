@@ -16,6 +16,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/rng.h"
@@ -302,9 +303,36 @@ TEST(Launcher, SigtermEscalatesToSigkillForWorkersThatIgnoreIt) {
   auto pids = wait_for_pids(p, 2);
   ::kill(p.pid(), SIGTERM);
   ASSERT_EQ(p.wait_exit(10s), 143) << p.all();
-  EXPECT_NE(p.err().find("2 worker(s) still running 0.5 s after SIGTERM; sending SIGKILL"), std::string::npos)
+  EXPECT_NE(p.err().find("2 worker(s) still running 0."), std::string::npos) << p.err();  // 0.5 s and a poll
+  EXPECT_NE(p.err().find(" s after SIGTERM; sending SIGKILL"), std::string::npos)
       << p.err();
   expect_all_gone(pids, "worker");
+}
+
+// The launcher passes on the signal it received, as torchrun does: a worker that ignores SIGTERM
+// still ends at once on the SIGINT. Was: SIGINT reached the workers as SIGTERM.
+TEST(Launcher, SigintReachesTheWorkersAsSigint) {
+  Proc p(launch({"--standalone", "--nproc_per_node", "2", "--stop_timeout", "30"},
+                {"--pid", "--ignore_term", "--sleep", "60"}));
+  auto pids = wait_for_pids(p, 2);
+  ::kill(p.pid(), SIGINT);
+  ASSERT_EQ(p.wait_exit(20s), 130) << p.all();
+  EXPECT_EQ(p.err().find("SIGKILL"), std::string::npos) << p.err();
+  expect_all_gone(pids, "worker");
+}
+
+// A Ctrl-C while a failed attempt's workers are being stopped ends the job instead of restarting
+// it. Was: "restarting every worker (restart 1 of --max_restarts 3)", then the new group was
+// stopped again.
+TEST(Launcher, ASignalWhileStoppingAFailedAttemptPreventsTheRestart) {
+  Proc p(launch({"--standalone", "--nproc_per_node", "2", "--max_restarts", "3", "--stop_timeout", "30"},
+                {"--ignore_term", "--fail_rank", "1", "--fail_until_restart", "5", "--sleep", "60"}));
+  ASSERT_TRUE(p.wait_for_text("failing on restart 0")) << p.all();
+  std::this_thread::sleep_for(1s);  // rank 0 ignores the SIGTERM: the launcher waits up to 30 s
+  ::kill(p.pid(), SIGINT);
+  ASSERT_EQ(p.wait_exit(20s), 130) << p.all();
+  EXPECT_EQ(p.err().find("restarting every worker"), std::string::npos) << p.err();
+  EXPECT_NE(p.err().find("received SIGINT while stopping the workers: no restart"), std::string::npos) << p.err();
 }
 
 TEST(Launcher, WorkersDieWithALauncherKilledByKillNine) {
