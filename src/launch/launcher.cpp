@@ -116,6 +116,13 @@ class HeartbeatWatch {
   std::vector<Clock::time_point> changed_;
 };
 
+// How long a launcher may be silent (heartbeats, store requests) before the others count it gone.
+// Generous next to the monitor interval: a launcher has little else to do, so a silence this long
+// means it is gone or stopped, not busy.
+milliseconds heartbeat_timeout(const LaunchPlan& plan) {
+  return std::max(milliseconds(5000), 20 * plan.monitor_interval);
+}
+
 // One attempt on this node (steps 2-3 of Note [launcher rounds]): starts the workers, then wakes for
 // their output and exits, signals, and every monitor interval for the attempt's state in the store,
 // until the attempt ends on every node. Returns with every worker stopped and reaped.
@@ -128,9 +135,7 @@ class Attempt {
         membership_(m),
         attempt_(attempt),
         group_(program, make_specs(plan, m, attempt, store_port)),
-        // Generous next to the interval: a launcher has little else to do, so a silence this long
-        // means it is gone, not busy.
-        heartbeats_(plan.nnodes, std::max(milliseconds(5000), 20 * plan.monitor_interval)) {}
+        heartbeats_(plan.nnodes, heartbeat_timeout(plan)) {}
 
   AttemptResult run() {
     group_.start();
@@ -145,6 +150,12 @@ class Attempt {
         if (auto result = check_store()) return *result;
       }
     } catch (const Error& e) {
+      // A signal that came while a store request waited wins: the user asked to stop.
+      if (int sig = LauncherSignals::termination_signal()) {
+        launcher_say(fmt::format("received {}; stopping {} worker(s) ({})", signal_name(sig), plan_.nproc, e.what()));
+        group_.stop(plan_.stop_timeout, sig);
+        return {AttemptResult::End::Interrupted, std::nullopt, sig};
+      }
       // The store is gone (node 0 exited) or misbehaves: nothing can coordinate this attempt now.
       group_.stop(plan_.stop_timeout);
       NANODDP_FAIL("{} (node {} stopped its workers)", e.what(), plan_.node_rank);
@@ -259,8 +270,12 @@ StoreConnection open_store(const LaunchPlan& plan) {
                                "set NANODDP_STORE_TOKEN to the same secret on every node",
                                c.port));
   }
-  c.client = std::make_shared<TcpStore>(
-      TcpStoreOptions{plan.master_addr, c.port, plan.rdzv_timeout, plan.rdzv_timeout, plan.store_token});
+  // A store request unanswered as long as a missed heartbeat means node 0's launcher is gone or
+  // stopped; the launcher gives up on it then, rather than after the client's default 120 s, deaf
+  // to Ctrl-C meanwhile.
+  TcpStoreOptions options{plan.master_addr, c.port, plan.rdzv_timeout, plan.rdzv_timeout, plan.store_token};
+  options.request_timeout = heartbeat_timeout(plan);
+  c.client = std::make_shared<TcpStore>(options);
   return c;
 }
 

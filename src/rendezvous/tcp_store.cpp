@@ -19,8 +19,6 @@ namespace {
 
 // The margin a client allows beyond a server-side wait before declaring the server unresponsive.
 constexpr milliseconds kReplyMargin{std::chrono::seconds(30)};
-// Bound on a request that never blocks on the server (set, add, ...).
-constexpr milliseconds kQuickRequest{std::chrono::seconds(120)};
 
 std::string seconds_text(milliseconds ms) { return fmt::format("{:g}", ms.count() / 1000.0); }
 
@@ -102,7 +100,7 @@ bool TcpStore::hello(const net::Fd& fd, milliseconds connect_timeout, std::strin
   // Authenticate. A server that is not ours (another service on the port) will not answer in form.
   wire::Writer w;
   Bytes frame = w.u8(uint8_t(Op::Hello)).str(wire::kMagic).i64(wire::kVersion).str(options_.token).take();
-  auto reply_deadline = Clock::now() + std::min(connect_timeout + kReplyMargin, kQuickRequest);
+  auto reply_deadline = Clock::now() + std::min(connect_timeout + kReplyMargin, options_.request_timeout);
   uint8_t header[4];
   bool ok = net::send_all(fd.get(), frame.data(), frame.size(), reply_deadline, why) &&
             net::recv_all(fd.get(), header, 4, reply_deadline, why);
@@ -171,7 +169,7 @@ void TcpStore::set(const std::string& key, const Bytes& value) {
   check_key(key);
   check_value(key, value.size());
   wire::Writer w;
-  call(w.u8(uint8_t(Op::Set)).str(key).bytes(value).take(), kQuickRequest);
+  call(w.u8(uint8_t(Op::Set)).str(key).bytes(value).take(), options_.request_timeout);
 }
 
 Bytes TcpStore::get(const std::string& key) {
@@ -189,7 +187,7 @@ Bytes TcpStore::get(const std::string& key) {
 int64_t TcpStore::add(const std::string& key, int64_t delta) {
   check_key(key);
   wire::Writer w;
-  Reply r = call(w.u8(uint8_t(Op::Add)).str(key).i64(delta).take(), kQuickRequest);
+  Reply r = call(w.u8(uint8_t(Op::Add)).str(key).i64(delta).take(), options_.request_timeout);
   return r.reader().i64();
 }
 
@@ -198,14 +196,14 @@ Bytes TcpStore::compare_set(const std::string& key, const Bytes& expected, const
   // Both values travel in one frame; each must fit the value limit.
   check_value(key, std::max(expected.size(), desired.size()));
   wire::Writer w;
-  Reply r = call(w.u8(uint8_t(Op::CompareSet)).str(key).bytes(expected).bytes(desired).take(), kQuickRequest);
+  Reply r = call(w.u8(uint8_t(Op::CompareSet)).str(key).bytes(expected).bytes(desired).take(), options_.request_timeout);
   return r.reader().bytes(wire::kMaxValueBytes);
 }
 
 bool TcpStore::erase(const std::string& key) {
   check_key(key);
   wire::Writer w;
-  return call(w.u8(uint8_t(Op::Erase)).str(key).take(), kQuickRequest).reader().i64() != 0;
+  return call(w.u8(uint8_t(Op::Erase)).str(key).take(), options_.request_timeout).reader().i64() != 0;
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
@@ -216,7 +214,7 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
     check_key(k);
     w.str(k);
   }
-  return call(w.take(), kQuickRequest).reader().i64() != 0;
+  return call(w.take(), options_.request_timeout).reader().i64() != 0;
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, milliseconds timeout) {

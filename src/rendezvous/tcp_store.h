@@ -83,6 +83,9 @@ struct TcpStoreOptions {
   // 300 s, as Store's default.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   std::string token = store_token_from_env();
+  // The deadline of a request the server answers at once (set, add, compare_set, erase, check, and
+  // the greeting): silence this long means the server stopped serving.
+  std::chrono::milliseconds request_timeout{std::chrono::seconds(120)};
 };
 
 // A client. Safe to use from several threads at once: each call borrows a connection from a small

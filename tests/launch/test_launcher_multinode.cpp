@@ -228,6 +228,27 @@ TEST(LauncherMultiNode, LosingNodeZeroStopsTheOthers) {
   expect_all_gone(pids1, "node 1's worker");
 }
 
+// Node 0's launcher stopped (SIGSTOP: its store accepts but never answers), then Ctrl-C on node 1:
+// node 1 gives up on the store within a heartbeat's timeout and ends as interrupted. Was: deaf to
+// the signal until its store request's 120 s ran out.
+TEST(LauncherMultiNode, CtrlCWhileNodeZeroIsStoppedEndsWithinTheHeartbeatTimeout) {
+  int port = free_port();
+  std::vector<std::string> worker = {"--pid", "--sleep", "60"};
+  Proc n0(launch(node_flags(0, "127.0.0.1", port), worker)), n1(launch(node_flags(1, "127.0.0.1", port), worker));
+  auto pids0 = wait_for_pids(n0, 2), pids1 = wait_for_pids(n1, 2);
+  ::kill(n0.pid(), SIGSTOP);
+  std::this_thread::sleep_for(500ms);  // node 1's next heartbeat now waits on the silent store
+  const auto start = Clock::now();
+  ::kill(n1.pid(), SIGINT);
+  ASSERT_EQ(n1.wait_exit(30s), 130) << n1.all();
+  EXPECT_LT(Clock::now() - start, 20s) << n1.all();  // the 5 s request timeout and the workers' stop
+  expect_all_gone(pids1, "node 1's worker");
+  ::kill(n0.pid(), SIGKILL);
+  ::kill(n0.pid(), SIGCONT);
+  n0.wait_exit(20s);
+  expect_all_gone(pids0, "node 0's worker");
+}
+
 TEST_F(TwoHosts, OneLauncherPerHostRunsTheJob) {
   const int port = 29611;  // each namespace has its own ports: nothing else can hold this one
   Proc n0(on_host(0, launch(node_flags(0, addr(0), port), {"--env", "--store"})));
