@@ -10,8 +10,9 @@
 // or dO V^T, give zero columns in P V and the gradients, and are never stored. The odd depths of
 // nanochat's sizing give head_dim 96, 112 and 120 (model_dim 64 * depth in heads of about 128).
 //
-// Tiles: a block of 4 warps; each warp owns 32 query rows (forward, dq: two 16-row m-tiles, Note
-// [two m-tiles per warp]) or 16 keys (dk/dv) and computes with mma.sync.m16n8k16 (T x T -> f32).
+// Tiles: the forward and dq kernels run blocks of 4 warps, each warp owning 32 query rows (two
+// 16-row m-tiles, Note [two m-tiles per warp]); the dk/dv kernel runs 8 warps on 128 keys (Note
+// [dk/dv in two phases]). All compute with mma.sync.m16n8k16 (T x T -> f32).
 // Operands come from shared memory through ldmatrix; rows are padded by 16 bytes so the 8 rows an
 // ldmatrix reads fall in distinct banks. Global tiles are copied with cp.async (16 bytes per
 // thread, zero-filled past the end), overlapping the next tile's load with the current tile's math.
@@ -23,8 +24,8 @@
 //
 // Backward, deterministic (see Note [deterministic attention backward] below): two kernels that
 // each own their outputs, so nothing is added with atomics:
-//  - dk/dv: a block per 64 keys of one kv head loops over every query head of its group and every
-//    32-query tile at or after the diagonal: S^T = K Q^T, dP^T = V dO^T,
+//  - dk/dv: a block per 128 keys of one kv head loops over every query head of its group and every
+//    64-query tile at or after the diagonal: S^T = K Q^T, dP^T = V dO^T,
 //    P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta), dV += P^T dO, dK += dS^T Q.
 //  - dq: a block per 128 queries of one head loops over the 32-key tiles up to the diagonal:
 //    S = Q K^T, dP = dO V^T, dS = P (dP - delta), dQ += dS K.
@@ -89,15 +90,11 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr)
                : "memory");
 }
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) { ldmatrix_x4(r, smem_addr(p)); }
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr)
                : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  ldmatrix_x4_trans(r, smem_addr(p));
 }
 
 // d[16x8] += a[16x16] b[16x8], T operands (bf16 or f16), f32 accumulators.
@@ -208,36 +205,37 @@ __device__ __forceinline__ void warp_mma_rows(float (&acc)[MS][N8][4], const T* 
   }
 }
 
-// Two products at once for one warp, as the backward needs them: acc1 += A1 B1^T, acc2 += A2 B2^T,
-// where A1, A2 are rows [a_row, a_row + 16) of [m][SD] shared tiles and B1, B2 rows [0, 8 N8) of
-// [n][SD] shared tiles, over KSTEPS k-steps of 16. Sharing the loop shares the k-step's A loads.
-template <int SD, int KSTEPS, int N8, typename T>
-__device__ __forceinline__ void warp_mma_pair(float (&acc1)[N8][4], float (&acc2)[N8][4], const T* a1, const T* a2,
-                                              int a_row, const T* b1, const T* b2, int lane) {
+// acc[ms] += A_ms B for one warp, where A_ms is rows [a_row + 16 ms, + 16) of an [m][SA] shared
+// tile over its first 16 KSTEPS columns (the k dimension) and B the [k][SB] shared tile's columns
+// [b_col, b_col + 8 N8), read transposed. Each B fragment read serves all MS m-tiles.
+template <int SA, int SB, int KSTEPS, int MS, int N8, typename T>
+__device__ __forceinline__ void warp_mma_rows_by_tile(float (&acc)[MS][N8][4], const T* a, int a_row, const T* b,
+                                                      int b_col, int lane) {
+  const uint32_t a_base = smem_addr(a_frag<SA>(a, a_row, 0, lane)), b_base = smem_addr(bt_frag<SB>(b, 0, b_col, lane));
 #pragma unroll
   for (int kk = 0; kk < KSTEPS; kk++) {
-    uint32_t x1[4], x2[4];
-    ldmatrix_x4(x1, a_frag<SD>(a1, a_row, kk * 16, lane));
-    ldmatrix_x4(x2, a_frag<SD>(a2, a_row, kk * 16, lane));
+    uint32_t x[MS][4];
+#pragma unroll
+    for (int ms = 0; ms < MS; ms++) ldmatrix_x4(x[ms], a_base + uint32_t((ms * 16 * SA + kk * 16) * sizeof(T)));
 #pragma unroll
     for (int np = 0; np < N8 / 2; np++) {
-      uint32_t y1[4], y2[4];
-      ldmatrix_x4(y1, b_frag<SD>(b1, np * 16, kk * 16, lane));
-      ldmatrix_x4(y2, b_frag<SD>(b2, np * 16, kk * 16, lane));
-      mma<T>(acc1[2 * np], x1, y1[0], y1[1]);
-      mma<T>(acc1[2 * np + 1], x1, y1[2], y1[3]);
-      mma<T>(acc2[2 * np], x2, y2[0], y2[1]);
-      mma<T>(acc2[2 * np + 1], x2, y2[2], y2[3]);
+      uint32_t y[4];
+      ldmatrix_x4_trans(y, b_base + uint32_t((kk * 16 * SB + np * 16) * sizeof(T)));
+#pragma unroll
+      for (int ms = 0; ms < MS; ms++) {
+        mma<T>(acc[ms][2 * np], x[ms], y[0], y[1]);
+        mma<T>(acc[ms][2 * np + 1], x[ms], y[2], y[3]);
+      }
     }
   }
 }
 
 // Rows [r0, r0 + R) of a head's [rows, d] matrix (row stride `stride` elements) into a shared
 // tile [R, HD + kPad]; rows at or past `limit`, and columns [d, HD), are zero-filled.
-template <int R, int HD, typename T>
+template <int R, int HD, int NThreads = kThreads, typename T>
 __device__ __forceinline__ void load_tile(T* tile, const T* src, int64_t stride, int64_t r0, int64_t limit, int d) {
   constexpr int kChunksPerRow = HD / 8, kChunks = R * kChunksPerRow;
-  for (int c = threadIdx.x; c < kChunks; c += kThreads) {
+  for (int c = threadIdx.x; c < kChunks; c += NThreads) {
     const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
     const int64_t row = r0 + r;
     const bool valid = row < limit && col < d;
@@ -289,9 +287,8 @@ struct BwdParams {
 // registers under 255). The MMAs and their order are unchanged, so are the results. Near the
 // diagonal a 128-query block has key tiles that some of its warps see no key of: those warps skip
 // the tile (its terms would be exactly zero: P = 0 and the rescale factor 1), and a warp skips the
-// mask on a tile every one of its rows sees whole. The dk/dv kernel keeps 16 keys per warp: its
-// dK and dV accumulators (128 floats a thread at head_dim 128) leave no registers for a second
-// m-tile.
+// mask on a tile every one of its rows sees whole. The dk/dv kernel gets the same reuse another
+// way (Note [dk/dv in two phases]).
 constexpr int kFwdM = 128, kFwdN = 64, kFwdWarpRows = kFwdM / 4;  // queries per block, keys per tile
 
 template <int HD>
@@ -429,24 +426,45 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams<T> p)
 }
 
 // ---- backward: dk, dv --------------------------------------------------------------------------
-constexpr int kKvN = 64, kKvM = 32;  // keys per block, queries per inner tile
+// Note [dk/dv in two phases]: a block of 8 warps takes 128 keys and loops over 64-query tiles.
+// Phase 1: warps in a 4 x 2 layout each compute S^T = K Q^T and dP^T = V dO^T for 32 keys x 32
+// queries (two m-tiles sharing every Q and dO fragment), then P^T and dS^T, which they store to
+// shared memory in T (the rounding the MMA operands get anyway). Phase 2: warps in a 4 x 2 layout
+// over keys and head columns each add dV += P^T dO and dK += dS^T Q for 32 keys x HD/2 columns,
+// reading P^T and dS^T back as A operands. Before, each of 4 warps owned 16 keys and every
+// column, so its dK and dV accumulators (128 floats a thread at head_dim 128) left no registers for
+// a second m-tile, and it read every Q and dO fragment for two MMAs: 80 ldmatrix.x4 per 128 MMAs
+// per warp and 32-query tile. Now a warp issues 64 in phase 1 and 48 in phase 2 per 256 MMAs, plus
+// stores of P^T and dS^T worth about 16 more (counted from the code; whether shared memory bounds
+// this kernel is what the ncu stage is for). The 16-query chunks reach the accumulators in the same
+// order as before, so the results are the same bits. A warp whose 32 keys all come after its 32
+// queries (causal) skips phase 1's MMAs and stores zeros.
+constexpr int kKvN = 128, kKvM = 64;         // keys per block, queries per inner tile
+constexpr int kKvWarps = 8, kKvThreads = 32 * kKvWarps;
+constexpr int kPS = kKvM + kPad;             // row stride of the P^T and dS^T tiles (elements)
 
 template <int HD>
 constexpr size_t dkdv_smem_bytes() {
-  return size_t(2 * kKvN + 4 * kKvM) * (HD + kPad) * sizeof(uint16_t) + 4 * kKvM * sizeof(float);
+  return (size_t(2 * kKvN + 4 * kKvM) * (HD + kPad) + size_t(2 * kKvN) * kPS) * sizeof(uint16_t) +
+         4 * kKvM * sizeof(float);
 }
 
 template <int HD, typename T>
-__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams<T> p) {
-  constexpr int SD = HD + kPad, KSTEPS = HD / 16, DT = HD / 8, MT = kKvM / 8;
+__global__ void __launch_bounds__(kKvThreads) flash_dkdv_kernel(BwdParams<T> p) {
+  constexpr int SD = HD + kPad, KSTEPS = HD / 16, HALF = HD / 2, H8 = HALF / 8;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* sK = reinterpret_cast<T*>(smem);  // [64 keys][SD]
-  T* sV = sK + kKvN * SD;              // [64 keys][SD]
-  T* sQ = sV + kKvN * SD;              // [2 buffers][32 queries][SD]
-  T* sO = sQ + 2 * kKvM * SD;          // [2][32][SD]: dout
-  float* sL = reinterpret_cast<float*>(sO + 2 * kKvM * SD);  // [2][32]: lse
-  float* sD = sL + 2 * kKvM;                                  // [2][32]: delta
+  T* sK = reinterpret_cast<T*>(smem);  // [128 keys][SD]
+  T* sV = sK + kKvN * SD;              // [128 keys][SD]
+  T* sQ = sV + kKvN * SD;              // [2 buffers][64 queries][SD]
+  T* sO = sQ + 2 * kKvM * SD;          // [2][64][SD]: dout
+  T* sP = sO + 2 * kKvM * SD;          // [128 keys][kPS]: P^T of the current query tile
+  T* sS = sP + kKvN * kPS;             // [128 keys][kPS]: dS^T
+  float* sL = reinterpret_cast<float*>(sS + kKvN * kPS);  // [2][64]: lse
+  float* sD = sL + 2 * kKvM;                               // [2][64]: delta
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
+  // Both phases: keys wk * 32 .. + 32 of the block; phase 1 takes queries wh * 32 .. + 32 of the
+  // tile, phase 2 head columns wh * HALF .. + HALF.
+  const int wk = warp >> 1, wh = warp & 1;
   const int64_t n0 = int64_t(blockIdx.x) * kKvN, kh = blockIdx.y, b = blockIdx.z;
   const int64_t q_stride = p.hq * p.d, kv_stride = p.hkv * p.d, kv_off = (b * p.t * p.hkv + kh) * p.d;
   // Query tiles at or after the diagonal, for each query head of the group, in (head, tile) order.
@@ -457,8 +475,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams<T> p) {
   auto issue = [&](int64_t hg, int64_t mt, int buf) {
     const int64_t h = kh * p.group + hg, m0 = (m_first + mt) * kKvM;
     const int64_t q_off = (b * p.t * p.hq + h) * p.d, stat = (b * p.hq + h) * p.t;
-    load_tile<kKvM, HD>(sQ + buf * kKvM * SD, p.q + q_off, q_stride, m0, p.t, p.d);
-    load_tile<kKvM, HD>(sO + buf * kKvM * SD, p.dout + q_off, q_stride, m0, p.t, p.d);
+    load_tile<kKvM, HD, kKvThreads>(sQ + buf * kKvM * SD, p.q + q_off, q_stride, m0, p.t, p.d);
+    load_tile<kKvM, HD, kKvThreads>(sO + buf * kKvM * SD, p.dout + q_off, q_stride, m0, p.t, p.d);
     const int i = threadIdx.x & (kKvM - 1);
     const int64_t row = m0 + i;
     const bool valid = row < p.t;
@@ -467,13 +485,13 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams<T> p) {
     else if (threadIdx.x < 2 * kKvM)
       cp_async_4(sD + buf * kKvM + i, p.delta + stat + (valid ? row : 0), valid);
   };
-  load_tile<kKvN, HD>(sK, p.k + kv_off, kv_stride, n0, p.t, p.d);
-  load_tile<kKvN, HD>(sV, p.v + kv_off, kv_stride, n0, p.t, p.d);
+  load_tile<kKvN, HD, kKvThreads>(sK, p.k + kv_off, kv_stride, n0, p.t, p.d);
+  load_tile<kKvN, HD, kKvThreads>(sV, p.v + kv_off, kv_stride, n0, p.t, p.d);
   issue(0, 0, 0);
   cp_async_commit();
 
-  float dk[DT][4] = {}, dv[DT][4] = {};
-  const int64_t key_lo = n0 + warp * 16 + g;  // this thread's keys: key_lo, key_lo + 8
+  float dk[2][H8][4] = {}, dv[2][H8][4] = {};
+  const int64_t key0 = n0 + wk * 32;  // this warp's first key; the thread's: key0 + 16 ms + g + 8 rr
   int64_t hg = 0, mt = 0;  // tile `it` in (head, tile) order, counted rather than divided out of it
   for (int64_t it = 0; it < count; it++) {
     const int buf = static_cast<int>(it & 1);
@@ -483,7 +501,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams<T> p) {
       hg++;
     }
     cp_async_wait<0>();
-    __syncthreads();  // tile `it` landed; every warp is done with tile it - 1 (the other buffer)
+    __syncthreads();  // tile `it` landed; every warp is done with tile it - 1 (its buffer, P^T, dS^T)
     if (it + 1 < count) {
       issue(hg, mt, buf ^ 1);
       cp_async_commit();
@@ -493,49 +511,55 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdParams<T> p) {
     const float* l_s = sL + buf * kKvM;
     const float* d_s = sD + buf * kKvM;
 
-    // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys and the tile's 32 queries.
-    float s[MT][4] = {}, dp[MT][4] = {};
-    warp_mma_pair<SD, KSTEPS, MT>(s, dp, sK, sV, warp * 16, q_s, o_s, lane);
-    // P^T = exp(scale S^T - lse) on the causal triangle (key <= query), dS^T = P^T (dP^T - delta).
-    // Visible queries of this thread's key key_lo + 8 rr: tile columns first[rr] ..= last.
-    const int first[2] = {tile_col(key_lo, m0, kKvM), tile_col(key_lo + 8, m0, kKvM)};
-    const int last = tile_col(p.t - 1, m0, kKvM);
+    // Phase 1. The causal triangle: key <= query < t. A warp none of whose 32 keys any of its
+    // valid queries sees computes nothing and stores zeros.
+    const int64_t q0 = m0 + wh * 32;
+    const bool any = q0 < p.t && key0 <= min(q0 + 31, p.t - 1);
+    float s[2][4][4] = {}, dp[2][4][4] = {};
+    if (any) {
+      warp_mma_rows<SD, KSTEPS, 2, 4>(s, sK, wk * 32, q_s + wh * 32 * SD, lane);
+      warp_mma_rows<SD, KSTEPS, 2, 4>(dp, sV, wk * 32, o_s + wh * 32 * SD, lane);
+    }
 #pragma unroll
-    for (int j = 0; j < MT; j++) {
+    for (int ms = 0; ms < 2; ms++) {
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int qi = j * 8 + quad * 2 + (e & 1);
-        const bool valid = qi >= first[e >> 1] && qi <= last;
-        const float pv = valid ? exp2f(s[j][e] * p.scale_log2 - l_s[qi] * kLog2e) : 0.f;
-        s[j][e] = pv;
-        dp[j][e] = pv * (dp[j][e] - d_s[qi]);
+      for (int rr = 0; rr < 2; rr++) {
+        const int kr = wk * 32 + ms * 16 + g + rr * 8;  // the key's row in the block's tiles
+        const int first = tile_col(n0 + kr, m0, kKvM), last = tile_col(p.t - 1, m0, kKvM);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          float pv[2], ds[2];
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            const int qi = wh * 32 + j * 8 + quad * 2 + e;  // the query's column in the tile
+            const bool valid = qi >= first && qi <= last;
+            pv[e] = valid ? exp2f(s[ms][j][rr * 2 + e] * p.scale_log2 - l_s[qi] * kLog2e) : 0.f;
+            ds[e] = pv[e] * (dp[ms][j][rr * 2 + e] - d_s[qi]);
+          }
+          const int at = kr * kPS + wh * 32 + j * 8 + quad * 2;
+          *reinterpret_cast<uint32_t*>(sP + at) = pack2<T>(pv[0], pv[1]);
+          *reinterpret_cast<uint32_t*>(sS + at) = pack2<T>(ds[0], ds[1]);
+        }
       }
     }
-    // dV += P^T dO and dK += dS^T Q, reducing over the tile's queries.
-#pragma unroll
-    for (int kk = 0; kk < MT / 2; kk++) {
-      uint32_t pa[4], da[4];
-      c_to_a<T>(pa, s[2 * kk], s[2 * kk + 1]);
-      c_to_a<T>(da, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-      for (int dpp = 0; dpp < DT / 2; dpp++) {
-        uint32_t ob[4], qb[4];
-        ldmatrix_x4_trans(ob, bt_frag<SD>(o_s, kk * 16, dpp * 16, lane));
-        ldmatrix_x4_trans(qb, bt_frag<SD>(q_s, kk * 16, dpp * 16, lane));
-        mma<T>(dv[2 * dpp], pa, ob[0], ob[1]);
-        mma<T>(dv[2 * dpp + 1], pa, ob[2], ob[3]);
-        mma<T>(dk[2 * dpp], da, qb[0], qb[1]);
-        mma<T>(dk[2 * dpp + 1], da, qb[2], qb[3]);
-      }
-    }
+    __syncthreads();  // P^T and dS^T of the tile are complete
+
+    // Phase 2: dV += P^T dO and dK += dS^T Q over the tile's 64 queries, for this warp's keys and
+    // head columns.
+    warp_mma_rows_by_tile<kPS, SD, kKvM / 16, 2, H8>(dv, sP, wk * 32, o_s, wh * HALF, lane);
+    warp_mma_rows_by_tile<kPS, SD, kKvM / 16, 2, H8>(dk, sS, wk * 32, q_s, wh * HALF, lane);
   }
 
 #pragma unroll
-  for (int rr = 0; rr < 2; rr++) {
-    const int64_t key = key_lo + rr * 8;
-    if (key < p.t) {
-      store_rows<HD>(p.dk + kv_off + key * kv_stride, dk, rr, quad, p.scale, p.d);
-      store_rows<HD>(p.dv + kv_off + key * kv_stride, dv, rr, quad, 1.f, p.d);
+  for (int ms = 0; ms < 2; ms++) {
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+      const int64_t key = key0 + ms * 16 + g + rr * 8;
+      if (key < p.t) {
+        const int64_t at = kv_off + key * kv_stride + wh * HALF;
+        store_rows<HALF>(p.dk + at, dk[ms], rr, quad, p.scale, p.d - wh * HALF);
+        store_rows<HALF>(p.dv + at, dv[ms], rr, quad, 1.f, p.d - wh * HALF);
+      }
     }
   }
 }
@@ -672,7 +696,7 @@ cudaError_t backward_hd(const BwdParams<T>& p, int64_t batch, cudaStream_t strea
   if (cudaError_t e = set_smem<flash_dq_kernel<HD, T>>(smem_q); e != cudaSuccess) return e;
   const dim3 grid_kv(static_cast<unsigned>((p.t + kKvN - 1) / kKvN), static_cast<unsigned>(p.hkv),
                      static_cast<unsigned>(batch));
-  flash_dkdv_kernel<HD, T><<<grid_kv, kThreads, smem_kv, stream>>>(p);
+  flash_dkdv_kernel<HD, T><<<grid_kv, kKvThreads, smem_kv, stream>>>(p);
   const dim3 grid_q(static_cast<unsigned>((p.t + kQM - 1) / kQM), static_cast<unsigned>(p.hq),
                     static_cast<unsigned>(batch));
   flash_dq_kernel<HD, T><<<grid_q, kThreads, smem_q, stream>>>(p);

@@ -132,7 +132,7 @@ def warp_mma_registers_by_tile(acc, c, tile):  # acc [MS, D8, 32, 4] += C_ms B, 
             for ms in range(MS):
                 mma(acc[ms, 2*dp], a[ms], b[0], b[1]); mma(acc[ms, 2*dp + 1], a[ms], b[2], b[3])
 
-SKIPPED = {"forward": 0, "forward whole": 0, "dq": 0, "dq whole": 0}  # the shapes must reach every path
+SKIPPED = {"forward": 0, "forward whole": 0, "dq": 0, "dq whole": 0, "dkdv": 0}  # the shapes must reach every path
 
 def forward(q, k, v, kv_len, scale):
     # q [tq, hq, d], k, v [tk, hkv, d] (batch 1); the kernel instance computes HD >= d columns
@@ -178,54 +178,78 @@ def forward(q, k, v, kv_len, scale):
                                     lse[h, row[L]] = (row_max[ms][rr][L] + math.log2(ssum[L])) * math.log(2)
     return out, lse
 
-# ---- flash_dkdv_kernel ---------------------------------------------------------------------------
+# ---- flash_dkdv_kernel (Note [dk/dv in two phases]) ---------------------------------------------
+def store_t(x): return x  # a value stored to shared memory as T (pack2); the 16-bit check rounds it
+
+def warp_mma_rows_by_tile(acc, a_tile, a_row, b_tile, b_col):  # acc [MS, N8, 32, 4] += A_ms B[:, b_col..]
+    MS, N8 = acc.shape[0], acc.shape[1]
+    for kk in range(acc_k_steps(a_tile)):
+        x = [ldm(a_tile, *a_frag(a_row + ms*16, kk*16), False) for ms in range(MS)]
+        for np_ in range(N8 // 2):
+            y = ldm(b_tile, *bt_frag(kk*16, b_col + np_*16), True)
+            for ms in range(MS):
+                mma(acc[ms, 2*np_], x[ms], y[0], y[1]); mma(acc[ms, 2*np_ + 1], x[ms], y[2], y[3])
+
+def acc_k_steps(a_tile): return (a_tile.shape[1] - PAD) // 16
+
 def dkdv(q, k, v, dout, lse, delta, scale):
-    HD = padded_head_dim(q.shape[2])
+    HD = padded_head_dim(q.shape[2]); HALF = HD // 2
     T, hq, _ = q.shape; hkv = k.shape[1]; group = hq // hkv
     dk = np.full(k.shape, np.nan); dv = np.full(v.shape, np.nan)
-    N, M = 64, 32; KSTEPS, DT, MT = HD // 16, HD // 8, M // 8
+    N, M = 128, 64
     for bx in range((T + N - 1) // N):
         for kh in range(hkv):
             n0 = bx * N; m_first = n0 // M; per_head = (T + M - 1) // M - m_first; count = group * per_head
             sK = load_tile(N, HD, k[:, kh], n0, T); sV = load_tile(N, HD, v[:, kh], n0, T)
-            for warp in range(4):
-                dkacc = np.zeros((DT, 32, 4)); dvacc = np.zeros((DT, 32, 4)); key_lo = n0 + warp*16 + g
-                hg = mt = 0  # counted, as the kernel does
-                for it in range(count):
-                    h = kh*group + hg; m0 = (m_first + mt) * M
-                    mt += 1
-                    if mt == per_head: mt = 0; hg += 1
-                    q_s = load_tile(M, HD, q[:, h], m0, T); o_s = load_tile(M, HD, dout[:, h], m0, T)
-                    l_s = np.array([lse[h, m0 + i] if m0 + i < T else 0 for i in range(M)])
-                    d_s = np.array([delta[h, m0 + i] if m0 + i < T else 0 for i in range(M)])
-                    s = np.zeros((MT, 32, 4)); dp = np.zeros((MT, 32, 4))
-                    for kk in range(KSTEPS):
-                        ka = ldm(sK, *a_frag(warp*16, kk*16), False); va = ldm(sV, *a_frag(warp*16, kk*16), False)
-                        for np_ in range(MT // 2):
-                            qb = ldm(q_s, *b_frag(np_*16, kk*16), False); ob = ldm(o_s, *b_frag(np_*16, kk*16), False)
-                            mma(s[2*np_], ka, qb[0], qb[1]); mma(s[2*np_ + 1], ka, qb[2], qb[3])
-                            mma(dp[2*np_], va, ob[0], ob[1]); mma(dp[2*np_ + 1], va, ob[2], ob[3])
-                    first = [tile_col(key_lo, m0, M), tile_col(key_lo + 8, m0, M)]; last = tile_col(T - 1, m0, M)
-                    for j in range(MT):
-                        for e in range(4):
-                            qi = j*8 + t*2 + (e & 1)
-                            valid = (qi >= first[e >> 1]) & (qi <= last)
-                            pv = np.where(valid, np.exp2(s[j, :, e] * scale * LOG2E - l_s[qi] * LOG2E), 0.0)
-                            s[j, :, e] = pv; dp[j, :, e] = pv * (dp[j, :, e] - d_s[qi])
-                    for kk in range(MT // 2):
-                        pa = c_to_a(s[2*kk], s[2*kk + 1]); da = c_to_a(dp[2*kk], dp[2*kk + 1])
-                        for dpp in range(DT // 2):
-                            ob = ldm(o_s, *bt_frag(kk*16, dpp*16), True); qb = ldm(q_s, *bt_frag(kk*16, dpp*16), True)
-                            mma(dvacc[2*dpp], pa, ob[0], ob[1]); mma(dvacc[2*dpp + 1], pa, ob[2], ob[3])
-                            mma(dkacc[2*dpp], da, qb[0], qb[1]); mma(dkacc[2*dpp + 1], da, qb[2], qb[3])
-                for rr in range(2):
-                    key = key_lo + rr*8
-                    for L in range(32):
-                        if key[L] < T:
-                            for dt in range(k.shape[2] // 8):
+            dkacc = np.zeros((8, 2, HALF // 8, 32, 4)); dvacc = np.zeros((8, 2, HALF // 8, 32, 4))
+            hg = mt = 0  # counted, as the kernel does
+            for it in range(count):
+                h = kh*group + hg; m0 = (m_first + mt) * M
+                mt += 1
+                if mt == per_head: mt = 0; hg += 1
+                q_s = load_tile(M, HD, q[:, h], m0, T); o_s = load_tile(M, HD, dout[:, h], m0, T)
+                l_s = np.array([lse[h, m0 + i] if m0 + i < T else 0 for i in range(M)])
+                d_s = np.array([delta[h, m0 + i] if m0 + i < T else 0 for i in range(M)])
+                sP = np.full((N, M + PAD), np.nan); sS = np.full((N, M + PAD), np.nan)
+                for warp in range(8):  # phase 1: keys wk*32.., queries wh*32..
+                    wk, wh = warp >> 1, warp & 1
+                    key0 = n0 + wk*32; q0 = m0 + wh*32
+                    anyv = q0 < T and key0 <= min(q0 + 31, T - 1)
+                    s = np.zeros((2, 4, 32, 4)); dp = np.zeros((2, 4, 32, 4))
+                    if anyv:
+                        warp_mma_rows(s, sK, wk*32, q_s[wh*32:]); warp_mma_rows(dp, sV, wk*32, o_s[wh*32:])
+                    else:
+                        SKIPPED["dkdv"] += 1
+                    for ms in range(2):
+                        for rr in range(2):
+                            kr = wk*32 + ms*16 + g + rr*8
+                            first = tile_col(n0 + kr, m0, M); last = tile_col(T - 1, m0, M)
+                            for j in range(4):
                                 for e in range(2):
-                                    dk[key[L], kh, dt*8 + t[L]*2 + e] = dkacc[dt, L, rr*2 + e] * scale
-                                    dv[key[L], kh, dt*8 + t[L]*2 + e] = dvacc[dt, L, rr*2 + e]
+                                    qi = wh*32 + j*8 + t*2 + e
+                                    valid = (qi >= first) & (qi <= last)
+                                    pv = np.where(valid, np.exp2(s[ms, j, :, rr*2 + e] * scale * LOG2E - l_s[qi] * LOG2E),
+                                                  0.0)
+                                    ds = pv * (dp[ms, j, :, rr*2 + e] - d_s[qi])
+                                    sP[kr, qi] = store_t(pv); sS[kr, qi] = store_t(ds)
+                assert not np.isnan(sP[:, :M]).any() and not np.isnan(sS[:, :M]).any(), "P^T or dS^T not all written"
+                for warp in range(8):  # phase 2: keys wk*32.., head columns wh*HALF..
+                    wk, wh = warp >> 1, warp & 1
+                    warp_mma_rows_by_tile(dvacc[warp], sP, wk*32, o_s, wh*HALF)
+                    warp_mma_rows_by_tile(dkacc[warp], sS, wk*32, q_s, wh*HALF)
+            for warp in range(8):
+                wk, wh = warp >> 1, warp & 1
+                for ms in range(2):
+                    for rr in range(2):
+                        key = n0 + wk*32 + ms*16 + g + rr*8
+                        for L in range(32):
+                            if key[L] < T:
+                                for dt in range(HALF // 8):
+                                    for e in range(2):
+                                        col = wh*HALF + dt*8 + t[L]*2 + e
+                                        if col < k.shape[2]:  # store_rows: the d stored columns
+                                            dk[key[L], kh, col] = dkacc[warp, ms, dt, L, rr*2 + e] * scale
+                                            dv[key[L], kh, col] = dvacc[warp, ms, dt, L, rr*2 + e]
     return dk, dv
 
 # ---- flash_dq_kernel -----------------------------------------------------------------------------
@@ -346,11 +370,12 @@ def check_16bit_error_against_test_tolerances():
     # test_cuda_ops.cpp: forward max 4 eps; backward max 8 eps and dq l2 2 eps, eps the type's unit
     # roundoff (2^-8 for bf16, 2^-11 for f16: testing::tol). The kernels are the same for both
     # types; only the rounding of the inputs, of P and dS, and of the outputs differs.
-    global c_to_a
-    exact = c_to_a
+    global c_to_a, store_t
+    exact, exact_store = c_to_a, store_t
     try:
         for name, rnd, eps in [("bf16", bf16, 1 / 256), ("f16", f16, 1 / 2048)]:
             c_to_a = lambda c0, c1: rnd(exact(c0, c1))  # P and dS enter their GEMMs as the type
+            store_t = rnd  # also through shared memory (the dk/dv kernel)
             rng = np.random.default_rng(1)
             for (t, hq, hkv, hd) in [(130, 4, 2, 64), (70, 2, 1, 128), (70, 2, 1, 120)]:
                 q, k, v, dout = (rnd(rng.standard_normal(s)) for s in [(t, hq, hd), (t, hkv, hd), (t, hkv, hd),
@@ -368,7 +393,7 @@ def check_16bit_error_against_test_tolerances():
                     assert rel(a, b) < 4 * eps, (name, "backward max", g, rel(a, b) / eps)
                 assert rel_l2(dq, rdq) < eps, (name, "dq l2", rel_l2(dq, rdq) / eps)
     finally:
-        c_to_a = exact
+        c_to_a, store_t = exact, exact_store
 
 
 def cm_read(buf, rows, cols, ld):  # a column-major matrix as cuBLASLt reads it
