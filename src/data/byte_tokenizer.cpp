@@ -1,5 +1,6 @@
 // The byte-level tokenizer: every byte is its own token, followed by nanochat's special tokens.
 // Used until a BPE vocabulary is trained, and as the tokenizer of last resort (it never fails).
+#include "core/error.h"
 #include "data/tokenizer.h"
 
 namespace nanoddp::data {
@@ -22,9 +23,11 @@ class ByteTokenizer final : public Tokenizer {
     std::string out;
     out.reserve(ids.size());
     for (int32_t id : ids) {
-      if (id >= 0 && id < 256)
+      NANODDP_CHECK(id >= 0 && id < vocab_size(), "token id {} is outside the byte tokenizer's {} ids", id,
+                    vocab_size());
+      if (id < 256)
         out.push_back(static_cast<char>(id));
-      else if (id >= 256 && id < vocab_size())
+      else
         out += kNanochatSpecials[id - 256];
     }
     return out;

@@ -25,7 +25,8 @@ class ConversationLoader final : public BatchSource {
   LoaderState state() const override { return state_; }
   void set_state(const LoaderState& s) override { state_ = s; }
   int64_t units_per_epoch() const override { return units_; }
-  int64_t tokens_per_epoch() const override { return units_ * opts_.batch * opts_.seq; }
+  // The units every rank can take in lockstep (take_unit's drop_last).
+  int64_t tokens_per_epoch() const override { return units_ / opts_.world * opts_.world * opts_.batch * opts_.seq; }
   int64_t conversations() const { return static_cast<int64_t>(rendered_.size()); }
 
  private:

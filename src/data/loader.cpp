@@ -54,9 +54,16 @@ TokenLoader::TokenLoader(const std::string& dir, const std::string& split, const
     windows_ += std::max<int64_t>(0, (shards_.back().size() - 1) / opts.seq);
   }
   units_ = windows_ / opts.batch;
+  // A window never crosses a shard (llm.c's layout), so shards shorter than a window hold none.
+  int64_t short_shards = 0;
+  for (const auto& s : shards_) short_shards += s.size() < opts.seq + 1;
   NANODDP_CHECK(units_ >= opts.world, "the {} split of {} holds {} windows of {}+1 tokens: too few for {} rank(s) "
-                "with device_batch_size {}; use more data, a smaller --max_seq_len or --device_batch_size", split, dir,
-                windows_, opts.seq, opts.world, opts.batch);
+                "with device_batch_size {}; use more data, a smaller --max_seq_len or --device_batch_size{}", split,
+                dir, windows_, opts.seq, opts.world, opts.batch,
+                short_shards > 0 ? fmt::format(" ({} of its {} shards are shorter than one window, which never crosses "
+                                               "a shard: prepare it again with a larger --shard_tokens)",
+                                               short_shards, shards_.size())
+                                 : std::string());
 }
 
 void TokenLoader::prepare_order() {

@@ -75,7 +75,8 @@ class TokenLoader final : public BatchSource {
   LoaderState state() const override { return state_; }
   void set_state(const LoaderState& s) override { state_ = s; order_epoch_ = -1; }
   int64_t units_per_epoch() const override { return units_; }
-  int64_t tokens_per_epoch() const override { return units_ * opts_.batch * opts_.seq; }
+  // The tokens an epoch trains on: the units every rank can take in lockstep (take_unit's drop_last).
+  int64_t tokens_per_epoch() const override { return units_ / opts_.world * opts_.world * opts_.batch * opts_.seq; }
 
  private:
   void prepare_order();  // the unit order of state_.epoch

@@ -239,7 +239,8 @@ std::pair<int64_t, int64_t> split_at(const std::vector<std::string>& all, int64_
 
 PrepareStats prepare_staged(const PrepareOptions& opt) {
   NANODDP_CHECK(!opt.out.empty(), "--out is required: the directory to write the dataset into");
-  NANODDP_CHECK(opt.shard_tokens > 0 && opt.shard_tokens <= UINT32_MAX, "--shard_tokens {} must be in [1, 2^32)",
+  // llm.c reads a shard's token count as a signed 32-bit int.
+  NANODDP_CHECK(opt.shard_tokens > 0 && opt.shard_tokens <= INT32_MAX, "--shard_tokens {} must be in [1, 2^31)",
                 opt.shard_tokens);
   const bool by_files = !opt.val_input.empty();
   const bool by_fraction = opt.val_fraction != 0;

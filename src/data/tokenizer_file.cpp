@@ -147,6 +147,9 @@ BpeVocab read_tokenizer_file(const std::string& path) {
     std::string_view line(text.data() + pos, eol - pos);
     pos = eol + 1;
     line_no++;
+    // As tiktoken's loader (splitlines): a CRLF file reads the same, and blank lines are skipped.
+    if (line.ends_with('\r')) line.remove_suffix(1);
+    if (line.empty()) continue;
     auto where = [&] { return fmt::format("{}:{}", path, line_no); };  // formatted only for a message
     const size_t space = line.find(' ');
     NANODDP_CHECK(space != std::string_view::npos && line.find(' ', space + 1) == std::string_view::npos,

@@ -237,6 +237,9 @@ TEST_F(Cli, DataPrepareBadInputs) {
 TEST_F(Cli, DataPrepareBadValues) {
   const std::string docs = corpus("docs.jsonl", 10), out = path("dataset");
   expect_failure({"data", "prepare", "--input", docs, "--out", out, "--shard_tokens", "0"}, {"--shard_tokens"});
+  // llm.c reads a shard's token count as a signed 32-bit int.
+  expect_failure({"data", "prepare", "--input", docs, "--out", out, "--shard_tokens", "2147483648"},
+                 {"--shard_tokens", "2^31"});
   expect_failure({"data", "prepare", "--input", docs, "--out", out, "--val_every", "1"}, {"--val_every"});
   expect_failure({"data", "prepare", "--input", docs, "--out", out, "--threads", "-1"}, {"--threads"});
   expect_failure({"data", "prepare", "--input", docs, "--out", out, "--batch_bytes", "-5"}, {"--batch_bytes"});

@@ -188,6 +188,9 @@ TEST(Tokenizers, ByteTokenizerKeepsItsContract) {
   EXPECT_EQ(tok->encode(text).size(), text.size());
   EXPECT_EQ(tok->encode_with_specials(text, {}, true).back(), 256);
   EXPECT_THROW(load_tokenizer("no-such-tokenizer"), Error);
+  // An id outside the vocabulary is an error, as in the BPE tokenizers (was: dropped silently).
+  EXPECT_THROW(tok->decode(std::vector<int32_t>{104, 265}), Error);
+  EXPECT_THROW(tok->decode(std::vector<int32_t>{-1}), Error);
 }
 
 }  // namespace

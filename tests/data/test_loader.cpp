@@ -67,6 +67,8 @@ TEST_P(EpochCoverage, EveryRowOnceAndNoTokenTwice) {
   }
   const int64_t usable_units = 73 / world * world;
   EXPECT_EQ(total, usable_units * b * t);
+  // What --num_epochs counts: the epoch's tokens the ranks take in lockstep, not the dropped tail.
+  EXPECT_EQ(TokenLoader(dir.str(), "train", LoaderOptions{b, t, 0, world, shuffle, 5}).tokens_per_epoch(), total);
   if (!shuffle) {
     // In order, only the dropped tail of the epoch is missing: the inputs of every window.
     for (int64_t w = 0; w < usable_units * b; w++) {
@@ -147,6 +149,11 @@ TEST(Shards, BadFilesAreErrorsNamingTheFile) {
   EXPECT_THROW(TokenLoader(dir.str("empty"), "train", {1, 8, 0, 1, false, 0}), Error);
   EXPECT_THROW(TokenLoader(dir.str(), "val", {1, 8, 0, 1, false, 0}), Error);
   EXPECT_THROW(TokenLoader(dir.str(), "train", {20, 8, 0, 1, false, 0}), Error);  // too few windows
+  // Shards shorter than a window hold none (a window never crosses a shard): the error says so.
+  testing::ScratchDir small("shard_small");
+  write_counting_shards(small.str(), {50, 50, 50});
+  NANODDP_EXPECT_ERROR(TokenLoader(small.str(), "train", {1, 64, 0, 1, false, 0}), "3 of its 3 shards are shorter",
+                       "--shard_tokens");
 }
 
 TEST(Shards, ATokenOutsideTheVocabularyNamesTheShardAndTheRealVocabulary) {
