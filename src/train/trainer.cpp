@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <set>
 #include <vector>
@@ -505,8 +506,15 @@ void Trainer::restore(int64_t step) {
                     opts_.data, now.dump());
     }
   }
-  const bool same_sharding = saved_world == group_.size() &&
-                             meta.at("options").value("zero", 0) == static_cast<int>(opts_.zero);
+  // Under --zero 1|2 the buckets decide where a rank's piece of each AdamW state ends, so other
+  // bucket sizes read the pieces as resharding does. Under --zero 0 every rank saved the whole
+  // state (the same bytes), so resharding reads rank 0's file alone.
+  const nlohmann::json& saved_options = meta.at("options");
+  const int saved_zero = saved_options.value("zero", 0);
+  const bool same_buckets = saved_options.value("bucket_cap_mb", opts_.bucket_cap_mb) == opts_.bucket_cap_mb &&
+                            saved_options.value("first_bucket_mb", opts_.first_bucket_mb) == opts_.first_bucket_mb;
+  const bool same_sharding = saved_world == group_.size() && saved_zero == static_cast<int>(opts_.zero) &&
+                             (saved_zero == 0 || same_buckets);
   // A checkpoint whose files cannot be read (truncated by a full disk, overwritten, a missing
   // rank's file) fails naming the file, and says which earlier checkpoint the run can resume
   // instead; nothing is moved or deleted.
@@ -518,7 +526,7 @@ void Trainer::restore(int64_t step) {
     } else {
       std::vector<std::unique_ptr<SafetensorsFile>> files;
       std::vector<const SafetensorsFile*> views;
-      for (int r = 0; r < saved_world; r++) {
+      for (int r = 0; r < (saved_zero == 0 ? 1 : saved_world); r++) {
         files.push_back(std::make_unique<SafetensorsFile>(dir + "/" + CheckpointFiles::optimizer(r)));
         views.push_back(files.back().get());
       }
@@ -530,7 +538,7 @@ void Trainer::restore(int64_t step) {
   model_->refresh_compute_weights();
   if (!same_sharding)
     log::print0("resharded the optimizer state of {} rank(s) (--zero {}) onto {} (--zero {})", saved_world,
-                meta.at("options").value("zero", 0), group_.size(), opts_.zero);
+                saved_zero, group_.size(), opts_.zero);
   // Another --dtype may continue a run (the master weights and optimizer state are f32 in every
   // dtype), as a PyTorch run may change its autocast dtype; say so, since the run then no longer
   // follows the checkpoint's bits.
@@ -809,7 +817,21 @@ void Trainer::summarize(int64_t last_step, double train_seconds, double trained_
 }
 
 TrainResult Trainer::run() {
-  const int64_t resume = resume_step();
+  // Every rank looks for the checkpoint itself; they must agree, or one rank would restore while
+  // another starts fresh (a folder that is not shared, a save still in progress on another node).
+  int64_t resume = -1;
+  std::exception_ptr resume_error;
+  std::string found;
+  try {
+    resume = resume_step();
+    found = resume >= 0 ? fmt::format("step {}", resume) : "none";
+  } catch (const Error& e) {
+    resume_error = std::current_exception();
+    found = fmt::format("none ({})", e.what());
+  }
+  dist::check_consistent(group_, {{"the checkpoint to resume", found}}, "give every rank the same --out, on a "
+                         "file system they all see (or copy the checkpoints to every node)");
+  if (resume_error) std::rethrow_exception(resume_error);
   // --stop_at ends early without changing n, so the LR schedule stays the full run's.
   const int64_t n = plan_.num_iterations, stop = opts_.stop_at > 0 ? std::min(opts_.stop_at, n) : n;
   if (resume >= stop) {

@@ -335,6 +335,45 @@ TEST(Resharding, TwoRanksResumedOnOneEqualTheStraightRunBitForBit) {
   EXPECT_EQ(final_weights(straight.str(), 8), final_weights(split.str(), 8));
 }
 
+// --zero 0 (the default) saves the whole state on every rank; resuming it on another world size
+// reads one copy. Was: "covers 40960 of 20480 elements" (every rank's copy counted).
+TEST(Resharding, ReplicatedStateOfTwoRanksResumesOnOneBitForBit) {
+  ScratchDir straight("reshard_z0_straight"), split("reshard_z0_split");
+  auto flags = [](const std::string& out) { return train_flags(out, 4 * 32 * 2, 8); };
+  Proc a(launch(2, {}, flags(straight.str())));
+  ASSERT_EQ(a.wait_exit(120s), 0) << a.all();
+  auto first = flags(split.str());
+  first.insert(first.end(), {"--stop_at", "4"});
+  Proc b(launch(2, {}, first));
+  ASSERT_EQ(b.wait_exit(120s), 0) << b.all();
+  auto rest = flags(split.str());
+  rest.insert(rest.end(), {"--resume", "latest"});
+  Proc c(single(rest));
+  ASSERT_EQ(c.wait_exit(120s), 0) << c.all();
+  EXPECT_NE(c.all().find("resharded the optimizer state of 2 rank(s) (--zero 0)"), std::string::npos) << c.all();
+  auto la = losses(straight.str()), lb = losses(split.str());
+  ASSERT_EQ(lb.size(), 8u);
+  for (auto& [step, loss] : la) EXPECT_EQ(loss, lb[step]) << "step " << step;
+  EXPECT_EQ(final_weights(straight.str(), 8), final_weights(split.str(), 8));
+}
+
+// Under --zero 1 the buckets decide where each rank's piece of the AdamW state ends: other bucket
+// sizes on resume read the pieces as resharding does. Was: "tensor 'adamw.m.lm_head.weight@0' is
+// f32 [20480] but f32 [10240] was expected".
+TEST(Resharding, OtherBucketSizesUnderZeroOneResume) {
+  ScratchDir split("reshard_buckets");
+  auto first = train_flags(split.str(), 4 * 32 * 2, 6);
+  first.insert(first.end(), {"--zero", "1", "--stop_at", "3"});
+  Proc b(launch(2, {}, first));
+  ASSERT_EQ(b.wait_exit(120s), 0) << b.all();
+  auto rest = train_flags(split.str(), 4 * 32 * 2, 6);
+  rest.insert(rest.end(),
+              {"--zero", "1", "--resume", "latest", "--first_bucket_mb", "0.05", "--bucket_cap_mb", "0.05"});
+  Proc c(launch(2, {}, rest));
+  ASSERT_EQ(c.wait_exit(120s), 0) << c.all();
+  EXPECT_NE(c.all().find("resharded the optimizer state of 2 rank(s) (--zero 1)"), std::string::npos) << c.all();
+}
+
 TEST(Resharding, OneRankResumedOnThreeContinuesLikeTheStraightRun) {
   ScratchDir straight("reshard_3_straight"), split("reshard_3_split");
   auto flags = [](const std::string& out) { return train_flags(out, 4 * 32 * 3, 8); };
