@@ -212,7 +212,9 @@ DistEnv discover_environment(const EnvLookup& env) {
     d.world_size = int_var(env, "OMPI_COMM_WORLD_SIZE", 1, 1 << 24).value_or(1);
     d.local_rank = int_var(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0, 1 << 24).value_or(0);
     d.local_world_size = int_var(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, 1 << 24).value_or(1);
-    d.node_rank = int_var(env, "OMPI_COMM_WORLD_NODE_RANK", 0, 1 << 24).value_or(d.rank / d.local_world_size);
+    // Open MPI has no node number: OMPI_COMM_WORLD_NODE_RANK is the process's place on its node. With
+    // mpirun's default by-slot mapping the node is the rank over the processes per node.
+    d.node_rank = d.rank / d.local_world_size;
     read_master(env, d);
     check_ranks(d, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
     return d;

@@ -160,10 +160,11 @@ GlooGroup::GlooGroup(std::shared_ptr<Store> store, int rank, int size, GlooGroup
     PrefixStore rendezvous("gloo", state_->store);
     GlooStoreAdapter adapter(rendezvous);
     context->connectFullMesh(adapter, device);
-  } catch (const gloo::Exception& e) {
+  } catch (const std::exception& e) {  // gloo::Exception, and gloo::EnforceNotMet for malformed peers
     NANODDP_FAIL("gloo: rank {} could not connect to the other ranks within {:g} s ({}): check that every host can "
-                 "reach the others (this rank listens on {}) and that no firewall blocks them",
-                 rank, options_.timeout.count() / 1000.0, gloo_message_text(e.what()), state_->address);
+                 "reach the others (this rank listens on {}), that no firewall blocks them, and that every rank "
+                 "has the same WORLD_SIZE", rank, options_.timeout.count() / 1000.0, gloo_message_text(e.what()),
+                 state_->address);
   }
   state_->context = context;
   state_->watch = std::make_unique<CollectiveWatch>(std::make_shared<PrefixStore>("watch", state_->store), rank, size,

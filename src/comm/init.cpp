@@ -46,11 +46,33 @@ std::shared_ptr<Store> connect_store(const DistEnv& env, const DistOptions& opti
   client.port = env.master_port > 0 ? env.master_port : kDefaultMasterPort;
   client.connect_timeout = to_ms(options.rendezvous_timeout);
   client.timeout = to_ms(options.rendezvous_timeout);
+  // A request the store answers at once (the collective watch's heartbeats and its diagnosis)
+  // waits at most five heartbeat intervals, at least 5 s: when the rank hosting the store freezes,
+  // the others then report within the collective timeout and a few seconds instead of the
+  // client's default 120 s, deaf to SIGTERM meanwhile.
+  client.request_timeout =
+      std::max(milliseconds(5000), 5 * std::clamp(to_ms(options.collective_timeout) / 10, milliseconds(20),
+                                                   milliseconds(2000)));
   if (!agent_hosts_store() && env.rank == 0) {
     ctx.store_server = std::make_unique<TcpStoreServer>(TcpStoreServerOptions{"", client.port, store_token_from_env()});
     client.host = "127.0.0.1";  // the server listens on every interface, loopback included
   }
   return std::make_shared<TcpStore>(client);
+}
+
+// Every rank checks its WORLD_SIZE against rank 0's before a group connects: ranks that disagree
+// would wait for peers that never come, or hand Gloo addresses of another length ("bug in
+// nanoddp"). A rank with another WORLD_SIZE stops at once, naming both; rank 0 then times out
+// connecting, its message pointing here too.
+void agree_on_world_size(Store& store, const DistEnv& env) {
+  const std::string mine = std::to_string(env.world_size);
+  if (env.rank == 0) {
+    store.set_string("world_size", mine);
+    return;
+  }
+  const std::string rank0 = store.get_string("world_size");
+  NANODDP_CHECK(rank0 == mine, "WORLD_SIZE is {} on rank {} but {} on rank 0: start every rank with the same "
+                "WORLD_SIZE (`nanoddp run` sets it)", mine, env.rank, rank0);
 }
 
 }  // namespace
@@ -162,6 +184,7 @@ std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device
     } else {
       ctx->store = std::make_shared<PrefixStore>(attempt, connect_store(env, options, *ctx));
       ctx->store->set_timeout(to_ms(options.rendezvous_timeout));
+      agree_on_world_size(*ctx->store, env);
     }
     auto group_store = std::make_shared<PrefixStore>("pg0", ctx->store);
     if (ctx->backend == "gloo") {

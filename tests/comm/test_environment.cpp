@@ -54,12 +54,14 @@ TEST(Environment, TorchelasticRestartCountIsAccepted) {
 }
 
 TEST(Environment, OpenMpi) {
-  DistEnv d = discover_environment(fake({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                                         {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+  // OMPI_COMM_WORLD_NODE_RANK is the place on the node (here 0), not the node (was taken as it).
+  DistEnv d = discover_environment(fake({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                         {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                         {"OMPI_COMM_WORLD_NODE_RANK", "0"}}));
   EXPECT_EQ(d.launcher, Launcher::Mpirun);
-  EXPECT_EQ(d.rank, 3);
+  EXPECT_EQ(d.rank, 2);
   EXPECT_EQ(d.world_size, 4);
-  EXPECT_EQ(d.local_rank, 1);
+  EXPECT_EQ(d.local_rank, 0);
   EXPECT_EQ(d.local_world_size, 2);
   EXPECT_EQ(d.node_rank, 1);
   EXPECT_TRUE(d.master_addr.empty());  // mpirun gives no rendezvous address

@@ -102,6 +102,22 @@ TEST(MultiProcess, MismatchedArgumentsStopEveryRank) {
   EXPECT_NE(logs[2].find("rank 1 has settings that differ from rank 0's"), std::string::npos) << logs[2];
 }
 
+// A rank started with another WORLD_SIZE stops at once, naming both values. Was: "unexpected
+// gloo::EnforceNotMet ... this is likely a bug in nanoddp". (Rank 0 waits for the missing peers
+// until its connect timeout; it is not waited for here.)
+TEST(MultiProcess, AnotherWorldSizeOnOneRankIsNamed) {
+  const int port = free_port();
+  auto env = [&](int rank, int world) {
+    return std::map<std::string, std::string>{{"RANK", std::to_string(rank)},  {"WORLD_SIZE", std::to_string(world)},
+                                              {"MASTER_ADDR", "127.0.0.1"},   {"MASTER_PORT", std::to_string(port)},
+                                              {"NANODDP_TEST_TIMEOUT", "30"}};
+  };
+  auto rank0 = spawn({NANODDP_COMM_WORKER, "collectives", "gloo"}, env(0, 2));
+  auto rank1 = spawn({NANODDP_COMM_WORKER, "collectives", "gloo"}, env(1, 3));
+  EXPECT_EQ(exit_status(*rank1, 60s), 3) << rank1->all();
+  EXPECT_NE(rank1->all().find("WORLD_SIZE is 3 on rank 1 but 2 on rank 0"), std::string::npos) << rank1->all();
+}
+
 // Two network namespaces joined by a veth pair act as two hosts with their own addresses: the
 // ranks must find each other through MASTER_ADDR, with Gloo bound to the address that leads there
 // (not loopback). Needs root and `ip netns`; skipped with the reason otherwise.
