@@ -3,6 +3,7 @@
 // until <|assistant_end|>, printing it as it comes. --prompt TEXT answers once and exits (scripts).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -58,6 +59,10 @@ void add_chat_command(CLI::App& root) {
     auto model = train::load_model(dir, single_process_device(a.device), a.dtype);
     auto tok = train::load_checkpoint_tokenizer(dir, a.data);
     const int32_t end = tok->special_id("<|assistant_end|>");
+    // Room kept for the reply when old turns must go: --max_tokens, but at most half the context, so
+    // that a --max_tokens near the context does not forget every earlier turn on every turn (a reply
+    // may then be cut short by the context, as serve's may).
+    const int64_t context = model->config().max_seq_len, reserve = std::min<int64_t>(a.max_tokens, context / 2);
     data::Conversation conv;
     conv.where = "the chat";
     const bool once = !a.prompt.empty();
@@ -71,10 +76,23 @@ void add_chat_command(CLI::App& root) {
         if (!std::getline(std::cin, line) || line == "quit" || line == "exit") break;
         if (line.find_first_not_of(" \t") == std::string::npos) continue;
       }
-      conv.messages.push_back({"user", {{"text", line}}});
       // Room for the reply within the model's context: the oldest turns are forgotten when it is full.
+      // A message too long for the context is refused and the chat goes on (--prompt: an error).
+      data::Conversation next = conv;
+      next.messages.push_back({"user", {{"text", line}}});
       int64_t dropped = 0;
-      const auto prompt = fit_to_context(*tok, conv, a.max_tokens, model->config().max_seq_len, dropped);
+      std::vector<int32_t> prompt;
+      try {
+        prompt = fit_to_context(*tok, next, reserve, context, dropped);
+      } catch (const Error& e) {
+        if (once) throw;
+        fmt::print("({}: say it in fewer words)\n", e.what());
+        continue;
+      }
+      conv = std::move(next);
+      if (dropped > 0 && !once)
+        fmt::print("(the oldest {} message(s) no longer fit the model's context of {} tokens and are left out)\n",
+                   dropped, context);
       model::SampleOptions so;
       so.max_tokens = a.max_tokens;
       so.temperature = static_cast<float>(a.temperature);

@@ -88,6 +88,10 @@ void add_eval_command(CLI::App& root) {
     std::vector<double> sums{0, 0};
     for (size_t i = static_cast<size_t>(group.rank()); i < questions.size(); i += static_cast<size_t>(group.size())) {
       const auto prompt = data::render_for_completion(*tok, questions[i].conversation);
+      // A prompt that fills the context leaves no room for an answer: it would be scored as wrong.
+      NANODDP_CHECK(static_cast<int64_t>(prompt.size()) < model->config().max_seq_len, "question {} of {} is {} "
+                    "tokens, not shorter than the model's context of {}: shorten the task's questions", i + 1,
+                    a.task, prompt.size(), model->config().max_seq_len);
       for (int64_t k = 0; k < a.num_samples; k++) {
         model::SampleOptions so;
         so.max_tokens = a.max_tokens;

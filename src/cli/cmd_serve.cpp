@@ -203,6 +203,16 @@ void serve_jobs(JobQueue& queue, model::GPT& model, const data::Tokenizer& tok) 
   }
 }
 
+// Whether `req` declares a form-encoded body of at most `max` bytes (so a 413 is cpp-httplib's own
+// limit on such bodies, not --max_request_bytes).
+bool form_encoded_within(const httplib::Request& req, int64_t max) {
+  if (!req.get_header_value("Content-Type").starts_with("application/x-www-form-urlencoded")) return false;
+  const std::string length = req.get_header_value("Content-Length");
+  char* end = nullptr;
+  const long long n = std::strtoll(length.c_str(), &end, 10);
+  return !length.empty() && *end == '\0' && n >= 0 && n <= max;
+}
+
 // The routes, and JSON bodies for the errors cpp-httplib answers itself (404, 413, 400 for broken HTTP).
 void add_routes(httplib::Server& server, const ServeArgs& a, JobQueue& queue, const data::Tokenizer& tok,
                 int64_t context) {
@@ -249,6 +259,10 @@ void add_routes(httplib::Server& server, const ServeArgs& a, JobQueue& queue, co
     if (res.status == 404)
       reply_error(res, 404, fmt::format("no route {} {} (GET /, GET /health, POST /chat/completions)", req.method,
                                         req.path));
+    else if (res.status == 413 && form_encoded_within(req, max))
+      // cpp-httplib refuses form-encoded bodies over its own 8 KiB (curl -d's default type).
+      reply_error(res, 413, "form-encoded request bodies are limited to 8192 bytes: send the JSON with Content-Type: "
+                            "application/json (curl -H 'Content-Type: application/json')");
     else if (res.status == 413)
       reply_error(res, 413, fmt::format("the request body is larger than {} bytes (--max_request_bytes)", max));
     else

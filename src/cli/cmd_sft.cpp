@@ -63,8 +63,10 @@ void add_sft_command(CLI::App& root) {
   opts->total_batch_size = -1;
   opts->eval_every = -1;
   add_option_flags(*cmd, *opts);
-  // --data means conversation files here; the dataset (for the tokenizer) is the source's.
-  remove_flags(*cmd, {"--data", "--conversations", "--val_conversations", "--init_from", "--stage"});
+  // --data means conversation files here; the dataset (for the tokenizer) and the model's shape
+  // are the source's (take_source_model), so their flags would be ignored: they are not offered.
+  remove_flags(*cmd, {"--data", "--conversations", "--val_conversations", "--init_from", "--stage", "--depth",
+                      "--max_seq_len", "--aspect_ratio", "--head_dim", "--n_kv_head"});
   remove_flags(*cmd, kRlFlags);
   auto in = std::make_shared<SftInputs>();
   cmd->add_option("--source", in->source, "The checkpoint to fine-tune: a checkpoint directory or a run's --out")

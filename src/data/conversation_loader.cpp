@@ -1,6 +1,9 @@
 #include "data/conversation_loader.h"
 
+#include <algorithm>
 #include <numeric>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -17,6 +20,15 @@ ConversationLoader::ConversationLoader(const std::vector<std::string>& files, co
       rendered_.push_back(render_conversation(tok, c));
       tokens += static_cast<int64_t>(rendered_.back().ids.size());
     }
+  // Only the assistant's tokens are trained on (unless mask_all): conversations without any would
+  // train on nothing and report a loss of 0.
+  if (!mask_all) {
+    int64_t trained = 0;
+    for (const auto& r : rendered_) trained += std::count(r.mask.begin(), r.mask.end(), 1);
+    NANODDP_CHECK(trained > 0, "the {} conversation(s) of {} have no assistant tokens to train or evaluate on (only the "
+                  "assistant's turns are): give conversations with assistant turns, or --mask all", rendered_.size(),
+                  files.front() + (files.size() > 1 ? fmt::format(" and {} more file(s)", files.size() - 1) : ""));
+  }
   // The stream's length is the same every epoch (only the order changes), so the units are too.
   units_ = (tokens - 1) / opts.seq / opts.batch;
   NANODDP_CHECK(units_ >= opts.world, "{} conversations hold {} tokens: too few for {} rank(s) x {} rows of {} "

@@ -331,6 +331,14 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
   } else {
     loader_ = std::make_unique<data::ConversationLoader>(split_list(opts.conversations), *tokenizer_, lo,
                                                          opts.mask == "all");
+    // The validation conversations are read at each evaluation; read them once now as well, so that
+    // a file too small or without assistant turns stops the run before it trains, not after.
+    if (!opts.val_conversations.empty()) {
+      data::LoaderOptions val = lo;
+      val.shuffle = false;
+      val.seed = 0;
+      data::ConversationLoader(split_list(opts.val_conversations), *tokenizer_, val, opts.mask == "all");
+    }
   }
   if (plan_.num_iterations < 0) {
     const double steps = opts.num_epochs * static_cast<double>(loader_->tokens_per_epoch()) /

@@ -521,6 +521,12 @@ TEST_F(Cli, Sample) {
   expect_failure({"sample", "--checkpoint", run, "--dtype", "fp8"}, {"--dtype must be auto, fp32, bf16 or fp16"});
   expect_failure({"chat", "--checkpoint", run, "--prompt", "hi", "--dtype", "half"}, {"--dtype must be"});
   expect_failure({"eval", "--checkpoint", run, "--task", "arithmetic", "--dtype", "int8"}, {"--dtype must be"});
+  // A question that fills the model's context (16 tokens) has no room for an answer. Was: scored as
+  // wrong, accuracy 0 and exit 0.
+  expect_failure({"eval", "--checkpoint", run, "--task", "arithmetic", "--count", "2"},
+                 {"not shorter than the model's context of 16"});
+  // sft takes the model's shape from --source: the flags that would be ignored are not offered.
+  expect_failure({"sft", "--source", run, "--data", path("missing.jsonl"), "--depth", "3"}, {"--depth"});
   // A GPU asked for where there is none: the flag and what to check, not a CUDA runtime message.
   if (cuda_device_count() == 0) {
     expect_failure({"sample", "--checkpoint", run, "--device", "cuda"},

@@ -222,6 +222,22 @@ TEST(Serve, HealthPageAndErrors) {
   EXPECT_TRUE(complete(c, request("hi")).done);
 }
 
+// cpp-httplib refuses form-encoded bodies (curl -d's default type) over its own 8 KiB: the 413 says
+// to send JSON, not that --max_request_bytes (64 KiB) was passed. A JSON body of that size is read.
+TEST(Serve, AFormEncodedBodyOverEightKiBIsToldToSendJson) {
+  ScratchDir dir("serve_" + test_name());
+  Server s(make_checkpoint(dir), {});
+  ASSERT_GT(s.port, 0);
+  auto c = s.client();
+  const std::string body = request(std::string(9000, 'x'));
+  auto form = c.Post("/chat/completions", body, "application/x-www-form-urlencoded");
+  ASSERT_TRUE(form);
+  EXPECT_EQ(form->status, 413);
+  EXPECT_NE(json::parse(form->body)["error"].get<std::string>().find("Content-Type: application/json"),
+            std::string::npos) << form->body;
+  expect_error(c, body, 400, "longer than the model's context");
+}
+
 // The reference reply: the checkpoint loaded here and model::generate, as serve and chat do.
 std::vector<int32_t> reference_reply(const std::string& checkpoint, const std::string& message, int max_tokens) {
   const std::string dir = train::resolve_checkpoint(checkpoint);

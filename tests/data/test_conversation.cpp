@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "data/conversation.h"
+#include "data/conversation_loader.h"
 #include "test_util.h"
 
 namespace nanoddp::data {
@@ -94,6 +95,22 @@ class PlainBytes final : public Tokenizer {
   std::vector<int32_t> token_bytes() const override { return std::vector<int32_t>(256, 1); }
   std::vector<SpecialToken> special_tokens() const override { return {}; }
 };
+
+// Conversations without an assistant turn (a questions-only file given as --data or --val_data)
+// would train on nothing (loss 0) or evaluate to bpb 0: an error, unless --mask all trains on
+// every token.
+TEST(Conversation, FilesWithoutAssistantTokensAreRefusedUnlessMaskAll) {
+  testing::ScratchDir dir("conversations_no_assistant");
+  const std::string path = dir.str("q.jsonl");
+  {
+    std::ofstream out(path);
+    for (int i = 0; i < 40; i++) out << R"([{"role": "user", "content": "what is 12 + 30? and then some"}])" << "\n";
+  }
+  auto tok = make_byte_tokenizer();
+  const LoaderOptions lo{2, 16, 0, 1, false, 0};
+  NANODDP_EXPECT_ERROR(ConversationLoader({path}, *tok, lo, false), "no assistant tokens", "--mask all");
+  EXPECT_GT(ConversationLoader({path}, *tok, lo, true).units_per_epoch(), 0);
+}
 
 TEST(Conversation, ATokenizerWithoutTheSpecialTokensIsAClearError) {
   PlainBytes tok;

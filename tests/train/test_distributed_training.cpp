@@ -7,6 +7,7 @@
 //  - two hosts (network namespaces) train like two processes on one host;
 //  - bad input: mismatched flags across ranks, a batch the world size does not divide,
 //    a port in use, an unreachable master.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <cstdio>
 #include <netinet/in.h>
@@ -407,14 +408,17 @@ TEST(Resharding, OneRankResumedOnThreeContinuesLikeTheStraightRun) {
 // do: 2 ranks equal 1 rank with 2 accumulation steps, bit for bit.
 TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationStepsAndEvalCountsAlike) {
   ScratchDir base("sft_base"), one("sft_one"), two("sft_two"), tasks("sft_tasks");
-  Proc b(single(train_flags(base.str(), 4 * 32, 4)));
+  // A context of 128 tokens holds the arithmetic questions (97 tokens), so eval has room to answer.
+  auto base_flags = train_flags(base.str(), 4 * 128, 4);
+  base_flags.insert(base_flags.end(), {"--max_seq_len", "128"});
+  Proc b(single(base_flags));
   ASSERT_EQ(b.wait_exit(60s), 0) << b.all();
   const std::string convs = tasks.str("train.jsonl");
   Proc t(single({"task", "--name", "arithmetic", "--count", "60", "--out", convs}));
   ASSERT_EQ(t.wait_exit(60s), 0) << t.all();
   auto sft = [&](const std::string& out) {
     return std::vector<std::string>{"sft", "--source", base.str(), "--data", convs, "--out", out,
-                                    "--device_batch_size", "4", "--total_batch_size", std::to_string(4 * 32 * 2),
+                                    "--device_batch_size", "4", "--total_batch_size", std::to_string(4 * 128 * 2),
                                     "--num_iterations", "6", "--threads", "1", "--peak_flops", "1e9", "--timeout", "20"};
   };
   Proc a1(single(sft(one.str())));
@@ -472,9 +476,17 @@ TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationStepsAndEvalCountsAlike) {
   // chat --prompt answers once in chat format and exits; a message beyond the context is an error.
   Proc c(single({"chat", "--checkpoint", one.str(), "--prompt", "hi", "--max_tokens", "8", "--temperature", "0"}));
   EXPECT_EQ(c.wait_exit(60s), 0) << c.all();
-  Proc too_long(single({"chat", "--checkpoint", one.str(), "--prompt", std::string(100, 'x')}));
+  Proc too_long(single({"chat", "--checkpoint", one.str(), "--prompt", std::string(200, 'x')}));
   EXPECT_EQ(too_long.wait_exit(60s), 1) << too_long.all();
-  EXPECT_NE(too_long.err().find("longer than the model's context of 32"), std::string::npos) << too_long.err();
+  EXPECT_NE(too_long.err().find("longer than the model's context of 128"), std::string::npos) << too_long.err();
+  // Interactive: a message beyond the context is refused and the chat goes on to the next one.
+  Proc talk({"/bin/sh", "-c", fmt::format("printf '{}\\nhi\\nquit\\n' | '{}' chat --checkpoint '{}' --max_tokens 4 "
+                                          "--temperature 0", std::string(200, 'x'), testing::nanoddp_binary(),
+                                          one.str())});
+  EXPECT_EQ(talk.wait_exit(60s), 0) << talk.all();
+  EXPECT_NE(talk.out().find("say it in fewer words"), std::string::npos) << talk.out();
+  EXPECT_EQ(talk.out().find("say it in fewer words", talk.out().find("say it in fewer words") + 1), std::string::npos)
+      << "only the long message is refused: " << talk.out();
 }
 
 // --trace (issue 13 item 4): one Chrome-format file with both ranks, each with its compute phases

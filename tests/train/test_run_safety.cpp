@@ -121,6 +121,27 @@ TEST(RunFolder, AResumeKeepsTheEvaluationAtItsStep) {
   EXPECT_EQ(metrics_lines(out.str()).size(), evaluated.size() + trained.size());
 }
 
+// A validation file too small for one batch stops a chat-stage run before it trains. Was: found at
+// the final evaluation, after the last step, with no checkpoint saved.
+TEST(RunFolder, ATooSmallValidationFileStopsTheRunBeforeItTrains) {
+  testing::ScratchDir out("small_val");
+  const std::string train = out.str("train.jsonl"), val = out.str("val.jsonl");
+  {
+    std::ofstream t(train);
+    for (int i = 0; i < 60; i++)
+      t << R"([{"role": "user", "content": "what is 12 + 30?"}, {"role": "assistant", "content": "it is 42"}])"
+        << "\n";
+    std::ofstream(val) << R"([{"role": "user", "content": "1 + 1?"}, {"role": "assistant", "content": "2"}])" << "\n";
+  }
+  auto o = tiny(out.str("run"));
+  o.conversations = train;
+  o.val_conversations = val;
+  o.eval_every = -1;
+  o.num_iterations = 3;
+  NANODDP_EXPECT_ERROR(train_single(o), "too few");
+  EXPECT_FALSE(fs::exists(out.str("run/checkpoints"))) << "it trained first";
+}
+
 TEST(RunFolder, ALauncherRestartResumesOnlyItsOwnJobsRun) {
   testing::ScratchDir out("restart_job");
   auto o = tiny(out.str());
