@@ -181,37 +181,16 @@ __device__ __forceinline__ void warp_mma_registers_by_tile(float (&acc)[MS][D8][
   }
 }
 
-// acc[ms] += A_ms B^T for one warp, where A_ms is rows [a_row + 16 ms, + 16) of an [m][SD] shared
-// tile (the warp's MS m-tiles) and B rows [0, 8 N8) of an [n][SD] shared tile, over KSTEPS k-steps
-// of 16. Each B fragment read serves all MS m-tiles.
-template <int SD, int KSTEPS, int MS, int N8, typename T>
-__device__ __forceinline__ void warp_mma_rows(float (&acc)[MS][N8][4], const T* a, int a_row, const T* b, int lane) {
-  const uint32_t a_base = smem_addr(a_frag<SD>(a, a_row, 0, lane)), b_base = smem_addr(b_frag<SD>(b, 0, 0, lane));
-#pragma unroll
-  for (int kk = 0; kk < KSTEPS; kk++) {
-    uint32_t x[MS][4];
-#pragma unroll
-    for (int ms = 0; ms < MS; ms++) ldmatrix_x4(x[ms], a_base + uint32_t((ms * 16 * SD + kk * 16) * sizeof(T)));
-#pragma unroll
-    for (int np = 0; np < N8 / 2; np++) {
-      uint32_t y[4];
-      ldmatrix_x4(y, b_base + uint32_t((np * 16 * SD + kk * 16) * sizeof(T)));
-#pragma unroll
-      for (int ms = 0; ms < MS; ms++) {
-        mma<T>(acc[ms][2 * np], x[ms], y[0], y[1]);
-        mma<T>(acc[ms][2 * np + 1], x[ms], y[2], y[3]);
-      }
-    }
-  }
-}
-
-// acc[ms] += A_ms B for one warp, where A_ms is rows [a_row + 16 ms, + 16) of an [m][SA] shared
-// tile over its first 16 KSTEPS columns (the k dimension) and B the [k][SB] shared tile's columns
-// [b_col, b_col + 8 N8), read transposed. Each B fragment read serves all MS m-tiles.
-template <int SA, int SB, int KSTEPS, int MS, int N8, typename T>
-__device__ __forceinline__ void warp_mma_rows_by_tile(float (&acc)[MS][N8][4], const T* a, int a_row, const T* b,
-                                                      int b_col, int lane) {
-  const uint32_t a_base = smem_addr(a_frag<SA>(a, a_row, 0, lane)), b_base = smem_addr(bt_frag<SB>(b, 0, b_col, lane));
+// acc[ms] += A_ms B' for one warp, where A_ms is rows [a_row + 16 ms, + 16) of an [m][SA] shared
+// tile (the warp's MS m-tiles) over KSTEPS k-steps of 16 columns, and B' is either B^T for rows
+// [b_at, b_at + 8 N8) of an [n][SB] shared tile B (kTransB false: S = Q K^T) or the columns
+// [b_at, b_at + 8 N8) of a [k][SB] shared tile read transposed (kTransB true: dV += P^T dO). Each B
+// fragment read serves all MS m-tiles.
+template <bool kTransB, int SA, int SB, int KSTEPS, int MS, int N8, typename T>
+__device__ __forceinline__ void warp_mma_rows(float (&acc)[MS][N8][4], const T* a, int a_row, const T* b, int b_at,
+                                              int lane) {
+  const uint32_t a_base = smem_addr(a_frag<SA>(a, a_row, 0, lane));
+  const uint32_t b_base = smem_addr(kTransB ? bt_frag<SB>(b, 0, b_at, lane) : b_frag<SB>(b, b_at, 0, lane));
 #pragma unroll
   for (int kk = 0; kk < KSTEPS; kk++) {
     uint32_t x[MS][4];
@@ -220,7 +199,10 @@ __device__ __forceinline__ void warp_mma_rows_by_tile(float (&acc)[MS][N8][4], c
 #pragma unroll
     for (int np = 0; np < N8 / 2; np++) {
       uint32_t y[4];
-      ldmatrix_x4_trans(y, b_base + uint32_t((kk * 16 * SB + np * 16) * sizeof(T)));
+      if constexpr (kTransB)
+        ldmatrix_x4_trans(y, b_base + uint32_t((kk * 16 * SB + np * 16) * sizeof(T)));
+      else
+        ldmatrix_x4(y, b_base + uint32_t((np * 16 * SB + kk * 16) * sizeof(T)));
 #pragma unroll
       for (int ms = 0; ms < MS; ms++) {
         mma<T>(acc[ms][2 * np], x[ms], y[0], y[1]);
@@ -377,7 +359,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams<T> p)
 
     // S = Q K^T for this warp's 32 rows and the tile's 64 keys.
     float s[2][NT][4] = {};
-    if (active) warp_mma_rows<SD, KSTEPS, 2, NT>(s, sQ, warp * kFwdWarpRows, sK, lane);
+    if (active) warp_mma_rows<false, SD, SD, KSTEPS, 2, NT>(s, sQ, warp * kFwdWarpRows, sK, 0, lane);
     __syncthreads();  // every warp is done with K[nt]
     const bool more = nt + 1 < n_tiles;
     if (more) {
@@ -517,8 +499,8 @@ __global__ void __launch_bounds__(kKvThreads) flash_dkdv_kernel(BwdParams<T> p) 
     const bool any = q0 < p.t && key0 <= min(q0 + 31, p.t - 1);
     float s[2][4][4] = {}, dp[2][4][4] = {};
     if (any) {
-      warp_mma_rows<SD, KSTEPS, 2, 4>(s, sK, wk * 32, q_s + wh * 32 * SD, lane);
-      warp_mma_rows<SD, KSTEPS, 2, 4>(dp, sV, wk * 32, o_s + wh * 32 * SD, lane);
+      warp_mma_rows<false, SD, SD, KSTEPS, 2, 4>(s, sK, wk * 32, q_s, wh * 32, lane);
+      warp_mma_rows<false, SD, SD, KSTEPS, 2, 4>(dp, sV, wk * 32, o_s, wh * 32, lane);
     }
 #pragma unroll
     for (int ms = 0; ms < 2; ms++) {
@@ -546,8 +528,8 @@ __global__ void __launch_bounds__(kKvThreads) flash_dkdv_kernel(BwdParams<T> p) 
 
     // Phase 2: dV += P^T dO and dK += dS^T Q over the tile's 64 queries, for this warp's keys and
     // head columns.
-    warp_mma_rows_by_tile<kPS, SD, kKvM / 16, 2, H8>(dv, sP, wk * 32, o_s, wh * HALF, lane);
-    warp_mma_rows_by_tile<kPS, SD, kKvM / 16, 2, H8>(dk, sS, wk * 32, q_s, wh * HALF, lane);
+    warp_mma_rows<true, kPS, SD, kKvM / 16, 2, H8>(dv, sP, wk * 32, o_s, wh * HALF, lane);
+    warp_mma_rows<true, kPS, SD, kKvM / 16, 2, H8>(dk, sS, wk * 32, q_s, wh * HALF, lane);
   }
 
 #pragma unroll
@@ -624,8 +606,8 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams<T> p) {
 
     // S = Q K^T and dP = dO V^T for this warp's 32 queries and the tile's 32 keys.
     float s[2][NT][4] = {}, dpv[2][NT][4] = {};
-    warp_mma_rows<SD, KSTEPS, 2, NT>(s, sQ, warp * kQWarpRows, k_s, lane);
-    warp_mma_rows<SD, KSTEPS, 2, NT>(dpv, sO, warp * kQWarpRows, v_s, lane);
+    warp_mma_rows<false, SD, SD, KSTEPS, 2, NT>(s, sQ, warp * kQWarpRows, k_s, 0, lane);
+    warp_mma_rows<false, SD, SD, KSTEPS, 2, NT>(dpv, sO, warp * kQWarpRows, v_s, 0, lane);
     // dS = P (dP - delta) on the causal triangle, into s. Visible keys of row w0 + 16 ms + g + 8 rr:
     // tile columns 0 ..= last (none for a row past the end).
 #pragma unroll

@@ -181,7 +181,7 @@ def forward(q, k, v, kv_len, scale):
 # ---- flash_dkdv_kernel (Note [dk/dv in two phases]) ---------------------------------------------
 def store_t(x): return x  # a value stored to shared memory as T (pack2); the 16-bit check rounds it
 
-def warp_mma_rows_by_tile(acc, a_tile, a_row, b_tile, b_col):  # acc [MS, N8, 32, 4] += A_ms B[:, b_col..]
+def warp_mma_rows_by_tile(acc, a_tile, a_row, b_tile, b_col):  # warp_mma_rows<true>: += A_ms B[:, b_col..]
     MS, N8 = acc.shape[0], acc.shape[1]
     for kk in range(acc_k_steps(a_tile)):
         x = [ldm(a_tile, *a_frag(a_row + ms*16, kk*16), False) for ms in range(MS)]
