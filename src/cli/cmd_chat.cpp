@@ -99,10 +99,11 @@ void add_chat_command(CLI::App& root) {
       so.top_k = a.top_k;
       so.seed = a.seed + turn++;
       so.stop_token = end;
+      so.also_stop = tok->bos_id();
       if (!once) fmt::print("assistant> ");
       TextStream reply(*tok);
       model::generate(*model, prompt, so, [&](int32_t id) {
-        if (id != end) reply.add(id);
+        if (!so.stops(id)) reply.add(id);
       });
       const std::string text = reply.finish();
       conv.messages.push_back({"assistant", {{"text", text.empty() ? " " : text}}});

@@ -100,8 +100,9 @@ void add_eval_command(CLI::App& root) {
         // One stream per (problem, sample): the result does not depend on which rank draws it.
         so.seed = a.seed ^ (0x9E3779B97F4A7C15ull * (i * static_cast<uint64_t>(a.num_samples) + k + 1));
         so.stop_token = end;
+        so.also_stop = tok->bos_id();
         auto ids = model::generate(*model, prompt, so);
-        if (!ids.empty() && ids.back() == end) ids.pop_back();
+        if (!ids.empty() && so.stops(ids.back())) ids.pop_back();
         sums[0] += data::answer_is_correct(tok->decode(ids), questions[i].answer) ? 1 : 0;
         sums[1] += 1;
       }

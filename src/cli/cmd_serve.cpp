@@ -166,6 +166,7 @@ std::shared_ptr<ServeJob> parse_request(const std::string& body, const ServeArgs
   data::Conversation conv = data::parse_conversation(body, "the request");
   job->prompt = fit_to_context(tok, conv, job->options.max_tokens, context, job->dropped_messages);
   job->options.stop_token = tok.special_id("<|assistant_end|>");
+  job->options.also_stop = tok.bos_id();
   return job;
 }
 
@@ -185,7 +186,7 @@ void serve_jobs(JobQueue& queue, model::GPT& model, const data::Tokenizer& tok) 
     try {
       model::generate(model, job->prompt, job->options, [&](int32_t id) {
         if (job->cancelled() || queue.stopping()) throw Abandoned{};
-        if (id == job->options.stop_token) return;
+        if (job->options.stops(id)) return;
         if (std::string piece = text.add(id); !piece.empty()) job->push(sse_event({{"token", piece}}));
       });
       if (std::string rest = text.finish(); !rest.empty()) job->push(sse_event({{"token", rest}}));

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/option_flags.h"
 #include "core/error.h"
+#include "model/config.h"
 #include "train/checkpoint.h"
 
 namespace nanoddp::cli {
@@ -34,15 +35,30 @@ struct SftInputs {
 void take_source_model(train::TrainOptions& o, const std::string& source) {
   const std::string dir = train::resolve_checkpoint(source);
   const nlohmann::json meta = train::read_checkpoint_meta(dir);
-  NANODDP_CHECK(meta.contains("data_dir") && meta.contains("options"), "--source {}: its meta.json lacks the dataset "
-                "and options it was trained with; start from a checkpoint written by `nanoddp train`, `sft` or `rl`",
-                dir);
-  const auto& src = meta.at("options");
-  o.depth = src.at("depth");
-  o.aspect_ratio = src.at("aspect_ratio");
-  o.head_dim = src.at("head_dim");
-  o.n_kv_head = src.at("n_kv_head");
-  o.max_seq_len = src.at("max_seq_len");
+  NANODDP_CHECK(meta.contains("data_dir"), "--source {}: its meta.json names no dataset (for the tokenizer); start "
+                "from a checkpoint written by `nanoddp train`, `sft` or `rl`, or by `nanoddp import --data DIR`", dir);
+  if (meta.contains("options")) {
+    const auto& src = meta.at("options");
+    o.depth = src.at("depth");
+    o.aspect_ratio = src.at("aspect_ratio");
+    o.head_dim = src.at("head_dim");
+    o.n_kv_head = src.at("n_kv_head");
+    o.max_seq_len = src.at("max_seq_len");
+  } else {
+    // `nanoddp import` (nanochat's weights, say): the shape flags that give its model_config back,
+    // --depth layers of depth x --aspect_ratio wide, in heads of --head_dim.
+    NANODDP_CHECK(meta.contains("model_config"), "--source {}: its meta.json has neither the options it was trained "
+                  "with nor a model_config", dir);
+    const model::GPTConfig c = model::GPTConfig::from_json(meta.at("model_config"));
+    NANODDP_CHECK(c.n_layer > 0 && c.n_head > 0 && c.n_embd % c.n_layer == 0 && c.n_embd % c.n_head == 0, "--source "
+                  "{}: a model {} wide with {} layers and {} heads is not one that --depth and --aspect_ratio make "
+                  "(the width must be a multiple of the depth)", dir, c.n_embd, c.n_layer, c.n_head);
+    o.depth = c.n_layer;
+    o.aspect_ratio = c.n_embd / c.n_layer;
+    o.head_dim = c.n_embd / c.n_head;
+    o.n_kv_head = c.n_kv_head;
+    o.max_seq_len = c.max_seq_len;
+  }
   o.data = meta.at("data_dir");
   o.init_from = dir;
 }

@@ -42,7 +42,7 @@ std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, co
     int32_t next = sample_token(logits.data<float>(), vocab, opts.temperature, opts.top_k, rng);
     out.push_back(next);
     if (on_token) on_token(next);
-    if (next == opts.stop_token) break;
+    if (opts.stops(next)) break;
     ids = Tensor::empty({1, 1}, DType::I32);
     ids.data<int32_t>()[0] = next;
   }
@@ -75,7 +75,7 @@ std::vector<std::vector<int32_t>> generate_batch(GPT& model, const std::vector<i
       if (!done[i]) {
         next = sample_token(row, vocab, opts.temperature, opts.top_k, rngs[i]);
         out[i].push_back(next);
-        done[i] = next == opts.stop_token || static_cast<int64_t>(out[i].size()) >= opts.max_tokens;
+        done[i] = opts.stops(next) || static_cast<int64_t>(out[i].size()) >= opts.max_tokens;
         running += done[i] ? 0 : 1;
       }
       // A finished row is fed a placeholder whose output nobody reads; the rows stay one batch.

@@ -17,6 +17,8 @@ struct SampleOptions {
   int64_t top_k = 0;         // 0 = the whole vocabulary
   uint64_t seed = 42;
   int32_t stop_token = -1;   // generation ends after emitting this id (e.g. <|bos|>); -1 = none
+  int32_t also_stop = -1;    // a second such id: nanochat ends a reply at <|assistant_end|> or <|bos|>
+  bool stops(int32_t id) const { return id >= 0 && (id == stop_token || id == also_stop); }
 };
 
 // Continues `prompt` (at least one id); calls on_token for each new id as it is produced and
@@ -26,7 +28,7 @@ std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, co
 
 // Continues `prompt` once per seed, batched: the prompt runs once, its KV cache is replicated to
 // seeds.size() rows, and each step samples every unfinished row from its own stream (row i draws
-// as generate() with seed seeds[i] would). A row ends at stop_token (kept) or max_tokens. This is
+// as generate() with seed seeds[i] would). A row ends at a stop id (kept) or max_tokens. This is
 // what RL's N samples per question cost: one forward of N rows per token instead of N forwards.
 std::vector<std::vector<int32_t>> generate_batch(GPT& model, const std::vector<int32_t>& prompt,
                                                  const std::vector<uint64_t>& seeds, const SampleOptions& opts);

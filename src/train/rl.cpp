@@ -92,7 +92,7 @@ RlStepStats rl_forward_backward(model::GPT& model, ddp::Reducer& reducer, const 
     std::vector<uint64_t> seeds;
     for (int64_t i = 0; i < s.num_samples; i++) seeds.push_back(sample_seed(s.seed, draw, i, s.num_samples));
     model::SampleOptions so{.max_tokens = s.max_new_tokens, .temperature = s.temperature, .top_k = s.top_k,
-                            .seed = 0, .stop_token = end};
+                            .seed = 0, .stop_token = end, .also_stop = tok.bos_id()};
     Stopwatch sw;
     trace::Scope traced("sample");
     const auto completions = model::generate_batch(model, prompt, seeds, so);
@@ -103,7 +103,7 @@ RlStepStats rl_forward_backward(model::GPT& model, ddp::Reducer& reducer, const 
     int64_t question_tokens = 0;
     for (const auto& c : completions) {
       std::vector<int32_t> text_ids = c;
-      if (!text_ids.empty() && text_ids.back() == end) text_ids.pop_back();
+      if (!text_ids.empty() && so.stops(text_ids.back())) text_ids.pop_back();
       rewards.push_back(data::answer_is_correct(tok.decode(text_ids), question.answer) ? 1.0 : 0.0);
       rows.push_back(make_row(prompt, c));
       question_tokens += rows.back().valid;

@@ -496,6 +496,20 @@ TEST_F(Cli, ImportRefusesDatasetOfAnotherVocabulary) {
   expect_success({"import", "--input", input, "--out", out, "--data", same});
   expect_success({"import", "--input", model_file("bare.safetensors", true), "--out", path("imported_bare"), "--data",
                   same, "--max_seq_len", "16"});
+  // An imported model (nanochat's weights, say) is fine-tuned with sft: its shape flags come from
+  // its model_config. Was: "its meta.json lacks the dataset and options".
+  const std::string convs = path("convs.jsonl");
+  {
+    std::ofstream out(convs);
+    for (int i = 0; i < 40; i++) out << R"([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])"
+                                     << "\n";
+  }
+  expect_success({"sft", "--source", out, "--data", convs, "--out", path("sft"), "--device_batch_size", "2",
+                  "--num_iterations", "2", "--threads", "1"});
+  EXPECT_TRUE(fs::exists(path("sft/checkpoints/step_000002/DONE")));
+  // Without the dataset at import, the message says how to give it.
+  expect_failure({"sft", "--source", checkpoint("no_data"), "--data", convs, "--out", path("sft2")},
+                 {"import --data"});
 }
 
 // Regression: import wrote a meta.json without world_size, which `train --resume` then reported as

@@ -240,6 +240,19 @@ TEST(Sampling, BatchedSamplesEqualOneByOneWithTheSameSeeds) {
   }
   EXPECT_GT(distinct, 0u) << "the seeds should give different samples";
   for (const auto& row : batched) EXPECT_LE(row.size(), 9u);
+  // also_stop ends a row as stop_token does (nanochat stops a reply at <|assistant_end|> or
+  // <|bos|>): with the first sampled id of each row as also_stop, every row is that one id.
+  for (size_t i = 0; i < seeds.size(); i++) {
+    so.seed = seeds[i];
+    model::SampleOptions first = so;
+    first.stop_token = -1;
+    first.also_stop = batched[i].front();
+    EXPECT_EQ(model::generate(gpt, prompt, first), std::vector<int32_t>{batched[i].front()}) << "sample " << i;
+  }
+  model::SampleOptions row0 = so;
+  row0.also_stop = batched[0].front();
+  const auto stopped = model::generate_batch(gpt, prompt, seeds, row0);
+  EXPECT_EQ(stopped[0], std::vector<int32_t>{batched[0].front()});
   // As generate(): a prompt that fills the context (16) gets one token, a longer one none.
   EXPECT_EQ(model::generate_batch(gpt, std::vector<int32_t>(16, 1), seeds, so)[2].size(), 1u);
   EXPECT_TRUE(model::generate_batch(gpt, std::vector<int32_t>(17, 1), seeds, so)[0].empty());
