@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
        partial = false;
   int lines = 0, err_lines = 0, exit_rank = -1, exit_code = 0, signal_rank = -1, signal_number = SIGKILL;
   int fail_rank = -1, fail_until_restart = 0;
-  double sleep_s = 0;
+  double sleep_s = 0, fail_delay_s = 0;
   app.add_flag("--env", print_env, "print the launcher's variables");
   app.add_flag("--pid", print_pid, "print this process's pid");
   app.add_flag("--spawn_child", spawn_child, "fork a child that sleeps forever and print its pid");
@@ -73,6 +73,8 @@ int main(int argc, char** argv) {
   app.add_option("--signal", signal_number, "signal for --signal_rank");
   app.add_option("--fail_rank", fail_rank, "the rank that --fail_until_restart applies to (-1: every rank)");
   app.add_option("--fail_until_restart", fail_until_restart, "exit 1 while NANODDP_RESTART_COUNT is below this");
+  app.add_option("--fail_delay", fail_delay_s, "seconds to wait before --fail_until_restart fails (so that every "
+                 "other rank has started, its --ignore_term in place)");
   app.add_option("--sleep", sleep_s, "seconds to sleep before exiting 0");
   CLI11_PARSE(app, argc, argv);
 
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
   }
   if (use_store) store_exchange(rank, world, restart);
   if (fail_until_restart > 0 && (fail_rank < 0 || fail_rank == rank) && restart < fail_until_restart) {
+    if (fail_delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(fail_delay_s));
     say("failing on restart " + std::to_string(restart));
     return 1;
   }

@@ -326,9 +326,11 @@ TEST(Launcher, SigintReachesTheWorkersAsSigint) {
 // stopped again.
 TEST(Launcher, ASignalWhileStoppingAFailedAttemptPreventsTheRestart) {
   Proc p(launch({"--standalone", "--nproc_per_node", "2", "--max_restarts", "3", "--stop_timeout", "30"},
-                {"--ignore_term", "--fail_rank", "1", "--fail_until_restart", "5", "--sleep", "60"}));
+                {"--ignore_term", "--fail_rank", "1", "--fail_until_restart", "5", "--fail_delay", "1", "--sleep",
+                 "60"}));
+  // Rank 1 fails 1 s in, when rank 0 surely ignores SIGTERM: the launcher then waits up to 30 s.
   ASSERT_TRUE(p.wait_for_text("failing on restart 0")) << p.all();
-  std::this_thread::sleep_for(1s);  // rank 0 ignores the SIGTERM: the launcher waits up to 30 s
+  std::this_thread::sleep_for(1s);
   ::kill(p.pid(), SIGINT);
   ASSERT_EQ(p.wait_exit(20s), 130) << p.all();
   EXPECT_EQ(p.err().find("restarting every worker"), std::string::npos) << p.err();
