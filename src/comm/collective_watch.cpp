@@ -42,7 +42,7 @@ CollectiveWatch::CollectiveWatch(std::shared_ptr<Store> store, int rank, int siz
     : store_(std::move(store)),
       rank_(rank),
       size_(size),
-      interval_(std::clamp(collective_timeout / 10, milliseconds(20), milliseconds(2000))) {
+      interval_(heartbeat_interval_for(collective_timeout)) {
   publish();
   thread_ = std::thread([this] { heartbeat_loop(); });
 }

@@ -12,6 +12,7 @@
 // different code path). If every rank had reached the collective, the fault is in the network.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -23,6 +24,13 @@
 #include "rendezvous/store.h"
 
 namespace nanoddp::dist {
+
+// The heartbeat interval for a collective timeout: a tenth of it, between 20 ms and 2 s. The store's
+// request timeout and its linger after the job (init.cpp) are counted in these intervals too.
+inline std::chrono::milliseconds heartbeat_interval_for(std::chrono::milliseconds collective_timeout) {
+  using std::chrono::milliseconds;
+  return std::clamp(collective_timeout / 10, milliseconds(20), milliseconds(2000));
+}
 
 class CollectiveWatch {
  public:

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "comm/collective_watch.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "rendezvous/hash_store.h"
@@ -51,8 +52,7 @@ std::shared_ptr<Store> connect_store(const DistEnv& env, const DistOptions& opti
   // the others then report within the collective timeout and a few seconds instead of the
   // client's default 120 s, deaf to SIGTERM meanwhile.
   client.request_timeout =
-      std::max(milliseconds(5000), 5 * std::clamp(to_ms(options.collective_timeout) / 10, milliseconds(20),
-                                                   milliseconds(2000)));
+      std::max(milliseconds(5000), 5 * heartbeat_interval_for(to_ms(options.collective_timeout)));
   if (!agent_hosts_store() && env.rank == 0) {
     ctx.store_server = std::make_unique<TcpStoreServer>(TcpStoreServerOptions{"", client.port, store_token_from_env()});
     client.host = "127.0.0.1";  // the server listens on every interface, loopback included
@@ -143,9 +143,9 @@ std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device
   NANODDP_CHECK(options.collective_timeout > 0 && options.rendezvous_timeout > 0,
                 "collective_timeout and rendezvous_timeout must be positive");
   const milliseconds timeout = to_ms(options.collective_timeout);
-  // Five heartbeat intervals (collective_watch.h: timeout / 10, at most 2 s): longer than another
-  // rank's diagnosis takes after its own timeout (Note [store linger]).
-  ctx->store_linger = 5 * std::clamp(timeout / 10, milliseconds(20), milliseconds(2000));
+  // Five heartbeat intervals: longer than another rank's diagnosis takes after its own timeout
+  // (Note [store linger]).
+  ctx->store_linger = 5 * heartbeat_interval_for(timeout);
   const std::string attempt = fmt::format("attempt{}", env.restart_count);
 
   // One process needs no process group, so none is set up unless --backend nccl asks for NCCL's

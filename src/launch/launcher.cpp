@@ -58,11 +58,6 @@ struct WorkersRunning {
   ~WorkersRunning() { LauncherSignals::set_workers_running(false); }
 };
 
-std::string signal_name(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
-}
-
 // This node's workers for one attempt: identity, environment and log file of each.
 std::vector<WorkerSpec> make_specs(const LaunchPlan& plan, const Membership& m, int attempt, int store_port) {
   std::vector<std::string> base;

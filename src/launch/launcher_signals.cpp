@@ -12,6 +12,11 @@
 
 namespace nanoddp::dist {
 
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
+}
+
 namespace {
 
 // Written by the handlers, read by the loop. Lock-free atomics are async-signal-safe.

@@ -8,7 +8,12 @@
 // loop handles them (stop the workers, then exit).
 #pragma once
 
+#include <string>
+
 namespace nanoddp::dist {
+
+// "SIGTERM", "SIGINT", ...; "signal N" for a number without a name.
+std::string signal_name(int sig);
 
 class LauncherSignals {
  public:

@@ -216,7 +216,7 @@ void WorkerGroup::stop(milliseconds grace, int sig) {
   if (left > 0)
     launcher_say(fmt::format("{} worker(s) still running {:.1f} s after {}; sending SIGKILL", left,
                              std::chrono::duration<double>(Clock::now() - start).count(),
-                             sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : fmt::format("signal {}", sig)));
+                             signal_name(sig)));
   signal_all(SIGKILL);
   auto kill_deadline = Clock::now() + std::chrono::seconds(30);
   while (any_running() && Clock::now() < kill_deadline) pump(milliseconds(50));

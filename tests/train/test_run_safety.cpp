@@ -78,9 +78,7 @@ TEST(RunFolder, RotationDeletesOnlyThisRunsCheckpoints) {
 // and deleted the step 5 just saved (exit 0), and --resume latest went back to step 6.
 TEST(RunFolder, ResumingAnEarlierStepSetsTheLaterOnesAside) {
   testing::ScratchDir out("resume_earlier");
-  auto o = tiny(out.str());
-  o.num_iterations = 6;
-  o.save_every = 2;
+  auto o = tiny_saving(out.str(), 6, 2);
   o.keep_last = 2;
   train_single(o);  // keeps steps 4 and 6
   o.resume = "4";
@@ -248,9 +246,7 @@ TEST(Options, AModelThatCannotFitIsRefusedUpFront) {
 
 TEST(Failure, ANonFiniteLossStopsTheRunBeforeACheckpoint) {
   testing::ScratchDir out("nan_loss");
-  auto o = tiny(out.str());
-  o.num_iterations = 6;
-  o.save_every = 1;
+  auto o = tiny_saving(out.str(), 6, 1);
   o.stop_at = 2;
   train_single(o);
   // One NaN in the checkpoint's weights (a bad disk, a diverged earlier run): was trained on to

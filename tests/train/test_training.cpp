@@ -244,9 +244,7 @@ TEST(ReducedPrecision, Bf16WithoutBf16InstructionsWidensItsGemmsAndSaysSo) {
 
 TEST(Checkpoints, IncompleteOnesAreIgnoredAndOldOnesPruned) {
   testing::ScratchDir out("checkpoints_prune");
-  auto o = tiny(out.str());
-  o.num_iterations = 8;
-  o.save_every = 2;
+  auto o = tiny_saving(out.str(), 8, 2);
   o.keep_last = 2;
   train_single(o);
   std::vector<std::string> dirs;
@@ -276,9 +274,7 @@ TEST(Checkpoints, CorruptFilesAreClearErrors) {
 // A checkpoint that cannot be read points to the one before it, which then resumes.
 TEST(Checkpoints, AnUnreadableOneNamesTheOneBefore) {
   testing::ScratchDir out("checkpoints_unreadable");
-  auto o = tiny(out.str());
-  o.num_iterations = 6;
-  o.save_every = 2;
+  auto o = tiny_saving(out.str(), 6, 2);
   o.stop_at = 4;
   train_single(o);
   const std::string optim = out.str("checkpoints/step_000004/optim_rank0.safetensors");
@@ -296,9 +292,7 @@ TEST(Checkpoints, AnUnreadableOneNamesTheOneBefore) {
 // would have thrown away the optimizer state and data position.
 TEST(Checkpoints, ABrokenMetaNamesTheOneBefore) {
   testing::ScratchDir out("checkpoints_broken_meta");
-  auto o = tiny(out.str());
-  o.num_iterations = 6;
-  o.save_every = 2;
+  auto o = tiny_saving(out.str(), 6, 2);
   o.stop_at = 4;
   train_single(o);
   o.stop_at = -1;

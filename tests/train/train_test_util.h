@@ -44,6 +44,14 @@ inline train::TrainOptions tiny(const std::string& out) {
   return o;
 }
 
+// The tiny run, `iterations` steps long, saving a checkpoint every `save_every` steps.
+inline train::TrainOptions tiny_saving(const std::string& out, int64_t iterations, int64_t save_every) {
+  auto o = tiny(out);
+  o.num_iterations = iterations;
+  o.save_every = save_every;
+  return o;
+}
+
 inline train::TrainResult train_single(const train::TrainOptions& o) {
   auto group = dist::make_single_rank_group(Device::cpu());
   return train::run_training(o, *group, Device::cpu());
