@@ -11,8 +11,10 @@
 // a multiple of the world size W and rank r owns elements [r S, (r + 1) S), S = padded / W.
 // AdamW is elementwise, so any slice of any parameter can be owned. Muon needs whole matrices
 // (Newton-Schulz works on the full matrix): its parameters are grouped by shape and each bucket
-// holds W matrices of one shape, one slot per rank (missing slots at the end are zero padding).
-// That is nanochat's DistMuon ownership, expressed as a bucket layout.
+// holds W matrices of one shape, one slot per rank (missing slots are zero padding). That is
+// nanochat's DistMuon ownership, expressed as a bucket layout, except that the slots go round
+// across buckets so that a shape's leftover matrices (fewer than W) fall on other ranks than the
+// previous shape's: every rank owns the same number of matrices, give or take one.
 #pragma once
 
 #include <cstdint>

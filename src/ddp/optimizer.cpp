@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "comm/consistency.h"
 #include "core/error.h"
@@ -13,7 +14,7 @@ namespace nanoddp::ddp {
 namespace {
 
 bool uses_muon(const OptimizerConfig& cfg, const model::Parameter& p) {
-  return cfg.optimizer == "muon" && p.kind == model::ParamKind::Matrix;
+  return cfg.optimizer == "muon" && is_muon_matrix(p);
 }
 
 // The sum of squares of each region, all computed before one read-back: on a GPU one host
@@ -39,6 +40,19 @@ Optimizer::Optimizer(model::ParameterSet& model, Reducer& reducer, const Optimiz
   const auto& layout = reducer.layout();
   const int rank = reducer.group().rank(), world = reducer.group().size();
   const Device dev = params[0].data.device();
+  // Muon updates whole matrices, so under sharding each must lie in one rank's shard. Checked for
+  // every rank's shard, so that all ranks stop here together rather than two of them.
+  if (reducer.sharded() && cfg.optimizer == "muon")
+    for (const Bucket& b : layout.buckets)
+      for (const BucketEntry& e : b.entries) {
+        if (!uses_muon(cfg, params[e.param])) continue;
+        const int r = static_cast<int>(std::min<int64_t>(world - 1, e.offset / std::max<int64_t>(1, b.numel / world)));
+        NANODDP_CHECK(e.numel == 0 || (b.shard_begin(r, world) <= e.offset &&
+                                       e.offset + e.numel <= b.shard_end(r, world)),
+                      "Muon matrix {} is split across the ranks' shards: build the Reducer with "
+                      "ReducerOptions::whole_matrices = true when the optimizer is muon and --zero is 1 or 2",
+                      params[e.param].name);
+      }
   for (size_t bi = 0; bi < layout.buckets.size(); bi++) {
     const Bucket& b = layout.buckets[bi];
     // The elements of this bucket this rank updates: all of them, or its shard.
@@ -49,7 +63,6 @@ Optimizer::Optimizer(model::ParameterSet& model, Reducer& reducer, const Optimiz
       if (a >= z) continue;
       const model::Parameter& p = params[e.param];
       if (uses_muon(cfg, p)) {
-        NANODDP_ASSERT(a == e.offset && z == e.offset + e.numel, "Muon matrix {} split across shards", p.name);
         muon_.push_back({e.param, Tensor::zeros(p.data.shape(), DType::F32, dev)});
         continue;
       }
@@ -186,6 +199,14 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
   return out;
 }
 
+bool Optimizer::state_matches(const SafetensorsFile& file) const {
+  const auto expected = state();
+  if (file.names().size() != expected.size()) return false;
+  for (const auto& [name, t] : expected)
+    if (!file.contains(name) || (name != "adamw.step" && file.shape(name) != t.shape())) return false;
+  return true;
+}
+
 void Optimizer::load_state(const SafetensorsFile& file) {
   auto expected = state();
   for (auto& [name, t] : expected) {
@@ -218,8 +239,10 @@ void Optimizer::load_state_resharded(const std::vector<const SafetensorsFile*>& 
   std::map<std::string, std::vector<Piece>> adam_m, adam_v;  // by parameter name
   std::map<std::string, Piece> muon;
   int64_t step = -1;
+  std::set<std::string> seen;  // --zero 0: every rank's file holds the whole state, under the same names
   for (const SafetensorsFile* f : files) {
     for (const std::string& name : f->names()) {
+      if (!seen.insert(name).second) continue;
       if (name == "adamw.step") {
         step = f->read(name).data<int64_t>()[0];
         continue;

@@ -56,8 +56,11 @@ class Optimizer {
   // This rank's optimizer state, named by parameter and offset, for checkpoints.
   std::vector<std::pair<std::string, Tensor>> state() const;
   void load_state(const SafetensorsFile& file);
-  // The state saved by any world size and --zero (every rank's file of the checkpoint), resharded
-  // for this one: Note [resharding] in optimizer.cpp.
+  // Whether `file` holds exactly the pieces this rank's state has (then load_state reads it; else
+  // the checkpoint was sharded otherwise and load_state_resharded is needed).
+  bool state_matches(const SafetensorsFile& file) const;
+  // The state saved by any world size and --zero (every rank's file of the checkpoint; under
+  // --zero 0 rank 0's alone is enough), resharded for this one: Note [resharding] in optimizer.cpp.
   void load_state_resharded(const std::vector<const SafetensorsFile*>& files);
 
  private:

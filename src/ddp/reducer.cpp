@@ -1,5 +1,6 @@
 #include "ddp/reducer.h"
 
+#include "comm/consistency.h"
 #include "core/error.h"
 #include "core/trace.h"
 #include "ops/ops.h"
@@ -11,9 +12,37 @@ Reducer::Reducer(model::ParameterSet& model, dist::ProcessGroup& group, const Re
   NANODDP_CHECK(opts.zero >= 0 && opts.zero <= 2, "--zero must be 0, 1 or 2 (got {})", opts.zero);
   auto& params = model.parameters();
   NANODDP_CHECK(!params.empty(), "the DDP engine got a model without parameters");
+  const Device dev = params[0].data.defined() ? params[0].data.device() : Device::cpu();
+  for (const auto& p : params) {
+    NANODDP_CHECK(p.data.defined() && p.grad.defined(), "parameter {} has no {} tensor: give every parameter f32 data "
+                  "and grad tensors of its shape before building the DDP engine", p.name,
+                  p.data.defined() ? "grad" : "data");
+    NANODDP_CHECK(p.data.dtype() == DType::F32 && p.grad.dtype() == DType::F32, "parameter {}: data and grad must be "
+                  "f32 (master weights; a reduced-precision copy belongs in .compute)", p.name);
+    NANODDP_CHECK(p.grad.shape() == p.data.shape(), "parameter {}: grad has shape {} but data {}", p.name,
+                  p.grad.shape().str(), p.data.shape().str());
+    NANODDP_CHECK(p.data.device() == dev && p.grad.device() == dev, "parameter {} is on {} but {} is on {}: put "
+                  "every parameter on one device", p.name, p.data.device().str(), params[0].name, dev.str());
+  }
+  // Like PyTorch DDP's check of parameter shapes across ranks: a rank with another model would
+  // otherwise average unrelated numbers, or wait in a collective of another size.
+  if (group.size() > 1) {
+    dist::Fields fields{{"the number of parameters", std::to_string(params.size())},
+                        {"ReducerOptions::zero", std::to_string(opts.zero)},
+                        {"ReducerOptions::whole_matrices", std::to_string(opts.whole_matrices)},
+                        {"ReducerOptions::first_bucket_mb", fmt::format("{}", opts.first_bucket_mb)},
+                        {"ReducerOptions::bucket_cap_mb", fmt::format("{}", opts.bucket_cap_mb)},
+                        {"ReducerOptions::find_unused_parameters", std::to_string(opts.find_unused_parameters)}};
+    for (size_t i = 0; i < params.size(); i++)
+      fields.emplace_back(fmt::format("parameter {}", i), fmt::format("{} {} (kind {})", params[i].name,
+                                                                      params[i].data.shape().str(),
+                                                                      static_cast<int>(params[i].kind)));
+    dist::check_consistent(group, fields, "build the same model, in the same order, with the same options on every "
+                           "rank");
+  }
   std::vector<ParamInfo> infos;
   for (auto& p : params)
-    infos.push_back({p.name, p.data.shape(), opts.whole_matrices && p.kind == model::ParamKind::Matrix});
+    infos.push_back({p.name, p.data.shape(), opts.whole_matrices && is_muon_matrix(p)});
   LayoutOptions lo;
   lo.world_size = group.size();
   lo.sharded = sharded();
@@ -22,7 +51,6 @@ Reducer::Reducer(model::ParameterSet& model, dist::ProcessGroup& group, const Re
   NANODDP_CHECK(lo.first_bucket_bytes > 0 && lo.bucket_cap_bytes > 0, "bucket sizes must be positive");
   layout_ = make_bucket_layout(infos, lo);
 
-  const Device dev = params[0].data.device();
   for (const Bucket& b : layout_.buckets) {
     params_.push_back(Tensor::zeros({b.numel}, DType::F32, dev));
     grads_.push_back(Tensor::zeros({b.numel}, DType::F32, dev));
@@ -53,18 +81,29 @@ void Reducer::broadcast_parameters() {
 }
 
 model::GradReadyFn Reducer::sync_hook(int micro_steps) {
-  NANODDP_ASSERT(micro_steps >= 1, "micro_steps must be positive (got {})", micro_steps);
+  NANODDP_CHECK(micro_steps >= 1, "sync_hook: micro_steps must be positive (got {})", micro_steps);
+  NANODDP_CHECK(!armed_, "sync_hook() was called twice without finish() between them: call finish() after each "
+                "synchronised backward");
+  armed_ = true;
   micro_scale_ = 1.f / static_cast<float>(micro_steps);
   for (size_t b = 0; b < layout_.buckets.size(); b++)
     pending_[b] = static_cast<int>(layout_.buckets[b].entries.size());
+  reported_.assign(model_.parameters().size(), 0);
   next_launch_ = 0;
   works_.clear();
   return [this](int param) { on_ready(param); };
 }
 
 void Reducer::on_ready(int param) {
+  const int n = static_cast<int>(model_.parameters().size());
+  NANODDP_CHECK(param >= 0 && param < n, "a gradient was reported for parameter {} of a model with {}", param, n);
+  NANODDP_CHECK(armed_, "the gradient of {} was reported outside a synchronised backward: pass the hook of "
+                "sync_hook() to one backward only, then call finish()", model_.parameters()[param].name);
+  NANODDP_CHECK(!reported_[param], "the gradient of {} was reported twice in one backward: report each parameter "
+                "once, when its gradient is final (after its last use, for a shared weight)",
+                model_.parameters()[param].name);
+  reported_[param] = 1;
   const int b = layout_.bucket_of[param];
-  NANODDP_ASSERT(pending_[b] > 0, "gradient of {} reported twice", model_.parameters()[param].name);
   pending_[b]--;
   while (next_launch_ < static_cast<int>(layout_.buckets.size()) && pending_[next_launch_] == 0)
     launch(next_launch_++);
@@ -86,11 +125,25 @@ void Reducer::launch(int b) {
 }
 
 void Reducer::finish() {
-  if (next_launch_ < static_cast<int>(layout_.buckets.size())) {
+  const int n = static_cast<int>(layout_.buckets.size());
+  NANODDP_CHECK(armed_ || group_.size() == 1, "finish() without sync_hook(): pass reducer.sync_hook(micro_steps) "
+                "to the backward of the step's last micro-batch, or the ranks' gradients are never averaged");
+  armed_ = false;
+  if (next_launch_ < n && opts_.find_unused_parameters) {
+    // The rest, in layout order as on every rank; what was never reported keeps its .grad.
+    while (next_launch_ < n) launch(next_launch_++);
+  } else if (next_launch_ < n) {
+    const int first = next_launch_;
     std::string names;
-    for (const auto& e : layout_.buckets[next_launch_].entries) names += " " + model_.parameters()[e.param].name;
-    NANODDP_ASSERT(false, "bucket {} still waits for {} gradient(s) among{}: every parameter must receive a gradient "
-                   "in the synchronised backward", next_launch_, pending_[next_launch_], names);
+    for (int b = next_launch_; b < n; b++)
+      if (pending_[b] > 0)
+        for (const auto& e : layout_.buckets[b].entries) names += " " + model_.parameters()[e.param].name;
+    next_launch_ = n;
+    for (auto& w : works_) w->wait();  // nothing left in flight on the buffers
+    works_.clear();
+    NANODDP_FAIL("no gradient was reported in this backward for some parameters of bucket(s) {} to {}, among:{}: "
+                 "report every parameter's gradient, or set ReducerOptions::find_unused_parameters for a model "
+                 "that leaves some unused", first, n - 1, names);
   }
   trace::Scope traced("wait for gradients");
   for (auto& w : works_) w->wait();

@@ -21,16 +21,28 @@
 
 namespace nanoddp::ddp {
 
+// What Muon updates (nanochat: the blocks' 2-D weights): a parameter of kind Matrix with two
+// dimensions. Other Matrix parameters (biases, convolution kernels) take AdamW.
+inline bool is_muon_matrix(const model::Parameter& p) {
+  return p.kind == model::ParamKind::Matrix && p.data.shape().ndim() == 2;
+}
+
 struct ReducerOptions {
   int zero = 0;                       // 0: replicated optimizer; 1: sharded state; 2: + sharded gradients
   bool whole_matrices = false;        // Muon: shard matrices whole (see Note [shards])
   double first_bucket_mb = 1.0;
   double bucket_cap_mb = 25.0;
+  // PyTorch DDP's find_unused_parameters: a parameter whose gradient was never reported in the
+  // synchronised backward (a branch not taken this step) is averaged with the value its .grad holds
+  // (zero after zeroing) when finish() runs. Off: finish() fails naming it, as DDP does.
+  bool find_unused_parameters = false;
 };
 
 class Reducer {
  public:
   // Moves every parameter and gradient of `model` into the bucket buffers (values are kept).
+  // Collective: every rank checks that all ranks have the same parameters (names, shapes, kinds,
+  // order) and options, and throws nanoddp::Error naming the first difference otherwise.
   Reducer(model::ParameterSet& model, dist::ProcessGroup& group, const ReducerOptions& opts);
 
   // Rank 0's parameters to every rank (after initialisation or loading a checkpoint).
@@ -40,7 +52,8 @@ class Reducer {
   // loss; every bucket is divided by micro_steps before its collective averages it over the ranks,
   // so W ranks with one micro-step equal one rank with W (Note [accumulation order], model/gpt.cpp).
   model::GradReadyFn sync_hook(int micro_steps = 1);
-  // Waits for every bucket's collective. Throws if a parameter never reported its gradient.
+  // Waits for every bucket's collective. Throws if a parameter never reported its gradient (unless
+  // find_unused_parameters), or if no sync_hook() preceded it on a group of several ranks.
   void finish();
 
   const BucketLayout& layout() const { return layout_; }
@@ -60,8 +73,10 @@ class Reducer {
   ReducerOptions opts_;
   BucketLayout layout_;
   std::vector<Tensor> params_, grads_;
-  std::vector<int> pending_;  // gradients each bucket still waits for in this backward
+  std::vector<int> pending_;     // gradients each bucket still waits for in this backward
+  std::vector<char> reported_;   // per parameter: reported in this backward
   int next_launch_ = 0;
+  bool armed_ = false;  // between sync_hook() and finish()
   float micro_scale_ = 1.f;  // 1 / micro_steps of the current sync_hook()
   std::vector<dist::WorkPtr> works_;
 };

@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace nanoddp::model {
@@ -29,6 +31,10 @@ void GPTConfig::validate() const {
   NANODDP_CHECK(n_kv_head >= 1 && n_head % n_kv_head == 0, "--n_kv_head {} must divide n_head {}", n_kv_head,
                 n_head);
   NANODDP_CHECK(max_seq_len >= 1, "--max_seq_len must be positive");
+  NANODDP_CHECK(std::isfinite(softcap) && softcap > 0, "the logit softcap must be positive (got {}): check the "
+                "checkpoint's model_config", softcap);
+  NANODDP_CHECK(std::isfinite(rope_base) && rope_base > 1, "the rotary base must be above 1 (got {}): check the "
+                "checkpoint's model_config", rope_base);
 }
 
 int64_t GPTConfig::num_params() const {

@@ -216,6 +216,7 @@ void GPT::add_micro_grad(Parameter& p, bool accumulate) {
 double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float loss_scale, bool accumulate,
                              const GradReadyFn& on_grad_ready) {
   NANODDP_ASSERT(inputs.ndim() == 2 && inputs.shape() == targets.shape() && inputs.dtype() == DType::I32);
+  NANODDP_CHECK(std::isfinite(loss_scale), "forward_backward: the loss scale must be finite (got {})", loss_scale);
   Workspace& ws = workspace(train_ws_, inputs.dim(0), inputs.dim(1));
   load_batch(ws, inputs, &targets);
   const int64_t valid = count_targets(targets);
@@ -231,7 +232,7 @@ double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float 
   last_forward_seconds_ = forward.seconds();
   const double trace_mid = trace::now_us();
   trace::record("forward", trace::kCompute, trace_start, trace_mid);
-  head_forward_backward(ws, grad_scale, accumulate);
+  head_forward_backward(ws, grad_scale, accumulate, true);
   ready(lm_head_);
   for (int l = static_cast<int>(config_.n_layer) - 1; l >= 0; l--) {
     mlp_backward(ws, l, accumulate, ready);
@@ -255,7 +256,7 @@ Tensor GPT::forward_losses(const Tensor& inputs, const Tensor& targets) {
   load_batch(ws, inputs, &targets);
   forward_trunk(ws);
   Tensor losses = Tensor::empty({ws.tokens}, DType::F32);
-  head_forward_backward(ws, 0.f, false);
+  head_forward_backward(ws, 0.f, false, false);
   sum_losses(ws, &losses);
   return losses;
 }

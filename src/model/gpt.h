@@ -98,7 +98,7 @@ class GPT final : public ParameterSet {
   void mlp_backward(Workspace& ws, int layer, bool accumulate, const GradReadyFn& ready);
   // Final norm, LM head and loss in row chunks; with a gradient, also the LM head's backward. The
   // per-token losses stay in ws.losses, on the device, for sum_losses.
-  void head_forward_backward(Workspace& ws, float grad_scale, bool accumulate);
+  void head_forward_backward(Workspace& ws, float grad_scale, bool accumulate, bool train);
   // The sum of ws.losses, read on the host (and copied into *losses_out if given). On a GPU this
   // waits for the device, so a micro-step reads it after its backward is queued, not between the
   // head and the backward, where the host would idle the GPU (issue 10, item 4).

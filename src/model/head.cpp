@@ -9,8 +9,7 @@
 
 namespace nanoddp::model {
 
-void GPT::head_forward_backward(Workspace& ws, float grad_scale, bool accumulate) {
-  const bool train = grad_scale != 0.f;
+void GPT::head_forward_backward(Workspace& ws, float grad_scale, bool accumulate, bool train) {
   Parameter& head = params_[lm_head_];
   ops::rmsnorm_forward(ws.xf, ws.rstd_f, ws.x, kNormEps);
   const Tensor dhead = train ? micro_grad(head, accumulate) : Tensor();
@@ -21,6 +20,9 @@ void GPT::head_forward_backward(Workspace& ws, float grad_scale, bool accumulate
     ops::softcap_cross_entropy(ws.losses.rows(r0, r1), logits, ws.targets.rows(r0, r1), config_.vocab_size,
                                config_.softcap, grad_scale);
     if (!train) continue;
+    // A zero scale (an RL sample of zero advantage) has zero gradients; the cross-entropy took 0 for
+    // "evaluate only" and left the logits, so the zeros are written here.
+    if (grad_scale == 0.f) ops::fill(logits, 0.f);
     // logits now hold dlogits: dW_head (+)= dlogits^T xf; dxf = dlogits W_head (into dxn).
     ops::matmul(dhead, logits, true, xf, false, 1.f, r0 > 0 ? 1.f : 0.f);
     ops::matmul(ws.dxn.rows(r0, r1), logits, false, head.compute, false);

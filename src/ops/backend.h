@@ -41,7 +41,8 @@ Backend& backend(Device device);
 Backend& cpu_backend();
 Backend& cuda_backend(int device);
 
-// Number of CPU threads kernels use (OpenMP); 0 keeps the OpenMP default.
+// Number of CPU threads kernels use (OpenMP); 0 leaves the count as it is (OMP_NUM_THREADS or the cores,
+// unless set before).
 void set_cpu_threads(int n);
 int cpu_threads();
 

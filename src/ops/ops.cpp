@@ -141,6 +141,9 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   same_shape(dv, v);
   same_shape(dout, q);
   same_shape(out, q);
+  NANODDP_ASSERT(q.ndim() == 4 && k.ndim() == 4 && k.shape() == v.shape(), "attention shapes q {} k {} v {}",
+                 q.shape().str(), k.shape().str(), v.shape().str());
+  NANODDP_ASSERT(q.dim(0) == k.dim(0) && q.dim(3) == k.dim(3) && q.dim(2) % k.dim(2) == 0);
   NANODDP_ASSERT(q.dim(1) == k.dim(1), "attention_backward is for training (Tq == Tk)");
   is_f32(lse, q.dim(0) * q.dim(2) * q.dim(1));
   OpTimer timer("attention_backward", q.device());

@@ -523,14 +523,21 @@ void Trainer::restore(int64_t step) {
                             saved_options.value("first_bucket_mb", opts_.first_bucket_mb) == opts_.first_bucket_mb;
   const bool same_sharding = saved_world == group_.size() && saved_zero == static_cast<int>(opts_.zero) &&
                              (saved_zero == 0 || same_buckets);
+  bool resharded = false;
   // A checkpoint whose files cannot be read (truncated by a full disk, overwritten, a missing
   // rank's file) fails naming the file, and says which earlier checkpoint the run can resume
   // instead; nothing is moved or deleted.
   try {
     SafetensorsFile weights(dir + "/model.safetensors");
     for (auto& p : model_->parameters()) weights.read_into(p.name, p.data);
-    if (same_sharding) {
-      optimizer_->load_state(SafetensorsFile(dir + "/" + CheckpointFiles::optimizer(group_.rank())));
+    // The same settings by an older build may still have placed the Muon matrices otherwise
+    // (bucket_layout.h): then this rank's file lacks its pieces, and resharding finds them.
+    std::unique_ptr<SafetensorsFile> own;
+    resharded = true;
+    if (same_sharding) own = std::make_unique<SafetensorsFile>(dir + "/" + CheckpointFiles::optimizer(group_.rank()));
+    if (own && optimizer_->state_matches(*own)) {
+      optimizer_->load_state(*own);
+      resharded = false;
     } else {
       std::vector<std::unique_ptr<SafetensorsFile>> files;
       std::vector<const SafetensorsFile*> views;
@@ -544,7 +551,7 @@ void Trainer::restore(int64_t step) {
     fail_unresumable(opts_.out, step, e.what());
   }
   model_->refresh_compute_weights();
-  if (!same_sharding)
+  if (resharded)
     log::print0("resharded the optimizer state of {} rank(s) (--zero {}) onto {} (--zero {})", saved_world,
                 saved_zero, group_.size(), opts_.zero);
   // Another --dtype may continue a run (the master weights and optimizer state are f32 in every
@@ -652,6 +659,12 @@ void Trainer::update(int64_t step, double lr_mult) {
   if (step_skipped_) {
     loss_scale_ *= 0.5;
     scale_good_steps_ = 0;
+    // Every rank has the same scale (the overflow flag is all-reduced), so all stop here together.
+    // Below fp16's smallest subnormal no scale can help: the gradients are inf or NaN whatever the
+    // scale, and skipping on would end the run with exit 0 having trained nothing.
+    NANODDP_CHECK(loss_scale_ >= 0x1p-24, "--dtype fp16: step {}'s gradients overflowed at every loss scale down to "
+                  "2^-24, so every step would be skipped: the run diverged; resume an earlier checkpoint with a "
+                  "lower learning rate, or use --dtype bf16", step);
     return;
   }
   optimizer_->step(lr_mult, muon_momentum(step));

@@ -14,10 +14,8 @@
 #include "ddp/optimizer.h"
 #include "ddp/reducer.h"
 #include "ops/ops.h"
-#include "comm/gloo_group.h"
-#include "rendezvous/hash_store.h"
-#include "rendezvous/prefix_store.h"
 #include "model/gpt.h"
+#include "ddp_test_util.h"
 #include "test_util.h"
 
 namespace nanoddp {
@@ -130,28 +128,11 @@ Snapshot abs_sum_of_micro_grads(int world) {
   return sum;
 }
 
-// Runs fn(rank, group) for `world` ranks, each a thread with one OpenMP thread and a Gloo group
-// over one in-process store, and waits for all of them.
-void run_ranks(int world, const std::function<void(int, dist::ProcessGroup&)>& fn) {
-  auto store = std::make_shared<dist::HashStore>();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; r++) {
-    threads.emplace_back([&, r] {
-      omp_set_num_threads(1);
-      dist::GlooGroupOptions go;
-      go.timeout = std::chrono::seconds(60);
-      dist::GlooGroup group(std::make_shared<dist::PrefixStore>("ranks", store), r, world, go);
-      fn(r, group);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
-
 // `world` ranks as threads, one micro-batch each per step. Small buckets (4 KiB, 10 KiB) so the
 // layout has many buckets and the overlap path is exercised.
 std::vector<RunRecord> distributed(int world, const std::string& opt, int zero) {
   std::vector<RunRecord> out(world);
-  run_ranks(world, [&](int r, dist::ProcessGroup& group) {
+  testing::run_ranks(world, [&](int r, dist::ProcessGroup& group) {
     model::GPT gpt(config(), Device::cpu());
     gpt.init_weights(r == 0 ? 3 : 100 + r);  // only rank 0's weights count: they are broadcast
     ddp::Reducer reducer(gpt, group, {.zero = zero, .whole_matrices = opt == "muon", .first_bucket_mb = 0.004, .bucket_cap_mb = 0.01});
@@ -272,7 +253,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, DdpEquivalence, ::testing::ValuesIn(cases()), []
 TEST(LossScaling, AnInfInOneRanksShardMakesEveryRankSkip) {
   const int world = 2;
   std::vector<int> finite(world, -1), finite_clean(world, -1), found_owned(world, 0);
-  run_ranks(world, [&](int r, dist::ProcessGroup& group) {
+  testing::run_ranks(world, [&](int r, dist::ProcessGroup& group) {
     model::GPT gpt(config(), Device::cpu());
     gpt.init_weights(3);
     ddp::Reducer reducer(gpt, group, {.zero = 2, .whole_matrices = false});

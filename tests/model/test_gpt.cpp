@@ -9,6 +9,7 @@
 #include "kernel_test_util.h"
 #include "model/generate.h"
 #include "model/gpt.h"
+#include "ops/ops.h"
 #include "reference_gpt.h"
 
 namespace nanoddp {
@@ -65,10 +66,20 @@ TEST(Config, DepthSizesTheModelLikeNanochat) {
   EXPECT_THROW(GPTConfig::from_depth(4, 4096, 128, 64, 128, 3), Error);  // 3 kv heads do not divide 2
   auto round_trip = GPTConfig::from_json(d4.to_json());
   EXPECT_EQ(round_trip, d4);
+  // A model_config from a file is checked like the flags (was: an abort in training, NaN logits in chat).
+  for (const char* bad : {R"({"softcap": 0})", R"({"softcap": -1})", R"({"rope_base": -1})"}) {
+    auto j = d4.to_json();
+    j.update(nlohmann::json::parse(bad));
+    EXPECT_THROW(GPTConfig::from_json(j), Error) << bad;
+  }
 }
 
 TEST(Init, FollowsNanochat) {
-  auto c = GPTConfig::from_depth(2, 300, 32);
+  // Grouped-query (4 heads over 1): c_k and c_v are [32, 128], so min(1, sqrt(fan_out / fan_in))
+  // is 1/2 for them and 1 elsewhere; both branches are checked.
+  auto c = GPTConfig::from_depth(2, 300, 32, 64, 32, 1);
+  ASSERT_EQ(c.kv_dim(), 32);
+  ASSERT_EQ(c.n_embd, 128);
   GPT gpt(c, Device::cpu());
   gpt.init_weights(7);
   auto stddev = [](const Tensor& t) {
@@ -83,8 +94,11 @@ TEST(Init, FollowsNanochat) {
     } else if (p.name == "transformer.wte.weight") {
       EXPECT_NEAR(sd, 1.0, 0.02);
     } else {
+      // The sample std of N >= 4096 draws is off by about 1 / sqrt(2 N) <= 1.1% relative: 4% is 3.6 sigma,
+      // while a missing factor 1/2 is 100%.
       double fan_out = p.data.dim(0), fan_in = p.data.dim(1);
-      EXPECT_NEAR(sd, 1 / std::sqrt(fan_in) * std::min(1.0, std::sqrt(fan_out / fan_in)), 0.01) << p.name;
+      const double want = 1 / std::sqrt(fan_in) * std::min(1.0, std::sqrt(fan_out / fan_in));
+      EXPECT_NEAR(sd, want, 0.04 * want) << p.name;
     }
   }
   GPT again(c, Device::cpu());
@@ -133,6 +147,23 @@ INSTANTIATE_TEST_SUITE_P(Heads, ModelGrad, ::testing::Values(2, 1),  // multi-he
 // Note [accumulation order] (model/gpt.cpp): each micro-step's gradient is computed whole and
 // added once, so the accumulated gradient is exactly the float sum of the separate ones, whatever
 // blocking the CPU's GEMM picks. Scaled losses scale exactly by a power of two.
+// A zero scale (an RL sample of zero advantage) gives zero gradients, written over what .grad held,
+// and reports every parameter. Was: the head skipped its backward while the blocks ran theirs on
+// stale numbers, and lm_head's gradient was left as it was.
+TEST(Backward, ALossScaleOfZeroGivesZeroGradients) {
+  GPT gpt(tiny_config(), Device::cpu());
+  randomise(gpt, 4);
+  auto b = make_batch(2, 8, 50, 3);
+  for (auto& p : gpt.parameters()) ops::fill(p.grad, 7.f);
+  int reported = 0;
+  const double loss = gpt.forward_backward(b.inputs, b.targets, 0.f, false, [&](int) { reported++; });
+  EXPECT_GT(loss, 0);
+  EXPECT_EQ(reported, static_cast<int>(gpt.parameters().size()));
+  for (auto& p : gpt.parameters())
+    EXPECT_EQ(testing::to_vector(p.grad), std::vector<float>(p.grad.numel(), 0.f)) << p.name;
+  NANODDP_EXPECT_ERROR(gpt.forward_backward(b.inputs, b.targets, NAN, false), "loss scale");
+}
+
 TEST(Backward, AccumulationAddsEachMicroBatchGradientOnce) {
   const auto c = tiny_config();
   GPT gpt(c, Device::cpu());
@@ -290,7 +321,8 @@ TEST(Bf16, TheModelFollowsF32WithinBf16Tolerance) {
   std::printf("bf16 vs f32 on the CPU: logits rel L2 %.2e, loss %.2e, worst gradient rel L2 %.2e\n", logits_err,
               loss_err, grad_err);
   EXPECT_LT(logits_err, 3e-2);
-  EXPECT_LT(loss_err, 1e-2);
+  // The loss is a mean over 256 tokens whose errors are nearly independent: about 1% / sqrt(256), 6e-4.
+  EXPECT_LT(loss_err, 2e-3);
   EXPECT_GT(logits_err, 0) << "bf16 gave f32's logits bit for bit: it did not round";
   // Decoding with a bf16 KV cache.
   model::KVCache cf(f, 2), cb(b, 2);

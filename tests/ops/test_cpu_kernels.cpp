@@ -131,6 +131,10 @@ TEST(Embedding, OutOfRangeIdIsAnError) {
   ids.data<int32_t>()[1] = 4;
   Tensor out = Tensor::empty({2, 8}, DType::F32);
   EXPECT_THROW(ops::embedding_forward(out, table, ids), Error);
+  // The backward, called directly, checks too: was a write past the table.
+  Tensor dtable = Tensor::zeros({4, 8}, DType::F32);
+  EXPECT_THROW(ops::embedding_backward(dtable, randn({2, 8}, 2), ids), Error);
+  EXPECT_EQ(testing::to_vector(dtable), std::vector<float>(32, 0.f)) << "rows were added before the check";
 }
 
 // The row reductions' order is the code's (Note [row reductions in fixed lanes]): element j goes
@@ -263,7 +267,8 @@ TEST(SoftcapCrossEntropy, PaddingColumnsNeverEnterTheSoftmax) {
 
 TEST(Threads, KernelsGiveTheSameBitsOnOneAndTwoThreads) {
   // Bitwise-reproducible training needs kernels whose results do not depend on the thread count.
-  const int64_t b = 2, t = 40, h = 2, d = 16, v = 30, c = 32, n = b * t;
+  // The embedding's n c = 65536 is above kParallelGrain (16384), so two threads do split its channels.
+  const int64_t b = 2, t = 40, h = 2, d = 16, v = 30, c = 64, n = 1024;
   Tensor q = randn({b, t, h, d}, 20), k = randn({b, t, h, d}, 21), vv = randn({b, t, h, d}, 22);
   Tensor dout = randn({b, t, h, d}, 23), ids = randint({n}, 24, 0, v), demb = randn({n, c}, 25);
   auto run = [&](int threads) {

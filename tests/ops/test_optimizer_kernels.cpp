@@ -44,6 +44,7 @@ TEST(AdamW, ThreeStepsMatchTheFormula) {
 // Tolerance: the kernel sums doubles of f32 squares in chunks; 1e-6 relative covers the final
 // rounding to f32 (6e-8) with room.
 TEST(SumSquares, MatchesADoubleSumAndIsTheSameAtAnyThreadCount) {
+  const int before = ops::cpu_threads();
   for (int64_t n : {1, 7, 100000, 1 << 20}) {
     Tensor x = randn({n}, 40 + static_cast<uint64_t>(n)), out = Tensor::empty({1}, DType::F32);
     double want = 0;
@@ -56,7 +57,7 @@ TEST(SumSquares, MatchesADoubleSumAndIsTheSameAtAnyThreadCount) {
     EXPECT_EQ(out.data<float>()[0], one) << n;
     EXPECT_NEAR(one, want, 1e-6 * want) << n;
   }
-  ops::set_cpu_threads(0);
+  ops::set_cpu_threads(before);
 }
 
 TEST(Muon, NesterovMomentumMatchesDefinition) {

@@ -27,8 +27,11 @@ void CpuBackend::embedding_forward(const Tensor& out, const Tensor& table, const
 void CpuBackend::embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
   with_act_type(dout.dtype(), [&](auto tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    const int64_t n = ids.numel(), c = dtable.dim(1);
+    const int64_t n = ids.numel(), c = dtable.dim(1), v = dtable.dim(0);
     const int32_t* pid = ids.data<int32_t>();
+    for (int64_t i = 0; i < n; i++)  // the model ran the forward on these ids; a direct caller may not have
+      NANODDP_CHECK(pid[i] >= 0 && pid[i] < v, "token id {} at position {} is outside the vocabulary [0, {})",
+                    pid[i], i, v);
     const T* pd = dout.data<T>();
     float* pt = dtable.data<float>();
     constexpr int64_t kBlock = 64;  // channels per task: one cache line of 16 floats x 4
