@@ -223,6 +223,16 @@ void add_routes(httplib::Server& server, const ServeArgs& a, JobQueue& queue, co
   server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(to_json({{"status", "ok"}}), "application/json");
   });
+  // cpp-httplib 0.11 reads a chunked body whatever its length (set_payload_max_length counts only
+  // Content-Length bodies), so chunked requests are refused before their body is read.
+  server.set_pre_routing_handler([max = a.max_request_bytes](const httplib::Request& req, httplib::Response& res) {
+    const std::string te = req.get_header_value("Transfer-Encoding");
+    if (te.find("chunked") == std::string::npos) return httplib::Server::HandlerResponse::Unhandled;
+    reply_error(res, 411, fmt::format("chunked request bodies are not accepted: send the body with a Content-Length "
+                                      "(at most {} bytes, --max_request_bytes)", max));
+    res.set_header("Connection", "close");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   server.Post("/chat/completions", [&a, &queue, &tok, context](const httplib::Request& req, httplib::Response& res) {
     std::shared_ptr<ServeJob> job;
     try {
@@ -237,21 +247,30 @@ void add_routes(httplib::Server& server, const ServeArgs& a, JobQueue& queue, co
                                                "again later", queue.max_waiting()));
     }
     res.set_header("Cache-Control", "no-cache");
-    // Runs on this worker after the headers are sent; waits for the model thread's events. The
-    // releaser runs when the response goes away, sent or not: a job whose client is gone is skipped.
+    // Runs on this worker after the headers are sent; waits for the model thread's events. While
+    // none come (the job waits its turn) an SSE comment goes out every second, which clients ignore:
+    // writing is the only way to find that a client has left, and a client that left must give up
+    // its place in the queue at once, not when its turn comes. The releaser runs when the response
+    // goes away, sent or not: a job whose client is gone is withdrawn or, running, stopped.
     res.set_chunked_content_provider(
         "text/event-stream",
-        [job](size_t, httplib::DataSink& sink) {
-          while (auto events = job->take()) {
-            if (!sink.write(events->data(), events->size())) {
+        [job, &queue](size_t, httplib::DataSink& sink) {
+          static const std::string kStillWaiting = ": waiting\n\n";
+          while (auto events = job->take(std::chrono::seconds(1))) {
+            const std::string& out = events->empty() ? kStillWaiting : *events;
+            if (!sink.write(out.data(), out.size())) {
               job->cancel();
+              queue.withdraw(job);
               return false;
             }
           }
           sink.done();
           return true;
         },
-        [job](bool) { job->cancel(); });
+        [job, &queue](bool) {
+          job->cancel();
+          queue.withdraw(job);
+        });
   });
   using HandlerResponse = httplib::Server::HandlerResponse;
   server.set_error_handler(httplib::Server::HandlerWithResponse([max = a.max_request_bytes](

@@ -8,6 +8,7 @@
 // further request is refused (the server answers 503) instead of piling up threads and memory.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -40,12 +41,13 @@ class ServeJob {
     changed_.notify_all();
   }
 
-  // HTTP thread: blocks until events are pending and returns them all (fewer writes than one per
-  // event); nullopt once the job is finished and everything was taken.
-  std::optional<std::string> take() {
+  // HTTP thread: waits up to `wait` for events and returns them all (fewer writes than one per
+  // event); "" when none came in time (the caller then checks that its client is still there);
+  // nullopt once the job is finished and everything was taken.
+  std::optional<std::string> take(std::chrono::milliseconds wait) {
     std::unique_lock lock(mu_);
-    changed_.wait(lock, [&] { return !pending_.empty() || finished_; });
-    if (pending_.empty()) return std::nullopt;
+    changed_.wait_for(lock, wait, [&] { return !pending_.empty() || finished_; });
+    if (pending_.empty()) return finished_ ? std::nullopt : std::optional<std::string>(std::string());
     std::string out;
     out.swap(pending_);
     return out;
@@ -90,6 +92,12 @@ class JobQueue {
     auto job = std::move(waiting_.front());
     waiting_.pop_front();
     return job;
+  }
+
+  // Takes `job` out of the queue if it still waits (its client left): its place is free at once.
+  void withdraw(const std::shared_ptr<ServeJob>& job) {
+    std::lock_guard lock(mu_);
+    std::erase(waiting_, job);
   }
 
   // Refuses new jobs and ends the waiting ones with `event` (their clients get it, then the end of

@@ -328,6 +328,13 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
           opts.num_epochs * static_cast<double>(questions_->size()) / static_cast<double>(opts.examples_per_step))));
   } else if (opts.conversations.empty()) {
     loader_ = std::make_unique<data::TokenLoader>(opts.data, "train", lo);
+    // The val split is read at each evaluation, the last step's at least; read it once now as well, so
+    // that a split too small for one window stops the run before it trains, not after its last step
+    // with nothing saved.
+    data::LoaderOptions val = lo;
+    val.shuffle = false;
+    val.seed = 0;
+    data::TokenLoader(opts.data, "val", val);
   } else {
     loader_ = std::make_unique<data::ConversationLoader>(split_list(opts.conversations), *tokenizer_, lo,
                                                          opts.mask == "all");
@@ -425,8 +432,11 @@ void Trainer::claim_run_folder(int64_t resume) {
   // A restart of a job whose first attempt died before its first checkpoint starts over in its own folder.
   const bool own = restarted_ && info && !current_job_id().empty() && info->job_id == current_job_id();
   const std::string existing = own ? "" : describe_run(opts_.out);
-  NANODDP_CHECK(existing.empty() || opts_.overwrite, "--out {} holds {}: continue it with --resume latest, choose "
-                "another --out, or pass --overwrite to move it aside (it is never deleted)", opts_.out, existing);
+  // With no complete checkpoint there is nothing to continue (a run that failed or was stopped
+  // before its first save): only the other two ways are offered.
+  NANODDP_CHECK(existing.empty() || opts_.overwrite, "--out {} holds {}: {}choose another --out, or pass --overwrite "
+                "to move it aside (it is never deleted)", opts_.out, existing,
+                latest_checkpoint(opts_.out) ? "continue it with --resume latest, " : "");
   group_.barrier()->wait();  // every rank has looked before rank 0 moves anything
   run_id_ = own ? info->run_id : new_run_id();
   if (group_.rank() == 0) {

@@ -105,6 +105,7 @@ Reply parse_events(const std::string& body) {
   size_t pos = 0;
   for (size_t end; (end = body.find("\n\n", pos)) != std::string::npos; pos = end + 2) {
     const std::string event = body.substr(pos, end - pos);
+    if (event.starts_with(":")) continue;  // an SSE comment: sent while the request waits its turn
     EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
     const json j = json::parse(event.substr(6));
     EXPECT_FALSE(r.done) << "an event after done: " << event;
@@ -152,17 +153,27 @@ TEST(ServeQueue, ArrivalOrderBoundAndStop) {
   EXPECT_EQ(q.next(), a);
   EXPECT_TRUE(q.submit(c)) << "a has left the queue: it runs";
   EXPECT_EQ(q.waiting(), 2u);
-  // A running job streams its events; the reader sees them all, then the end.
+  // A waiting job whose client left gives its place up at once.
+  auto d = std::make_shared<cli::ServeJob>();
+  EXPECT_FALSE(q.submit(d));
+  q.withdraw(b);
+  EXPECT_EQ(q.waiting(), 1u);
+  EXPECT_TRUE(q.submit(d)) << "b's place was not freed";
+  q.withdraw(a);  // a runs, it no longer waits: nothing happens
+  EXPECT_EQ(q.waiting(), 2u);
+  // A running job streams its events; the reader sees them all, then the end. With none yet, a
+  // reader gets "" after its wait (to check on its client), not the end.
+  EXPECT_EQ(a->take(10ms), "");
   a->push("x");
   a->push("y");
   a->finish();
-  EXPECT_EQ(a->take(), "xy");
-  EXPECT_EQ(a->take(), std::nullopt);
+  EXPECT_EQ(a->take(10ms), "xy");
+  EXPECT_EQ(a->take(10ms), std::nullopt);
   // Stopping ends the waiting jobs with the given event and refuses new ones.
   q.stop("bye");
-  for (auto& job : {b, c}) {
-    EXPECT_EQ(job->take(), "bye");
-    EXPECT_EQ(job->take(), std::nullopt);
+  for (auto& job : {c, d}) {
+    EXPECT_EQ(job->take(10ms), "bye");
+    EXPECT_EQ(job->take(10ms), std::nullopt);
   }
   EXPECT_EQ(q.next(), nullptr);
   EXPECT_FALSE(q.submit(std::make_shared<cli::ServeJob>()));
@@ -218,6 +229,24 @@ TEST(Serve, HealthPageAndErrors) {
   expect_error(c, request(std::string(40, 'x')), 400, "longer than the model's context of 32");
   // Over --max_request_bytes: refused before it is parsed.
   expect_error(c, request(std::string(3000, 'x')), 413, "larger than 2048 bytes");
+  // A chunked body is refused before it is read, whatever its length (was: read to the end, 1 GB
+  // as well as 1 KB; cpp-httplib's limit counts Content-Length bodies only).
+  {
+    auto chunked = s.client();
+    int sent = 0;
+    auto res = chunked.Post(
+        "/chat/completions",
+        [&](size_t, httplib::DataSink& sink) {
+          const std::string piece(1024, ' ');
+          if (sent++ < 100) return sink.write(piece.data(), piece.size());
+          sink.done();
+          return true;
+        },
+        "application/json");
+    ASSERT_TRUE(res) << httplib::to_string(res.error());
+    EXPECT_EQ(res->status, 411) << res->body;
+    EXPECT_NE(res->body.find("Content-Length"), std::string::npos) << res->body;
+  }
   // The server is still fine.
   EXPECT_TRUE(complete(c, request("hi")).done);
 }

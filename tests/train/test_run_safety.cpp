@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "core/safetensors.h"
+#include "data/prepare.h"
 #include "run_outputs.h"
 #include "subprocess.h"
 #include "train/checkpoint.h"
@@ -48,6 +49,20 @@ TEST(RunFolder, AFreshRunIntoAnotherRunsFolderIsRefusedAndOverwriteMovesItAside)
   EXPECT_TRUE(fs::exists(moved + "/metrics.jsonl"));
   EXPECT_NE(run_id_of(out), first);
   EXPECT_TRUE(fs::exists(out + "/checkpoints/step_000002/DONE"));
+  // A run that ended before its first checkpoint has nothing to resume: the error does not offer it.
+  testing::ScratchDir bare("run_folder_no_checkpoint");
+  auto b = tiny(bare.str());
+  b.num_iterations = 2;
+  train_single(b);
+  fs::remove_all(bare.str("checkpoints"));
+  try {
+    train_single(b);
+    ADD_FAILURE() << "a run folder without checkpoints was taken over";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no complete checkpoint"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("--resume"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--overwrite"), std::string::npos) << e.what();
+  }
 }
 
 TEST(RunFolder, RotationDeletesOnlyThisRunsCheckpoints) {
@@ -71,6 +86,35 @@ TEST(RunFolder, RotationDeletesOnlyThisRunsCheckpoints) {
   EXPECT_TRUE(fs::exists(out.str("checkpoints/step_000009/DONE"))) << "another run's checkpoint was rotated away";
   EXPECT_TRUE(fs::exists(out.str("checkpoints/step_000006/DONE")));
   EXPECT_FALSE(fs::exists(out.str("checkpoints/step_000005")));
+}
+
+// A val split too small for one batch of windows stops the run before it trains or claims --out.
+// Was: every step trained, then the final evaluation failed with nothing saved, and the folder,
+// claimed, refused the next run while its advice (--resume latest) found nothing to resume.
+TEST(RunFolder, AValSplitTooSmallStopsTheRunBeforeItStarts) {
+  testing::ScratchDir dir("small_val");
+  {
+    std::ofstream corpus(dir.str("c.jsonl"));
+    for (int i = 0; i < 40; i++) {
+      std::string text;
+      for (int w = 0; w < 400; w++) text += "word ";
+      corpus << "{\"text\": \"" << text << i << "\"}\n";
+    }
+  }
+  data::PrepareOptions p;
+  p.input = {dir.str("c.jsonl")};
+  p.out = dir.str("data");
+  p.tokenizer = "bytes";
+  p.val_every = 40;  // one document of about 2000 tokens: 3 windows of 512+1
+  data::prepare_dataset(p);
+  auto o = tiny(dir.str("out"));
+  o.data = dir.str("data");
+  o.max_seq_len = 512;
+  o.device_batch_size = 4;
+  o.total_batch_size = 4 * 512;
+  o.num_iterations = 2;
+  NANODDP_EXPECT_ERROR(train_single(o), "val split", "3 windows");
+  EXPECT_FALSE(fs::exists(dir.str("out/run.json"))) << "--out was claimed by a run that never started";
 }
 
 // Resuming a step before the newest abandons the later checkpoints: they are set aside, never
