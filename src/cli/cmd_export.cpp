@@ -34,6 +34,7 @@ void add_export_commands(CLI::App& root) {
   imp->add_option(flag_names("n_head"), opts->n_head, "Attention heads (files without nanoddp metadata)");
   imp->add_option(flag_names("max_seq_len"), opts->max_seq_len, "Context length (files without nanoddp metadata)")
       ->capture_default_str();
+  imp->add_flag("--overwrite", opts->overwrite, "Move a run already in --out aside (OUT.previous-<id>), never deleting it");
   imp->callback([opts] { fmt::print("imported {} as {}\n", opts->input, train::import_safetensors(*opts)); });
 }
 

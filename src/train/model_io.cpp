@@ -1,6 +1,7 @@
 #include "train/model_io.h"
 
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "core/error.h"
@@ -8,6 +9,7 @@
 #include "data/dataset.h"
 #include "data/tokenizer_file.h"
 #include "train/checkpoint.h"
+#include "train/run_folder.h"
 #include "train/validate.h"
 
 namespace nanoddp::train {
@@ -169,15 +171,36 @@ static std::string tokenizer_file_of(const std::string& dir, const std::string& 
   return fs::is_regular_file(recorded) ? recorded.string() : "";
 }
 
-std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& dir, const std::string& data_dir) {
-  if (!data_dir.empty()) return data::load_dataset_tokenizer(data_dir);
+static std::string file_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void check_dataset_tokenizer(const std::string& dir, const std::string& data_dir) {
   const auto meta = read_checkpoint_meta(dir);
-  // The dataset recorded at training time (an absolute path), if it is still there.
-  const std::string recorded = meta.value("data_dir", "");
-  if (!recorded.empty() && fs::exists(recorded + "/meta.json")) return data::load_dataset_tokenizer(recorded);
+  const std::string spec = meta.value("tokenizer", "");
+  if (!spec.ends_with(".tiktoken")) return;  // a built-in tokenizer is the same wherever it is named
+  const fs::path own = run_tokenizer_copy(dir, spec), theirs = fs::path(data_dir) / fs::path(spec).filename();
+  if (!fs::is_regular_file(own) || !fs::is_regular_file(theirs)) return;
+  NANODDP_CHECK(file_bytes(own) == file_bytes(theirs), "the tokenizer of dataset {} ({}) is not the one checkpoint {} "
+                "was trained with (its run keeps that one at {}); the same ids would be other text: give the "
+                "dataset it was trained on", data_dir, theirs.string(), dir, own.string());
+}
+
+std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& dir, const std::string& data_dir) {
+  if (!data_dir.empty()) {
+    check_dataset_tokenizer(dir, data_dir);
+    return data::load_dataset_tokenizer(data_dir);
+  }
+  const auto meta = read_checkpoint_meta(dir);
+  // The run's own copy first: the dataset folder may have been prepared again since, with another
+  // tokenizer of the same size.
   const std::string spec = meta.value("tokenizer", "");
   const fs::path own = run_tokenizer_copy(dir, spec);
   if (!spec.empty() && fs::is_regular_file(own)) return data::load_tokenizer(own.string());
+  // The dataset recorded at training time (an absolute path), if it is still there.
+  const std::string recorded = meta.value("data_dir", "");
+  if (!recorded.empty() && fs::exists(recorded + "/meta.json")) return data::load_dataset_tokenizer(recorded);
   // Otherwise only a built-in tokenizer (bytes, gpt2, ...) can be rebuilt from its name; a trained
   // .tiktoken file lived in the dataset directory.
   NANODDP_CHECK(!spec.empty() && !spec.ends_with(".tiktoken"), "cannot find the tokenizer of {}: its dataset {} is "
@@ -237,6 +260,10 @@ std::string import_safetensors(const ImportOptions& o) {
                 "import writes a run directory (OUT/checkpoints/step_000000): choose another --out", o.out);
   NANODDP_CHECK(o.vocab_size >= 0 && o.n_head >= 0, "--vocab_size and --n_head must be positive (or 0 for the "
                 "default; got {} and {})", o.vocab_size, o.n_head);
+  // Another run's folder, or an earlier import, is never written into: its step 0 would be replaced.
+  const std::string existing = describe_run(o.out);
+  NANODDP_CHECK(existing.empty() || o.overwrite, "--out {} holds {}: choose another --out, or pass --overwrite to "
+                "move it aside (it is never deleted)", o.out, existing);
   // The dataset first: it is cheap to read, and it may supply the vocabulary of a foreign file.
   std::optional<data::DatasetMeta> dataset;
   if (!o.data.empty()) dataset = data::read_dataset_meta(o.data);
@@ -262,6 +289,7 @@ std::string import_safetensors(const ImportOptions& o) {
   if (!o.data.empty()) meta["data_dir"] = fs::absolute(o.data).string();
   auto tok = f.metadata().find("nanoddp.tokenizer");
   if (tok != f.metadata().end()) meta["tokenizer"] = tok->second;
+  if (!existing.empty()) fmt::print("--overwrite: moved {} aside to {}\n", o.out, move_run_aside(o.out));
   write_imported_checkpoint(o.out, tensors, meta);
   return checkpoint_dir(o.out, 0);
 }

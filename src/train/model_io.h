@@ -22,8 +22,9 @@ namespace nanoddp::train {
 // weights are the checkpoint's f32 master weights whatever it was trained in.
 std::unique_ptr<model::GPT> load_model(const std::string& checkpoint_dir, Device device,
                                        const std::string& dtype = "auto");
-// The tokenizer a checkpoint's training data used (its dataset directory, recorded in meta.json);
-// `data_dir` overrides where to look.
+// The tokenizer a checkpoint's training data used: the run's own copy (OUT/tokenizer/), else its
+// dataset directory recorded in meta.json; `data_dir` overrides where to look, and must then hold
+// the same tokenizer as the run's copy where it keeps one (check_dataset_tokenizer).
 // Throws when the dataset is gone and the tokenizer is not a built-in one.
 std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& checkpoint_dir,
                                                             const std::string& data_dir = "");
@@ -31,6 +32,11 @@ std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& ch
 // Writes FILE.tmp and renames it, so `file` never exists half-written; a failure removes FILE.tmp.
 // An existing file is replaced; an existing directory is an error (nanoddp::Error, as is every
 // failure here).
+// Throws when `data_dir`'s trained tokenizer differs from the copy the checkpoint's run keeps (the
+// dataset prepared again with another tokenizer of the same vocabulary size). Nothing to compare
+// for a built-in tokenizer, or where either file is missing.
+void check_dataset_tokenizer(const std::string& checkpoint_dir, const std::string& data_dir);
+
 void export_safetensors(const std::string& checkpoint_dir, const std::string& file);
 
 // vocab_size, n_head and max_seq_len matter only for files without nanoddp metadata (from
@@ -42,12 +48,14 @@ struct ImportOptions {
   int64_t vocab_size = 0;       // the true vocabulary when the file has no nanoddp metadata (0: --data's)
   int64_t n_head = 0;           // heads when the file has no nanoddp metadata (0: nanochat's rule)
   int64_t max_seq_len = 2048;   // when the file has no nanoddp metadata
+  bool overwrite = false;       // move a run already in OUT aside (OUT.previous-<id>) instead of refusing
 };
 // Writes OUT/checkpoints/step_000000 and returns its directory. It is a model-only checkpoint: its
 // meta.json says "model_only": true and "world_size": null, and it holds no optimizer state.
 // Throws nanoddp::Error, leaving nothing behind, when a tensor GPT needs is missing or has another
 // shape, when a foreign file comes without --vocab_size (or --data), when --data holds a dataset of
-// another vocabulary, or when OUT cannot be written.
+// another vocabulary, when OUT already holds a run (checkpoints, run.json or metrics.jsonl) and
+// overwrite is off, or when OUT cannot be written.
 std::string import_safetensors(const ImportOptions& opts);
 
 }  // namespace nanoddp::train

@@ -37,6 +37,7 @@
 #include "ops/ops.h"
 #include "ops/profile.h"
 #include "train/checkpoint.h"
+#include "train/model_io.h"
 #include "train/metrics.h"
 #include "train/progress.h"
 #include "train/rl.h"
@@ -609,6 +610,7 @@ void Trainer::init_from(const std::string& path) {
       NANODDP_CHECK(model::GPTConfig::from_json(meta.at("model_config")) == plan_.config, "--init_from {}: its model "
                     "({}) is not this run's: give the same --depth and model flags and a dataset of its vocabulary",
                     dir, meta.at("model_config").dump());
+    check_dataset_tokenizer(dir, opts_.data);  // sft and rl take the base run's dataset, maybe prepared again
     file = dir + "/model.safetensors";
   }
   NANODDP_CHECK(fs::is_regular_file(file), "--init_from {}: no such checkpoint, run folder or .safetensors file", path);

@@ -470,6 +470,18 @@ TEST_F(Cli, ImportBareFileNeedsTheRightShape) {
   // With the right numbers it imports.
   expect_success({"import", "--input", bare, "--out", out, "--vocab_size", "265", "--n_head", "1", "--max_seq_len",
                   "16"});
+  // Importing again into it would replace its step 0 (was: silently, exit 0): refused, or with
+  // --overwrite the first import is moved aside, never deleted.
+  const std::vector<std::string> again = {"import", "--input", model_file("other.safetensors"), "--out", out};
+  expect_failure(again, {"holds", "--overwrite"});
+  auto overwrite = again;
+  overwrite.push_back("--overwrite");
+  expect_success(overwrite);
+  bool moved = false;
+  for (const auto& e : fs::directory_iterator(path("")))
+    moved |= e.path().filename().string().starts_with("imported.previous-") &&
+             fs::exists(e.path() / "checkpoints/step_000000/DONE");
+  EXPECT_TRUE(moved) << "the first import was not kept";
 }
 
 // Regression: an --out that is a regular file or cannot be created threw out of main.

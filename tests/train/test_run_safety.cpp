@@ -354,6 +354,25 @@ TEST(RunFolder, ARunKeepsItsTokenizerAndExportWritesItBesideTheWeights) {
   run({bin, "train", "--data", dir.str("data"), "--out", dir.str("run"), "--depth", "1", "--aspect_ratio", "32",
        "--head_dim", "32", "--max_seq_len", "16", "--device_batch_size", "2", "--total_batch_size", "32",
        "--num_iterations", "2", "--eval_every", "-1", "--eval_tokens", "32", "--threads", "1", "--peak_flops", "1e9"});
+  const std::vector<std::string> greedy = {bin, "sample", "--checkpoint", dir.str("run"), "--prompt", "the",
+                                           "--max_tokens", "5", "--temperature", "0"};
+  const std::string before = run(greedy);
+  // The dataset prepared again with another tokenizer of the same size: the run keeps reading with
+  // its own copy, and naming that dataset is an error. Was: the new tokenizer, silently.
+  const std::string corpus_b = dir.str("corpus_b.jsonl"), tok_b = dir.str("b.tiktoken");
+  testing::write_corpus_jsonl(corpus_b, 100, 77);
+  run({bin, "tokenizer", "train", "--input", corpus_b, "--vocab_size", "300", "--out", tok_b});
+  ASSERT_NE(testing::read_file(tok_b), testing::read_file(tok));
+  run({bin, "data", "prepare", "--input", corpus, "--tokenizer", tok_b, "--out", dir.str("data"), "--val_every", "10",
+       "--overwrite"});
+  EXPECT_EQ(run(greedy), before);
+  {
+    auto with_data = greedy;
+    with_data.insert(with_data.end(), {"--data", dir.str("data")});
+    testing::Proc p(with_data);
+    EXPECT_EQ(p.wait_exit(std::chrono::seconds(120)).value_or(-1), 1) << p.all();
+    EXPECT_NE(p.all().find("is not the one checkpoint"), std::string::npos) << p.all();
+  }
   // Was: sample and export needed the dataset folder for the tokenizer.
   fs::remove_all(dir.str("data"));
   const std::string text = run({bin, "sample", "--checkpoint", dir.str("run"), "--prompt", "the", "--max_tokens", "5"});
