@@ -193,7 +193,9 @@ void add_env_command(CLI::App& root) {
   auto json = std::make_shared<bool>(false);
   cmd->add_option("--device", *device, "under a launcher: cpu checks the job's CPU collectives (gloo or mpi), cuda "
                                        "its NCCL")->capture_default_str();
-  cmd->add_option("--backend", *backend, "under a launcher: auto, gloo, mpi or nccl")->capture_default_str();
+  cmd->add_option("--backend", *backend, "under a launcher: auto, gloo, mpi or nccl")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "gloo", "mpi", "nccl"}));
   cmd->add_option("--timeout", *timeout, "seconds to wait for the other ranks")->capture_default_str();
   cmd->add_flag("--json", *json, "print JSON instead of the table");
   cmd->callback([=] {

@@ -128,10 +128,17 @@ int main(int argc, char** argv) {
   // Set before the subcommands are added: each copies its parent's at creation. Command-line errors
   // then read like every other error ("nanoddp: error: --out is required").
   app.failure_message([](const CLI::App* a, const CLI::Error& e) {
-    // The suggestion goes on the error's own line, before CLI11's "Run with --help" line.
-    std::string message = CLI::FailureMessage::simple(a, e);
-    message.insert(std::min(message.find('\n'), message.size()), flag_suggestions(a));
-    return "nanoddp: error: " + message;
+    // One line, as every other error: CLI11's message, a suggestion, and where the flags are listed
+    // (instead of CLI11's second line, "Run with --help for more information.").
+    std::string message = e.what();
+    message = message.substr(0, message.find('\n'));
+    std::string command = "nanoddp";
+    for (const CLI::App* sub = a; sub != nullptr;) {
+      const auto parsed = sub->get_subcommands();
+      sub = parsed.empty() ? nullptr : parsed.front();
+      if (sub != nullptr) command += " " + sub->get_name();
+    }
+    return fmt::format("nanoddp: error: {}{}; `{} --help` lists the flags\n", message, flag_suggestions(a), command);
   });
   // Exactly one: a bare `nanoddp` is a usage error that prints the help hint.
   app.require_subcommand(1);

@@ -37,8 +37,15 @@ void add_option_flags(CLI::App& app, Options& opts) {
       app.add_flag(flag_names(name), field, help)->capture_default_str()->multi_option_policy(
           CLI::MultiOptionPolicy::TakeLast);
     } else {
-      app.add_option(flag_names(name), field, help)->capture_default_str()->multi_option_policy(
+      auto* o = app.add_option(flag_names(name), field, help)->capture_default_str()->multi_option_policy(
           CLI::MultiOptionPolicy::TakeLast);
+      // CLI11 2.1 reads "-1" into an unsigned field as 2^64 - 1.
+      if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>)
+        o->check(CLI::Validator(
+            [](std::string& v) {
+              return v.find('-') == std::string::npos ? std::string() : "must be a whole number >= 0 (got " + v + ")";
+            },
+            "UINT"));
     }
   });
 }

@@ -127,11 +127,23 @@ async function submit() {
   reply.dataset.reads = "0";
   let answer = "", finished = false;
   try {
-    const response = await fetch("/chat/completions", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(Object.assign({ messages: conversation }, settings())),
-    });
+    // The page sends the whole history each time. Once that outgrows the server's request limit
+    // (--max_request_bytes, 413) the oldest exchanges go, as the server drops turns beyond the
+    // model's context; without this every later message would fail.
+    let response, dropped = 0;
+    for (;;) {
+      response = await fetch("/chat/completions", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(Object.assign({ messages: conversation }, settings())),
+      });
+      if (response.status !== 413 || conversation.length < 3) break;
+      conversation.splice(0, 2);  // a user turn and its reply: roles still alternate
+      dropped += 2;
+    }
+    if (dropped > 0)
+      show("note", "the oldest " + dropped + " messages were left out: the conversation outgrew the server's " +
+           "request limit");
     if (!response.ok) {
       const body = await response.json().catch(() => ({}));
       throw new Error(body.error || response.status + " " + response.statusText);

@@ -140,8 +140,14 @@ std::string resolve_backend(const std::string& requested, Device device, const D
 std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device device, const DistEnv& env) {
   auto ctx = std::make_unique<DistContext>();
   ctx->env = env;
-  NANODDP_CHECK(options.collective_timeout > 0 && options.rendezvous_timeout > 0,
-                "collective_timeout and rendezvous_timeout must be positive");
+  NANODDP_CHECK(options.collective_timeout > 0 && options.rendezvous_timeout > 0, "--timeout must be a positive "
+                "number of seconds (got {} for collectives and {} for the rendezvous)", options.collective_timeout,
+                options.rendezvous_timeout);
+  // Checked here too, not only where a group is made: a single process makes none, and a misspelt
+  // backend would then pass until the job ran on several ranks.
+  NANODDP_CHECK(options.backend == "auto" || options.backend == "gloo" || options.backend == "mpi" ||
+                    options.backend == "nccl",
+                "unknown backend '{}': use auto, gloo, mpi or nccl", options.backend);
   const milliseconds timeout = to_ms(options.collective_timeout);
   // Five heartbeat intervals: longer than another rank's diagnosis takes after its own timeout
   // (Note [store linger]).

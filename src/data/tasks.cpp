@@ -122,6 +122,10 @@ bool answer_is_correct(const std::string& completion, const std::string& answer)
 
 std::vector<Question> load_questions(const std::string& file_or_name, int64_t count, uint64_t seed) {
   if (std::filesystem::exists(file_or_name)) return read_questions(file_or_name);
+  NANODDP_CHECK(file_or_name.find('/') == std::string::npos && !file_or_name.ends_with(".jsonl") &&
+                    !file_or_name.ends_with(".json"),
+                "the questions file {} does not exist: check the path (or name a built-in task: spelling, letters or "
+                "arithmetic)", file_or_name);
   std::vector<Question> out;
   for (const auto& it : make_task(file_or_name, count, seed))
     out.push_back({parse_conversation(task_item_question_json(it), file_or_name), it.answer});

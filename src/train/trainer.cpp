@@ -322,8 +322,17 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
                          opts.seed};
   lo.vocab_size = meta_.vocab_size;
   if (opts.stage == "rl") {
-    questions_ = std::make_unique<QuestionSource>(data::load_questions(opts.task, opts.task_count, opts.task_seed),
-                                                  group.rank(), group.size(), opts.shuffle, opts.seed);
+    auto questions = data::load_questions(opts.task, opts.task_count, opts.task_seed);
+    // Every question must leave room for an answer; checked now, not when a late question is drawn
+    // hours into the run (and again on every resume).
+    for (size_t i = 0; i < questions.size(); i++) {
+      const size_t n = data::render_for_completion(*tokenizer_, questions[i].conversation).size();
+      NANODDP_CHECK(static_cast<int64_t>(n) < plan_.config.max_seq_len, "RL question {} of --task {} is {} tokens, "
+                    "not shorter than the model's context of {}: shorten or remove it", i + 1, opts.task, n,
+                    plan_.config.max_seq_len);
+    }
+    questions_ = std::make_unique<QuestionSource>(std::move(questions), group.rank(), group.size(), opts.shuffle,
+                                                  opts.seed);
     if (plan_.num_iterations < 0)
       plan_.num_iterations = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
           opts.num_epochs * static_cast<double>(questions_->size()) / static_cast<double>(opts.examples_per_step))));

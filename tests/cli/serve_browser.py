@@ -4,7 +4,8 @@
 Trains a tiny checkpoint, starts the server on a free port, and drives Chromium through
 chromedriver's W3C WebDriver HTTP API (urllib only, no Selenium): types into #message, clicks
 #send, waits until the reply (.assistant) has data-done="1" and text, checks that it arrived as
-more than one token event, sends a second message (the page keeps the conversation), and saves a
+more than one token event, sends a second message (the page keeps the conversation, and leaves its
+oldest exchange out once the whole history outgrows --max_request_bytes), and saves a
 screenshot to $NANODDP_SCREENSHOT (default: serve_browser.png in the working directory).
 
 Usage: serve_browser.py NANODDP_BINARY
@@ -71,7 +72,10 @@ def make_checkpoint(nanoddp, work):
 
 def start_server(nanoddp, checkpoint, work):
     log = open(os.path.join(work, "serve.log"), "w+")
-    proc = subprocess.Popen([nanoddp, "serve", "--checkpoint", checkpoint, "--port", "0", "--max_tokens", "24"],
+    # --max_request_bytes 120: the first message's request (64 bytes) fits, the second's (the whole
+    # history, at least 141 bytes) does not, so the page must leave the oldest exchange out.
+    proc = subprocess.Popen([nanoddp, "serve", "--checkpoint", checkpoint, "--port", "0", "--max_tokens", "24",
+                             "--max_request_bytes", "120"],
                             stdout=log, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 30
     while time.time() < deadline:
@@ -189,6 +193,9 @@ def main():
         users = wd.script("return document.querySelectorAll('.user').length")
         if users != 2:
             fail(f"{users} user messages on the page, expected 2")
+        notes = wd.script("return Array.from(document.querySelectorAll('.note')).map(n => n.textContent)")
+        if not any("request limit" in n for n in notes):
+            fail(f"the second request outgrew --max_request_bytes 120 but no note says the oldest turns went: {notes}")
 
         png = base64.b64decode(wd.call("GET", wd.s("/screenshot")))
         if not png.startswith(b"\x89PNG"):

@@ -190,10 +190,18 @@ TEST_F(Cli, UsageErrorsExitTwo) {
            {"data", "prepare", "--out", path("d")},
            {"data", "prepare", "--input", path("file.txt"), "--out", path("d"), "--batch_bytes", "lots"},
            {"data", "corpus", "--out", path("c.jsonl")},
+           // Was: read as 2^64 - 1.
+           {"train", "--seed", "-1"},
+           {"sample", "--checkpoint", path("x"), "--seed", "-3"},
+           {"env", "--backend", "foo"},
        }) {
-    const Outcome o = expect_failure(args, {"nanoddp: error: "});
+    const Outcome o = expect_failure(args, {"nanoddp: error: ", "--help` lists the"});
     EXPECT_EQ(o.status, 2) << o.err;
+    // One line (was: CLI11's second line, "Run with --help for more information.").
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
   }
+  // A misspelt backend is named even where one process needs none (was: ignored, exit 0).
+  expect_failure({"train", "--backend", "glo", "--data", path("no_such_data")}, {"unknown backend 'glo'"});
 }
 
 // Habits from argparse and torchrun: a typo gets the nearest command or flag, and a flag given twice
@@ -545,6 +553,9 @@ TEST_F(Cli, Sample) {
   expect_failure({"sample", "--checkpoint", run, "--device", "toaster"}, {"toaster"});
   expect_failure({"sample", "--checkpoint", run, "--data", path("missing")}, {"missing"});
   expect_failure({"sample", "--checkpoint", run, "--dtype", "fp8"}, {"--dtype must be auto, fp32, bf16 or fp16"});
+  // A prompt of 20 bytes with its BOS fills the context of 16 (was: the prompt echoed, exit 0).
+  expect_failure({"sample", "--checkpoint", run, "--prompt", std::string(20, 'a')}, {"--prompt is 21 tokens",
+                                                                                     "context of 16"});
   expect_failure({"chat", "--checkpoint", run, "--prompt", "hi", "--dtype", "half"}, {"--dtype must be"});
   expect_failure({"eval", "--checkpoint", run, "--task", "arithmetic", "--dtype", "int8"}, {"--dtype must be"});
   // A question that fills the model's context (16 tokens) has no room for an answer. Was: scored as

@@ -186,7 +186,20 @@ TEST(Rl, BadInputEndsWithOneClearLine) {
   expect_error(launch(2, rl(out.str(), 2, 3)), "--examples_per_step 3 is not a multiple of the world size 2");
   auto missing = rl(out.str(), 2);
   missing[4] = out.str("nope.jsonl");
-  expect_error(single(missing), "nope.jsonl");
+  expect_error(single(missing), "the questions file " + out.str("nope.jsonl") + " does not exist");
+  // A question too long for the context (64 bytes), third of the file: refused at start (was: when
+  // drawn, mid-run), and --out is not claimed.
+  const std::string long_file = out.str("long.jsonl");
+  {
+    std::ofstream f(long_file);
+    for (int i = 0; i < 4; i++)
+      f << nlohmann::json{{"messages", {{{"role", "user"}, {"content", std::string(i == 2 ? 100 : 5, 'x')}}}},
+                          {"answer", "7"}}.dump() << "\n";
+  }
+  auto too_long = rl(out.str("long_run"), 2);
+  too_long[4] = long_file;
+  expect_error(single(too_long), "RL question 3 of --task " + long_file);
+  EXPECT_FALSE(std::filesystem::exists(out.str("long_run/run.json")));
 }
 
 }  // namespace
