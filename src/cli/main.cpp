@@ -121,6 +121,16 @@ std::string unknown_command(const CLI::App& app, int argc, char** argv) {
                      near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near));
 }
 
+// Every single-valued option takes its last value when given twice, as the typed option structs'
+// flags already do (option_flags.h) and as argparse does: scripts append overrides. Was: an error
+// ("At Most 1 required but received 2") for the flags a command adds by hand, such as sft --source.
+void take_last_everywhere(CLI::App* app) {
+  for (CLI::Option* o : app->get_options())
+    if (o->get_expected_max() == 1 && o->get_type_size_max() == 1 && o->get_items_expected_max() == 1)
+      o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) take_last_everywhere(sub);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,6 +168,7 @@ int main(int argc, char** argv) {
   add_tokenizer_command(app);
   add_data_command(app);
   add_run_command(app);
+  take_last_everywhere(&app);
   if (const std::string bad = unknown_command(app, argc, argv); !bad.empty()) {
     report(bad);
     return 2;

@@ -215,6 +215,9 @@ TEST_F(Cli, TyposGetDidYouMeanAndARepeatedFlagTakesTheLast) {
   // The last --depth decides: 0 is refused by name, 2 passes validation and fails on the data.
   expect_failure({"train", "--depth", "2", "--depth", "0"}, {"--depth must be between 1"});
   expect_failure({"train", "--depth=0", "--depth=2", "--data", path("no_such_data")}, {"no_such_data"});
+  // So do the flags a command adds by hand (was: "At Most 1 required but received 2").
+  expect_failure({"sft", "--source", path("first"), "--source", path("second"), "--data", path("d.jsonl")},
+                 {path("second")});
   // nanochat's spellings of the same settings are taken as ours.
   expect_failure({"train", "--device_type", "tpu"}, {"tpu"});
   expect_failure({"train", "--resume_from_step", "7", "--init_from", path("x")}, {"--init_from starts a new run"});

@@ -285,6 +285,29 @@ std::vector<std::string> env_of(int rank, int port) {
 }
 
 
+// Without the launcher, rank 0 hosts the store. When it freezes, the other rank's collective times
+// out and its diagnosis asks the store, which no longer answers: that request gives up after five
+// heartbeat intervals (at least 5 s), so the rank reports within the timeout and a few seconds more.
+// Was: the store client's 120 s, deaf to SIGTERM meanwhile.
+TEST(Failure, ARankWhoseStoreHostFreezesReportsWithinTheTimeout) {
+  ScratchDir out("dist_store_host_frozen");
+  auto f = train_flags(out.str(), 4 * 32 * 2, 200);
+  f.back() = "3";  // --timeout 3: heartbeats every 0.3 s, store requests give up after 5 s
+  const int port = free_port();
+  Proc r0(single(f), env_of(0, port)), r1(single(f), env_of(1, port));
+  ASSERT_TRUE(r0.wait_for_text("step 00003/", 120s)) << r0.all();
+  ::kill(r0.pid(), SIGSTOP);
+  const auto start = std::chrono::steady_clock::now();
+  const auto status = r1.wait_exit(60s);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ::kill(r0.pid(), SIGKILL);
+  ASSERT_TRUE(status.has_value()) << "rank 1 still waits 60 s after rank 0 froze:\n" << r1.all();
+  EXPECT_NE(*status, 0) << r1.all();
+  // 3 s timeout + 0.45 s diagnosis + 5 s store request, with room for a loaded machine; 120 s before.
+  EXPECT_LT(seconds, 40.0) << r1.all();
+  EXPECT_NE(r1.err().find("timed out after 3 s"), std::string::npos) << r1.err();
+}
+
 TEST(BadInput, RanksStartedWithDifferentDepthsRefuseToTrain) {
   ScratchDir out("dist_bad_depth");
   const int port = free_port();
@@ -295,6 +318,29 @@ TEST(BadInput, RanksStartedWithDifferentDepthsRefuseToTrain) {
   EXPECT_EQ(r0.wait_exit(60s), 1) << r0.all();
   EXPECT_EQ(r1.wait_exit(60s), 1) << r1.all();
   EXPECT_NE(r1.err().find("--depth is 3 on rank 1 but 2 on rank 0"), std::string::npos) << r1.err();
+  EXPECT_NE(r0.err().find("rank 1"), std::string::npos) << r0.err();
+}
+
+// Ranks that see different checkpoints under the same --out (a folder not shared between nodes;
+// here: a relative --out from two working directories) stop together, the rank that differs naming
+// what it found, before any of them loads anything.
+TEST(BadInput, RanksThatFindDifferentCheckpointsToResumeStopTogether) {
+  ScratchDir root("dist_resume_mismatch");
+  fs::create_directories(root.str("r0"));
+  fs::create_directories(root.str("r1"));
+  Proc first(single(train_flags(root.str("r0/run"), 4 * 32 * 2, 2)));
+  ASSERT_EQ(first.wait_exit(60s), 0) << first.all();
+  const int port = free_port();
+  auto in_dir = [&](const std::string& dir) {
+    std::string cmd = "cd '" + dir + "' && exec";
+    for (const auto& a : single(train_flags("run", 4 * 32 * 2, 4))) cmd += " '" + a + "'";
+    return std::vector<std::string>{"/bin/sh", "-c", cmd + " --resume latest"};
+  };
+  Proc r0(in_dir(root.str("r0")), env_of(0, port)), r1(in_dir(root.str("r1")), env_of(1, port));
+  EXPECT_EQ(r0.wait_exit(60s), 1) << r0.all();
+  EXPECT_EQ(r1.wait_exit(60s), 1) << r1.all();
+  EXPECT_NE(r1.err().find("the checkpoint to resume is none"), std::string::npos) << r1.err();
+  EXPECT_NE(r1.err().find("same --out"), std::string::npos) << r1.err();
   EXPECT_NE(r0.err().find("rank 1"), std::string::npos) << r0.err();
 }
 
