@@ -3,11 +3,16 @@
 the same shapes, forward and backward timed apart, once per attention backend (--sdpa flash:
 FlashAttention-2; cudnn: cuDNN's fused attention). The inputs are [B, T, H, D] tensors seen as
 [B, H, T, D] through transpose(1, 2), as the GPT of bench/torch_gpu_bench.py passes them. Rates use
-the same nominal FLOPs as bench_attention_gpu (forward 2 B H T^2 D, backward 2.5x). Prints one JSON
-line per backend; a backend that cannot run these shapes prints its error instead.
+the same nominal FLOPs as bench_attention_gpu (forward 2 B H T^2 D, backward 2.5x), and the same
+clock: the host's, from a synchronised device to a synchronised device, median of --reps calls (so
+launch costs count on both sides). Prints one JSON line per backend; a backend that cannot run these
+shapes prints its error instead. With --nanoddp FILE (bench_attention_gpu's line, from the same
+machine and call) each line also holds nanoddp's speed relative to it: PyTorch's time / nanoddp's,
+above 1 where nanoddp is faster.
 """
 import argparse
 import json
+import time
 
 import torch
 import torch.nn.functional as F
@@ -21,12 +26,11 @@ def median_ms(fn, warmup, reps):
         fn()
     times = []
     for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(1e3 * (time.perf_counter() - start))
     return sorted(times)[len(times) // 2]
 
 
@@ -36,7 +40,15 @@ def main():
                           ("reps", 20), ("warmup", 3)]:
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--sdpa", default="flash,cudnn", help="comma-separated: flash, cudnn")
+    p.add_argument("--nanoddp", help="bench_attention_gpu's JSON line (a file): adds nanoddp's speed-ups")
     a = p.parse_args()
+    ours = None
+    if a.nanoddp:
+        with open(a.nanoddp) as f:
+            ours = json.loads(f.read().strip().splitlines()[-1])
+        shape = {k: ours[k] for k in ("batch", "seq", "heads", "kv_heads", "head_dim")}
+        if shape != {"batch": a.batch, "seq": a.seq, "heads": a.heads, "kv_heads": a.kv_heads, "head_dim": a.head_dim}:
+            raise SystemExit(f"torch_attention_bench: --nanoddp {a.nanoddp} was measured on other shapes: {shape}")
     b, t, h, hk, d = a.batch, a.seq, a.heads, a.kv_heads, a.head_dim
     gen = torch.Generator(device="cuda").manual_seed(0)
 
@@ -63,6 +75,8 @@ def main():
                 bwd = median_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), a.warmup,
                                 a.reps)
             row.update(fwd_ms=fwd, bwd_ms=bwd, fwd_tflops=fwd_flops / fwd / 1e9, bwd_tflops=2.5 * fwd_flops / bwd / 1e9)
+            if ours:
+                row.update(nanoddp_fwd_speedup=fwd / ours["fwd_ms"], nanoddp_bwd_speedup=bwd / ours["bwd_ms"])
         except Exception as e:  # a backend that refuses these shapes: say so in the row
             row["error"] = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(json.dumps(row), flush=True)

@@ -285,7 +285,7 @@ bench_table() {
 # bench_depth D: nanoddp against PyTorch at depth D, a stage of its own (PyTorch's compile alone
 # takes minutes), its results kept apart.
 bench_depth() {
-  stage "bench_d$1" C 150 420 env BUILD_DIR="$build" OUT_DIR="$logs/bench_d$1" DEPTHS="$1" SKIP_BUILD=1 \
+  stage "bench_d$1" C 300 420 env BUILD_DIR="$build" OUT_DIR="$logs/bench_d$1" DEPTHS="$1" SKIP_BUILD=1 \
     bash bench/gpu_bench.sh
   bench_table
 }
@@ -302,7 +302,8 @@ else
   stage profile_d20 D 40 120 "$build/bench/bench_train_gpu" --depth 20 --seq 2048 --batch 16 --steps 3 --warmup 2 \
     --breakdown 3
   # The attention kernels alone against PyTorch's two on the same shapes (depth 20: 10 heads of 128).
-  stage attention_d20 D 30 120 bash -c "'$build/bench/bench_attention_gpu' && python3 bench/torch_attention_bench.py"
+  stage attention_d20 D 30 120 bash -c "'$build/bench/bench_attention_gpu' | tee '$logs/attention_nanoddp.json' &&
+    python3 bench/torch_attention_bench.py --nanoddp '$logs/attention_nanoddp.json'"
 fi
 
 fresh_unless_passed train_cuda_fp16 fp16_straight

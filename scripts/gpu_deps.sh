@@ -55,15 +55,22 @@ b=build-gpu
 cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/$dest/usr" \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DNANODDP_CUDA=ON -DNANODDP_NCCL=ON -DNANODDP_GLOO=OFF -DNANODDP_MPI=OFF \
   -DNANODDP_ONEDNN=OFF "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/" > /dev/null
-cmake --build "$b" --target nanoddp test_cuda_ops test_cuda_model bench_train_gpu bench_attention_gpu \
-  bench_allreduce test_comm_nccl
+targets=(nanoddp test_cuda_ops test_cuda_model bench_train_gpu bench_attention_gpu bench_allreduce test_comm_nccl)
+cmake --build "$b" --target "${targets[@]}"
+# Only those programs travel: a full build of the tree (to check that everything compiles) leaves
+# every other test and benchmark in it too, which would more than double the bundle.
+others=()
+while IFS= read -r f; do
+  [[ " ${targets[*]} " == *" $(basename "$f") "* ]] || others+=("--exclude=$f")
+done < <(find "$b" -path "$b/CMakeFiles" -prune -o -path '*/CMakeFiles' -prune -o -type f -perm -u+x \
+  ! -name '*.so*' ! -name '*.sh' ! -name '*.py' -print)
 # OpenMP's runtime from the GCC the programs were built with, for a GPU machine whose image has
 # none (gpu_check.sh adds this folder to LD_LIBRARY_PATH then). Kept out of the bundle's lib
 # folder, where CMake would warn that it shadows the compiler's own.
 mkdir -p "$dest/runtime"
 cp -a /$lib/libgomp.so.1 /$lib/libgomp.so.1.0.0 "$dest/runtime/"
 # Programs, CTest files and GoogleTest's test lists; no objects, archives or CMake internals.
-tar -czf .gpu/build-gpu.tar.gz --exclude='*.o' --exclude='*.a' --exclude=CMakeFiles "$b"
+tar -czf .gpu/build-gpu.tar.gz --exclude='*.o' --exclude='*.a' --exclude=CMakeFiles "${others[@]}" "$b"
 pwd -P > .gpu/build-gpu.root
 # What the build was made from (scripts/source_fingerprint.sh): gpu_check.sh builds on the device
 # instead when the sources it was given differ, so a later edit never runs as a stale program.

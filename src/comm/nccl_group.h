@@ -38,6 +38,7 @@ class NcclGroup final : public ProcessGroup {
   ~NcclGroup() override;
 
   std::string backend_name() const override { return "nccl"; }
+  void check() override;
   WorkPtr allreduce(const Tensor& t, ReduceOp op) override;
   WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override;
   WorkPtr all_gather(const Tensor& out, const Tensor& in) override;

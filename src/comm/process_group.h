@@ -55,6 +55,12 @@ class ProcessGroup {
   virtual WorkPtr broadcast(const Tensor& t, int root) = 0;
   virtual WorkPtr barrier() = 0;
 
+  // Throws the group's failure, if it has one. For a caller that waited for the device rather than
+  // a Work (a GPU group's wait() only orders the compute stream): a collective aborted at its
+  // timeout still completes its event, with the buffer unreduced, so such a caller checks here
+  // before it reads the result. Gloo and MPI fail in wait() itself: nothing to do.
+  virtual void check() {}
+
  private:
   int rank_, size_;
 };

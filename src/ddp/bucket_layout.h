@@ -40,7 +40,7 @@ struct BucketEntry {
 struct Bucket {
   std::vector<BucketEntry> entries;  // in the order their gradients become ready
   int64_t numel = 0;                 // padded length of the flat buffer
-  bool matrix_slots = false;         // Muon bucket: slot r (= entries[r]) belongs to rank r
+  bool matrix_slots = false;         // Muon bucket: slot r (entry offset r x matrix size) belongs to rank r
   int64_t shard_begin(int rank, int world) const { return rank * (numel / world); }
   int64_t shard_end(int rank, int world) const { return (rank + 1) * (numel / world); }
 };

@@ -744,12 +744,14 @@ double Trainer::train_step(int64_t step, double lr_mult) {
   Stopwatch comm;
   reducer_->finish();
   if (device_.is_cuda()) dev.synchronize();
+  group_.check();  // a bucket aborted at its timeout completes too, unaveraged: no update from it
   phases_.exposed_comm = comm.seconds();
   Stopwatch opt;
   {
     trace::Scope traced("optimizer");
     update(step, lr_mult);
     if (device_.is_cuda()) dev.synchronize();
+    group_.check();  // the parameters' all_gather under --zero 1|2
   }
   phases_.optimizer = opt.seconds();
   // This rank's mean; run() averages it over the ranks with what else they must agree on.

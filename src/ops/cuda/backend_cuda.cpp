@@ -118,6 +118,7 @@ class CudaBackend final : public Backend {
   void raise_kernel_error() {
     const int kind = *reinterpret_cast<volatile int*>(&errors_->kind);
     if (kind == cuda::kNoError) return;
+    std::atomic_thread_fence(std::memory_order_acquire);  // the record's other fields after its kind
     const cuda::ErrorRecord r = *errors_;
     std::memset(errors_, 0, sizeof(cuda::ErrorRecord));
     NANODDP_CUDA_CHECK(cudaMemsetAsync(claim_.raw(), 0, sizeof(int32_t), stream_));
@@ -180,7 +181,7 @@ void CudaBackend::embedding_backward(const Tensor& dtable, const Tensor& dout, c
   Tensor scratch = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, dtable.device());
   NANODDP_CUDA_CHECK(cuda::launch_embedding_backward(elem(dout), dtable.data<float>(), dout.raw(),
                                                     ids.data<int32_t>(), n, dtable.dim(0), c, scratch.raw(), bytes,
-                                                    s));
+                                                    sink_, s));
 }
 
 void CudaBackend::rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, float eps) {

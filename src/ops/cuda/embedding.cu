@@ -53,6 +53,13 @@ __global__ void embedding_forward_kernel(T* out, const T* table, const int32_t* 
 }
 
 // ---- backward --------------------------------------------------------------------------------
+// Out-of-range ids, negative ones included (as u32), sort last: the last key tells whether any is.
+__global__ void check_sorted_ids_kernel(const uint32_t* keys, const int32_t* pos, int64_t n, int64_t vocab,
+                                        ErrorSink err) {
+  if (threadIdx.x == 0 && keys[n - 1] >= static_cast<uint64_t>(vocab))
+    report_error(err, kTokenIdOutOfRange, pos[n - 1], static_cast<int32_t>(keys[n - 1]), vocab);
+}
+
 __global__ void iota_kernel(int32_t* x, int64_t n) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = static_cast<int32_t>(i);
@@ -228,7 +235,7 @@ size_t embedding_backward_scratch_bytes(int64_t n, int64_t c) {
 }
 
 cudaError_t launch_embedding_backward(DType dout_t, float* dtable, const void* dout, const int32_t* ids, int64_t n,
-                                      int64_t vocab, int64_t c, void* scratch, size_t scratch_bytes,
+                                      int64_t vocab, int64_t c, void* scratch, size_t scratch_bytes, ErrorSink err,
                                       cudaStream_t stream) {
   if (n == 0 || c == 0) return cudaSuccess;
   if (scratch_bytes < embedding_backward_scratch_bytes(n, c)) return cudaErrorInvalidValue;
@@ -238,6 +245,7 @@ cudaError_t launch_embedding_backward(DType dout_t, float* dtable, const void* d
   cudaError_t e = cub::DeviceRadixSort::SortPairs(s.sort_tmp, s.sort_tmp_bytes, reinterpret_cast<const uint32_t*>(ids),
                                                   s.keys, s.pos_in, s.pos, static_cast<int>(n), 0, 32, stream);
   if (e != cudaSuccess) return e;
+  check_sorted_ids_kernel<<<1, 32, 0, stream>>>(s.keys, s.pos, n, vocab, err);
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   const dim3 grid(static_cast<unsigned>((chunks + kWarpsPerBlock - 1) / kWarpsPerBlock),
                   static_cast<unsigned>((c + kSlice - 1) / kSlice));

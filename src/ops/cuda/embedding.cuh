@@ -14,9 +14,9 @@ cudaError_t launch_embedding_forward(DType t, void* out, const void* table, cons
 size_t embedding_backward_scratch_bytes(int64_t n, int64_t c);
 
 // dtable += scatter of dout by ids, in the same order every run (see embedding.cu). Ids outside
-// [0, vocab) are skipped (the forward has reported them).
+// [0, vocab) are skipped and one of them is reported to `err` (as the CPU backend refuses them).
 cudaError_t launch_embedding_backward(DType dout_t, float* dtable, const void* dout, const int32_t* ids, int64_t n,
-                                      int64_t vocab, int64_t c, void* scratch, size_t scratch_bytes,
+                                      int64_t vocab, int64_t c, void* scratch, size_t scratch_bytes, ErrorSink err,
                                       cudaStream_t stream);
 
 }  // namespace nanoddp::cuda

@@ -183,6 +183,13 @@ TEST(CudaEmbedding, OutOfRangeIdIsAnErrorAtTheNextSynchronisation) {
   ops::embedding_forward(out, table, ids.copy_to(testing::gpu()));
   NANODDP_EXPECT_ERROR(ops::backend(testing::gpu()).synchronize(), "token id 4 at position 2");
   ops::backend(testing::gpu()).synchronize();  // reported once, then cleared
+  // The backward, called directly, reports one too (as the CPU's refuses them), negative ids
+  // included; the rows in range are still added.
+  ids.data<int32_t>()[0] = -3;
+  Tensor dtable = Tensor::zeros({4, 8}, DType::F32, testing::gpu());
+  ops::embedding_backward(dtable, to_gpu(randn({3, 8}, 2), DType::F32), ids.copy_to(testing::gpu()));
+  NANODDP_EXPECT_ERROR(ops::backend(testing::gpu()).synchronize(), "token id -3 at position 0 is outside [0, 4)");
+  ops::backend(testing::gpu()).synchronize();
 }
 
 // ---- RMSNorm -------------------------------------------------------------------------------------
