@@ -302,7 +302,7 @@ else
   stage profile_d20 D 40 120 "$build/bench/bench_train_gpu" --depth 20 --seq 2048 --batch 16 --steps 3 --warmup 2 \
     --breakdown 3
   # The attention kernels alone against PyTorch's two on the same shapes (depth 20: 10 heads of 128).
-  stage attention_d20 D 30 120 bash -c "'$build/bench/bench_attention_gpu' | tee '$logs/attention_nanoddp.json' &&
+  stage attention_d20 D 30 120 bash -c "set -o pipefail; '$build/bench/bench_attention_gpu' | tee '$logs/attention_nanoddp.json' &&
     python3 bench/torch_attention_bench.py --nanoddp '$logs/attention_nanoddp.json'"
 fi
 

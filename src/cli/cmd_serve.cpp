@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -226,7 +227,8 @@ void add_routes(httplib::Server& server, const ServeArgs& a, JobQueue& queue, co
   // cpp-httplib 0.11 reads a chunked body whatever its length (set_payload_max_length counts only
   // Content-Length bodies), so chunked requests are refused before their body is read.
   server.set_pre_routing_handler([max = a.max_request_bytes](const httplib::Request& req, httplib::Response& res) {
-    const std::string te = req.get_header_value("Transfer-Encoding");
+    std::string te = req.get_header_value("Transfer-Encoding");
+    for (char& ch : te) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));  // as httplib compares
     if (te.find("chunked") == std::string::npos) return httplib::Server::HandlerResponse::Unhandled;
     reply_error(res, 411, fmt::format("chunked request bodies are not accepted: send the body with a Content-Length "
                                       "(at most {} bytes, --max_request_bytes)", max));

@@ -261,7 +261,25 @@ NcclGroup::~NcclGroup() {
   st.watch.reset();
 }
 
-void NcclGroup::check() { state_->throw_if_failed(); }
+void NcclGroup::check() {
+  State& st = *state_;
+  st.throw_if_failed();
+  // An NCCL error (not a timeout) lets the kernels finish; the watchdog notices it only at its next
+  // tick, so look now.
+  ncclResult_t async = ncclSuccess;
+  {
+    std::lock_guard lock(st.nccl_mu);
+    st.throw_if_failed();
+    ncclCommGetAsyncError(st.comm, &async);
+  }
+  if (async != ncclSuccess && async != ncclInProgress) {
+    st.cv.notify_all();  // the watchdog turns it into the group's failure, with its diagnosis
+    for (auto until = Clock::now() + 2 * st.timeout; !st.failed && Clock::now() < until;)
+      std::this_thread::sleep_for(milliseconds(1));
+    st.throw_if_failed();
+    NANODDP_FAIL("a collective failed on rank {}: NCCL {}", st.rank, ncclGetErrorString(async));
+  }
+}
 
 ncclComm_t NcclGroup::comm() const { return state_->comm; }
 cudaStream_t NcclGroup::stream() const { return state_->stream; }

@@ -130,7 +130,11 @@ void Reducer::finish() {
                 "to the backward of the step's last micro-batch, or the ranks' gradients are never averaged");
   armed_ = false;
   if (next_launch_ < n && opts_.find_unused_parameters) {
-    // The rest, in layout order as on every rank; what was never reported keeps its .grad.
+    // The rest, in layout order as on every rank. A parameter never reported contributes zero, as in
+    // PyTorch DDP: its .grad may still hold an earlier step's gradient (nothing else zeroes it).
+    for (int b = next_launch_; b < n; b++)
+      for (const auto& e : layout_.buckets[b].entries)
+        if (!reported_[e.param]) ops::fill(model_.parameters()[e.param].grad, 0.f);
     while (next_launch_ < n) launch(next_launch_++);
   } else if (next_launch_ < n) {
     const int first = next_launch_;
@@ -139,7 +143,9 @@ void Reducer::finish() {
       if (pending_[b] > 0)
         for (const auto& e : layout_.buckets[b].entries) names += " " + model_.parameters()[e.param].name;
     next_launch_ = n;
-    for (auto& w : works_) w->wait();  // nothing left in flight on the buffers
+    // The buckets already launched are waited for (on a GPU group this orders the compute stream
+    // only; their reductions may still run on the communication stream when this throws).
+    for (auto& w : works_) w->wait();
     works_.clear();
     NANODDP_FAIL("no gradient was reported in this backward for some parameters of bucket(s) {} to {}, among:{}: "
                  "report every parameter's gradient, or set ReducerOptions::find_unused_parameters for a model "

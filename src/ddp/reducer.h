@@ -33,8 +33,8 @@ struct ReducerOptions {
   double first_bucket_mb = 1.0;
   double bucket_cap_mb = 25.0;
   // PyTorch DDP's find_unused_parameters: a parameter whose gradient was never reported in the
-  // synchronised backward (a branch not taken this step) is averaged with the value its .grad holds
-  // (zero after zeroing) when finish() runs. Off: finish() fails naming it, as DDP does.
+  // synchronised backward (a branch not taken this step) contributes zero: finish() zeroes its
+  // .grad and averages it with the other ranks'. Off: finish() fails naming it, as DDP does.
   bool find_unused_parameters = false;
 };
 

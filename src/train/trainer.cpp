@@ -709,6 +709,8 @@ double Trainer::train_step(int64_t step, double lr_mult) {
     phases_.backward = compute.seconds() - rl_stats_.sample_seconds;  // forward and backward of the samples
     Stopwatch comm;
     reducer_->finish();
+    if (device_.is_cuda()) ops::backend(device_).synchronize();
+    group_.check();  // as in the branch below: no update from an aborted bucket
     phases_.exposed_comm = comm.seconds();
     Stopwatch opt;
     {

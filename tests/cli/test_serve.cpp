@@ -359,6 +359,42 @@ void hang_up(int port, const std::string& what) {
   ::close(fd);
 }
 
+// Sends `what` and returns the response's status line ("" if none came within 10 s).
+std::string status_line(int port, const std::string& what) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string got;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::write(fd, what.data(), what.size()) == static_cast<ssize_t>(what.size())) {
+    char buf[256];
+    for (ssize_t n; got.find("\r\n") == std::string::npos && (n = ::read(fd, buf, sizeof buf)) > 0;)
+      got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return got.substr(0, got.find("\r\n"));
+}
+
+// cpp-httplib reads a body as chunked whatever the case of "chunked" (strcasecmp): so is it refused
+// (was: "Chunked" passed the check and was read without a limit).
+TEST(Serve, ChunkedBodiesAreRefusedWhateverTheCase) {
+  ScratchDir dir("serve_" + test_name());
+  Server s(make_checkpoint(dir), {"--max_request_bytes", "2048"});
+  ASSERT_GT(s.port, 0);
+  for (const char* te : {"chunked", "Chunked", "CHUNKED"})
+    EXPECT_EQ(status_line(s.port, std::string("POST /chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                              "application/json\r\nTransfer-Encoding: ") +
+                                      te + "\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+              "HTTP/1.1 411 Length Required")
+        << te;
+  auto c = s.client();
+  EXPECT_TRUE(complete(c, request("hi")).done);
+}
+
 TEST(Serve, ConcurrentClientsAllGetCompleteReplies) {
   ScratchDir dir("serve_" + test_name());
   Server s(make_checkpoint(dir));
