@@ -114,6 +114,11 @@ Device local_device(const std::string& requested, const DistEnv& env) {
   return Device::cuda(env.local_rank);
 }
 
+static void check_backend_name(const std::string& backend) {
+  NANODDP_CHECK(backend == "auto" || backend == "gloo" || backend == "mpi" || backend == "nccl",
+                "unknown backend '{}': use auto, gloo, mpi or nccl", backend);
+}
+
 std::string resolve_backend(const std::string& requested, Device device, const DistEnv& env) {
   std::string b = requested;
   if (b == "auto") {
@@ -123,8 +128,7 @@ std::string resolve_backend(const std::string& requested, Device device, const D
     const bool mpirun = env.launcher == Launcher::Mpirun && !env.master_from_env;
     b = device.is_cuda() ? "nccl" : (mpirun && NANODDP_HAVE_MPI) ? "mpi" : "gloo";
   }
-  NANODDP_CHECK(b == "gloo" || b == "mpi" || b == "nccl", "unknown backend '{}': use auto, gloo, mpi or nccl",
-                requested);
+  check_backend_name(requested);
   NANODDP_CHECK(b != "gloo" || NANODDP_HAVE_GLOO,
                 "this build has no Gloo: install libgloo-dev (scripts/setup.sh) and rebuild, or use another backend");
   NANODDP_CHECK(b != "mpi" || NANODDP_HAVE_MPI,
@@ -145,9 +149,7 @@ std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device
                 options.rendezvous_timeout);
   // Checked here too, not only where a group is made: a single process makes none, and a misspelt
   // backend would then pass until the job ran on several ranks.
-  NANODDP_CHECK(options.backend == "auto" || options.backend == "gloo" || options.backend == "mpi" ||
-                    options.backend == "nccl",
-                "unknown backend '{}': use auto, gloo, mpi or nccl", options.backend);
+  check_backend_name(options.backend);
   const milliseconds timeout = to_ms(options.collective_timeout);
   // Five heartbeat intervals: longer than another rank's diagnosis takes after its own timeout
   // (Note [store linger]).

@@ -46,9 +46,8 @@ Optimizer::Optimizer(model::ParameterSet& model, Reducer& reducer, const Optimiz
     for (const Bucket& b : layout.buckets)
       for (const BucketEntry& e : b.entries) {
         if (!uses_muon(cfg, params[e.param])) continue;
-        const int r = static_cast<int>(std::min<int64_t>(world - 1, e.offset / std::max<int64_t>(1, b.numel / world)));
-        NANODDP_CHECK(e.numel == 0 || (b.shard_begin(r, world) <= e.offset &&
-                                       e.offset + e.numel <= b.shard_end(r, world)),
+        const int64_t shard = b.numel / world;  // > 0: the bucket holds this matrix
+        NANODDP_CHECK(e.numel == 0 || e.offset / shard == (e.offset + e.numel - 1) / shard,
                       "Muon matrix {} is split across the ranks' shards: build the Reducer with "
                       "ReducerOptions::whole_matrices = true when the optimizer is muon and --zero is 1 or 2",
                       params[e.param].name);

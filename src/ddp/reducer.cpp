@@ -129,19 +129,20 @@ void Reducer::finish() {
   NANODDP_CHECK(armed_ || group_.size() == 1, "finish() without sync_hook(): pass reducer.sync_hook(micro_steps) "
                 "to the backward of the step's last micro-batch, or the ranks' gradients are never averaged");
   armed_ = false;
-  if (next_launch_ < n && opts_.find_unused_parameters) {
+  // The parameters never reported in this backward (all in the buckets not yet launched).
+  std::vector<int> unreported;
+  for (int b = next_launch_; b < n; b++)
+    for (const auto& e : layout_.buckets[b].entries)
+      if (!reported_[e.param]) unreported.push_back(e.param);
+  if (!unreported.empty() && opts_.find_unused_parameters) {
     // The rest, in layout order as on every rank. A parameter never reported contributes zero, as in
     // PyTorch DDP: its .grad may still hold an earlier step's gradient (nothing else zeroes it).
-    for (int b = next_launch_; b < n; b++)
-      for (const auto& e : layout_.buckets[b].entries)
-        if (!reported_[e.param]) ops::fill(model_.parameters()[e.param].grad, 0.f);
+    for (int p : unreported) ops::fill(model_.parameters()[p].grad, 0.f);
     while (next_launch_ < n) launch(next_launch_++);
-  } else if (next_launch_ < n) {
+  } else if (!unreported.empty()) {
     const int first = next_launch_;
     std::string names;
-    for (int b = next_launch_; b < n; b++)
-      if (pending_[b] > 0)
-        for (const auto& e : layout_.buckets[b].entries) names += " " + model_.parameters()[e.param].name;
+    for (int p : unreported) names += " " + model_.parameters()[p].name;
     next_launch_ = n;
     // The buckets already launched are waited for (on a GPU group this orders the compute stream
     // only; their reductions may still run on the communication stream when this throws).

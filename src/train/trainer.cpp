@@ -553,11 +553,10 @@ void Trainer::restore(int64_t step) {
     // The same settings by an older build may still have placed the Muon matrices otherwise
     // (bucket_layout.h): then this rank's file lacks its pieces, and resharding finds them.
     std::unique_ptr<SafetensorsFile> own;
-    resharded = true;
     if (same_sharding) own = std::make_unique<SafetensorsFile>(dir + "/" + CheckpointFiles::optimizer(group_.rank()));
-    if (own && optimizer_->state_matches(*own)) {
+    resharded = !own || !optimizer_->state_matches(*own);
+    if (!resharded) {
       optimizer_->load_state(*own);
-      resharded = false;
     } else {
       std::vector<std::unique_ptr<SafetensorsFile>> files;
       std::vector<const SafetensorsFile*> views;

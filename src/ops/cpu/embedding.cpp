@@ -7,6 +7,16 @@
 
 namespace nanoddp::ops::cpu {
 
+namespace {
+
+void check_ids(const int32_t* ids, int64_t n, int64_t vocab) {
+  for (int64_t i = 0; i < n; i++)
+    NANODDP_CHECK(ids[i] >= 0 && ids[i] < vocab, "token id {} at position {} is outside the vocabulary [0, {})", ids[i],
+                  i, vocab);
+}
+
+}  // namespace
+
 void CpuBackend::embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) {
   NANODDP_ASSERT(out.dtype() == table.dtype(), "embedding rows are copied: {} table into {} output",
                  dtype_name(table.dtype()), dtype_name(out.dtype()));
@@ -15,9 +25,7 @@ void CpuBackend::embedding_forward(const Tensor& out, const Tensor& table, const
   const int32_t* pid = ids.data<int32_t>();
   const auto* pt = static_cast<const unsigned char*>(table.raw());
   auto* po = static_cast<unsigned char*>(out.raw());
-  for (int64_t i = 0; i < n; i++)
-    NANODDP_CHECK(pid[i] >= 0 && pid[i] < v, "token id {} at position {} is outside the vocabulary [0, {})", pid[i],
-                  i, v);
+  check_ids(pid, n, v);
 #pragma omp parallel for if (n * c > kParallelGrain)
   for (int64_t i = 0; i < n; i++) std::memcpy(po + i * row_bytes, pt + pid[i] * row_bytes, row_bytes);
 }
@@ -29,9 +37,7 @@ void CpuBackend::embedding_backward(const Tensor& dtable, const Tensor& dout, co
     using T = std::remove_pointer_t<decltype(tag)>;
     const int64_t n = ids.numel(), c = dtable.dim(1), v = dtable.dim(0);
     const int32_t* pid = ids.data<int32_t>();
-    for (int64_t i = 0; i < n; i++)  // the model ran the forward on these ids; a direct caller may not have
-      NANODDP_CHECK(pid[i] >= 0 && pid[i] < v, "token id {} at position {} is outside the vocabulary [0, {})",
-                    pid[i], i, v);
+    check_ids(pid, n, v);  // the model ran the forward on these ids; a direct caller may not have
     const T* pd = dout.data<T>();
     float* pt = dtable.data<float>();
     constexpr int64_t kBlock = 64;  // channels per task: one cache line of 16 floats x 4
