@@ -124,6 +124,7 @@ void read_master(const EnvLookup& env, DistEnv& d) {
     d.master_from_env = true;
   }
   if (auto port = int_var(env, "MASTER_PORT", 1, 65535)) d.master_port = *port;
+  if (auto port = int_var(env, "NANODDP_AGENT_STORE_PORT", 1, 65535)) d.agent_store_port = *port;
 }
 
 void check_ranks(const DistEnv& d, const char* rank_var, const char* world_var) {

@@ -29,6 +29,9 @@ struct DistEnv {
   int node_rank = 0;  // GROUP_RANK / SLURM_NODEID
   std::string master_addr;  // "" when not known
   int master_port = 0;      // 0 when not set
+  // NANODDP_AGENT_STORE_PORT: under `nanoddp run`, the port of the launcher's store on MASTER_ADDR,
+  // which is not MASTER_PORT (Note [two ports] in launch/launcher.cpp); 0 when not set.
+  int agent_store_port = 0;
   bool master_from_env = false;  // MASTER_ADDR was set explicitly (not derived from Slurm's node list)
   int restart_count = 0;
 

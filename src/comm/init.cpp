@@ -45,6 +45,7 @@ std::shared_ptr<Store> connect_store(const DistEnv& env, const DistOptions& opti
   TcpStoreOptions client;
   client.host = env.master_addr;
   client.port = env.master_port > 0 ? env.master_port : kDefaultMasterPort;
+  if (agent_hosts_store() && env.agent_store_port > 0) client.port = env.agent_store_port;
   client.connect_timeout = to_ms(options.rendezvous_timeout);
   client.timeout = to_ms(options.rendezvous_timeout);
   // A request the store answers at once (the collective watch's heartbeats and its diagnosis)

@@ -2,7 +2,8 @@
 // group, the way torch.distributed.init_process_group does it.
 //
 //  - Store: with NANODDP_AGENT_STORE=1 the launcher (`nanoddp run`) already serves the store at
-//    MASTER_ADDR:MASTER_PORT and every rank is a client; otherwise rank 0 serves it in-process on
+//    MASTER_ADDR:NANODDP_AGENT_STORE_PORT (MASTER_PORT when that is unset; Note [two ports] in
+//    launch/launcher.cpp) and every rank is a client; otherwise rank 0 serves it in-process on
 //    MASTER_PORT and every rank (rank 0 included) connects. Keys of each restart attempt live under
 //    their own prefix, so a restarted job never reads its predecessor's keys. The MPI backend
 //    without MASTER_ADDR makes its own store (comm/mpi_group.h).

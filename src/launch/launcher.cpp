@@ -21,6 +21,15 @@
 //     before it exits.
 // A launcher interrupted by SIGINT / SIGTERM publishes a cause that is not restartable, so the
 // other nodes stop too instead of restarting without it.
+//
+// Note [two ports]
+// The launchers' store speaks nanoddp's protocol, not PyTorch's TCPStore. So the workers' MASTER_PORT
+// is not the store's port but a free port that node 0's launcher finds for each attempt and
+// registers in step 1 (NodeRecord::worker_port), as torchrun does with its c10d backend: a PyTorch
+// script's rank 0 binds it for init_process_group(init_method="env://"). nanoddp's own workers
+// reach the launchers' store at MASTER_ADDR:NANODDP_AGENT_STORE_PORT instead (comm/init.cpp).
+// "Free" is as of the probe: another program can still take the port before rank 0 binds it, and
+// rank 0 then says that the port is in use.
 #include "launch/launcher.h"
 
 #include <sys/prctl.h>
@@ -34,6 +43,7 @@
 #include "launch/launcher_rendezvous.h"
 #include "launch/launcher_signals.h"
 #include "launch/launcher_workers.h"
+#include "rendezvous/net.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/tcp_store.h"
 
@@ -72,7 +82,7 @@ std::vector<WorkerSpec> make_specs(const LaunchPlan& plan, const Membership& m, 
   std::vector<WorkerSpec> specs;
   for (int local = 0; local < plan.nproc; local++) {
     WorkerIdentity id{m.first_rank(plan.node_rank) + local, local, m.world_size(), plan.nproc, attempt,
-                      plan.master_addr, store_port};
+                      plan.master_addr, m.nodes.front().worker_port, store_port};
     WorkerSpec s;
     s.rank = id.rank;
     s.local_rank = local;
@@ -274,6 +284,14 @@ StoreConnection open_store(const LaunchPlan& plan) {
   return c;
 }
 
+// A port for the workers' MASTER_PORT (Note [two ports]): one the system hands out as free on
+// every interface, where a PyTorch rank 0 will bind its TCPStore.
+int free_worker_port() {
+  int port = 0;
+  net::Fd probe = net::listen_tcp("", 0, &port);
+  return port;
+}
+
 }  // namespace
 
 int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
@@ -287,7 +305,13 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
   milliseconds leave_within = plan.stop_timeout + 10 * plan.monitor_interval + std::chrono::seconds(5);
 
   for (int attempt = 0;; attempt++) {
-    Membership m = rdzv.join(attempt, NodeRecord{plan.nnodes, plan.nproc, plan.host, int(::getpid())});
+    NodeRecord self{plan.nnodes, plan.nproc, plan.host, int(::getpid())};
+    if (plan.node_rank == 0) self.worker_port = free_worker_port();
+    Membership m = rdzv.join(attempt, self);
+    const int worker_port = m.nodes.front().worker_port;
+    NANODDP_CHECK(worker_port > 0 && worker_port < 65536,
+                  "node 0 ({}) registered no MASTER_PORT for the workers: run the same nanoddp version on every host",
+                  m.nodes.front().host);
     if (attempt == 0) announce(plan, m, store.port);
     AttemptResult r;
     {

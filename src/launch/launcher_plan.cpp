@@ -327,6 +327,7 @@ std::vector<std::pair<std::string, std::string>> worker_variables(const LaunchPl
       {"TORCHELASTIC_RESTART_COUNT", s(id.attempt)},
       {"TORCHELASTIC_MAX_RESTARTS", s(plan.max_restarts)},
       {"NANODDP_AGENT_STORE", "1"},
+      {"NANODDP_AGENT_STORE_PORT", s(id.store_port)},
       {"NANODDP_JOB_ID", plan.job_id},
       {"TORCHELASTIC_RUN_ID", plan.rdzv_id},
       {"ROLE_NAME", plan.role},

@@ -51,7 +51,8 @@ struct WorkerIdentity {
   int rank = 0, local_rank = 0, world_size = 1, local_world_size = 1;
   int attempt = 0;  // restart count
   std::string master_addr;
-  int master_port = 0;
+  int master_port = 0;  // the workers' MASTER_PORT: not the store's (Note [two ports] in launcher.cpp)
+  int store_port = 0;   // where the launchers' store listens on master_addr
 };
 
 // The variables the launcher sets for a worker, as (name, value) pairs (the contract in

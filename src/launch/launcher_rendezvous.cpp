@@ -32,10 +32,13 @@ json from_bytes(const Bytes& b, const std::string& key) {
   return j;
 }
 
-json node_to_json(const NodeRecord& n) { return {{"nnodes", n.nnodes}, {"nproc", n.nproc}, {"host", n.host}, {"pid", n.pid}}; }
+json node_to_json(const NodeRecord& n) {
+  return {{"nnodes", n.nnodes}, {"nproc", n.nproc}, {"host", n.host}, {"pid", n.pid}, {"worker_port", n.worker_port}};
+}
 
 NodeRecord node_from_json(const json& j) {
-  return {j.value("nnodes", 0), j.value("nproc", 0), j.value("host", std::string("?")), j.value("pid", 0)};
+  return {j.value("nnodes", 0), j.value("nproc", 0), j.value("host", std::string("?")), j.value("pid", 0),
+          j.value("worker_port", 0)};
 }
 
 // Records are JSON objects, read with defaults so that a missing field never throws.

@@ -25,6 +25,9 @@ struct NodeRecord {
   int nproc = 0;
   std::string host;
   int pid = 0;
+  // Node 0 only: the free port its launcher found for the workers' MASTER_PORT this attempt (see
+  // Note [two ports] in launcher.cpp); 0 on the other nodes.
+  int worker_port = 0;
 };
 
 // Every node of one attempt, in node-rank order. Global ranks are assigned node by node: node K's

@@ -45,6 +45,18 @@ TEST(Environment, TorchrunContract) {
   EXPECT_EQ(d.describe(), "rank 5 of 8 (local 1 of 4, node 1), launched by torchrun, master 10.1.2.3:29501, restart 2");
 }
 
+// Under `nanoddp run` the launcher's store is at its own port, not MASTER_PORT (Note [two ports]).
+TEST(Environment, TheLaunchersStorePortIsReadApartFromMasterPort) {
+  EXPECT_EQ(discover_environment(fake({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29501"}})).agent_store_port,
+            0);
+  DistEnv d = discover_environment(
+      fake({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29501"}, {"NANODDP_AGENT_STORE_PORT", "41000"}}));
+  EXPECT_EQ(d.master_port, 29501);
+  EXPECT_EQ(d.agent_store_port, 41000);
+  NANODDP_EXPECT_ERROR(discover_environment(fake({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"NANODDP_AGENT_STORE_PORT", "0"}})),
+                       "NANODDP_AGENT_STORE_PORT=0 is out of range");
+}
+
 TEST(Environment, TorchelasticRestartCountIsAccepted) {
   DistEnv d = discover_environment(fake({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_RESTART_COUNT", "3"}}));
   EXPECT_EQ(d.restart_count, 3);

@@ -33,13 +33,13 @@ void say(const std::string& line) {
 }
 
 // Every rank publishes a key under its attempt's prefix and waits for all the others: proves that
-// MASTER_ADDR:MASTER_PORT reaches the launcher's store, with the token the launcher gave.
+// MASTER_ADDR:NANODDP_AGENT_STORE_PORT reaches the launcher's store, with the token the launcher gave.
 void store_exchange(int rank, int world, int restart) {
   using namespace nanoddp::dist;
   using namespace std::chrono_literals;
   TcpStoreOptions o;
   o.host = env_str("MASTER_ADDR");
-  o.port = env_int("MASTER_PORT", 0);
+  o.port = env_int("NANODDP_AGENT_STORE_PORT", 0);
   o.connect_timeout = 30s;
   o.timeout = 30s;
   auto store = std::make_shared<PrefixStore>("restart" + std::to_string(restart), std::make_shared<TcpStore>(o));
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
     for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                              "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NANODDP_RESTART_COUNT",
                              "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "NANODDP_AGENT_STORE",
-                             "OMP_NUM_THREADS"})
+                             "NANODDP_AGENT_STORE_PORT", "OMP_NUM_THREADS"})
       line += std::string(" ") + name + "=" + env_str(name);
     say(line);
   }

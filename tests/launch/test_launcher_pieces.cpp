@@ -113,7 +113,7 @@ TEST(LauncherPieces, EnvironmentMergeReplacesAndKeeps) {
   plan.node_rank = 1;
   plan.nnodes = 2;
   plan.omp_threads = 4;
-  WorkerIdentity id{5, 1, 8, 4, 2, "10.0.0.1", 1234};
+  WorkerIdentity id{5, 1, 8, 4, 2, "10.0.0.1", 1234, 29500};
   auto env = merge_environment({"PATH=/bin", "RANK=99", "HOME=/root"}, worker_variables(plan, id));
   std::map<std::string, std::string> m;
   for (auto& e : env) {
@@ -133,6 +133,7 @@ TEST(LauncherPieces, EnvironmentMergeReplacesAndKeeps) {
   EXPECT_EQ(m["NANODDP_RESTART_COUNT"], "2");
   EXPECT_EQ(m["TORCHELASTIC_RESTART_COUNT"], "2");
   EXPECT_EQ(m["NANODDP_AGENT_STORE"], "1");
+  EXPECT_EQ(m["NANODDP_AGENT_STORE_PORT"], "29500");
   EXPECT_EQ(m["OMP_NUM_THREADS"], "4");
   EXPECT_EQ(m["ROLE_NAME"], "default");
   EXPECT_EQ(m["TORCHELASTIC_RUN_ID"], "none");

@@ -62,7 +62,12 @@ TEST_P(LauncherEnv, EveryWorkerGetsTheContract) {
     EXPECT_EQ(v["GROUP_WORLD_SIZE"], "1");
     EXPECT_EQ(v["ROLE_RANK"], std::to_string(r));
     EXPECT_EQ(v["MASTER_ADDR"], "127.0.0.1");
-    EXPECT_EQ(v["MASTER_PORT"], port[1].str());
+    // MASTER_PORT is a free port for the workers' own use, the same on every rank; the store is
+    // elsewhere (Note [two ports]).
+    EXPECT_EQ(v["MASTER_PORT"], env[0]["MASTER_PORT"]);
+    EXPECT_NE(v["MASTER_PORT"], port[1].str());
+    EXPECT_GT(std::stoi(v["MASTER_PORT"]), 0);
+    EXPECT_EQ(v["NANODDP_AGENT_STORE_PORT"], port[1].str());
     EXPECT_EQ(v["NANODDP_RESTART_COUNT"], "0");
     EXPECT_EQ(v["TORCHELASTIC_RESTART_COUNT"], "0");
     EXPECT_EQ(v["NANODDP_AGENT_STORE"], "1");
@@ -206,6 +211,37 @@ TEST(Launcher, PythonScriptsAndModulesRunUnderPython3) {
   auto missing = testing::run_command(cd + " run --standalone missing.py");
   EXPECT_EQ(missing.status, 1) << missing.output;
   EXPECT_NE(missing.output.find("the script missing.py does not exist"), std::string::npos) << missing.output;
+}
+
+// A PyTorch script written for torchrun runs unchanged: init_process_group(init_method="env://")
+// makes rank 0 bind MASTER_PORT for PyTorch's own TCPStore, so that port must be free (it was the
+// launcher's store before Note [two ports]), and a restart gets a port again.
+TEST(Launcher, PyTorchScriptsInitialiseTheirProcessGroupFromTheEnvironment) {
+  // Debian's python3 with python3-torch (scripts/setup.sh), first on PATH for the launcher.
+  const std::string path = "PATH=/usr/bin:$PATH ";
+  auto torch = testing::run_command(path + "python3 -c 'import torch.distributed' 2>&1");
+  NANODDP_SKIP_UNLESS_REFERENCE(torch.status == 0, "python3-torch is not installed (scripts/setup.sh installs it): " +
+                                                       torch.output);
+  ScratchDir dir("launcher_torch");
+  // Each rank contributes rank + 1; the sum over 3 ranks is 6. Attempt 0's rank 2 then fails, so
+  // that attempt 1 proves a restarted job initialises again.
+  std::ofstream(dir.str("ddp.py"))
+      << "import os, sys, datetime\nimport torch, torch.distributed as dist\n"
+         "dist.init_process_group('gloo', init_method='env://', timeout=datetime.timedelta(seconds=60))\n"
+         "t = torch.tensor([float(dist.get_rank() + 1)])\ndist.all_reduce(t)\n"
+         "restart = os.environ['TORCHELASTIC_RESTART_COUNT']\n"
+         "print('sum', int(t.item()), 'rank', dist.get_rank(), 'of', dist.get_world_size(), 'restart', restart,\n"
+         "      flush=True)\n"
+         "dist.barrier()\ndist.destroy_process_group()\n"
+         "sys.exit(3 if restart == '0' and os.environ['RANK'] == '2' else 0)\n";
+  auto r = testing::run_command("cd " + dir.str() + " && " + path + testing::nanoddp_binary() +
+                                " run --standalone --nproc_per_node 3 --max_restarts 1 ddp.py");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (int restart = 0; restart < 2; restart++)
+    for (int rank = 0; rank < 3; rank++)
+      EXPECT_NE(r.output.find(fmt::format("[rank {}]: sum 6 rank {} of 3 restart {}", rank, rank, restart)),
+                std::string::npos)
+          << r.output;
 }
 
 TEST(Launcher, NanoddpSubcommandRunsThisExecutable) {
