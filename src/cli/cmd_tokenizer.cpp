@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/option_flags.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "data/bpe_trainer.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_file.h"
@@ -24,19 +25,6 @@ namespace nanoddp::cli {
 namespace {
 
 // The whole file as bytes (binary mode: tokenizers work on exact bytes).
-std::string read_input(const std::string& path) {
-  // A directory opens as an ifstream and then reads as nothing, which would encode as an empty file.
-  std::error_code ec;
-  NANODDP_CHECK(!std::filesystem::is_directory(path, ec), "--input {} is a directory; give a file", path);
-  std::ifstream in(path, std::ios::binary);
-  NANODDP_CHECK(in.good(), "cannot read --input {}: {}", path, std::strerror(errno));
-  std::ostringstream ss;
-  // An empty file sets failbit on ss (nothing was inserted); only a read error sets badbit on `in`.
-  ss << in.rdbuf();
-  NANODDP_CHECK(!in.bad(), "cannot read --input {}: {}", path, std::strerror(errno));
-  return std::move(ss).str();
-}
-
 // Before the work that leads to writing `path`: a directory there, or a parent that is missing or
 // not a directory, would otherwise fail only at the end.
 void check_output_file(const std::string& path) {
@@ -93,7 +81,7 @@ void add_encode(CLI::App& parent) {
                   "encoded as ordinary text");
   cmd->callback([spec, input, allowed] {
     auto tok = data::load_tokenizer(*spec);
-    const std::string text = read_input(*input);
+    const std::string text = read_whole_file(*input, "--input");
     const bool all = std::find(allowed->begin(), allowed->end(), "all") != allowed->end();
     const auto ids = allowed->empty() ? tok->encode(text)
                                       : tok->encode_with_specials(text, all ? std::vector<std::string>{} : *allowed, all);
@@ -115,7 +103,7 @@ void add_decode(CLI::App& parent) {
   cmd->add_option("--input", *input, "file of token ids")->required();
   cmd->callback([spec, input] {
     auto tok = data::load_tokenizer(*spec);
-    const std::string text = read_input(*input);
+    const std::string text = read_whole_file(*input, "--input");
     std::vector<int32_t> ids;
     const int64_t vocab = tok->vocab_size();
     const char* p = text.data();

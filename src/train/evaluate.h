@@ -21,14 +21,10 @@ struct EvalResult {
   int64_t tokens = 0;
 };
 
-// Evaluates `micro_batches` micro-batches of the val split on every rank (rank-strided rows).
-// Collective (one allreduce): every rank must call it. Forward only, no gradients. micro_batches is
-// capped at one pass over the split. token_bytes[id] is the byte length of each token.
-EvalResult evaluate(model::GPT& model, const std::string& data_dir, int64_t batch, int64_t seq,
-                    int64_t micro_batches, const std::vector<int32_t>& token_bytes, dist::ProcessGroup& group);
-
-// The same over any source of batches (conversations, say), which must be at its start: targets
-// of -1 are not counted.
+// Evaluates `micro_batches` micro-batches of `loader` (the val split, or held-out conversations),
+// which must be at its start, on every rank (rank-strided rows). Collective (one allreduce): every
+// rank must call it. Forward only, no gradients. micro_batches is capped at one pass over the
+// split. token_bytes[id] is the byte length of each token; targets of -1 are not counted.
 EvalResult evaluate(model::GPT& model, data::BatchSource& loader, int64_t batch, int64_t seq, int64_t micro_batches,
                     const std::vector<int32_t>& token_bytes, dist::ProcessGroup& group);
 

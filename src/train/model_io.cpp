@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/safetensors.h"
 #include "data/dataset.h"
 #include "data/tokenizer_file.h"
@@ -171,20 +172,26 @@ static std::string tokenizer_file_of(const std::string& dir, const std::string& 
   return fs::is_regular_file(recorded) ? recorded.string() : "";
 }
 
-static std::string file_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 void check_dataset_tokenizer(const std::string& dir, const std::string& data_dir) {
   const auto meta = read_checkpoint_meta(dir);
   const std::string spec = meta.value("tokenizer", "");
   if (!spec.ends_with(".tiktoken")) return;  // a built-in tokenizer is the same wherever it is named
   const fs::path own = run_tokenizer_copy(dir, spec), theirs = fs::path(data_dir) / fs::path(spec).filename();
   if (!fs::is_regular_file(own) || !fs::is_regular_file(theirs)) return;
-  NANODDP_CHECK(file_bytes(own) == file_bytes(theirs), "the tokenizer of dataset {} ({}) is not the one checkpoint {} "
-                "was trained with (its run keeps that one at {}); the same ids would be other text: give the "
-                "dataset it was trained on", data_dir, theirs.string(), dir, own.string());
+  // The sidecar too: it holds the special tokens and the split pattern. Compared as JSON, so that a
+  // sidecar written again in another layout still counts as the same.
+  const std::string own_side = data::sidecar_path(own), their_side = data::sidecar_path(theirs.string());
+  auto sidecar = [](const std::string& path) {
+    if (!fs::is_regular_file(path)) return nlohmann::json();
+    const std::string text = read_whole_file(path, "tokenizer sidecar");
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    return j.is_discarded() ? nlohmann::json(text) : j;
+  };
+  NANODDP_CHECK(read_whole_file(own, "tokenizer") == read_whole_file(theirs, "tokenizer") &&
+                    sidecar(own_side) == sidecar(their_side),
+                "the tokenizer of dataset {} ({}) is not the one checkpoint {} was trained with (its run keeps that "
+                "one at {}); the same ids would be other text: give the dataset it was trained on",
+                data_dir, theirs.string(), dir, own.string());
 }
 
 std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& dir, const std::string& data_dir) {

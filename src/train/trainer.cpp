@@ -243,6 +243,10 @@ class Trainer {
   std::unique_ptr<ddp::Optimizer> optimizer_;
   std::unique_ptr<data::BatchSource> loader_;     // base and SFT
   std::unique_ptr<QuestionSource> questions_;     // RL (stage rl) instead
+  // The val split or validation conversations, opened once; every evaluation rewinds it to
+  // val_start_, so that each sees the same rows. Null when nothing is evaluated.
+  std::unique_ptr<data::BatchSource> val_loader_;
+  data::LoaderState val_start_;
   RlStepStats rl_stats_;                          // of the last RL step, on this rank
   // One micro-batch: i32 [device_batch_size, max_seq_len] on the host.
   Tensor inputs_, targets_;
@@ -338,25 +342,26 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
           opts.num_epochs * static_cast<double>(questions_->size()) / static_cast<double>(opts.examples_per_step))));
   } else if (opts.conversations.empty()) {
     loader_ = std::make_unique<data::TokenLoader>(opts.data, "train", lo);
-    // The val split is read at each evaluation, the last step's at least; read it once now as well, so
-    // that a split too small for one window stops the run before it trains, not after its last step
-    // with nothing saved.
+    // The val split is opened now, before any training: a split too small for one window stops the
+    // run here, not after its last step with nothing saved.
     data::LoaderOptions val = lo;
     val.shuffle = false;
     val.seed = 0;
-    data::TokenLoader(opts.data, "val", val);
+    val_loader_ = std::make_unique<data::TokenLoader>(opts.data, "val", val);
   } else {
     loader_ = std::make_unique<data::ConversationLoader>(split_list(opts.conversations), *tokenizer_, lo,
                                                          opts.mask == "all");
-    // The validation conversations are read at each evaluation; read them once now as well, so that
-    // a file too small or without assistant turns stops the run before it trains, not after.
+    // The validation conversations are read now as well, so that a file too small or without
+    // assistant turns stops the run before it trains, not after.
     if (!opts.val_conversations.empty()) {
       data::LoaderOptions val = lo;
       val.shuffle = false;
       val.seed = 0;
-      data::ConversationLoader(split_list(opts.val_conversations), *tokenizer_, val, opts.mask == "all");
+      val_loader_ = std::make_unique<data::ConversationLoader>(split_list(opts.val_conversations), *tokenizer_, val,
+                                                               opts.mask == "all");
     }
   }
+  if (val_loader_) val_start_ = val_loader_->state();
   if (plan_.num_iterations < 0) {
     const double steps = opts.num_epochs * static_cast<double>(loader_->tokens_per_epoch()) /
                          static_cast<double>(plan_.tokens_per_step);
@@ -512,6 +517,14 @@ void Trainer::restore(int64_t step) {
                 plan_.config.vocab_size);
   NANODDP_CHECK(saved_config == plan_.config, "checkpoint {} holds another model configuration ({}); resume with the "
                 "same --depth and model flags", dir, meta.at("model_config").dump());
+  // The ids must mean the same text, --allow_changed_data or not: that flag lets a run go on over
+  // other rows, but a model of another tokenizer is another model, and the run keeps one tokenizer
+  // copy for all of its checkpoints.
+  const std::string saved_tokenizer = meta.value("tokenizer", "");
+  NANODDP_CHECK(saved_tokenizer.empty() || saved_tokenizer == meta_.tokenizer, "checkpoint {} was trained with the "
+                "tokenizer {} but --data {} uses {}: resume with a dataset of the same tokenizer, or start a new run "
+                "(--out)", dir, saved_tokenizer, opts_.data, meta_.tokenizer);
+  check_dataset_tokenizer(dir, opts_.data);
   // These shape the optimizer state and what the loader's cursor counts; other options (learning
   // rates, evaluation and save cadence, ...) may change across a resume.
   // The world size and --zero may change: the optimizer state is resharded (Note [resharding] in
@@ -764,17 +777,11 @@ void Trainer::evaluate_and_log(int64_t step) {
   EvalResult r;
   // RL is measured by its reward (logged every step) and `nanoddp eval`, not by a validation loss.
   if (rl()) return;
-  if (opts_.conversations.empty()) {
-    r = evaluate(*model_, opts_.data, opts_.device_batch_size, opts_.max_seq_len, plan_.eval_micro_batches,
-                 token_bytes_, group_);
-  } else {
-    // Chat stages evaluate on held-out conversations, only where the assistant speaks (or not at all).
-    if (opts_.val_conversations.empty()) return;
-    data::LoaderOptions lo{opts_.device_batch_size, opts_.max_seq_len, group_.rank(), group_.size(), false, 0};
-    data::ConversationLoader val(split_list(opts_.val_conversations), *tokenizer_, lo, opts_.mask == "all");
-    r = evaluate(*model_, val, opts_.device_batch_size, opts_.max_seq_len, plan_.eval_micro_batches, token_bytes_,
-                 group_);
-  }
+  // Chat stages evaluate on held-out conversations, only where the assistant speaks, or not at all.
+  if (!val_loader_) return;
+  val_loader_->set_state(val_start_);
+  r = evaluate(*model_, *val_loader_, opts_.device_batch_size, opts_.max_seq_len, plan_.eval_micro_batches,
+               token_bytes_, group_);
   result_.eval = r;
   if (!best_eval_ || r.bpb < best_eval_->second.bpb) best_eval_ = {step, r};
   log::print0("step {:05d} | val loss {:.4f} | val bpb {:.4f} | {} tokens in {:.1f}s", step, r.loss, r.bpb,

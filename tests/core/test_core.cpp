@@ -1,13 +1,16 @@
-// core: caching allocator, tensor views, bf16 rounding, RNG, typed options, device parsing.
+// core: caching allocator, tensor views, bf16 rounding, RNG, typed options, device parsing, files.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
 
 #include "core/allocator.h"
+#include "core/files.h"
 #include "core/options.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "test_util.h"
 
 namespace nanoddp {
 namespace {
@@ -136,6 +139,25 @@ TEST(Device, Parse) {
   EXPECT_EQ(parse_device("cuda:3"), Device::cuda(3));
   EXPECT_THROW(parse_device("tpu"), Error);
   EXPECT_THROW(parse_device("cuda:x"), Error);
+}
+
+// read_whole_file returns every byte (binary, larger than its first buffer, and empty files) and
+// names the file and the reason when it cannot: a directory would otherwise read as empty.
+TEST(Files, ReadWholeFileReadsEveryByteOrSaysWhy) {
+  testing::ScratchDir dir("core_files");
+  std::string big(300 * 1024 + 7, '\0');
+  for (size_t i = 0; i < big.size(); i++) big[i] = char((i * 131 + i / 977) & 0xff);
+  std::ofstream(dir.str("big.bin"), std::ios::binary) << big;
+  EXPECT_EQ(read_whole_file(dir.str("big.bin")), big);
+  std::ofstream(dir.str("empty.txt")).flush();
+  EXPECT_EQ(read_whole_file(dir.str("empty.txt")), "");
+  write_file_atomically(dir.str("small.txt"), "a\nb\r\n");
+  EXPECT_EQ(read_whole_file(dir.str("small.txt"), "notes"), "a\nb\r\n");
+  // Not a regular file: stat says size 0, the content is not empty.
+  EXPECT_NE(read_whole_file("/proc/self/status").find("Name:"), std::string::npos);
+  NANODDP_EXPECT_ERROR(read_whole_file(dir.str("missing.txt"), "--input"),
+                       "cannot read --input " + dir.str("missing.txt") + ": No such file or directory");
+  NANODDP_EXPECT_ERROR(read_whole_file(dir.str(), "--input"), "is a directory; give a file");
 }
 
 }  // namespace

@@ -373,6 +373,35 @@ TEST(RunFolder, ARunKeepsItsTokenizerAndExportWritesItBesideTheWeights) {
     EXPECT_EQ(p.wait_exit(std::chrono::seconds(120)).value_or(-1), 1) << p.all();
     EXPECT_NE(p.all().find("is not the one checkpoint"), std::string::npos) << p.all();
   }
+  // Nor may a resumed run go on with it, --allow_changed_data or not: its checkpoints would be read
+  // with the run's one tokenizer copy. Was: it trained on, and its later checkpoints sampled other text.
+  const std::vector<std::string> resume = {bin, "train", "--data", dir.str("data"), "--out", dir.str("run"),
+       "--depth", "1", "--aspect_ratio", "32", "--head_dim", "32", "--max_seq_len", "16", "--device_batch_size", "2",
+       "--total_batch_size", "32", "--num_iterations", "3", "--eval_every", "-1", "--eval_tokens", "32", "--threads",
+       "1", "--peak_flops", "1e9", "--resume", "latest", "--allow_changed_data"};
+  {
+    testing::Proc p(resume);
+    EXPECT_EQ(p.wait_exit(std::chrono::seconds(120)).value_or(-1), 1) << p.all();
+    EXPECT_NE(p.all().find("is not the one checkpoint"), std::string::npos) << p.all();
+  }
+  // The same table with other special tokens in its sidecar is another tokenizer too.
+  run({bin, "data", "prepare", "--input", corpus, "--tokenizer", tok, "--out", dir.str("data"), "--val_every", "10",
+       "--overwrite"});
+  {
+    auto side = nlohmann::json::parse(testing::read_file(dir.str("data/tokenizer.tiktoken.json")));
+    ASSERT_TRUE(side.contains("special_tokens")) << side.dump();
+    std::string renamed;
+    for (auto& [text, id] : side["special_tokens"].items())
+      if (text != side.value("bos", "")) renamed = text;
+    ASSERT_FALSE(renamed.empty()) << side.dump();
+    const auto id = side["special_tokens"][renamed];
+    side["special_tokens"].erase(renamed);
+    side["special_tokens"]["<|renamed|>"] = id;
+    std::ofstream(dir.str("data/tokenizer.tiktoken.json")) << side.dump(2);
+    testing::Proc p(resume);
+    EXPECT_EQ(p.wait_exit(std::chrono::seconds(120)).value_or(-1), 1) << p.all();
+    EXPECT_NE(p.all().find("is not the one checkpoint"), std::string::npos) << p.all();
+  }
   // Was: sample and export needed the dataset folder for the tokenizer.
   fs::remove_all(dir.str("data"));
   const std::string text = run({bin, "sample", "--checkpoint", dir.str("run"), "--prompt", "the", "--max_tokens", "5"});
