@@ -308,6 +308,12 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
     NodeRecord self{plan.nnodes, plan.nproc, plan.host, int(::getpid())};
     if (plan.node_rank == 0) self.worker_port = free_worker_port();
     Membership m = rdzv.join(attempt, self);
+    if (m.ended) {
+      print_failure(*m.ended);
+      launcher_say("job stopped");
+      rdzv.leave(leave_within);
+      return 1;
+    }
     const int worker_port = m.nodes.front().worker_port;
     NANODDP_CHECK(worker_port > 0 && worker_port < 65536,
                   "node 0 ({}) registered no MASTER_PORT for the workers: run the same nanoddp version on every host",
@@ -331,11 +337,16 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
     }
     print_failure(*r.cause);
     // A Ctrl-C or SIGTERM that came while the failed attempt's workers were being stopped ends the
-    // job: it asked to stop, not to start a new group. (Other nodes restart and then wait for this
-    // one until --rdzv_timeout, as when a node's launcher is killed.)
+    // job: it asked to stop, not to start a new group. The next attempt's cause says so, so that
+    // the other nodes stop at its join instead of waiting there for this one (Membership::ended).
     if (int sig = LauncherSignals::termination_signal(); sig != 0) {
       launcher_say(fmt::format("received {} while stopping the workers: no restart", signal_name(sig)));
       try {
+        rdzv.report_failure(attempt + 1, FailureReport{plan.node_rank, plan.host, -1, -1, int(::getpid()),
+                                                       fmt::format("was interrupted by {} while it stopped the "
+                                                                   "failed attempt's workers",
+                                                                   signal_name(sig)),
+                                                       {}, false});
         rdzv.leave(leave_within);
       } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
       }

@@ -104,7 +104,12 @@ Membership LauncherRendezvous::join(int attempt, const NodeRecord& self) {
   std::vector<std::string> keys;
   for (int k = 0; k < nnodes_; k++) keys.push_back(node_key(attempt, k));
   auto deadline = Clock::now() + timeout_;
+  const std::string failed_key = fmt::format("attempt{}/failed", attempt);
   while (!store_->check(keys)) {
+    // Workers start only once every node has joined, so a cause reported now ended the attempt
+    // before it began (Membership::ended).
+    if (store_->check({failed_key}))
+      if (auto cause = failure(attempt)) return Membership{{}, cause};
     if (Clock::now() >= deadline) {
       std::string missing;
       for (int k = 0; k < nnodes_; k++)

@@ -30,14 +30,6 @@ struct NodeRecord {
   int worker_port = 0;
 };
 
-// Every node of one attempt, in node-rank order. Global ranks are assigned node by node: node K's
-// workers are ranks first_rank(K) .. first_rank(K) + nproc(K) - 1.
-struct Membership {
-  std::vector<NodeRecord> nodes;
-  int world_size() const;
-  int first_rank(int node) const;
-};
-
 // Why an attempt failed.
 struct FailureReport {
   int node = 0;
@@ -53,14 +45,26 @@ struct FailureReport {
   std::string headline() const;
 };
 
+// Every node of one attempt, in node-rank order. Global ranks are assigned node by node: node K's
+// workers are ranks first_rank(K) .. first_rank(K) + nproc(K) - 1.
+struct Membership {
+  std::vector<NodeRecord> nodes;
+  // Set instead of `nodes` when the attempt ended before every node joined: a node that was
+  // interrupted while it stopped the previous attempt's workers reports it under this attempt, so
+  // that the others stop now instead of waiting for it until --rdzv_timeout.
+  std::optional<FailureReport> ended;
+  int world_size() const;
+  int first_rank(int node) const;
+};
+
 class LauncherRendezvous {
  public:
   // `store` is the launchers' namespace in node 0's store.
   LauncherRendezvous(std::shared_ptr<Store> store, int node_rank, int nnodes, std::chrono::milliseconds timeout);
 
-  // Registers this node for `attempt` and waits (up to the timeout) until every node has. Throws
-  // nanoddp::Error when this node rank is already taken, the nodes disagree on --nnodes, or a node
-  // does not come.
+  // Registers this node for `attempt` and waits (up to the timeout) until every node has, or until
+  // a node reports the attempt ended before it began (Membership::ended). Throws nanoddp::Error
+  // when this node rank is already taken, the nodes disagree on --nnodes, or a node does not come.
   Membership join(int attempt, const NodeRecord& self);
 
   // Publishes `mine` as attempt's root cause unless another node was first; returns the one kept.

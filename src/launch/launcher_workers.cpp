@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cerrno>
 #include <thread>
 
 #include "core/error.h"
@@ -168,13 +169,25 @@ void WorkerGroup::reap() {
       w.status.stopped = stopping_;
       if (w.status.failed() && first_failure_ < 0) first_failure_ = int(i);
     }
+    forget_empty_groups();
   }
 }
 
+// A worker's group outlives its leader while a descendant is in it, so exited workers' groups are
+// signalled too, but only while they have members: once the last one is reaped, the number is free
+// and may come back as another program's group (a shell job, hours later), which kill(-pid) would
+// then hit. Every member descends from the worker, so it ends as this subreaper's child; reap()
+// calls this after each child it collects, the moment a group can have emptied.
+void WorkerGroup::forget_empty_groups() {
+  for (Worker& w : workers_)
+    if (w.pid > 0 && !w.group_gone && w.status.state != WorkerStatus::State::Running && ::kill(-w.pid, 0) != 0 &&
+        errno == ESRCH)
+      w.group_gone = true;
+}
+
 void WorkerGroup::signal_all(int sig) {
-  // The group outlives its leader while a descendant is in it, so exited workers are signalled too.
   for (const Worker& w : workers_)
-    if (w.pid > 0) ::kill(-w.pid, sig);
+    if (w.pid > 0 && !w.group_gone) ::kill(-w.pid, sig);
 }
 
 bool WorkerGroup::any_running() const {
@@ -233,7 +246,9 @@ void WorkerGroup::stop(milliseconds grace, int sig) {
     pid_t r = ::waitpid(-1, nullptr, WNOHANG);
     if (r < 0) break;  // ECHILD: no child left
     if (r == 0) std::this_thread::sleep_for(milliseconds(5));
+    else forget_empty_groups();
   }
+  forget_empty_groups();
 }
 
 }  // namespace nanoddp::dist

@@ -66,6 +66,8 @@ class WorkerGroup {
   const WorkerSpec& spec(size_t i) const { return workers_[i].spec; }
   const WorkerStatus& status(size_t i) const { return workers_[i].status; }
   pid_t pid(size_t i) const { return workers_[i].pid; }
+  // Whether worker i's process group may still have members, and so is signalled by stop().
+  bool group_alive(size_t i) const { return workers_[i].pid > 0 && !workers_[i].group_gone; }
   bool any_running() const;
   bool all_succeeded() const;
   // The worker whose failure was seen first, or -1.
@@ -80,6 +82,9 @@ class WorkerGroup {
     int fds[2] = {-1, -1};  // read ends of its stdout and stderr pipes; -1 once at end of file
     std::unique_ptr<WorkerOutput> output;
     WorkerStatus status;
+    // Its process group (pgid == pid) has no member left: the number may now belong to another
+    // program's group, so it is never signalled again (see forget_empty_groups).
+    bool group_gone = false;
   };
 
   void spawn(Worker& w);
@@ -87,6 +92,7 @@ class WorkerGroup {
   // Reads what fd `s` of worker `w` holds now (at most `max_bytes`); closes it at end of file.
   void read_stream(Worker& w, int s, size_t max_bytes);
   void signal_all(int sig);
+  void forget_empty_groups();
   bool any_pipe_open() const;
 
   WorkerProgram program_;

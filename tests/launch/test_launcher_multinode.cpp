@@ -228,6 +228,34 @@ TEST(LauncherMultiNode, LosingNodeZeroStopsTheOthers) {
   expect_all_gone(pids1, "node 1's worker");
 }
 
+// Ctrl-C on node 1 while it stops a failed attempt's workers ends the job there; node 0, already
+// waiting to restart, stops too. Was: node 0 waited for node 1 until --rdzv_timeout (30 s here).
+TEST(LauncherMultiNode, CtrlCWhileStoppingAFailedAttemptStopsTheOtherNodesAtOnce) {
+  int port = free_port();
+  // Rank 2 (node 1) fails 1 s in; every worker ignores SIGTERM, so node 1 waits out its long
+  // --stop_timeout while node 0 stops its own within 1 s and goes on to restart 1's join.
+  std::vector<std::string> worker = {"--ignore_term", "--fail_rank", "2", "--fail_until_restart", "5", "--fail_delay",
+                                     "1", "--sleep", "60"};
+  auto flags = [&](int rank, const char* stop_timeout) {
+    auto f = node_flags(rank, "127.0.0.1", port);
+    f.insert(f.end(), {"--max_restarts", "3", "--stop_timeout", stop_timeout});
+    return f;
+  };
+  Proc n0(launch(flags(0, "1"), worker)), n1(launch(flags(1, "30"), worker));
+  ASSERT_TRUE(n1.wait_for_text("failing on restart 0")) << n1.all();
+  std::this_thread::sleep_for(2s);
+  const auto start = Clock::now();
+  ::kill(n1.pid(), SIGINT);
+  ASSERT_EQ(n1.wait_exit(20s), 130) << n1.all();
+  ASSERT_EQ(n0.wait_exit(20s), 1) << n0.all();
+  EXPECT_LT(Clock::now() - start, 15s) << n0.all();
+  EXPECT_NE(n0.err().find("the launcher on node 1 ("), std::string::npos) << n0.all();
+  EXPECT_NE(n0.err().find("was interrupted by SIGINT while it stopped the failed attempt's workers"),
+            std::string::npos)
+      << n0.all();
+  EXPECT_NE(n0.err().find("job stopped"), std::string::npos) << n0.all();
+}
+
 // Node 0's launcher stopped (SIGSTOP: its store accepts but never answers), then Ctrl-C on node 1:
 // node 1 gives up on the store within a heartbeat's timeout and ends as interrupted. Was: deaf to
 // the signal until its store request's 120 s ran out.

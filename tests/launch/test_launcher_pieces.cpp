@@ -7,16 +7,19 @@
 #include <filesystem>
 
 #include <netdb.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "core/device.h"
 #include "core/error.h"
 #include "launch/launcher.h"
 #include "launch/launcher_output.h"
 #include "launch/launcher_plan.h"
+#include "launch/launcher_workers.h"
 #include "test_util.h"
 
 namespace nanoddp::dist {
@@ -189,6 +192,26 @@ TEST(LauncherPieces, OverlongLinesArePassedOnInPieces) {
   std::string want = std::string(WorkerOutput::kMaxLine, 'x') + "\n" + std::string(WorkerOutput::kMaxLine, 'x') +
                      "\n" + std::string(10, 'x') + "\n";
   EXPECT_EQ(read_file(dir.str("rank_0.log")), want);
+}
+
+// A worker's process group is signalled while something is in it, also after the worker itself
+// exited (what it left behind), and never again once its last member is reaped: the number may
+// then come back as another program's group. Was: every stop signalled every worker's number.
+TEST(LauncherPieces, AWorkersGroupIsForgottenOnceItsLastMemberIsReaped) {
+  using namespace std::chrono_literals;
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);  // as run_launcher: leftovers come back to us
+  WorkerSpec spec;
+  spec.env = {"PATH=/usr/bin:/bin"};
+  // The worker exits at once and leaves a child in its group for 2 s.
+  WorkerGroup group({"/bin/sh", {"sh", "-c", "sleep 2 & exit 0"}}, {spec});
+  group.start();
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (group.any_running() && std::chrono::steady_clock::now() < deadline) group.pump(50ms);
+  ASSERT_FALSE(group.any_running());
+  EXPECT_TRUE(group.group_alive(0)) << "the group still holds the worker's child";
+  while (group.group_alive(0) && std::chrono::steady_clock::now() < deadline) group.pump(50ms);
+  EXPECT_FALSE(group.group_alive(0)) << "the child was reaped 2 s in; its group is empty";
+  EXPECT_TRUE(group.all_succeeded());
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "ops/cuda/attention_flash.cuh"
 #include "ops/cuda/common.cuh"
 
+#include <algorithm>
 #include <type_traits>
 
 namespace nanoddp::cuda {
@@ -156,10 +157,18 @@ cudaError_t allow_smem(K kernel, size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
 }
 
+size_t ref_forward_smem(const AttentionShape& s) {
+  return static_cast<size_t>(s.d + s.kv_len + kSmemSlack) * sizeof(float);
+}
+size_t ref_dq_smem(const AttentionShape& s) { return static_cast<size_t>(2 * s.d + s.tq + kSmemSlack) * sizeof(float); }
+size_t ref_dkdv_smem(const AttentionShape& s) {
+  return static_cast<size_t>(2 * s.d + 2 * (s.hq / s.hkv) * s.tq + kSmemSlack) * sizeof(float);
+}
+
 template <typename T>
 cudaError_t ref_forward(void* out, float* lse, const void* q, const void* k, const void* v, const AttentionShape& s,
                         float scale, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(s.d + s.kv_len + kSmemSlack) * sizeof(float);
+  const size_t smem = ref_forward_smem(s);
   if (cudaError_t e = allow_smem(ref_forward_kernel<T>, smem); e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(s.tq), static_cast<unsigned>(s.hq), static_cast<unsigned>(s.batch));
   ref_forward_kernel<T><<<grid, kThreads, smem, stream>>>(static_cast<T*>(out), lse, static_cast<const T*>(q),
@@ -172,9 +181,8 @@ template <typename T>
 cudaError_t ref_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k, const void* v,
                          const float* lse, const float* delta, const AttentionShape& s, float scale,
                          cudaStream_t stream) {
-  const int64_t t = s.tq, group = s.hq / s.hkv;
-  const size_t smem_q = static_cast<size_t>(2 * s.d + t + kSmemSlack) * sizeof(float);
-  const size_t smem_kv = static_cast<size_t>(2 * s.d + 2 * group * t + kSmemSlack) * sizeof(float);
+  const int64_t t = s.tq;
+  const size_t smem_q = ref_dq_smem(s), smem_kv = ref_dkdv_smem(s);
   if (cudaError_t e = allow_smem(ref_dq_kernel<T>, smem_q); e != cudaSuccess) return e;
   if (cudaError_t e = allow_smem(ref_dkdv_kernel<T>, smem_kv); e != cudaSuccess) return e;
   const dim3 grid_q(static_cast<unsigned>(t), static_cast<unsigned>(s.hq), static_cast<unsigned>(s.batch));
@@ -199,6 +207,10 @@ cudaError_t launch_delta(float* delta, const void* dout, const void* out, const 
 }
 
 }  // namespace
+
+size_t reference_attention_smem_bytes(const AttentionShape& s, bool backward) {
+  return backward ? std::max(ref_dq_smem(s), ref_dkdv_smem(s)) : ref_forward_smem(s);
+}
 
 bool attention_uses_flash(DType t, const AttentionShape& s, const void* const* ptrs, int nptrs, bool reference_only) {
   if (reference_only || t == DType::F32 || !flash_supports_head_dim(s.d)) return false;

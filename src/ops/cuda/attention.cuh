@@ -15,6 +15,11 @@ struct AttentionShape {
 // to 128, 16-byte aligned rows) or the reference kernels (any shape and type; also forced by `reference_only`).
 bool attention_uses_flash(DType t, const AttentionShape& s, const void* const* ptrs, int nptrs, bool reference_only);
 
+// The most dynamic shared memory one block of the reference kernels takes: a row of scores per
+// query (forward, dq) or a group's rows per key (dk/dv), so it grows with the sequence. The caller
+// compares it with the device's limit (a launch past it fails with a bare "invalid argument").
+size_t reference_attention_smem_bytes(const AttentionShape& s, bool backward);
+
 cudaError_t launch_attention_forward(DType t, void* out, float* lse, const void* q, const void* k, const void* v,
                                      const AttentionShape& s, float scale, bool reference_only, cudaStream_t stream);
 

@@ -106,6 +106,23 @@ class CudaBackend final : public Backend {
               q.dim(3));
   }
 
+  // The reference kernels hold a row of scores per block in shared memory: a sequence too long for
+  // the GPU's per-block limit is said in words, not as CUDA's "invalid argument" at the launch.
+  void check_reference_attention_fits(const cuda::AttentionShape& shape, DType t, const void* const* ptrs, int n,
+                                      bool backward) {
+    if (cuda::attention_uses_flash(t, shape, ptrs, n, reference_attention_)) return;
+    const size_t need = cuda::reference_attention_smem_bytes(shape, backward);
+    if (smem_limit_ == 0)
+      NANODDP_CUDA_CHECK(cudaDeviceGetAttribute(&smem_limit_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
+    NANODDP_CHECK(need <= static_cast<size_t>(smem_limit_),
+                  "attention over {} keys with head_dim {} on the reference CUDA kernels ({}) needs {} KiB of shared "
+                  "memory per block, more than this GPU's {} KiB: use --dtype bf16 with a head_dim that is a multiple "
+                  "of 8 from 64 to 128 (the flash kernels), or a shorter --max_seq_len",
+                  shape.kv_len, shape.d,
+                  reference_attention_ ? "NANODDP_CUDA_ATTENTION=reference" : "f32, or a head_dim they do not take",
+                  (need + 1023) / 1024, smem_limit_ / 1024);
+  }
+
   // Every op: make the device current on this thread, report bad input an earlier kernel found.
   cudaStream_t begin() {
     cuda::set_device(device_);
@@ -132,6 +149,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_;
   cuda::CublasLtGemm gemm_;
   bool reference_attention_;
+  int smem_limit_ = 0;  // cudaDevAttrMaxSharedMemoryPerBlockOptin, read at the first reference attention
   cuda::ErrorRecord* errors_ = nullptr;  // pinned host memory, mapped
   Tensor claim_;                        // i32 [1] on the device
   cuda::ErrorSink sink_{};               // what kernels get: the record's device address and claim_
@@ -215,6 +233,8 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const 
   same_dtype(q, k);
   same_dtype(k, v);
   const cuda::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), kv_len};
+  const void* ptrs[] = {out.raw(), q.raw(), k.raw(), v.raw()};
+  check_reference_attention_fits(shape, q.dtype(), ptrs, 4, /*backward=*/false);
   NANODDP_CUDA_CHECK(cuda::launch_attention_forward(elem(q), out.raw(), lse.data<float>(), q.raw(), k.raw(),
                                                    v.raw(), shape, scale, reference_attention_, s));
 }
@@ -223,6 +243,8 @@ void CudaBackend::attention_backward(const Tensor& dq, const Tensor& dk, const T
   cudaStream_t s = begin();
   for (const Tensor* t : {&dq, &dk, &dv, &dout, &k, &v, &out}) same_dtype(*t, q);
   const cuda::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dim(1)};
+  const void* ptrs[] = {dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(), k.raw(), v.raw()};
+  check_reference_attention_fits(shape, q.dtype(), ptrs, 7, /*backward=*/true);
   const size_t bytes = cuda::attention_backward_scratch_bytes(shape);
   Tensor scratch = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, q.device());
   NANODDP_CUDA_CHECK(cuda::launch_attention_backward(elem(q), dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(),

@@ -4,6 +4,9 @@
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemm_fallback.cuh"
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <type_traits>
 
 namespace nanoddp::cuda {
@@ -14,10 +17,10 @@ constexpr int kT = 32;
 
 template <typename TA, typename TC>
 __global__ void gemm_kernel(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const TA* a, int64_t lda,
-                            const TA* b, int64_t ldb, float beta, TC* c, int64_t ldc) {
+                            const TA* b, int64_t ldb, float beta, TC* c, int64_t ldc, int64_t first_row_tile) {
   __shared__ float sa[kT][kT + 1], sb[kT][kT + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;  // 32 x 8 threads; each computes 4 rows of a column
-  const int64_t i0 = int64_t(blockIdx.y) * kT, j0 = int64_t(blockIdx.x) * kT;
+  const int64_t i0 = (first_row_tile + int64_t(blockIdx.y)) * kT, j0 = int64_t(blockIdx.x) * kT;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   for (int64_t k0 = 0; k0 < k; k0 += kT) {
     for (int r = ty; r < kT; r += blockDim.y) {
@@ -50,16 +53,24 @@ cudaError_t launch_gemm_fallback(bool trans_a, bool trans_b, int64_t m, int64_t 
                                  DType ab_t, const void* a, int64_t lda, const void* b, int64_t ldb, float beta,
                                  DType c_t, void* c, int64_t ldc, cudaStream_t stream) {
   if (m == 0 || n == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>((n + kT - 1) / kT), static_cast<unsigned>((m + kT - 1) / kT));
+  // grid.y is at most 65535: taller outputs (over 2M rows) go in several launches of row tiles.
+  constexpr int64_t kMaxGridY = 65535;
+  const int64_t row_tiles = (m + kT - 1) / kT, col_tiles = (n + kT - 1) / kT;
+  if (col_tiles > int64_t(INT32_MAX)) return cudaErrorInvalidValue;  // grid.x: over 68 billion columns
   const dim3 block(kT, 8);
-  auto go = [&](auto* ta_tag, auto* tc_tag) {
-    using TA = std::remove_pointer_t<decltype(ta_tag)>;
-    using TC = std::remove_pointer_t<decltype(tc_tag)>;
-    gemm_kernel<TA, TC><<<grid, block, 0, stream>>>(trans_a, trans_b, m, n, k, alpha, static_cast<const TA*>(a), lda,
-                                                    static_cast<const TA*>(b), ldb, beta, static_cast<TC*>(c), ldc);
-  };
-  with_dtype(ab_t, [&](auto* ta_tag) { with_dtype(c_t, [&](auto* tc_tag) { go(ta_tag, tc_tag); }); });
-  return cudaGetLastError();
+  for (int64_t first = 0; first < row_tiles; first += kMaxGridY) {
+    const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(std::min(kMaxGridY, row_tiles - first)));
+    auto go = [&](auto* ta_tag, auto* tc_tag) {
+      using TA = std::remove_pointer_t<decltype(ta_tag)>;
+      using TC = std::remove_pointer_t<decltype(tc_tag)>;
+      gemm_kernel<TA, TC><<<grid, block, 0, stream>>>(trans_a, trans_b, m, n, k, alpha, static_cast<const TA*>(a),
+                                                      lda, static_cast<const TA*>(b), ldb, beta, static_cast<TC*>(c),
+                                                      ldc, first);
+    };
+    with_dtype(ab_t, [&](auto* ta_tag) { with_dtype(c_t, [&](auto* tc_tag) { go(ta_tag, tc_tag); }); });
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace nanoddp::cuda
