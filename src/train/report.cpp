@@ -202,9 +202,13 @@ ReportFiles write_report(const std::string& run_dir) {
       {"last training loss", fmt::format("{:.4f}", field(last, "loss"))}};
   if (by_tokens) summary.emplace_back("tokens", short_number(field(last, "tokens")));
   if (!evals.empty()) {
-    const auto best = std::min_element(evals.begin(), evals.end(), [](const auto& a, const auto& b) {
-      return a["val_bpb"].template get<double>() < b["val_bpb"].template get<double>();
-    });
+    // A non-finite evaluation is logged as null (JSON has no NaN): it is never the best.
+    auto bpb = [](const nlohmann::json& j) {
+      const double v = field(j, "val_bpb");
+      return std::isfinite(v) ? v : INFINITY;
+    };
+    const auto best = std::min_element(evals.begin(), evals.end(),
+                                       [&](const auto& a, const auto& b) { return bpb(a) < bpb(b); });
     summary.emplace_back("best val bpb", fmt::format("{:.4f} (step {})", field(*best, "val_bpb"), field(*best, "step")));
     summary.emplace_back("last val bpb", fmt::format("{:.4f}", field(evals.back(), "val_bpb")));
   }

@@ -529,10 +529,34 @@ void Trainer::restore(int64_t step) {
   // rates, evaluation and save cadence, ...) may change across a resume.
   // The world size and --zero may change: the optimizer state is resharded (Note [resharding] in
   // ddp/optimizer.cpp) and the loader's cursor counts global units (Note [data order] in data/loader.h).
-  for (const char* key : {"optimizer", "device_batch_size", "total_batch_size", "max_seq_len"}) {
+  for (const char* key : {"optimizer", "device_batch_size", "max_seq_len"}) {
     const auto saved = meta.at("options").at(key), now = options_to_json(opts_).at(key);
     NANODDP_CHECK(saved == now, "checkpoint {} was trained with --{} {} but this run has {}; resume with the same "
                   "setting", dir, key, saved.dump(), now.dump());
+  }
+  // The batch is compared as the tokens a step takes, not as the flag: --total_batch_size -1 (one
+  // micro-batch per rank, sft's default) means another batch on another world size, and with it
+  // another schedule and amount of data. RL counts questions (--examples_per_step) instead.
+  if (!rl()) {
+    const nlohmann::json& saved_options = meta.at("options");
+    const int64_t saved_flag = saved_options.value("total_batch_size", int64_t{-1});
+    // Checkpoints from before "tokens_per_step" was saved: the flag, or what -1 meant on their ranks.
+    const int64_t saved_tokens = meta.value(
+        "tokens_per_step", saved_flag > 0 ? saved_flag
+                                          : saved_options.value("device_batch_size", int64_t{0}) *
+                                                saved_options.value("max_seq_len", int64_t{0}) * saved_world);
+    NANODDP_CHECK(saved_tokens == plan_.tokens_per_step, "checkpoint {} was trained with {} tokens per step "
+                  "(--total_batch_size {} on {} rank(s)) but this run takes {} (--total_batch_size {} on {}): resume "
+                  "with --total_batch_size {}, so that the batch, the schedule and the data stay the run's", dir,
+                  saved_tokens, saved_flag, saved_world, plan_.tokens_per_step, opts_.total_batch_size, group_.size(),
+                  saved_tokens);
+  } else {
+    const nlohmann::json& saved_options = meta.at("options");
+    NANODDP_CHECK(!saved_options.contains("examples_per_step") ||
+                      saved_options.at("examples_per_step") == nlohmann::json(opts_.examples_per_step),
+                  "checkpoint {} was trained with --examples_per_step {} but this run has {}; resume with the same "
+                  "setting", dir, saved_options.value("examples_per_step", nlohmann::json()).dump(),
+                  opts_.examples_per_step);
   }
   // Another seed or dataset would silently train on other rows than the checkpoint's run.
   if (!opts_.allow_changed_data) {
@@ -563,6 +587,10 @@ void Trainer::restore(int64_t step) {
   try {
     SafetensorsFile weights(dir + "/model.safetensors");
     for (auto& p : model_->parameters()) weights.read_into(p.name, p.data);
+    // As --init_from: weights that are not finite would evaluate and log before any loss check.
+    for (const auto& p : model_->parameters())
+      NANODDP_CHECK(all_finite(p.data), "{}/model.safetensors: parameter {} holds NaN or infinite values", dir,
+                    p.name);
     // The same settings by an older build may still have placed the Muon matrices otherwise
     // (bucket_layout.h): then this rank's file lacks its pieces, and resharding finds them.
     std::unique_ptr<SafetensorsFile> own;
@@ -674,6 +702,7 @@ void Trainer::save(int64_t step) {
             {"dataset", dataset_identity()},
             {"data_dir", std::filesystem::absolute(opts_.data).string()},
             {"tokenizer", meta_.tokenizer},
+            {"tokens_per_step", plan_.tokens_per_step},
             {"tokens_seen", step * plan_.tokens_per_step},
             {"nanoddp_version", NANODDP_VERSION},
             {"val_bpb", result_.eval ? nlohmann::json(result_.eval->bpb) : nlohmann::json()},

@@ -72,6 +72,14 @@ TEST(Report, WrittenFromARunFolderWithEveryPlot) {
   for (const char* want : {"Validation bits per byte", "best val bpb", "depth", "backend", "<svg"})
     EXPECT_NE(h.find(want), std::string::npos) << want;
   EXPECT_NE(m.find("![Loss](report/loss.svg)"), std::string::npos) << m;
+  // An evaluation that was not finite is logged as null: the report skips it for the best. Was: a
+  // "malformed JSON" error, on the run a user most wants a report of.
+  std::ofstream(out.str("metrics.jsonl"), std::ios::app) << "{\"step\": 7, \"val_loss\": null, \"val_bpb\": null}\n";
+  const auto g = train::write_report(out.str());
+  std::ifstream md2(g.markdown);
+  const std::string m2((std::istreambuf_iterator<char>(md2)), {});
+  EXPECT_NE(m2.find("best val bpb"), std::string::npos) << m2;
+  EXPECT_EQ(m2.find("best val bpb | nan"), std::string::npos) << m2;
   // A folder without metrics is a clear error.
   testing::ScratchDir empty("report_empty");
   try {

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <limits>
 
@@ -293,24 +294,41 @@ TEST(Failure, ANonFiniteLossStopsTheRunBeforeACheckpoint) {
   auto o = tiny_saving(out.str(), 6, 1);
   o.stop_at = 2;
   train_single(o);
-  // One NaN in the checkpoint's weights (a bad disk, a diverged earlier run): was trained on to
-  // the end, every later checkpoint NaN and marked complete.
-  const std::string model = out.str("checkpoints/step_000002/model.safetensors");
-  {
+  // Rewrites a checkpoint file with NaN in the first f32 tensor that `pick` accepts.
+  auto poison = [](const std::string& file, const std::function<bool(const std::string&)>& pick) {
     SafetensorsWriter w;
-    SafetensorsFile f(model);
+    SafetensorsFile f(file);
+    bool done = false;
     for (const auto& name : f.names()) {
       Tensor t = f.read(name);
-      if (name == f.names().front()) t.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+      if (!done && t.dtype() == DType::F32 && t.numel() > 0 && pick(name)) {
+        for (int64_t i = 0; i < t.numel(); i++) t.data<float>()[i] = std::numeric_limits<float>::quiet_NaN();
+        done = true;
+      }
       w.add(name, t);
     }
-    w.write(model + ".poisoned");
-  }
-  fs::rename(model + ".poisoned", model);
+    ASSERT_TRUE(done) << file;
+    w.write(file + ".poisoned");
+    fs::rename(file + ".poisoned", file);
+  };
+  const std::string dir = out.str("checkpoints/step_000002");
+  // NaN optimizer state (a bad disk, a diverged earlier run): the first resumed step's update makes
+  // the weights NaN and the next loss says so. Was: trained on to the end, every later checkpoint
+  // NaN and marked complete.
+  const std::string optimizer = dir + "/" + train::CheckpointFiles::optimizer(0);
+  const std::string backup = optimizer + ".orig";
+  fs::copy_file(optimizer, backup);
+  poison(optimizer, [](const std::string&) { return true; });
   o.stop_at = -1;
   o.resume = "latest";
-  NANODDP_EXPECT_ERROR(train_single(o), "step 3: the training loss is nan", "Lower the learning rates");
+  o.save_every = 100;
+  NANODDP_EXPECT_ERROR(train_single(o), "the training loss is nan", "Lower the learning rates");
   EXPECT_EQ(train::latest_checkpoint(out.str()), 2) << "a checkpoint was saved after the loss went NaN";
+  // NaN weights are refused when read, naming the file, before they evaluate or log anything.
+  fs::rename(backup, optimizer);
+  poison(dir + "/model.safetensors", [](const std::string&) { return true; });
+  NANODDP_EXPECT_ERROR(train_single(o), "model.safetensors: parameter", "holds NaN or infinite values");
+  EXPECT_EQ(train::latest_checkpoint(out.str()), 2);
 }
 
 TEST(InitFrom, ANewRunStartsFromTheWeightsOfAnother) {

@@ -333,6 +333,28 @@ TEST(Resume, AnotherModelOrBatchIsRefused) {
   NANODDP_EXPECT_ERROR(train_single(missing), "no complete checkpoint at");
 }
 
+// The batch is compared as tokens per step: --total_batch_size -1 (sft's default, one micro-batch
+// per rank) would otherwise mean another batch, schedule and amount of data on another world
+// size. Was: -1 == -1 passed whatever the ranks, and the explicit size that -1 meant was refused.
+TEST(Resume, TheBatchIsComparedAsTokensPerStep) {
+  testing::ScratchDir out("resume_batch_tokens");
+  auto o = tiny(out.str());
+  o.total_batch_size = -1;
+  o.num_iterations = 4;
+  o.stop_at = 2;
+  train_single(o);
+  o.stop_at = -1;
+  o.resume = "latest";
+  const int64_t micro = o.device_batch_size * o.max_seq_len;
+  auto doubled = o;
+  doubled.total_batch_size = 2 * micro;
+  NANODDP_EXPECT_ERROR(train_single(doubled), fmt::format("trained with {} tokens per step", micro),
+                       fmt::format("resume with --total_batch_size {}", micro));
+  auto same = o;
+  same.total_batch_size = micro;
+  EXPECT_EQ(train_single(same).last_step, 4);
+}
+
 // Another --dtype may continue a run, as a PyTorch run may change its autocast dtype: the weights
 // and optimizer state are f32 in every dtype. The fp16 run starts its loss scale from
 // --loss_scale_init (a bf16 checkpoint has none), continues from the checkpoint's weights (its
