@@ -84,16 +84,10 @@ std::string CollectiveWatch::diagnose(uint64_t seq) {
       out[r] = parse_progress(store_->get(progress_key(r)));
     }
   };
-  std::vector<int> behind;
   try {
     std::this_thread::sleep_for(interval_ + interval_ / 2);  // every live rank publishes meanwhile
     read_all(first);
-    for (int r = 0; r < size_; r++)
-      if (r != rank_ && (!first[r].present || first[r].issued < seq)) behind.push_back(r);
-    if (behind.empty())
-      return "every rank had reached it, so data is not getting through between them: check the network between "
-             "the nodes (interfaces, firewalls), or raise the collective timeout if they are just slow";
-    // Watch the beats for a few intervals: stopped = gone or frozen, advancing = alive but stalled.
+    // Watch every rank's beat for a few intervals: stopped = gone or frozen, advancing = alive.
     std::this_thread::sleep_for(interval_ * 3);
     read_all(second);
   } catch (const Error& e) {
@@ -101,12 +95,32 @@ std::string CollectiveWatch::diagnose(uint64_t seq) {
                        "it (rank 0 or the launcher) may have exited; see the other ranks' output",
                        e.what());
   }
+  auto stopped = [&](int r) { return !second[r].present || second[r].beat == first[r].beat; };
+  std::vector<int> behind;
+  for (int r = 0; r < size_; r++)
+    if (r != rank_ && (!first[r].present || first[r].issued < seq)) behind.push_back(r);
+  if (behind.empty()) {
+    // Every rank had reached it. A rank can still die or freeze inside it (killed for memory,
+    // crashed, SIGSTOP): its beat stops. Only when every beat advanced is the network to blame.
+    std::vector<int> silent;
+    for (int r = 0; r < size_; r++)
+      if (r != rank_ && stopped(r)) silent.push_back(r);
+    if (silent.empty())
+      return "every rank had reached it, so data is not getting through between them: check the network between "
+             "the nodes (interfaces, firewalls), or raise the collective timeout if they are just slow";
+    bool one = silent.size() == 1;
+    return fmt::format("every rank had reached it, but {} {} stopped sending heartbeats: {} died or froze in it "
+                       "(killed, out of memory, crashed or stopped); see {} output and the kernel log (dmesg) of {} "
+                       "node{}",
+                       one ? "rank" : "ranks", rank_list(silent), one ? "it" : "they", one ? "its" : "their",
+                       one ? "its" : "their", one ? "" : "s");
+  }
   std::string details;
   for (int r : behind) {
     std::string state;
     if (!first[r].present)
       state = "it never reported progress";
-    else if (second[r].beat == first[r].beat)
+    else if (stopped(r))
       state = fmt::format("its last collective was #{} and its heartbeat stopped: the process is gone or frozen",
                           first[r].issued);
     else

@@ -7,9 +7,11 @@
 //
 // On a failure, diagnose(seq) waits one and a half intervals (every live rank publishes meanwhile),
 // then reads every rank's entry: ranks whose last issued collective is below seq had not reached
-// it. It then watches their beat for a few intervals more: a beat that stops means the process is
+// it. It then watches every beat for a few intervals more: a beat that stops means the process is
 // gone or frozen; a beat that advances means it is alive but stalled (busy, blocked, or on a
-// different code path). If every rank had reached the collective, the fault is in the network.
+// different code path). If every rank had reached the collective, the ranks whose beat stopped
+// died or froze inside it (killed for memory, crashed, SIGSTOP); only when every beat advanced is
+// the fault in the network.
 #pragma once
 
 #include <algorithm>
@@ -43,9 +45,10 @@ class CollectiveWatch {
   // The program on this rank has issued collective `seq` (1-based, in issue order).
   void issued(uint64_t seq) { issued_.store(seq, std::memory_order_relaxed); }
 
-  // For collective `seq` that failed on this rank: which ranks had not reached it and what to do,
-  // as the tail of a one-line error ("rank 1 had not reached it (...): rank 1 may have crashed or
-  // stalled; see its output"). Takes a few heartbeat intervals.
+  // For collective `seq` that failed on this rank: which ranks had not reached it, or else which
+  // stopped sending heartbeats, and what to do, as the tail of a one-line error ("rank 1 had not
+  // reached it (...): rank 1 may have crashed or stalled; see its output"). Takes four and a half
+  // heartbeat intervals.
   std::string diagnose(uint64_t seq);
 
   std::chrono::milliseconds heartbeat_interval() const { return interval_; }

@@ -227,21 +227,35 @@ DistEnv discover_environment(const EnvLookup& env) {
     d.world_size = int_var(env, "SLURM_NTASKS", 1, 1 << 24).value_or(1);
     d.local_rank = int_var(env, "SLURM_LOCALID", 0, 1 << 24).value_or(0);
     d.node_rank = int_var(env, "SLURM_NODEID", 0, 1 << 24).value_or(0);
-    if (auto per_node = int_var(env, "SLURM_NTASKS_PER_NODE", 1, 1 << 24)) {
-      d.local_world_size = *per_node;
-    } else if (auto tasks = env("SLURM_TASKS_PER_NODE")) {
-      auto counts = expand_tasks_per_node(*tasks);
-      NANODDP_CHECK(size_t(d.node_rank) < counts.size(), "SLURM_TASKS_PER_NODE='{}' has no entry for node {}",
-                    *tasks, d.node_rank);
+    // The step's real layout first: SLURM_STEP_TASKS_PER_NODE (srun's own step), then
+    // SLURM_TASKS_PER_NODE (the allocation's, as sbatch left it); SLURM_NTASKS_PER_NODE is only the
+    // --ntasks-per-node maximum, which a node of an uneven layout may not reach.
+    const char* layout_var = nullptr;
+    std::optional<std::string> layout;  // "4(x2),2": tasks on each node of the step
+    for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})
+      if (layout = env(name); layout && !layout->empty()) {
+        layout_var = name;
+        break;
+      }
+    if (layout_var != nullptr) {
+      auto counts = expand_tasks_per_node(*layout);
+      NANODDP_CHECK(size_t(d.node_rank) < counts.size(), "{}='{}' has no entry for node {}", layout_var, *layout,
+                    d.node_rank);
       d.local_world_size = counts[d.node_rank];
+    } else if (auto per_node = int_var(env, "SLURM_NTASKS_PER_NODE", 1, 1 << 24)) {
+      d.local_world_size = *per_node;
     } else {
       d.local_world_size = d.local_rank + 1;
     }
     read_master(env, d);
     if (d.master_addr.empty()) {
-      auto nodes = env("SLURM_JOB_NODELIST");
-      if (!nodes) nodes = env("SLURM_NODELIST");
-      if (nodes && !nodes->empty()) d.master_addr = first_slurm_host(*nodes);
+      // The step's nodes: rank 0 runs on the first of them, which need not be the allocation's first
+      // (`srun -w`, `--relative`, or a step on part of the allocation).
+      for (const char* name : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})
+        if (auto nodes = env(name); nodes && !nodes->empty()) {
+          d.master_addr = first_slurm_host(*nodes);
+          break;
+        }
     }
     check_ranks(d, "SLURM_PROCID", "SLURM_NTASKS");
     return d;

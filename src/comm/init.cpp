@@ -37,8 +37,22 @@ bool agent_hosts_store() {
   return v != nullptr && std::string(v) == "1";
 }
 
+// torchrun's agent serves PyTorch's TCPStore at MASTER_PORT when its workers are to share it: under
+// the static backend, and under c10d since PyTorch 2.4 (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 turns
+// that off). It says so with TORCHELASTIC_USE_AGENT_STORE=True, compared as PyTorch does.
+bool torchrun_hosts_store() {
+  const char* v = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  return v != nullptr && std::string(v) == "True";
+}
+
 // The job's store: the launcher's, or rank 0's in-process server.
 std::shared_ptr<Store> connect_store(const DistEnv& env, const DistOptions& options, DistContext& ctx) {
+  // Checked on every rank before any connects or binds: rank 0 would find MASTER_PORT taken by
+  // torchrun's store, and the others would talk our protocol to PyTorch's.
+  NANODDP_CHECK(agent_hosts_store() || !torchrun_hosts_store(),
+                "torchrun serves its own store at MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), which nanoddp "
+                "cannot join: launch with `nanoddp run` and the same flags, or run torchrun with --rdzv_backend c10d "
+                "and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 so that workers get a port of their own");
   NANODDP_CHECK(!env.master_addr.empty(),
                 "MASTER_ADDR is not set: launch with `nanoddp run`, or set MASTER_ADDR and MASTER_PORT (rank 0's "
                 "host and a free port) on every rank");
@@ -95,6 +109,32 @@ DistContext::~DistContext() {
   store_server.reset();
 }
 
+int local_gpu_index(const DistEnv& env, int count) {
+  if (env.local_rank < count) return env.local_rank;
+  // srun --gpus-per-task and mpirun with a per-rank binding script give each process its own GPUs
+  // while the local rank still counts every process of the node: then each takes its first GPUs
+  // in turn. Only when the node's processes divide evenly among them; otherwise some GPU would
+  // get two ranks, so stop with the launcher's own way to fix it.
+  const bool per_task_binding = env.launcher == Launcher::Srun || env.launcher == Launcher::Mpirun;
+  if (per_task_binding && (count == 1 || env.local_world_size % count == 0)) return env.local_rank % count;
+  switch (env.launcher) {
+    case Launcher::Srun:
+      NANODDP_FAIL("rank {} has SLURM_LOCALID {} of {} tasks on its node but only {} GPU(s) are visible to it: ask "
+                   "srun for one GPU per task (--gpus-per-task=1), or at most {} tasks per node "
+                   "(--ntasks-per-node={}), or check CUDA_VISIBLE_DEVICES",
+                   env.rank, env.local_rank, env.local_world_size, count, count, count);
+    case Launcher::Mpirun:
+      NANODDP_FAIL("rank {} has OMPI_COMM_WORLD_LOCAL_RANK {} of {} processes on its node but only {} GPU(s) are "
+                   "visible to it: start at most {} processes per node (mpirun --map-by ppr:{}:node), or give each "
+                   "process its own GPU through CUDA_VISIBLE_DEVICES",
+                   env.rank, env.local_rank, env.local_world_size, count, count, count);
+    default:
+      NANODDP_FAIL("rank {} has LOCAL_RANK {} but only {} GPU(s) are visible on this node: start at most {} "
+                   "processes per node (--nproc_per_node), or check CUDA_VISIBLE_DEVICES",
+                   env.rank, env.local_rank, count, count);
+  }
+}
+
 Device local_device(const std::string& requested, const DistEnv& env) {
   // "cuda": each rank its LOCAL_RANK's GPU; "cuda:N": GPU N for every rank of the node, as in PyTorch.
   const bool per_rank = requested == "cuda";
@@ -108,11 +148,7 @@ Device local_device(const std::string& requested, const DistEnv& env) {
                   "or check CUDA_VISIBLE_DEVICES", requested, count, env.rank, count - 1);
     return d;
   }
-  NANODDP_CHECK(env.local_rank < count,
-                "rank {} has LOCAL_RANK {} but only {} GPU(s) are visible on this node: start at most {} processes "
-                "per node (--nproc_per_node), or check CUDA_VISIBLE_DEVICES",
-                env.rank, env.local_rank, count, count);
-  return Device::cuda(env.local_rank);
+  return Device::cuda(local_gpu_index(env, count));
 }
 
 static void check_backend_name(const std::string& backend) {

@@ -8,8 +8,10 @@
 //    their own prefix, so a restarted job never reads its predecessor's keys. The MPI backend
 //    without MASTER_ADDR makes its own store (comm/mpi_group.h).
 //  - Backend "auto": nccl for a CUDA device; mpi when mpirun started the process and no MASTER_ADDR
-//    was set; gloo otherwise (under srun the store runs on the first host of the node list). "gloo", "mpi", "nccl" force one (an error if this build
-//    lacks it).
+//    was set; gloo otherwise (under srun the store runs on the first host of the step's node list).
+//    "gloo", "mpi", "nccl" force one (an error if this build lacks it).
+//  - Under torchrun's own store (TORCHELASTIC_USE_AGENT_STORE=True: static rendezvous, or c10d since
+//    PyTorch 2.4) a job of several ranks stops at once: nanoddp's store protocol cannot join it.
 //  - World size 1: the single-rank group and an in-memory store, no sockets (unless the launcher's
 //    store is announced).
 #pragma once
@@ -61,9 +63,15 @@ struct DistContext {
 };
 
 // The device this rank should compute on: "cpu"; "cuda" = the GPU of LOCAL_RANK among the visible
-// ones (CUDA_VISIBLE_DEVICES is respected by the runtime); "cuda:N" as given. Throws when LOCAL_RANK
-// has no GPU.
+// ones (CUDA_VISIBLE_DEVICES is respected by the runtime, see local_gpu_index); "cuda:N" as given.
+// Throws when LOCAL_RANK has no GPU.
 Device local_device(const std::string& requested, const DistEnv& env);
+
+// The index among `count` (>= 1) visible GPUs for this rank's "cuda": its local rank when below
+// count; under srun or mpirun, whose tasks may each see only their own GPUs (--gpus-per-task),
+// local_rank % count when count is 1 or divides the local world size. Otherwise throws with the
+// advice of the launcher in use. (Exposed for tests.)
+int local_gpu_index(const DistEnv& env, int count);
 
 // Picks the backend "auto" resolves to for this device and environment (exposed for tests).
 std::string resolve_backend(const std::string& requested, Device device, const DistEnv& env);

@@ -92,14 +92,21 @@ struct MpiGroup::State {
   std::shared_ptr<Store> store;
   std::unique_ptr<CollectiveWatch> watch;
   std::atomic<uint64_t> seq{0};
+  // `failure` is written once, under mu, and `failed` is set right after it (also under mu), so a
+  // thread that has seen `failed` may read `failure` without the lock. The watchdog and a job whose
+  // MPI call returned an error both publish through publish_failure; the first wins.
   std::atomic<bool> failed{false};
-  std::string failure;  // written before `failed` is set
+  std::string failure;
 
   // What the worker is inside, for the watchdog (under mu).
   std::mutex mu;
   std::condition_variable cv;
   bool busy = false;
   bool on_worker = false;  // the call runs on the queue's worker (else on a waiting caller)
+  // The watchdog found the current call past the timeout and is diagnosing it. The job clears it
+  // when the call returns: a call that returns before the watchdog publishes its failure succeeds,
+  // and the watchdog then drops its claim instead of failing later, unrelated work.
+  bool timeout_claimed = false;
   CollectiveInfo current;
   Clock::time_point started;
   bool stopping = false;
@@ -108,24 +115,39 @@ struct MpiGroup::State {
   WorkQueue queue{true};  // Note [caller runs] in comm/work.h; declared last: destroyed first
 
   void watchdog_loop(milliseconds timeout, int rank);
+  // Sets `failure` to `message` unless a failure was published already (lock held); returns the
+  // failure in force.
+  const std::string& publish_failure(const std::string& message) {
+    if (!failed) {
+      failure = message;
+      failed = true;
+    }
+    return failure;
+  }
 };
 
 // Fails the collective the worker has been inside for longer than the timeout. MPI cannot cancel
-// it, so the queue is closed: that work, and every later one, fails with the diagnosis at once.
+// it, so the queue is closed: that work, and every later one, fails with the diagnosis at once. A
+// call that returns while the diagnosis runs is not failed (see timeout_claimed).
 void MpiGroup::State::watchdog_loop(milliseconds timeout, int rank) {
   const milliseconds tick = std::clamp(timeout / 20, milliseconds(5), milliseconds(200));
   std::unique_lock lock(mu);
   while (!stopping) {
     cv.wait_for(lock, tick);
-    if (!busy || Clock::now() - started <= timeout) continue;
+    if (!busy || timeout_claimed || Clock::now() - started <= timeout) continue;
+    // Claim the call before the diagnosis (seconds, without the lock); it counts only if the call is
+    // still inside MPI afterwards (the job clears the claim when it returns).
+    timeout_claimed = true;
     CollectiveInfo info = current;
     bool stuck_caller = !on_worker;
     lock.unlock();
     std::string message = fmt::format("{} timed out after {:g} s on rank {}", info.describe(), timeout.count() / 1000.0,
                                       rank);
     message += ": " + watch->diagnose(info.seq);
-    failure = message;
-    failed = true;
+    lock.lock();
+    if (!timeout_claimed) continue;  // the call returned meanwhile: its work stands
+    message = publish_failure(message);
+    lock.unlock();
     if (stuck_caller) {
       // The call runs on the thread that would receive the error, inside MPI for good: report
       // here and end the job, as the destructor would (Note [caller runs] in comm/work.h).
@@ -231,13 +253,16 @@ WorkPtr MpiGroup::submit(const char* name, const Tensor& t, const char* op, std:
     {
       std::lock_guard lock(st->mu);
       st->busy = false;
+      st->timeout_claimed = false;  // a diagnosis under way no longer counts
+      // The watchdog has failed this work already: never report it done (its error may not have
+      // reached the work yet).
+      if (st->failed) throw Error(st->failure);
     }
-    if (st->failed) return;  // the watchdog has already failed this work
     if (rc != MPI_SUCCESS) {
       std::string message = fmt::format("{} failed on rank {} ({})", info.describe(), rank, mpi_error_text(rc));
-      st->failure = message + ": " + st->watch->diagnose(info.seq);
-      st->failed = true;
-      throw Error(st->failure);
+      message += ": " + st->watch->diagnose(info.seq);
+      std::lock_guard lock(st->mu);
+      throw Error(st->publish_failure(message));
     }
     if (after) after();
   });

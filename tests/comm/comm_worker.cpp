@@ -4,8 +4,11 @@
 //   collectives BACKEND  every collective against exact values      -> exit 0, "rank R: ok"
 //   stall BACKEND        the last rank stops after collective #1   -> others exit 3 with the error
 //   crash BACKEND        the last rank exits after collective #1   -> others exit 3 with the error
+//   freeze BACKEND       the last rank stops itself (SIGSTOP) inside collective #2, after its
+//                        heartbeat has published it                 -> others exit 3 with the error
 //   consistency BACKEND  rank 1 has another --depth                -> every rank exits 4
 // NANODDP_TEST_TIMEOUT sets the collective timeout in seconds (default 30).
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -13,6 +16,7 @@
 
 #include "collective_checks.h"
 #include "core/error.h"
+#include "comm/collective_watch.h"
 #include "comm/consistency.h"
 #include "comm/init.h"
 
@@ -21,7 +25,7 @@ using namespace nanoddp::dist;
 
 namespace {
 
-int run(const std::string& scenario, DistContext& ctx) {
+int run(const std::string& scenario, DistContext& ctx, const DistOptions& options) {
   ProcessGroup& pg = *ctx.group;
   const int last = pg.size() - 1;
   if (scenario == "collectives") {
@@ -49,6 +53,25 @@ int run(const std::string& scenario, DistContext& ctx) {
     std::printf("rank %d: collective #2 completed without the last rank\n", pg.rank());
     return 1;
   }
+  if (scenario == "freeze") {
+    // The last rank issues #2 at once and freezes in it after three heartbeat intervals (its
+    // progress says #2 by then); the others join #2 only later, so it cannot complete first.
+    Tensor t = Tensor::zeros({1 << 18}, DType::F32);
+    pg.allreduce(t, ReduceOp::Sum)->wait();  // #1, everyone
+    const auto interval = heartbeat_interval_for(std::chrono::milliseconds(int64_t(options.collective_timeout * 1000)));
+    if (pg.rank() == last) {
+      auto work = pg.allreduce(t, ReduceOp::Sum);  // #2, in flight on the group's worker
+      std::this_thread::sleep_for(interval * 3);
+      std::printf("rank %d: freezing inside collective #2\n", pg.rank());
+      std::fflush(stdout);
+      std::raise(SIGSTOP);  // the test kills it
+      return 0;
+    }
+    std::this_thread::sleep_for(interval * 5);
+    pg.allreduce(t, ReduceOp::Sum)->wait();  // #2: the last rank is frozen in it
+    std::printf("rank %d: collective #2 completed without the last rank\n", pg.rank());
+    return 1;
+  }
   if (scenario == "consistency") {
     Fields fields{{"--depth", pg.rank() == 1 ? "6" : "4"}, {"--lr", "0.02"}};
     try {
@@ -67,7 +90,7 @@ int run(const std::string& scenario, DistContext& ctx) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s collectives|stall|crash|consistency BACKEND\n", argv[0]);
+    std::fprintf(stderr, "usage: %s collectives|stall|crash|freeze|consistency BACKEND\n", argv[0]);
     return 2;
   }
   const char* timeout = std::getenv("NANODDP_TEST_TIMEOUT");
@@ -77,7 +100,7 @@ int main(int argc, char** argv) {
   options.rendezvous_timeout = 30;
   try {
     auto ctx = init_distributed(options, Device::cpu());
-    return run(argv[1], *ctx);
+    return run(argv[1], *ctx, options);
   } catch (const Error& e) {
     std::fprintf(stderr, "nanoddp: error: %s\n", e.what());
     return 3;

@@ -101,6 +101,43 @@ TEST(Environment, Slurm) {
   EXPECT_EQ(d.master_port, 0);
 }
 
+// srun's step variables describe where this step's tasks run; the job's are the whole allocation's,
+// and SLURM_NTASKS_PER_NODE only the --ntasks-per-node maximum. Was: the allocation's first host as
+// the master, and the maximum as the local world size.
+TEST(Environment, SlurmPrefersTheStepsNodesAndLayout) {
+  std::map<std::string, std::string> vars{{"SLURM_PROCID", "4"},
+                                          {"SLURM_NTASKS", "6"},
+                                          {"SLURM_LOCALID", "0"},
+                                          {"SLURM_NODEID", "1"},
+                                          {"SLURM_NTASKS_PER_NODE", "4"},
+                                          {"SLURM_TASKS_PER_NODE", "4(x3)"},
+                                          {"SLURM_STEP_TASKS_PER_NODE", "4,2"},
+                                          {"SLURM_JOB_NODELIST", "gpu-[01-03]"},
+                                          {"SLURM_NODELIST", "gpu-[01-03]"},
+                                          {"SLURM_STEP_NODELIST", "gpu-[02-03]"}};
+  DistEnv d = discover_environment(fake(vars));
+  EXPECT_EQ(d.local_world_size, 2);
+  EXPECT_EQ(d.master_addr, "gpu-02");
+  EXPECT_FALSE(d.master_from_env);
+  // Without the step's variables: the allocation's layout, then the maximum; its first host.
+  vars.erase("SLURM_STEP_TASKS_PER_NODE");
+  vars.erase("SLURM_STEP_NODELIST");
+  d = discover_environment(fake(vars));
+  EXPECT_EQ(d.local_world_size, 4);
+  EXPECT_EQ(d.master_addr, "gpu-01");
+  vars["SLURM_TASKS_PER_NODE"] = "4,2";
+  EXPECT_EQ(discover_environment(fake(vars)).local_world_size, 2);  // the layout wins over the maximum
+  vars.erase("SLURM_TASKS_PER_NODE");
+  EXPECT_EQ(discover_environment(fake(vars)).local_world_size, 4);
+  vars.erase("SLURM_JOB_NODELIST");
+  vars["SLURM_NODELIST"] = "cpu7,cpu8";
+  EXPECT_EQ(discover_environment(fake(vars)).master_addr, "cpu7");
+  // A step layout without an entry for this node is named.
+  vars["SLURM_NODEID"] = "2";
+  vars["SLURM_STEP_TASKS_PER_NODE"] = "4,2";
+  NANODDP_EXPECT_ERROR(discover_environment(fake(vars)), "SLURM_STEP_TASKS_PER_NODE='4,2' has no entry for node 2");
+}
+
 TEST(Environment, SlurmTasksPerNodeRepeats) {
   DistEnv d = discover_environment(fake({{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "10"}, {"SLURM_LOCALID", "1"},
                                          {"SLURM_NODEID", "2"}, {"SLURM_TASKS_PER_NODE", "4(x2),2"},

@@ -150,6 +150,63 @@ TEST(Init, TheLaunchersStoreIsUsedWhenAnnounced) {
   EXPECT_TRUE(look.check({"attempt0/pg0/watch/progress/0", "attempt0/pg0/watch/progress/1"}));
 }
 
+// Under torchrun's own store (static rendezvous, or c10d since PyTorch 2.4) every rank stops at once
+// with what to do. Was: rank 0 found MASTER_PORT taken ("already in use"), the others talked our
+// protocol to PyTorch's store. A server on the port stands in for torchrun's.
+TEST(Init, TorchrunsOwnStoreIsAClearErrorOnEveryRank) {
+  TcpStoreServer torchruns(TcpStoreServerOptions{"127.0.0.1", 0, ""});
+  setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+  auto start = std::chrono::steady_clock::now();
+  auto errors = run_job(2, [](DistContext&) {}, torchruns.port());
+  for (auto& e : errors)
+    EXPECT_EQ(e, "torchrun serves its own store at MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), which nanoddp "
+                 "cannot join: launch with `nanoddp run` and the same flags, or run torchrun with --rdzv_backend c10d "
+                 "and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 so that workers get a port of their own");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  // One process needs no store; `nanoddp run`'s own store (announced as such) is joined as usual.
+  EXPECT_EQ(init_distributed(DistOptions{}, Device::cpu(), DistEnv{})->backend, "single");
+  setenv("NANODDP_AGENT_STORE", "1", 1);
+  errors = run_job(2, [](DistContext& ctx) { ctx.group->barrier()->wait(); }, torchruns.port());
+  unsetenv("NANODDP_AGENT_STORE");
+  unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+  for (auto& e : errors) EXPECT_EQ(e, "");
+}
+
+// srun --gpus-per-task=1 shows each task one GPU while SLURM_LOCALID counts the node's tasks.
+// Was: "LOCAL_RANK 3 but only 1 GPU(s) are visible ... --nproc_per_node" on ranks 1-3.
+TEST(Init, LocalGpuIndexFollowsPerTaskBindings) {
+  auto env = [](Launcher launcher, int local_rank, int local_world) {
+    DistEnv e;
+    e.launcher = launcher;
+    e.rank = 4 + local_rank;
+    e.world_size = 8;
+    e.local_rank = local_rank;
+    e.local_world_size = local_world;
+    return e;
+  };
+  for (Launcher l : {Launcher::Torchrun, Launcher::Srun, Launcher::Mpirun}) {
+    EXPECT_EQ(local_gpu_index(env(l, 0, 4), 4), 0);
+    EXPECT_EQ(local_gpu_index(env(l, 3, 4), 4), 3);  // every process sees the node's GPUs
+  }
+  for (Launcher l : {Launcher::Srun, Launcher::Mpirun}) {
+    for (int local = 0; local < 4; local++) EXPECT_EQ(local_gpu_index(env(l, local, 4), 1), 0);  // one each
+    EXPECT_EQ(local_gpu_index(env(l, 3, 4), 2), 1);   // two each (--gpus-per-task=2)
+    EXPECT_EQ(local_gpu_index(env(l, 2, 3), 1), 0);   // one each, whatever the tasks per node
+  }
+  // Under torchrun / nanoddp run every process sees the node's GPUs: too many processes.
+  NANODDP_EXPECT_ERROR(local_gpu_index(env(Launcher::Torchrun, 3, 4), 1),
+                       "rank 7 has LOCAL_RANK 3 but only 1 GPU(s) are visible on this node: start at most 1 processes "
+                       "per node (--nproc_per_node)");
+  // Uneven: some GPU would get two ranks. The advice is the launcher's.
+  NANODDP_EXPECT_ERROR(local_gpu_index(env(Launcher::Srun, 3, 4), 3),
+                       "rank 7 has SLURM_LOCALID 3 of 4 tasks on its node but only 3 GPU(s) are visible to it: ask "
+                       "srun for one GPU per task (--gpus-per-task=1), or at most 3 tasks per node "
+                       "(--ntasks-per-node=3)");
+  NANODDP_EXPECT_ERROR(local_gpu_index(env(Launcher::Mpirun, 2, 3), 2),
+                       "rank 6 has OMPI_COMM_WORLD_LOCAL_RANK 2 of 3 processes on its node but only 2 GPU(s) are "
+                       "visible to it: start at most 2 processes per node (mpirun --map-by ppr:2:node)");
+}
+
 TEST(Init, MissingMasterAddressIsAClearError) {
   DistEnv e = torchrun_env(1, 2, 29500);
   e.master_addr.clear();

@@ -1,7 +1,7 @@
 // Real multi-process jobs: N copies of comm_worker started with the launcher's environment (as
 // `nanoddp run` and torchrun do) or by mpirun, joined through init_distributed: every collective
-// over TCP between processes, a stalled and a crashed rank making the others fail with a diagnosis
-// in bounded time, and mismatched arguments stopping every rank.
+// over TCP between processes, a stalled, a crashed and a frozen rank making the others fail with a
+// diagnosis in bounded time, and mismatched arguments stopping every rank.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "nanoddp/build_config.h"
+#include "rendezvous/tcp_store.h"
 #include "subprocess.h"
 #include "test_util.h"
 #include "two_hosts.h"
@@ -86,6 +87,28 @@ TEST(MultiProcess, StalledRankIsNamedByTheOthers) { expect_diagnosed("stall", "i
 
 TEST(MultiProcess, CrashedRankIsNamedByTheOthers) { expect_diagnosed("crash", "its heartbeat stopped"); }
 
+// The last rank freezes (SIGSTOP) inside collective #2, after its progress said #2: every rank had
+// reached it, and the others must name the frozen one by its stopped heartbeat. Was: "every rank had
+// reached it ... check the network".
+TEST(MultiProcess, ARankFrozenInsideTheCollectiveIsNamedByTheOthers) {
+  constexpr int kWorld = 3;
+  auto start = Clock::now();
+  auto procs = launch(kWorld, "freeze", "gloo", 5.0);  // 5 s: see expect_diagnosed
+  for (int r = 0; r + 1 < kWorld; r++) {
+    Proc& p = *procs[r];
+    EXPECT_EQ(exit_status(p, 40s), 3) << p.all();
+    const std::string log = p.all();
+    EXPECT_NE(log.find("allreduce #2 of 1.0 MiB (f32, sum)"), std::string::npos) << log;
+    EXPECT_NE(log.find("every rank had reached it, but rank 2 stopped sending heartbeats: it died or froze in it"),
+              std::string::npos)
+        << log;
+    EXPECT_EQ(log.find("check the network"), std::string::npos) << log;
+  }
+  const std::string frozen = procs[kWorld - 1]->all();
+  EXPECT_NE(frozen.find("freezing inside collective #2"), std::string::npos) << frozen;
+  EXPECT_LT(Clock::now() - start, 30s) << "the failure was not reported in bounded time";
+}  // the frozen rank is killed here, with its Proc
+
 TEST(MultiProcess, MismatchedArgumentsStopEveryRank) {
   auto procs = launch(3, "consistency", "gloo", 30);
   std::vector<std::string> logs;
@@ -116,6 +139,31 @@ TEST(MultiProcess, AnotherWorldSizeOnOneRankIsNamed) {
   auto rank1 = spawn({NANODDP_COMM_WORKER, "collectives", "gloo"}, env(1, 3));
   EXPECT_EQ(exit_status(*rank1, 60s), 3) << rank1->all();
   EXPECT_NE(rank1->all().find("WORLD_SIZE is 3 on rank 1 but 2 on rank 0"), std::string::npos) << rank1->all();
+}
+
+// Processes started by torchrun with its own store at MASTER_PORT (a server stands in for it) stop
+// at once, every rank with the one line that says what to do. Was: rank 0 "port ... already in use".
+TEST(MultiProcess, WorkersOfTorchrunsOwnStoreStopWithWhatToDo) {
+  TcpStoreServer torchruns(TcpStoreServerOptions{"127.0.0.1", 0, ""});
+  std::vector<std::unique_ptr<Proc>> procs;
+  for (int r = 0; r < 2; r++) {
+    std::map<std::string, std::string> env{{"RANK", std::to_string(r)},
+                                           {"WORLD_SIZE", "2"},
+                                           {"MASTER_ADDR", "127.0.0.1"},
+                                           {"MASTER_PORT", std::to_string(torchruns.port())},
+                                           {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                           {"NANODDP_TEST_TIMEOUT", "30"}};
+    procs.push_back(spawn({NANODDP_COMM_WORKER, "collectives", "auto"}, env));
+  }
+  for (auto& p : procs) {
+    EXPECT_EQ(exit_status(*p, 20s), 3) << p->all();
+    EXPECT_NE(p->all().find("nanoddp: error: torchrun serves its own store at MASTER_PORT "
+                            "(TORCHELASTIC_USE_AGENT_STORE=True), which nanoddp cannot join: launch with "
+                            "`nanoddp run`"),
+              std::string::npos)
+        << p->all();
+    EXPECT_EQ(p->all().find("already in use"), std::string::npos) << p->all();
+  }
 }
 
 // Two network namespaces joined by a veth pair act as two hosts with their own addresses: the

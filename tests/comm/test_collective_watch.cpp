@@ -1,0 +1,114 @@
+// CollectiveWatch::diagnose on its own: this rank's watch reads the progress that fake ranks publish
+// to an in-memory store, each fake rank beating or not, at the collective or behind it. (The real
+// groups' diagnoses are tested in test_gloo_threads.cpp and test_multiprocess.cpp.)
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/collective_watch.h"
+#include "rendezvous/hash_store.h"
+
+namespace nanoddp::dist {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Publishes "progress/<rank>" = "<issued> <beat>" as a rank's heartbeat thread would: once, or
+// every 10 ms while `beating` (the watch's interval is 100 ms, so a live beat always advances over
+// the three intervals diagnose() watches).
+class FakeRank {
+ public:
+  FakeRank(std::shared_ptr<Store> store, int rank, uint64_t issued, bool beating)
+      : store_(std::move(store)), key_("progress/" + std::to_string(rank)), issued_(issued) {
+    publish();
+    if (beating) thread_ = std::thread([this] {
+        while (!stop_) {
+          std::this_thread::sleep_for(10ms);
+          publish();
+        }
+      });
+  }
+  ~FakeRank() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void publish() { store_->set_string(key_, std::to_string(issued_) + " " + std::to_string(++beat_)); }
+
+  std::shared_ptr<Store> store_;
+  std::string key_;
+  uint64_t issued_, beat_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+struct RankSpec {
+  uint64_t issued;
+  bool beating;
+};
+
+// Rank 0's diagnosis of collective #2 with ranks 1.. as given.
+std::string diagnose_with(const std::vector<RankSpec>& others) {
+  auto store = std::make_shared<HashStore>();
+  const int size = int(others.size()) + 1;
+  std::vector<std::unique_ptr<FakeRank>> ranks;
+  for (int r = 1; r < size; r++)
+    ranks.push_back(std::make_unique<FakeRank>(store, r, others[r - 1].issued, others[r - 1].beating));
+  CollectiveWatch watch(store, 0, size, 1000ms);
+  watch.issued(2);
+  return watch.diagnose(2);
+}
+
+TEST(CollectiveWatch, EveryRankThereAndBeatingBlamesTheNetwork) {
+  std::string e = diagnose_with({{2, true}, {2, true}});
+  EXPECT_NE(e.find("every rank had reached it, so data is not getting through between them: check the network"),
+            std::string::npos)
+      << e;
+}
+
+// A rank killed or frozen (OOM killer, crash, SIGSTOP) while its collective was in flight had reached
+// it: its stopped heartbeat names it. Was: "every rank had reached it ... check the network".
+TEST(CollectiveWatch, ARankThatStoppedInsideTheCollectiveIsNamed) {
+  std::string e = diagnose_with({{2, true}, {2, false}});
+  EXPECT_NE(e.find("every rank had reached it, but rank 2 stopped sending heartbeats: it died or froze in it"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("see its output"), std::string::npos) << e;
+  EXPECT_EQ(e.find("network"), std::string::npos) << e;
+  EXPECT_EQ(e.find("rank 1"), std::string::npos) << e;
+
+  e = diagnose_with({{3, false}, {2, true}, {2, false}});  // ahead of this rank counts as there
+  EXPECT_NE(e.find("but ranks 1, 3 stopped sending heartbeats: they died or froze in it"), std::string::npos) << e;
+  EXPECT_NE(e.find("see their output"), std::string::npos) << e;
+}
+
+// A rank behind is what the diagnosis names first, beating or not, as before.
+TEST(CollectiveWatch, RanksBehindAreNamedWithTheirState) {
+  std::string e = diagnose_with({{1, true}, {2, false}});
+  EXPECT_NE(e.find("rank 1 had not reached it (rank 1: its last collective was #1 and it is still running"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("rank 1 may have crashed or stalled; see its output"), std::string::npos) << e;
+
+  e = diagnose_with({{1, false}, {0, true}});
+  EXPECT_NE(e.find("ranks 1, 2 had not reached it (rank 1: its last collective was #1 and its heartbeat stopped: "
+                   "the process is gone or frozen; rank 2: its last collective was #0 and it is still running"),
+            std::string::npos)
+      << e;
+}
+
+TEST(CollectiveWatch, ARankThatNeverReportedIsNamed) {
+  auto store = std::make_shared<HashStore>();
+  FakeRank one(store, 1, 2, true);
+  CollectiveWatch watch(store, 0, 3, 1000ms);
+  std::string e = watch.diagnose(2);
+  EXPECT_NE(e.find("rank 2 had not reached it (rank 2: it never reported progress)"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace nanoddp::dist
