@@ -3,6 +3,8 @@
 
 #include <pcre2.h>
 
+#include <utility>
+
 #include "core/error.h"
 
 namespace nanoddp::data {
@@ -12,6 +14,19 @@ namespace {
 // Unicode White_Space (what \s means to Rust's regex), as the body of a character class.
 constexpr std::string_view kWhiteSpace =
     R"(\t-\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
+// Rust's POSIX classes are ASCII only; under PCRE2_UCP PCRE2's are Unicode ([:alpha:] is \p{L}). So
+// each is written out as its ASCII ranges, as the body of a character class.
+std::string_view posix_class_ascii(std::string_view name) {
+  static constexpr std::pair<std::string_view, std::string_view> kClasses[] = {
+      {"alnum", "0-9A-Za-z"}, {"alpha", "A-Za-z"}, {"ascii", "\\x00-\\x7F"}, {"blank", "\\t "},
+      {"cntrl", "\\x00-\\x1F\\x7F"}, {"digit", "0-9"}, {"graph", "!-~"}, {"lower", "a-z"},
+      {"print", " -~"}, {"punct", "!-/:-@\\[-`{-~"}, {"space", "\\t\\n\\x0B\\f\\r "}, {"upper", "A-Z"},
+      {"word", "0-9A-Za-z_"}, {"xdigit", "0-9A-Fa-f"}};
+  for (const auto& [n, body] : kClasses)
+    if (n == name) return body;
+  return {};
+}
 
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buf[256];
@@ -47,6 +62,23 @@ std::string to_pcre2_syntax(std::string_view p) {
       if (i + 1 < p.size() && p[i + 1] == ']') out += p[++i];
       continue;
     }
+    if (c == '[' && in_class) {
+      // A POSIX class ([:alpha:]) becomes its ASCII ranges (posix_class_ascii). A nested class
+      // ([a[b]], Rust's union) is not PCRE2's, which would read its ']' as the end of the outer class.
+      const size_t close = p.find(":]", i + 2);
+      NANODDP_CHECK(i + 1 < p.size() && p[i + 1] == ':' && close != std::string_view::npos,
+                    "split pattern '{}': nested character classes (a '[' inside [...], offset {}) are not supported; "
+                    "write the union as alternatives, or escape the '[' as \\[", p, i);
+      const std::string_view name = p.substr(i + 2, close - i - 2), body = posix_class_ascii(name);
+      NANODDP_CHECK(!body.empty(), "split pattern '{}': [:{}:] is not a POSIX class this translation knows (a "
+                    "negated one, [:^name:], is not supported)", p, name);
+      out += body;
+      i = close + 1;
+      continue;
+    }
+    // Rust's set operations inside a class; PCRE2 would read them as literal characters.
+    NANODDP_CHECK(!in_class || !((c == '&' || c == '~') && i + 1 < p.size() && p[i + 1] == c),
+                  "split pattern '{}': the class operation '{}{}' (offset {}) is not supported", p, c, c, i);
     if (c == ']' && in_class) in_class = false;
     out += c;
   }

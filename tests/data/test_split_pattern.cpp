@@ -61,6 +61,21 @@ TEST(SplitPattern, WhitespaceIsUnicodeWhiteSpace) {
   EXPECT_THROW(to_pcre2_syntax(R"([\S])"), Error);
 }
 
+// A POSIX class inside a class keeps the class open and means its ASCII characters, as in Rust's
+// syntax; a nested class or a set operation, which PCRE2 would read otherwise, is refused. Was: "[[:alpha:]\s]+" split "ab c]]" as
+// "ab " and "c]]", the inner ']' taken as the end of the class.
+TEST(SplitPattern, PosixClassesKeepTheClassAndNestedClassesAreRefused) {
+  SplitPattern p{R"([[:alpha:]\s]+)"};
+  EXPECT_EQ(split_all(p, "ab c]]"), (Pieces{"ab c", "]]"}));
+  // Rust's POSIX classes are ASCII: PCRE2_UCP alone would let [:alpha:] take the é.
+  EXPECT_EQ(split_all(SplitPattern{"[[:alpha:]]+"}, "ab\u00e9c"), (Pieces{"ab", "\u00e9", "c"}));
+  NANODDP_EXPECT_ERROR(to_pcre2_syntax("[[:^alpha:]]"), "not a POSIX class");
+  NANODDP_EXPECT_ERROR(to_pcre2_syntax(R"([a[bc]]+)"), "nested character classes");
+  NANODDP_EXPECT_ERROR(to_pcre2_syntax(R"([\p{L}&&[^a]])"), "class operation '&&'");
+  NANODDP_EXPECT_ERROR(to_pcre2_syntax(R"([a-z&&b])"), "class operation '&&'");
+  EXPECT_EQ(to_pcre2_syntax(R"(\[[a&b~]\])"), R"(\[[a&b~]\])");
+}
+
 TEST(SplitPattern, InvalidUtf8BecomesItsOwnPieces) {
   SplitPattern p{std::string(kNanochatSplitPattern)};
   EXPECT_EQ(split_all(p, "ab\xff\xfe" "cd"), (Pieces{"ab", "\xff\xfe", "cd"}));
