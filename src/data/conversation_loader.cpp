@@ -52,7 +52,7 @@ void ConversationLoader::build_stream() {
 void ConversationLoader::next(Tensor& inputs, Tensor& targets) {
   const int64_t b = opts_.batch, t = opts_.seq;
   NANODDP_ASSERT(inputs.numel() == b * t && targets.numel() == b * t && inputs.dtype() == DType::I32);
-  const int64_t unit = take_unit(state_, units_, opts_.rank, opts_.world);
+  const int64_t unit = take_unit(state_, units_, opts_.rank, opts_.world, opts_.step_units);
   build_stream();
   int32_t* in = inputs.data<int32_t>();
   int32_t* tg = targets.data<int32_t>();

@@ -4,7 +4,7 @@
 // shards; a row never holds padding. Targets whose mask is 0 are -1 (not trained on); with
 // mask_all every target is trained on (mid-training style). Rows form units of B rows which the
 // ranks take in turn from a global cursor (Note [data order] in data/loader.h), so N ranks read
-// what one rank with N accumulation steps reads, and a position is {epoch, cursor}.
+// what one rank with N accumulation steps reads, epoch after epoch, and a position is {epoch, cursor}.
 #pragma once
 
 #include <string>
@@ -24,9 +24,8 @@ class ConversationLoader final : public BatchSource {
   void next(Tensor& inputs, Tensor& targets) override;
   LoaderState state() const override { return state_; }
   void set_state(const LoaderState& s) override { state_ = s; }
-  int64_t units_per_epoch() const override { return units_; }
-  // The units every rank can take in lockstep (take_unit's drop_last).
-  int64_t tokens_per_epoch() const override { return units_ / opts_.world * opts_.world * opts_.batch * opts_.seq; }
+  int64_t units_per_epoch() const override { return epoch_units(units_, opts_.world, opts_.step_units); }
+  int64_t tokens_per_epoch() const override { return units_per_epoch() * opts_.batch * opts_.seq; }
   int64_t conversations() const { return static_cast<int64_t>(rendered_.size()); }
 
  private:
@@ -38,7 +37,7 @@ class ConversationLoader final : public BatchSource {
   std::vector<int32_t> ids_;   // the current epoch's stream
   std::vector<uint8_t> mask_;
   int64_t stream_epoch_ = -1;
-  int64_t units_ = 0;
+  int64_t units_ = 0;          // all of the stream's, the dropped tail included
   LoaderState state_;
 };
 

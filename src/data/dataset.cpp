@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "core/error.h"
@@ -31,7 +32,7 @@ DatasetMeta read_dataset_meta(const std::string& dir) {
   m.dir = dir;
   try {
     const auto j = nlohmann::json::parse(in);
-    NANODDP_CHECK(j.value("format", "") == "nanoddp-dataset", "{}: \"format\" is not \"nanoddp-dataset\"", path);
+    NANODDP_CHECK(j.value("format", "") == kDatasetFormat, "{}: \"format\" is not \"{}\"", path, kDatasetFormat);
     m.tokenizer = j.at("tokenizer").get<std::string>();
     m.vocab_size = j.at("vocab_size").get<int32_t>();
     m.bos_id = j.at("bos_id").get<int32_t>();
@@ -69,7 +70,7 @@ void write_dataset_meta(const DatasetMeta& m) {
     return a;
   };
   nlohmann::json j = {
-      {"format", "nanoddp-dataset"},
+      {"format", kDatasetFormat},
       {"version", 1},
       {"tokenizer", m.tokenizer},
       {"vocab_size", m.vocab_size},
@@ -102,6 +103,37 @@ std::unique_ptr<Tokenizer> load_dataset_tokenizer(const std::string& dir) {
                 "bos_id {}, but {}/meta.json says {} and {}; the dataset and its tokenizer do not belong together",
                 spec, tok->vocab_size(), tok->bos_id(), dir, m.vocab_size, m.bos_id);
   return tok;
+}
+
+bool is_prepared_dataset(const std::string& dir) {
+  std::error_code ec;
+  const fs::path path = fs::path(dir) / "meta.json";
+  if (!fs::is_regular_file(path, ec)) return false;
+  std::ifstream in(path);
+  // allow_exceptions = false: a file that is not JSON parses to a "discarded" value.
+  const auto j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object()) return false;
+  const auto it = j.find("format");
+  return it != j.end() && it->is_string() && it->get<std::string>() == kDatasetFormat;
+}
+
+bool is_dataset_file_name(const std::string& name) {
+  static const std::regex ours(R"((train|val)_[0-9]+\.bin(\.tmp)?|meta\.json(\.tmp)?|tokenizer\.tiktoken(\.json)?)");
+  return std::regex_match(name, ours);
+}
+
+bool is_prepare_staging_dir(const std::string& dir) {
+  static const std::regex name(R"(.+\.tmp-[0-9]+)");
+  static const std::regex all_shard(R"(all_[0-9]+\.bin(\.tmp)?)");
+  const fs::path p = fs::path(dir).lexically_normal();
+  if (!std::regex_match((p.has_filename() ? p : p.parent_path()).filename().string(), name)) return false;
+  // A user's folder that merely has such a name holds other files too.
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(p, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string f = it->path().filename().string();
+    if (!it->is_regular_file(ec) || !(is_dataset_file_name(f) || std::regex_match(f, all_shard))) return false;
+  }
+  return !ec;
 }
 
 }  // namespace nanoddp::data

@@ -52,4 +52,16 @@ void write_dataset_meta(const DatasetMeta& meta);
 // The tokenizer the dataset was prepared with (checked against meta.json's vocab_size and bos_id).
 std::unique_ptr<Tokenizer> load_dataset_tokenizer(const std::string& dir);
 
+// What identifies a dataset: meta.json's "format".
+inline constexpr const char* kDatasetFormat = "nanoddp-dataset";
+// Whether DIR holds a meta.json whose "format" is kDatasetFormat. Never throws: an unreadable or
+// foreign meta.json (a corpus may have one of its own) is simply not a dataset's.
+bool is_prepared_dataset(const std::string& dir);
+// Whether a file name is one a dataset consists of (and of an interrupted write of one):
+// train_N.bin, val_N.bin, meta.json (each possibly .tmp), tokenizer.tiktoken and its .json.
+bool is_dataset_file_name(const std::string& name);
+// Whether DIR is a staging folder `data prepare` left behind (Note [staged output] in prepare.cpp):
+// named OUT.tmp-<pid> or .prepare.tmp-<pid>, holding dataset files and "all" shards only.
+bool is_prepare_staging_dir(const std::string& dir);
+
 }  // namespace nanoddp::data

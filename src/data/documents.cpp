@@ -7,7 +7,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
+#include "core/log.h"
+#include "data/dataset.h"
 
 namespace nanoddp::data {
 
@@ -22,6 +26,78 @@ bool hidden(const fs::path& p) {
 
 bool blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
 
+// The regular files below `dir` a walk would read, hidden ones left out; for the warning.
+int64_t count_files(const fs::path& dir) {
+  int64_t n = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (!hidden(it->path())) n += it->is_regular_file(ec);
+    else if (it->is_directory(ec)) it.disable_recursion_pending();
+  }
+  return n;
+}
+
+// Note [not text]: a corpus folder often holds what nanoddp made of it. `data prepare --input corpus
+// --out corpus/ds` (or --out corpus) run a second time, or `tokenizer train --input corpus`, would
+// read the earlier dataset's meta.json, shards and tokenizer copy as documents, and with the bytes
+// tokenizer train on that binary without any error. So a directory walk leaves out:
+//  - a directory below the input that is a prepared dataset (dataset.h's is_prepared_dataset), whole;
+//  - in an input directory that is itself a prepared dataset, only the dataset's own files
+//    (is_dataset_file_name): the rest is the user's text, as --out may be the corpus folder itself;
+//  - a staging folder an interrupted prepare left behind (is_prepare_staging_dir; the staging folder
+//    of a running prepare is hidden, or made after the walk);
+//  - the caller's `skip` directories (prepare's --out, whose contents the prepare replaces).
+// A file named as an input is always read. The files left out are counted and named once on stderr.
+// Why a directory below an input is not read, or null when it is.
+const char* not_text(const fs::path& dir, const std::vector<fs::path>& skip) {
+  std::error_code ec;
+  for (const auto& s : skip)
+    if (fs::equivalent(dir, s, ec)) return "the output directory";
+  if (is_prepared_dataset(dir.string())) return "a prepared dataset";
+  if (is_prepare_staging_dir(dir.string())) return "a staging folder an interrupted data prepare left";
+  return nullptr;
+}
+
+// The files of input directory `dir` to read, in sorted order. Adds what it leaves out (Note [not
+// text]) to `left_out` ("PATH (why: N files)") and `skipped`.
+std::vector<std::string> walk(const std::string& dir, const std::vector<fs::path>& skip,
+                              std::vector<std::string>& left_out, int64_t& skipped) {
+  const bool dataset_itself = is_prepared_dataset(dir);
+  int64_t own_files = 0;  // the dataset files of `dir` itself
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    const fs::path& p = it->path();
+    if (hidden(p)) {
+      if (it->is_directory()) it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_directory()) {
+      if (const char* why = not_text(p, skip)) {
+        const int64_t n = count_files(p);
+        if (n > 0) left_out.push_back(fmt::format("{} ({}: {} file{})", p.string(), why, n, n == 1 ? "" : "s"));
+        skipped += n;
+        it.disable_recursion_pending();
+      }
+      continue;
+    }
+    if (!it->is_regular_file()) continue;
+    if (dataset_itself && it.depth() == 0 && is_dataset_file_name(p.filename().string())) {
+      own_files++;
+      continue;
+    }
+    found.push_back(p.string());
+  }
+  NANODDP_CHECK(!ec, "cannot list directory {}: {}", dir, ec.message());
+  if (own_files > 0)
+    left_out.push_back(fmt::format("{} (the files of the dataset prepared into it: {})", dir, own_files));
+  skipped += own_files;
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 }  // namespace
 
 TextSplit parse_text_split(const std::string& name) {
@@ -32,8 +108,17 @@ TextSplit parse_text_split(const std::string& name) {
                "documents), lines (every line is a document)", name);
 }
 
-DocumentReader::DocumentReader(const std::vector<std::string>& inputs, TextSplit split) : split_(split) {
+DocumentReader::DocumentReader(const std::vector<std::string>& inputs, TextSplit split,
+                               const std::vector<std::string>& skip)
+    : split_(split) {
   NANODDP_CHECK(!inputs.empty(), "no input files given");
+  // Only directories that exist can hold files; fs::equivalent then matches any spelling of them.
+  std::vector<fs::path> skip_dirs;
+  for (const auto& s : skip) {
+    std::error_code ec;
+    if (fs::is_directory(s, ec)) skip_dirs.emplace_back(s);
+  }
+  std::vector<std::string> left_out;  // what the walks did not read, and why
   for (const auto& input : inputs) {
     std::error_code ec;
     const auto status = fs::status(input, ec);
@@ -42,19 +127,24 @@ DocumentReader::DocumentReader(const std::vector<std::string>& inputs, TextSplit
       files_.push_back(input);
       continue;
     }
-    std::vector<std::string> found;
-    for (auto it = fs::recursive_directory_iterator(input, ec); !ec && it != fs::recursive_directory_iterator();
-         it.increment(ec)) {
-      if (hidden(it->path())) {
-        if (it->is_directory()) it.disable_recursion_pending();
-        continue;
-      }
-      if (it->is_regular_file()) found.push_back(it->path().string());
-    }
-    NANODDP_CHECK(!ec, "cannot list directory {}: {}", input, ec.message());
-    std::sort(found.begin(), found.end());
-    NANODDP_CHECK(!found.empty(), "input directory {} contains no files", input);
+    const int64_t skipped_before = skipped_files_;
+    const auto notes_before = static_cast<std::ptrdiff_t>(left_out.size());
+    const std::vector<std::string> found = walk(input, skip_dirs, left_out, skipped_files_);
+    NANODDP_CHECK(!found.empty(), "input directory {} contains no files{}", input,
+                  skipped_files_ == skipped_before
+                      ? ""
+                      : fmt::format(" but the {} that nanoddp wrote ({}); give the text files or their directories",
+                                    skipped_files_ - skipped_before,
+                                    fmt::join(left_out.begin() + notes_before, left_out.end(), "; ")));
     files_.insert(files_.end(), found.begin(), found.end());
+  }
+  if (skipped_files_ > 0) {
+    constexpr size_t kNamed = 4;
+    const size_t more = left_out.size() > kNamed ? left_out.size() - kNamed : 0;
+    left_out.resize(left_out.size() - more);
+    log::warn("not reading {} file{} that nanoddp wrote into the input directories, as they are not text: {}{}; to "
+              "read one anyway, give the file itself as an input", skipped_files_, skipped_files_ == 1 ? "" : "s",
+              fmt::join(left_out, "; "), more > 0 ? fmt::format(" and {} more folders", more) : "");
   }
 }
 

@@ -1,7 +1,8 @@
 // Reading a corpus one document at a time, so that nothing ever holds a whole corpus in memory.
 //
 // Inputs are files and directories. A directory stands for every regular file below it (recursively,
-// in sorted path order, skipping names that start with '.'). A file named *.jsonl holds one JSON
+// in sorted path order, skipping names that start with '.' and what nanoddp wrote there: see Note
+// [not text] in documents.cpp). A file named *.jsonl holds one JSON
 // object per line whose "text" string is a document (blank lines are skipped). Any other file is plain
 // text, cut into documents by TextSplit: by default the whole file is one document, its bytes as they
 // are; `paragraphs` cuts it at blank lines (lines of only spaces, tabs and '\r'), which is how
@@ -24,13 +25,18 @@ TextSplit parse_text_split(const std::string& name);
 class DocumentReader {
  public:
   // Throws nanoddp::Error naming an input that does not exist, or when there are no files at all.
-  explicit DocumentReader(const std::vector<std::string>& inputs, TextSplit split = TextSplit::kFile);
+  // A directory walk reads nothing inside `skip` (data prepare's --out); what it leaves out is said
+  // once on stderr.
+  explicit DocumentReader(const std::vector<std::string>& inputs, TextSplit split = TextSplit::kFile,
+                          const std::vector<std::string>& skip = {});
 
   // The next document into `text`; false at the end. Throws nanoddp::Error naming the file (and
   // line) of an unreadable file or a bad JSONL line.
   bool next(std::string& text);
 
   const std::vector<std::string>& files() const { return files_; }
+  // Files the directory walks left out as not text (Note [not text]).
+  int64_t skipped_files() const { return skipped_files_; }
   // "FILE" or "FILE:LINE" of the document last returned.
   std::string where() const;
 
@@ -40,6 +46,7 @@ class DocumentReader {
   bool next_piece(std::string& text);  // a paragraph or line of a plain text file
 
   std::vector<std::string> files_;
+  int64_t skipped_files_ = 0;
   TextSplit split_ = TextSplit::kFile;
   size_t file_index_ = 0;     // files_[file_index_ - 1] is open (or done)
   std::ifstream in_;

@@ -23,10 +23,16 @@ std::vector<std::string> list_shards(const std::string& dir, const std::string& 
   return paths;
 }
 
-int64_t take_unit(LoaderState& state, int64_t units, int rank, int world) {
-  // Units per epoch that every rank can take in lockstep.
-  const int64_t usable = units / world * world;
-  if (state.cursor >= usable) {
+int64_t epoch_units(int64_t units, int world, int64_t step_units) {
+  const int64_t step = step_units > 0 ? step_units : world;
+  NANODDP_ASSERT(world >= 1 && step % world == 0, "step_units {} is not a multiple of the world size {}", step_units,
+                 world);
+  // Less than one step: the trainer warns that each step reads the split more than once.
+  return units >= step ? units / step * step : units / world * world;
+}
+
+int64_t take_unit(LoaderState& state, int64_t units, int rank, int world, int64_t step_units) {
+  if (state.cursor >= epoch_units(units, world, step_units)) {
     state.epoch++;
     state.cursor = 0;
   }
@@ -75,7 +81,7 @@ void TokenLoader::prepare_order() {
 void TokenLoader::next(Tensor& inputs, Tensor& targets) {
   const int64_t b = opts_.batch, t = opts_.seq;
   NANODDP_ASSERT(inputs.numel() == b * t && targets.numel() == b * t && inputs.dtype() == DType::I32);
-  const int64_t unit = take_unit(state_, units_, opts_.rank, opts_.world);
+  const int64_t unit = take_unit(state_, units_, opts_.rank, opts_.world, opts_.step_units);
   prepare_order();
   const int64_t first_window = (opts_.shuffle ? order_[unit] : unit) * b;
   std::vector<int32_t> buf(t + 1);

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <filesystem>
 #include <optional>
-#include <regex>
 
 #include <fmt/ranges.h>
 
@@ -78,7 +77,8 @@ bool is_builtin(const std::string& spec) { return spec == "bytes" || is_npm_enco
 //    OUT/.prepare.tmp-<pid>; commit() removes the old dataset's files and moves the new ones up.
 // Either way the staging directory is on OUT's filesystem, so the final renames cannot fail for
 // crossing devices. A prepare killed by a signal leaves its staging directory behind (with the pid
-// in its name, so it is recognisable); nothing else can remove it.
+// in its name, so it is recognisable: dataset.h's is_prepare_staging_dir); nothing else can remove it,
+// and a later prepare whose input holds it does not read it (Note [not text] in documents.cpp).
 class StagedOutput {
  public:
   StagedOutput(const std::string& out, bool overwrite) : out_(out) {
@@ -165,11 +165,10 @@ class StagedOutput {
 
   // The files of a dataset (and of an interrupted write of one) in `dir`, and nothing else.
   static std::vector<fs::path> dataset_files(const fs::path& dir) {
-    static const std::regex ours(R"((train|val)_[0-9]+\.bin(\.tmp)?|meta\.json(\.tmp)?|tokenizer\.tiktoken(\.json)?)");
     std::vector<fs::path> found;
     std::error_code ec;
     for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
-      if (std::regex_match(it->path().filename().string(), ours)) found.push_back(it->path());
+      if (is_dataset_file_name(it->path().filename().string())) found.push_back(it->path());
     NANODDP_CHECK(!ec, "cannot list --out directory {}: {}", dir.string(), ec.message());
     return found;
   }
@@ -257,9 +256,10 @@ PrepareStats prepare_staged(const PrepareOptions& opt) {
   const TextSplit text_split = parse_text_split(opt.text_split);
   Stopwatch clock;
   auto tok = load_tokenizer(opt.tokenizer);
-  DocumentReader reader(opt.input, text_split);
+  // Nothing in --out is text: it is the dataset being replaced, or the one about to be written.
+  DocumentReader reader(opt.input, text_split, {opt.out});
   std::optional<DocumentReader> val_reader;
-  if (by_files) val_reader.emplace(opt.val_input, text_split);
+  if (by_files) val_reader.emplace(opt.val_input, text_split, std::vector<std::string>{opt.out});
   // Declared before the sinks, so it outlives them: a failure removes their .tmp files first, then it
   // removes the staging directory. See Note [staged output].
   StagedOutput staged(opt.out, opt.overwrite);

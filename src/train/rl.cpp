@@ -11,15 +11,17 @@
 
 namespace nanoddp::train {
 
-QuestionSource::QuestionSource(std::vector<data::Question> questions, int rank, int world, bool shuffle, uint64_t seed)
-    : questions_(std::move(questions)), rank_(rank), world_(world), shuffle_(shuffle), seed_(seed) {
+QuestionSource::QuestionSource(std::vector<data::Question> questions, int rank, int world, bool shuffle, uint64_t seed,
+                               int64_t step_units)
+    : questions_(std::move(questions)), rank_(rank), world_(world), step_units_(step_units), shuffle_(shuffle),
+      seed_(seed) {
   NANODDP_CHECK(static_cast<int64_t>(questions_.size()) >= world, "RL has {} question(s), fewer than the {} ranks: "
                 "give more questions (--task_count, or a longer --task file)", questions_.size(), world);
 }
 
 const data::Question& QuestionSource::next(uint64_t& draw) {
   const int64_t n = size();
-  const int64_t unit = data::take_unit(state_, n, rank_, world_);
+  const int64_t unit = data::take_unit(state_, n, rank_, world_, step_units_);
   if (order_epoch_ != state_.epoch) {
     order_ = data::epoch_order(n, shuffle_, seed_, "questions", state_.epoch);
     order_epoch_ = state_.epoch;

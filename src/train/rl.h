@@ -32,7 +32,10 @@ namespace nanoddp::train {
 // exactly, and world W reads step by step the questions world 1 reads.
 class QuestionSource {
  public:
-  QuestionSource(std::vector<data::Question> questions, int rank, int world, bool shuffle, uint64_t seed);
+  // step_units: the questions one optimizer step takes over all ranks (examples_per_step), so that an
+  // epoch ends after a whole step, as the loaders' (Note [data order] in data/loader.h); 0: world.
+  QuestionSource(std::vector<data::Question> questions, int rank, int world, bool shuffle, uint64_t seed,
+                 int64_t step_units = 0);
   // This rank's next question and its global draw number (epoch and position: seeds its samples,
   // so they do not depend on which rank draws them).
   const data::Question& next(uint64_t& draw);
@@ -43,6 +46,7 @@ class QuestionSource {
  private:
   std::vector<data::Question> questions_;
   int rank_, world_;
+  int64_t step_units_;
   bool shuffle_;
   uint64_t seed_;
   data::LoaderState state_;

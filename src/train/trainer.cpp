@@ -325,6 +325,7 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
   data::LoaderOptions lo{opts.device_batch_size, opts.max_seq_len, group.rank(), group.size(), opts.shuffle,
                          opts.seed};
   lo.vocab_size = meta_.vocab_size;
+  lo.step_units = plan_.grad_accum * group.size();  // an epoch ends after a whole step (Note [data order])
   if (opts.stage == "rl") {
     auto questions = data::load_questions(opts.task, opts.task_count, opts.task_seed);
     // Every question must leave room for an answer; checked now, not when a late question is drawn
@@ -336,7 +337,7 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
                     plan_.config.max_seq_len);
     }
     questions_ = std::make_unique<QuestionSource>(std::move(questions), group.rank(), group.size(), opts.shuffle,
-                                                  opts.seed);
+                                                  opts.seed, opts.examples_per_step);
     if (plan_.num_iterations < 0)
       plan_.num_iterations = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
           opts.num_epochs * static_cast<double>(questions_->size()) / static_cast<double>(opts.examples_per_step))));
@@ -347,6 +348,7 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
     data::LoaderOptions val = lo;
     val.shuffle = false;
     val.seed = 0;
+    val.step_units = 0;  // evaluation reads rows, not steps
     val_loader_ = std::make_unique<data::TokenLoader>(opts.data, "val", val);
   } else {
     loader_ = std::make_unique<data::ConversationLoader>(split_list(opts.conversations), *tokenizer_, lo,
@@ -357,6 +359,7 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
       data::LoaderOptions val = lo;
       val.shuffle = false;
       val.seed = 0;
+      val.step_units = 0;
       val_loader_ = std::make_unique<data::ConversationLoader>(split_list(opts.val_conversations), *tokenizer_, val,
                                                                opts.mask == "all");
     }

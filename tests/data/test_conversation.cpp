@@ -112,6 +112,51 @@ TEST(Conversation, FilesWithoutAssistantTokensAreRefusedUnlessMaskAll) {
   EXPECT_GT(ConversationLoader({path}, *tok, lo, true).units_per_epoch(), 0);
 }
 
+// Note [data order] holds for conversations too, across epochs: two ranks read, call for call, what
+// one rank with two accumulation steps reads, both ending each epoch after its last whole step.
+TEST(Conversation, TwoRanksReadWhatOneRankWithTwoAccumulationStepsReadsEpochAfterEpoch) {
+  testing::ScratchDir dir("conversations_order");
+  const std::string path = dir.str("c.jsonl");
+  auto tok = make_byte_tokenizer();
+  int64_t tokens = 0;
+  {
+    std::ofstream out(path);
+    for (int i = 0; i < 25; i++) {  // 633 tokens: 19 units of 2 rows of 16
+      const std::string line = R"([{"role": "user", "content": "question )" + std::to_string(i * 7) +
+                               R"("}, {"role": "assistant", "content": "answer )" + std::string(i % 5, 'x') + R"("}])";
+      out << line << "\n";
+      tokens += static_cast<int64_t>(render_conversation(*tok, parse_conversation(line, "t")).ids.size());
+    }
+  }
+  const int64_t b = 2, t = 16, units = (tokens - 1) / t / b;
+  ASSERT_EQ(units % 2, 1) << "the test needs a unit count that two ranks do not divide";
+  LoaderOptions one{b, t, 0, 1, true, 3};
+  one.step_units = 2;
+  ConversationLoader single({path}, *tok, one, false);
+  std::vector<ConversationLoader> ranks;
+  for (int r = 0; r < 2; r++) {
+    LoaderOptions lo{b, t, r, 2, true, 3};
+    lo.step_units = 2;
+    ranks.emplace_back(std::vector<std::string>{path}, *tok, lo, false);
+  }
+  EXPECT_EQ(single.units_per_epoch(), units - 1);
+  EXPECT_EQ(single.tokens_per_epoch(), (units - 1) * b * t);
+  Tensor in = Tensor::empty({b, t}, DType::I32), tg = Tensor::empty({b, t}, DType::I32);
+  auto rows = [&] {
+    std::vector<int32_t> v(in.data<int32_t>(), in.data<int32_t>() + in.numel());
+    v.insert(v.end(), tg.data<int32_t>(), tg.data<int32_t>() + tg.numel());
+    return v;
+  };
+  for (int64_t step = 0; step < units + 2; step++)  // past the end of the second epoch
+    for (int r = 0; r < 2; r++) {
+      single.next(in, tg);
+      const auto want = rows();
+      ranks[r].next(in, tg);
+      ASSERT_EQ(rows(), want) << "step " << step << " rank " << r;
+    }
+  EXPECT_EQ(single.state().epoch, 2);
+}
+
 TEST(Conversation, ATokenizerWithoutTheSpecialTokensIsAClearError) {
   PlainBytes tok;
   auto c = parse_conversation(R"([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])", "t");

@@ -1,6 +1,7 @@
 // The distributed token loader: in one epoch the ranks together read every row once and none
-// twice, W ranks read what one rank with W accumulation steps reads, the shuffle is seeded by
-// (seed, epoch), and the state restores the position exactly. Plus the shard format's errors.
+// twice, W ranks read what one rank with W accumulation steps reads (epoch after epoch), an epoch
+// holds whole optimizer steps, the shuffle is seeded by (seed, epoch), and the state restores the
+// position exactly. Plus the shard format's errors.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -81,23 +82,66 @@ TEST_P(EpochCoverage, EveryRowOnceAndNoTokenTwice) {
 INSTANTIATE_TEST_SUITE_P(Worlds, EpochCoverage,
                          ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(false, true)));
 
+// Note [data order] across epochs: world W with A accumulation steps reads, call for call, what
+// world 1 with W * A steps reads. 73 units (a prime: no world or step divides it), read for two
+// epochs and a step: both cut each epoch after its last whole step. Cutting it by ranks (the old
+// drop_last) had one rank read unit 72 where two ranks dropped it, and the orders parted there.
 TEST(Loader, WorldWReadsWhatOneRankWithWAccumulationStepsReads) {
   testing::ScratchDir dir("loader_equivalence");
-  write_counting_shards(dir.str(), {5000});
-  const int64_t b = 2, t = 16;
-  for (int world : {2, 3}) {
-    TokenLoader single(dir.str(), "train", {b, t, 0, 1, true, 5});
-    std::vector<TokenLoader> ranks;
-    for (int r = 0; r < world; r++) ranks.emplace_back(dir.str(), "train", LoaderOptions{b, t, r, world, true, 5});
-    Tensor in = Tensor::empty({b, t}, DType::I32), tg = Tensor::empty({b, t}, DType::I32);
-    for (int step = 0; step < 20; step++)  // crosses the epoch boundary (156 windows, 78 units)
-      for (int r = 0; r < world; r++) {
+  write_counting_shards(dir.str(), {2340});  // (2340 - 1) / 16 = 146 windows, 73 units of 2
+  const int64_t b = 2, t = 16, units = 73;
+  for (bool shuffle : {false, true})
+    for (int world : {2, 3})
+      for (int accum : {1, 2}) {
+        const int64_t step_units = int64_t{world} * accum;
+        LoaderOptions one{b, t, 0, 1, shuffle, 5};
+        one.step_units = step_units;
+        TokenLoader single(dir.str(), "train", one);
+        std::vector<TokenLoader> ranks;
+        for (int r = 0; r < world; r++) {
+          LoaderOptions lo{b, t, r, world, shuffle, 5};
+          lo.step_units = step_units;
+          ranks.emplace_back(dir.str(), "train", lo);
+        }
+        EXPECT_EQ(single.units_per_epoch(), units / step_units * step_units);
+        EXPECT_EQ(ranks[0].tokens_per_epoch(), single.tokens_per_epoch());
+        Tensor in = Tensor::empty({b, t}, DType::I32), tg = Tensor::empty({b, t}, DType::I32);
         auto ids = [&] { return std::vector<int32_t>(in.data<int32_t>(), in.data<int32_t>() + in.numel()); };
-        single.next(in, tg);
-        auto want = ids();
-        ranks[r].next(in, tg);
-        EXPECT_EQ(ids(), want) << "world " << world << " step " << step << " rank " << r;
+        const int64_t steps = 2 * (units / step_units) + 1;  // two epochs and a step into the third
+        for (int64_t step = 0; step < steps; step++)
+          for (int a = 0; a < accum; a++)
+            for (int r = 0; r < world; r++) {  // the single rank's micro-step a * world + r of the step
+              single.next(in, tg);
+              auto want = ids();
+              ranks[r].next(in, tg);
+              ASSERT_EQ(ids(), want) << "shuffle " << shuffle << " world " << world << " accum " << accum
+                                     << " step " << step << " micro-step " << a << " rank " << r;
+            }
+        EXPECT_EQ(single.state().epoch, 2) << "the test must cross epoch boundaries";
+        for (const auto& rank : ranks) EXPECT_EQ(rank.state(), single.state());
       }
+}
+
+// An epoch is a whole number of steps: epoch_units rounds down to step_units, and to the world size
+// only when the split is smaller than one step (the trainer warns then); the epoch turns over after
+// exactly epoch_units / world calls on every rank.
+TEST(Loader, AnEpochHoldsWholeSteps) {
+  EXPECT_EQ(epoch_units(73, 1, 0), 73);
+  EXPECT_EQ(epoch_units(73, 2, 0), 72);   // the default: one unit per rank
+  EXPECT_EQ(epoch_units(73, 2, 8), 72);
+  EXPECT_EQ(epoch_units(73, 2, 6), 72);
+  EXPECT_EQ(epoch_units(73, 1, 5), 70);
+  EXPECT_EQ(epoch_units(73, 3, 12), 72);
+  EXPECT_EQ(epoch_units(73, 2, 10), 70);
+  EXPECT_EQ(epoch_units(7, 2, 8), 6);     // less than one step
+  EXPECT_EQ(epoch_units(7, 1, 8), 7);
+  for (int64_t step_units : {1, 3, 5, 10, 80}) {
+    LoaderState s;
+    const int64_t usable = epoch_units(73, 1, step_units);
+    for (int64_t i = 0; i < usable; i++) EXPECT_EQ(take_unit(s, 73, 0, 1, step_units), i);
+    EXPECT_EQ(s.epoch, 0);
+    EXPECT_EQ(take_unit(s, 73, 0, 1, step_units), 0);
+    EXPECT_EQ(s, (LoaderState{1, 1})) << step_units;
   }
 }
 

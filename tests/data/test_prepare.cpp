@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data/bpe_trainer.h"
 #include "data/corpora.h"
 #include "data/dataset.h"
 #include "data/prepare.h"
@@ -295,6 +296,79 @@ TEST(Prepare, OnePlainTextFileSplitsByParagraphsFractionOrValidationFile) {
   opt.val_fraction = 0.1;
   NANODDP_EXPECT_ERROR(prepare_dataset(opt), "--text_split sentences");
   EXPECT_FALSE(fs::exists(dir.path() / "both"));
+}
+
+int64_t count(const std::string& text, const std::string& what) {
+  int64_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) n++;
+  return n;
+}
+
+// Note [not text] in documents.cpp: a dataset prepared into a folder of its own input, or into the
+// input itself, is not read as text by the next prepare or tokenizer train (was: its meta.json and
+// shards became documents, and with the bytes tokenizer nothing failed); nor is a staging folder an
+// interrupted prepare left. What is left out is said in one warning.
+TEST(Prepare, ASecondRunOverItsOwnInputReadsOnlyTheText) {
+  ScratchDir dir("prepare_into_input");
+  const fs::path corpus = dir.path() / "corpus";
+  fs::create_directories(corpus / "more");
+  const auto docs = testing::generated_documents(12, 80, 3);
+  int64_t text_bytes = 0;
+  for (size_t i = 0; i < docs.size(); i++) {
+    std::ofstream(corpus / (i < 6 ? "" : "more") / fmt::format("doc_{:02d}.txt", i), std::ios::binary) << docs[i];
+    text_bytes += static_cast<int64_t>(docs[i].size());
+  }
+  PrepareOptions opt;
+  opt.input = {corpus.string()};
+  opt.val_every = 4;
+  opt.overwrite = true;
+  // --out a folder inside the input, then the input itself (which then also holds the first dataset).
+  for (const std::string& out : {(corpus / "ds").string(), corpus.string()}) {
+    opt.out = out;
+    const PrepareStats first = prepare_dataset(opt);
+    EXPECT_EQ(first.train_documents + first.val_documents, 12) << out;
+    EXPECT_EQ(first.bytes, text_bytes) << out;
+    ::testing::internal::CaptureStderr();
+    const PrepareStats second = prepare_dataset(opt);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(second.train_tokens, first.train_tokens) << out;
+    EXPECT_EQ(second.val_tokens, first.val_tokens) << out;
+    EXPECT_EQ(second.bytes, text_bytes) << out;
+    EXPECT_EQ(count(err, "warning: "), 1) << err;
+    EXPECT_NE(err.find("not reading"), std::string::npos) << err;
+    EXPECT_NE(err.find((corpus / "ds").string() + " ("), std::string::npos) << err;
+  }
+  // The tokenizer trainer walks its input the same way: the text, and no dataset file.
+  BpeTrainOptions bpe;
+  bpe.input = {corpus.string()};
+  bpe.vocab_size = 300;
+  BpeTrainStats st;
+  train_bpe(bpe, &st);
+  EXPECT_EQ(st.bytes, text_bytes);
+  EXPECT_EQ(st.documents, 12);
+
+  // A staging folder of a prepare killed by a signal is not text either; a folder of the user's
+  // that merely has such a name is.
+  fs::create_directories(corpus / "ds2.tmp-4242");
+  fs::copy_file(corpus / "train_000000.bin", corpus / "ds2.tmp-4242" / "all_000000.bin");
+  fs::copy_file(corpus / "meta.json", corpus / "ds2.tmp-4242" / "meta.json.tmp");
+  fs::create_directories(corpus / "notes.tmp-7");
+  std::ofstream(corpus / "notes.tmp-7" / "notes.txt") << "a note";
+  ::testing::internal::CaptureStderr();
+  const PrepareStats third = prepare_dataset(opt);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(third.bytes, text_bytes + 6);
+  EXPECT_EQ(third.train_documents + third.val_documents, 13);
+  EXPECT_NE(err.find("ds2.tmp-4242 (a staging folder"), std::string::npos) << err;
+
+  // An input with nothing but a dataset in it says so, rather than "contains no files".
+  opt.input = {(corpus / "ds").string()};
+  opt.out = dir.str("elsewhere");
+  NANODDP_EXPECT_ERROR(prepare_dataset(opt), "contains no files but the", "that nanoddp wrote");
+  // A dataset file named as an input is read: the user asked for it.
+  opt.input = {(corpus / "more").string(), (corpus / "ds" / "meta.json").string()};
+  const PrepareStats named = prepare_dataset(opt);
+  EXPECT_EQ(named.train_documents + named.val_documents, 7);
 }
 
 TEST(Prepare, CommandLineEndToEnd) {

@@ -116,7 +116,9 @@ TEST(Collectives, UnderSrunsVariablesToo) {
     return std::vector<std::string>{"SLURM_PROCID=" + std::to_string(rank), "SLURM_NTASKS=2",
                                     "SLURM_LOCALID=" + std::to_string(rank), "SLURM_NTASKS_PER_NODE=2",
                                     "SLURM_NODEID=0", "SLURM_JOB_NODELIST=localhost", "MASTER_PORT=" + port,
-                                    "MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK"};
+                                    "MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                    // a real Slurm step's own would win over the ones above
+                                    "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"};
   };
   Proc r0({NANODDP_COLLECTIVES}, srun_env(0)), r1({NANODDP_COLLECTIVES}, srun_env(1));
   ASSERT_EQ(r0.wait_exit(60s), 0) << r0.all();

@@ -265,7 +265,9 @@ TEST(OtherLaunchers, MpirunAndSrunTrainLikeOneRankWithTwoAccumulationSteps) {
     return std::vector<std::string>{"SLURM_PROCID=" + std::to_string(rank), "SLURM_NTASKS=2",
                                     "SLURM_LOCALID=" + std::to_string(rank), "SLURM_NTASKS_PER_NODE=2",
                                     "SLURM_NODEID=0", "SLURM_JOB_NODELIST=localhost", "MASTER_PORT=" + port,
-                                    "MASTER_ADDR"};
+                                    "MASTER_ADDR",
+                                    // a real Slurm step's own would win over the ones above
+                                    "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"};
   };
   Proc r0(single(train_flags(slurm.str(), 4 * 32 * 2, 6)), srun_env(0));
   Proc r1(single(train_flags(slurm.str(), 4 * 32 * 2, 6)), srun_env(1));
