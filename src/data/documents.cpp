@@ -47,7 +47,9 @@ int64_t count_files(const fs::path& dir) {
 //    (is_dataset_file_name): the rest is the user's text, as --out may be the corpus folder itself;
 //  - a staging folder an interrupted prepare left behind (is_prepare_staging_dir; the staging folder
 //    of a running prepare is hidden, or made after the walk);
-//  - the caller's `skip` directories (prepare's --out, whose contents the prepare replaces).
+//  - the caller's `skip` directories (prepare's --out, whose contents the prepare replaces);
+//  - tokenizer files (*.tiktoken and their *.tiktoken.json sidecars), such as the one `tokenizer
+//    train --out corpus/tok.tiktoken` wrote into the corpus on its first run.
 // A file named as an input is always read. The files left out are counted and named once on stderr.
 // Why a directory below an input is not read, or null when it is.
 const char* not_text(const fs::path& dir, const std::vector<fs::path>& skip) {
@@ -64,7 +66,8 @@ const char* not_text(const fs::path& dir, const std::vector<fs::path>& skip) {
 std::vector<std::string> walk(const std::string& dir, const std::vector<fs::path>& skip,
                               std::vector<std::string>& left_out, int64_t& skipped) {
   const bool dataset_itself = is_prepared_dataset(dir);
-  int64_t own_files = 0;  // the dataset files of `dir` itself
+  int64_t own_files = 0;        // the dataset files of `dir` itself
+  int64_t tokenizer_files = 0;  // *.tiktoken(.json) anywhere below `dir`
   std::vector<std::string> found;
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
@@ -88,12 +91,20 @@ std::vector<std::string> walk(const std::string& dir, const std::vector<fs::path
       own_files++;
       continue;
     }
+    const std::string name = p.filename().string();
+    if (name.ends_with(".tiktoken") || name.ends_with(".tiktoken.json")) {
+      tokenizer_files++;
+      continue;
+    }
     found.push_back(p.string());
   }
   NANODDP_CHECK(!ec, "cannot list directory {}: {}", dir, ec.message());
   if (own_files > 0)
     left_out.push_back(fmt::format("{} (the files of the dataset prepared into it: {})", dir, own_files));
   skipped += own_files;
+  if (tokenizer_files > 0)
+    left_out.push_back(fmt::format("{} (tokenizer files, *.tiktoken and *.tiktoken.json: {})", dir, tokenizer_files));
+  skipped += tokenizer_files;
   std::sort(found.begin(), found.end());
   return found;
 }

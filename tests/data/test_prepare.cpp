@@ -343,9 +343,16 @@ TEST(Prepare, ASecondRunOverItsOwnInputReadsOnlyTheText) {
   bpe.input = {corpus.string()};
   bpe.vocab_size = 300;
   BpeTrainStats st;
-  train_bpe(bpe, &st);
+  const BpeVocab vocab = train_bpe(bpe, &st);
   EXPECT_EQ(st.bytes, text_bytes);
   EXPECT_EQ(st.documents, 12);
+  // Nor the tokenizer a first `tokenizer train --out corpus/sub/tok.tiktoken` wrote into it.
+  fs::create_directories(corpus / "sub");
+  write_tokenizer_file((corpus / "sub" / "tok.tiktoken").string(), vocab);
+  BpeTrainStats again;
+  train_bpe(bpe, &again);
+  EXPECT_EQ(again.bytes, text_bytes);
+  EXPECT_EQ(again.documents, 12);
 
   // A staging folder of a prepare killed by a signal is not text either; a folder of the user's
   // that merely has such a name is.
