@@ -68,11 +68,17 @@ bool CollectiveWatch::publish() {
 
 void CollectiveWatch::heartbeat_loop() {
   std::unique_lock lock(mu_);
+  // A store that is gone stays gone (its host exited): stop after a few failures in a row rather
+  // than retry connecting for ever. One failure (a request that timed out while the store's host
+  // was busy) is not enough: a healthy rank whose beat stopped would be named as frozen by the
+  // others' diagnoses for the rest of the run.
+  constexpr int kFailuresToGiveUp = 3;
+  int failures = 0;
   for (;;) {
     stop_cv_.wait_for(lock, interval_, [&] { return stopping_; });
     if (stopping_) return;
-    // A store that is gone stays gone (its host exited): stop rather than retry connecting.
-    if (!publish()) return;
+    failures = publish() ? 0 : failures + 1;
+    if (failures == kFailuresToGiveUp) return;
   }
 }
 

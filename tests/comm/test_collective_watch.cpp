@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/collective_watch.h"
+#include "core/error.h"
 #include "rendezvous/hash_store.h"
 
 namespace nanoddp::dist {
@@ -108,6 +109,53 @@ TEST(CollectiveWatch, ARankThatNeverReportedIsNamed) {
   CollectiveWatch watch(store, 0, 3, 1000ms);
   std::string e = watch.diagnose(2);
   EXPECT_NE(e.find("rank 2 had not reached it (rank 2: it never reported progress)"), std::string::npos) << e;
+}
+
+// A store whose set() fails for a while: requests timing out while the store's host is busy.
+class FlakyStore final : public Store {
+ public:
+  void set(const std::string& key, const Bytes& value) override {
+    if (failing) throw Error("request timed out");
+    inner.set(key, value);
+  }
+  Bytes get(const std::string& key) override { return inner.get(key); }
+  int64_t add(const std::string& key, int64_t delta) override { return inner.add(key, delta); }
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override {
+    return inner.compare_set(key, expected, desired);
+  }
+  bool erase(const std::string& key) override { return inner.erase(key); }
+  bool check(const std::vector<std::string>& keys) override { return inner.check(keys); }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    inner.wait(keys, timeout);
+  }
+  using Store::wait;
+
+  std::atomic<bool> failing{false};
+  HashStore inner;
+};
+
+// One failed heartbeat does not end a rank's heartbeats: otherwise the others' diagnoses would name
+// a healthy rank as frozen for the rest of the run. Three in a row do (the store is gone).
+TEST(CollectiveWatch, HeartbeatsOutliveAFailedRequest) {
+  auto store = std::make_shared<FlakyStore>();
+  CollectiveWatch watch(store, 0, 2, 200ms);  // a heartbeat every 20 ms
+  auto beat = [&] {
+    const std::string v = store->inner.get_string("progress/0");
+    return std::stoll(v.substr(v.find(' ') + 1));
+  };
+  std::this_thread::sleep_for(100ms);
+  store->failing = true;
+  std::this_thread::sleep_for(30ms);  // one or two beats fail
+  const int64_t before = beat();
+  store->failing = false;
+  std::this_thread::sleep_for(400ms);
+  EXPECT_GT(beat(), before + 2) << "the heartbeat stopped after a failed request";
+  store->failing = true;
+  std::this_thread::sleep_for(400ms);  // twenty intervals: gives up after three
+  store->failing = false;
+  const int64_t stopped = beat();
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(beat(), stopped) << "the heartbeat went on after its store failed three times in a row";
 }
 
 }  // namespace
