@@ -760,6 +760,8 @@ double Trainer::train_step(int64_t step, double lr_mult) {
     {
       trace::Scope traced("optimizer");
       update(step, lr_mult);
+      if (device_.is_cuda()) ops::backend(device_).synchronize();
+      group_.check();  // the parameters' all_gather under --zero 1|2, as in the branch below
     }
     phases_.optimizer = opt.seconds();
     return rl_stats_.loss;
