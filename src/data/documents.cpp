@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/log.h"
 #include "data/dataset.h"
 
@@ -186,10 +187,9 @@ bool DocumentReader::next(std::string& text) {
         in_.close();
         continue;
       }
-      std::ostringstream ss;
-      ss << in_.rdbuf();
-      NANODDP_CHECK(!in_.bad(), "cannot read {}: {}", path, std::strerror(errno));
-      text = std::move(ss).str();
+      // Not `ss << in_.rdbuf()`: a read error (EIO) there looks like the end of the file, and the
+      // document would be cut short without a word.
+      text = read_whole_file(path);
       whole_file_done_ = true;
       return true;
     }
