@@ -109,12 +109,20 @@ bool answer_is_correct(const std::string& completion, const std::string& answer)
   if (line != std::string::npos) got = trim(got.substr(0, line));
   const std::string want = trim(answer);
   if (got == want) return true;
-  // Numbers as numbers: "14.0" and "14", "1,000" and "1000".
+  // Numbers as numbers: "14.0" and "14", "1,000" and "1000" (commas dropped, as nanochat's GSM8K
+  // does). Only plain decimals: strtod alone would also take "0x0", "inf" or "1e1".
   auto number = [](std::string s, double& v) {
     s.erase(std::remove(s.begin(), s.end(), ','), s.end());
-    char* end = nullptr;
-    v = std::strtod(s.c_str(), &end);
-    return !s.empty() && end == s.c_str() + s.size();
+    const size_t first = !s.empty() && s[0] == '-' ? 1 : 0;
+    size_t digits = 0, dots = 0;
+    for (size_t i = first; i < s.size(); i++) {
+      if (s[i] >= '0' && s[i] <= '9') digits++;
+      else if (s[i] == '.') dots++;
+      else return false;
+    }
+    if (digits == 0 || dots > 1) return false;
+    v = std::strtod(s.c_str(), nullptr);
+    return true;
   };
   double g = 0, w = 0;
   return number(got, g) && number(want, w) && g == w;

@@ -94,6 +94,12 @@ TEST(Tasks, TheRewardReadsTheFinalAnswerLine) {
   EXPECT_FALSE(answer_is_correct("the answer is 14 #### 41", "14"));  // the last #### counts
   EXPECT_TRUE(answer_is_correct("a-p-p", "a-p-p"));                   // no ####: the whole text
   EXPECT_FALSE(answer_is_correct("", "0"));
+  // Only plain decimals compare as numbers. Was: strtod took "0x0", "inf" and "1e1" for 0, inf, 10.
+  EXPECT_FALSE(answer_is_correct("#### 0x0", "0"));
+  EXPECT_FALSE(answer_is_correct("#### 1e1", "10"));
+  EXPECT_FALSE(answer_is_correct("#### inf", "INF"));
+  EXPECT_FALSE(answer_is_correct("#### .", "0"));
+  EXPECT_TRUE(answer_is_correct("#### -3.50", "-3.5"));
 }
 
 }  // namespace
