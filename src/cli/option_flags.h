@@ -21,6 +21,8 @@ inline std::string flag_names(const std::string& name) {
   if (name == "device") names += ",--device_type,--device-type";
   if (name == "resume") names += ",--resume_from_step,--resume-from-step";
   if (name == "module") names += ",-m";  // torchrun -m (nanoddp run)
+  if (name == "redirects") names += ",-r";  // torchrun -r
+  if (name == "tee") names += ",-t";        // torchrun -t
   return names;
 }
 

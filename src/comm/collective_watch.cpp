@@ -68,17 +68,23 @@ bool CollectiveWatch::publish() {
 
 void CollectiveWatch::heartbeat_loop() {
   std::unique_lock lock(mu_);
-  // A store that is gone stays gone (its host exited): stop after a few failures in a row rather
-  // than retry connecting for ever. One failure (a request that timed out while the store's host
-  // was busy) is not enough: a healthy rank whose beat stopped would be named as frozen by the
-  // others' diagnoses for the rest of the run.
-  constexpr int kFailuresToGiveUp = 3;
-  int failures = 0;
+  // A store that is gone stays gone (its host exited): a connection lost or refused at once ends
+  // the heartbeats, rather than beats spent reconnecting (up to 30 s each, which would also hold up
+  // this rank's exit, since the destructor joins this thread). A request that timed out (the
+  // store's host busy, or a moment of network trouble) is tried again, up to three times in a row:
+  // a healthy rank whose beat stopped would be named as frozen by the others' diagnoses.
+  constexpr int kTimeoutsToGiveUp = 3;
+  int timeouts = 0;
   for (;;) {
     stop_cv_.wait_for(lock, interval_, [&] { return stopping_; });
     if (stopping_) return;
-    failures = publish() ? 0 : failures + 1;
-    if (failures == kFailuresToGiveUp) return;
+    const auto start = std::chrono::steady_clock::now();
+    if (publish()) {
+      timeouts = 0;
+      continue;
+    }
+    const bool timed_out = std::chrono::steady_clock::now() - start >= interval_;
+    if (!timed_out || ++timeouts == kTimeoutsToGiveUp) return;
   }
 }
 

@@ -111,12 +111,13 @@ DistContext::~DistContext() {
 
 int local_gpu_index(const DistEnv& env, int count) {
   if (env.local_rank < count) return env.local_rank;
-  // srun --gpus-per-task and mpirun with a per-rank binding script give each process its own GPUs
-  // while the local rank still counts every process of the node: then each takes its first GPUs
-  // in turn. Only when the node's processes divide evenly among them; otherwise some GPU would
-  // get two ranks, so stop with the launcher's own way to fix it.
+  // srun --gpus-per-task=1 and mpirun with a per-rank binding script give each process its own GPU
+  // while the local rank still counts every process of the node: then each takes the one it sees.
+  // Not with more than one visible: that is as likely a node whose every process sees all its GPUs
+  // (no binding), where a modulo would put two ranks on one GPU; stop with the launcher's own way
+  // to fix it. (One GPU shared by two unbound processes is NCCL's "Duplicate GPU detected".)
   const bool per_task_binding = env.launcher == Launcher::Srun || env.launcher == Launcher::Mpirun;
-  if (per_task_binding && (count == 1 || env.local_world_size % count == 0)) return env.local_rank % count;
+  if (per_task_binding && count == 1) return 0;
   switch (env.launcher) {
     case Launcher::Srun:
       NANODDP_FAIL("rank {} has SLURM_LOCALID {} of {} tasks on its node but only {} GPU(s) are visible to it: ask "

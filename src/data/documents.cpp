@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -43,31 +44,37 @@ int64_t count_files(const fs::path& dir) {
 // --out corpus/ds` (or --out corpus) run a second time, or `tokenizer train --input corpus`, would
 // read the earlier dataset's meta.json, shards and tokenizer copy as documents, and with the bytes
 // tokenizer train on that binary without any error. So a directory walk leaves out:
-//  - a directory below the input that is a prepared dataset (dataset.h's is_prepared_dataset), whole;
-//  - in an input directory that is itself a prepared dataset, only the dataset's own files
-//    (is_dataset_file_name): the rest is the user's text, as --out may be the corpus folder itself;
-//  - a staging folder an interrupted prepare left behind (is_prepare_staging_dir; the staging folder
-//    of a running prepare is hidden, or made after the walk);
-//  - the caller's `skip` directories (prepare's --out, whose contents the prepare replaces);
+//  - in a directory that is a prepared dataset (dataset.h's is_prepared_dataset), or one of the
+//    caller's `skip` directories (prepare's --out), the dataset's own files (is_dataset_file_name)
+//    and nothing else: --out may be the corpus folder itself, whose other files are the user's text;
+//  - a staging folder an interrupted prepare left behind (is_prepare_staging_dir: it holds nothing
+//    but dataset files), whole; the staging folder of a running prepare is hidden, or made after
+//    the walk;
 //  - tokenizer files (*.tiktoken and their *.tiktoken.json sidecars), such as the one `tokenizer
 //    train --out corpus/tok.tiktoken` wrote into the corpus on its first run.
 // A file named as an input is always read. The files left out are counted and named once on stderr.
-// Why a directory below an input is not read, or null when it is.
-const char* not_text(const fs::path& dir, const std::vector<fs::path>& skip) {
-  std::error_code ec;
-  for (const auto& s : skip)
-    if (fs::equivalent(dir, s, ec)) return "the output directory";
-  if (is_prepared_dataset(dir.string())) return "a prepared dataset";
-  if (is_prepare_staging_dir(dir.string())) return "a staging folder an interrupted data prepare left";
-  return nullptr;
-}
 
 // The files of input directory `dir` to read, in sorted order. Adds what it leaves out (Note [not
 // text]) to `left_out` ("PATH (why: N files)") and `skipped`.
 std::vector<std::string> walk(const std::string& dir, const std::vector<fs::path>& skip,
                               std::vector<std::string>& left_out, int64_t& skipped) {
-  const bool dataset_itself = is_prepared_dataset(dir);
-  int64_t own_files = 0;        // the dataset files of `dir` itself
+  // Per directory that holds dataset files: why they are not text (null: they are), and how many.
+  struct Holder {
+    const char* why = nullptr;
+    int64_t files = 0;
+  };
+  std::map<fs::path, Holder> holders;
+  auto holder = [&](const fs::path& d) -> Holder& {
+    auto [it, fresh] = holders.try_emplace(d);
+    if (fresh) {
+      std::error_code ec;
+      for (const auto& s : skip)
+        if (fs::equivalent(d, s, ec)) it->second.why = "the dataset files of the output directory";
+      if (it->second.why == nullptr && is_prepared_dataset(d.string()))
+        it->second.why = "the files of the dataset prepared into it";
+    }
+    return it->second;
+  };
   int64_t tokenizer_files = 0;  // *.tiktoken(.json) anywhere below `dir`
   std::vector<std::string> found;
   std::error_code ec;
@@ -79,20 +86,26 @@ std::vector<std::string> walk(const std::string& dir, const std::vector<fs::path
       continue;
     }
     if (it->is_directory()) {
-      if (const char* why = not_text(p, skip)) {
+      if (is_prepare_staging_dir(p.string())) {
         const int64_t n = count_files(p);
-        if (n > 0) left_out.push_back(fmt::format("{} ({}: {} file{})", p.string(), why, n, n == 1 ? "" : "s"));
+        if (n > 0) {
+          left_out.push_back(fmt::format("{} (a staging folder an interrupted data prepare left: {} file{})",
+                                         p.string(), n, n == 1 ? "" : "s"));
+        }
         skipped += n;
         it.disable_recursion_pending();
       }
       continue;
     }
     if (!it->is_regular_file()) continue;
-    if (dataset_itself && it.depth() == 0 && is_dataset_file_name(p.filename().string())) {
-      own_files++;
-      continue;
-    }
     const std::string name = p.filename().string();
+    if (is_dataset_file_name(name)) {
+      Holder& h = holder(p.parent_path());
+      if (h.why != nullptr) {
+        h.files++;
+        continue;
+      }
+    }
     if (name.ends_with(".tiktoken") || name.ends_with(".tiktoken.json")) {
       tokenizer_files++;
       continue;
@@ -100,9 +113,11 @@ std::vector<std::string> walk(const std::string& dir, const std::vector<fs::path
     found.push_back(p.string());
   }
   NANODDP_CHECK(!ec, "cannot list directory {}: {}", dir, ec.message());
-  if (own_files > 0)
-    left_out.push_back(fmt::format("{} (the files of the dataset prepared into it: {})", dir, own_files));
-  skipped += own_files;
+  for (const auto& [d, h] : holders) {
+    if (h.files == 0) continue;
+    left_out.push_back(fmt::format("{} ({}: {})", d.string(), h.why, h.files));
+    skipped += h.files;
+  }
   if (tokenizer_files > 0)
     left_out.push_back(fmt::format("{} (tokenizer files, *.tiktoken and *.tiktoken.json: {})", dir, tokenizer_files));
   skipped += tokenizer_files;

@@ -23,10 +23,10 @@
 // other nodes stop too instead of restarting without it.
 //
 // Note [two ports]
-// The launchers' store speaks nanoddp's protocol, not PyTorch's TCPStore. So the workers' MASTER_PORT
-// is not the store's port but a free port that node 0's launcher finds for each attempt and
-// registers in step 1 (NodeRecord::worker_port), as torchrun does with its c10d backend: a PyTorch
-// script's rank 0 binds it for init_process_group(init_method="env://"). nanoddp's own workers
+// The launchers' store speaks nanoddp's protocol, not PyTorch's TCPStore. So the workers'
+// MASTER_PORT is not the store's port but a free port that node 0's launcher finds for each attempt
+// and registers in step 1 (NodeRecord::worker_port), as torchrun's c10d backend did before PyTorch
+// 2.4: a PyTorch script's rank 0 binds it for init_process_group(init_method="env://"). nanoddp's own workers
 // reach the launchers' store at MASTER_ADDR:NANODDP_AGENT_STORE_PORT instead (comm/init.cpp).
 // "Free" is as of the probe: another program can still take the port before rank 0 binds it, and
 // rank 0 then says that the port is in use.
@@ -254,7 +254,7 @@ void announce(const LaunchPlan& plan, const Membership& m, int store_port) {
 
 // Node 0 hosts the store where LaunchPlan::store_host says (every interface for several nodes,
 // loopback for one); every launcher, node 0's included, talks to it as a client at
-// MASTER_ADDR:MASTER_PORT, the way the workers will.
+// --master_addr:--master_port, the way the workers will (at NANODDP_AGENT_STORE_PORT).
 struct StoreConnection {
   std::unique_ptr<TcpStoreServer> server;  // node 0 only
   std::shared_ptr<TcpStore> client;
@@ -328,8 +328,17 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
       rdzv.leave(leave_within);
       return 0;
     }
+    // This node leaves the job: the next attempt's cause says so, so that nodes that restart (another
+    // node's failure may have been reported first) stop at its join instead of waiting there for this
+    // one (Membership::ended).
+    auto end_next_attempt = [&](int sig, const char* when) {
+      rdzv.report_failure(attempt + 1, FailureReport{plan.node_rank, plan.host, -1, -1, int(::getpid()),
+                                                     fmt::format("was interrupted by {}{}", signal_name(sig), when),
+                                                     {}, false});
+    };
     if (r.end == AttemptResult::End::Interrupted) {
       try {
+        end_next_attempt(r.signal, "");
         rdzv.leave(leave_within);
       } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
       }
@@ -342,11 +351,7 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
     if (int sig = LauncherSignals::termination_signal(); sig != 0) {
       launcher_say(fmt::format("received {} while stopping the workers: no restart", signal_name(sig)));
       try {
-        rdzv.report_failure(attempt + 1, FailureReport{plan.node_rank, plan.host, -1, -1, int(::getpid()),
-                                                       fmt::format("was interrupted by {} while it stopped the "
-                                                                   "failed attempt's workers",
-                                                                   signal_name(sig)),
-                                                       {}, false});
+        end_next_attempt(sig, " while it stopped the failed attempt's workers");
         rdzv.leave(leave_within);
       } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
       }

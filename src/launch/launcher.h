@@ -4,7 +4,8 @@
 // root cause, and either restarts the whole group (--max_restarts) or exits non-zero.
 //
 // One launcher runs per host. The launcher on node 0 hosts the rendezvous store (a TcpStoreServer
-// at MASTER_ADDR:MASTER_PORT) that both the launchers and the workers use; see docs/launcher.md for
+// at --master_addr:--master_port) that both the launchers and the workers use (the workers find it
+// at NANODDP_AGENT_STORE_PORT: their MASTER_PORT is another, Note [two ports]); see docs/launcher.md for
 // the environment contract and the restart protocol (Note [launcher rounds] in launcher.cpp).
 #pragma once
 

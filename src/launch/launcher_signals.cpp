@@ -25,7 +25,8 @@ std::atomic<int> g_first_signal{0};
 std::atomic<int> g_signal_count{0};
 std::atomic<bool> g_workers_running{false};
 
-constexpr int kHandled[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+// torchrun's termination signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT), and SIGCHLD for the workers.
+constexpr int kHandled[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD};
 
 // Only async-signal-safe calls here: atomics, write() and _exit().
 void on_signal(int sig) {

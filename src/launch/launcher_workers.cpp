@@ -42,11 +42,17 @@ WorkerGroup::WorkerGroup(WorkerProgram program, std::vector<WorkerSpec> specs) :
 }
 
 WorkerGroup::~WorkerGroup() {
-  // Normally stop() has run; this is the path for exceptions. SIGKILL cannot be ignored, so the
-  // blocking waits below end.
+  // Normally stop() has run; this is the path for exceptions. SIGKILL cannot be ignored, but a
+  // process stuck in the kernel (a GPU driver after a fault) does not die of it: wait a bounded time,
+  // as stop() does, rather than hang the launcher (and, on node 0, the store) for good.
   signal_all(SIGKILL);
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
   for (Worker& w : workers_) {
-    if (w.status.state == WorkerStatus::State::Running) ::waitpid(w.pid, nullptr, 0);
+    while (w.status.state == WorkerStatus::State::Running && Clock::now() < deadline) {
+      const pid_t r = ::waitpid(w.pid, nullptr, WNOHANG);
+      if (r == w.pid || (r < 0 && errno != EINTR)) break;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
     for (int& fd : w.fds)
       if (fd >= 0) ::close(fd);
   }

@@ -548,11 +548,17 @@ void Trainer::restore(int64_t step) {
         "tokens_per_step", saved_flag > 0 ? saved_flag
                                           : saved_options.value("device_batch_size", int64_t{0}) *
                                                 saved_options.value("max_seq_len", int64_t{0}) * saved_world);
+    const int64_t per_micro = opts_.device_batch_size * opts_.max_seq_len * group_.size();
     NANODDP_CHECK(saved_tokens == plan_.tokens_per_step, "checkpoint {} was trained with {} tokens per step "
-                  "(--total_batch_size {} on {} rank(s)) but this run takes {} (--total_batch_size {} on {}): resume "
-                  "with --total_batch_size {}, so that the batch, the schedule and the data stay the run's", dir,
-                  saved_tokens, saved_flag, saved_world, plan_.tokens_per_step, opts_.total_batch_size, group_.size(),
-                  saved_tokens);
+                  "(--total_batch_size {} on {} rank(s)) but this run takes {} (--total_batch_size {} on {}): {}",
+                  dir, saved_tokens, saved_flag, saved_world, plan_.tokens_per_step, opts_.total_batch_size,
+                  group_.size(),
+                  saved_tokens % per_micro == 0
+                      ? fmt::format("resume with --total_batch_size {}, so that the batch, the schedule and the data "
+                                    "stay the run's", saved_tokens)
+                      : fmt::format("{} ranks cannot take that batch ({} tokens per micro-step over all ranks does "
+                                    "not divide it): resume on {} rank(s), or start a new run (--init_from)",
+                                    group_.size(), per_micro, saved_world));
   } else {
     const nlohmann::json& saved_options = meta.at("options");
     NANODDP_CHECK(!saved_options.contains("examples_per_step") ||

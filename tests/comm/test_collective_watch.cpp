@@ -111,11 +111,16 @@ TEST(CollectiveWatch, ARankThatNeverReportedIsNamed) {
   EXPECT_NE(e.find("rank 2 had not reached it (rank 2: it never reported progress)"), std::string::npos) << e;
 }
 
-// A store whose set() fails for a while: requests timing out while the store's host is busy.
+// A store whose next set() calls fail: after 30 ms, as a request whose reply did not come in time,
+// or at once, as a connection that was lost.
 class FlakyStore final : public Store {
  public:
   void set(const std::string& key, const Bytes& value) override {
-    if (failing) throw Error("request timed out");
+    if (fail_next > 0) {
+      fail_next--;
+      if (slowly) std::this_thread::sleep_for(30ms);
+      throw Error("the rendezvous store failed");
+    }
     inner.set(key, value);
   }
   Bytes get(const std::string& key) override { return inner.get(key); }
@@ -130,32 +135,54 @@ class FlakyStore final : public Store {
   }
   using Store::wait;
 
-  std::atomic<bool> failing{false};
+  std::atomic<int> fail_next{0};
+  std::atomic<bool> slowly{true};
   HashStore inner;
 };
 
-// One failed heartbeat does not end a rank's heartbeats: otherwise the others' diagnoses would name
-// a healthy rank as frozen for the rest of the run. Three in a row do (the store is gone).
-TEST(CollectiveWatch, HeartbeatsOutliveAFailedRequest) {
+int64_t beat_of(FlakyStore& store) {
+  const std::string v = store.inner.get_string("progress/0");
+  return std::stoll(v.substr(v.find(' ') + 1));
+}
+
+// Waits up to 10 s for `done`.
+template <typename F>
+bool eventually(F done) {
+  for (auto end = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < end;) {
+    if (done()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return done();
+}
+
+// Two requests that time out do not end a rank's heartbeats: otherwise the others' diagnoses would
+// name a healthy rank as frozen for the rest of the run. Three in a row do (the store is gone).
+TEST(CollectiveWatch, HeartbeatsOutliveRequestsThatTimeOut) {
   auto store = std::make_shared<FlakyStore>();
   CollectiveWatch watch(store, 0, 2, 200ms);  // a heartbeat every 20 ms
-  auto beat = [&] {
-    const std::string v = store->inner.get_string("progress/0");
-    return std::stoll(v.substr(v.find(' ') + 1));
-  };
-  std::this_thread::sleep_for(100ms);
-  store->failing = true;
-  std::this_thread::sleep_for(30ms);  // one or two beats fail
-  const int64_t before = beat();
-  store->failing = false;
-  std::this_thread::sleep_for(400ms);
-  EXPECT_GT(beat(), before + 2) << "the heartbeat stopped after a failed request";
-  store->failing = true;
-  std::this_thread::sleep_for(400ms);  // twenty intervals: gives up after three
-  store->failing = false;
-  const int64_t stopped = beat();
-  std::this_thread::sleep_for(400ms);
-  EXPECT_EQ(beat(), stopped) << "the heartbeat went on after its store failed three times in a row";
+  store->fail_next = 2;
+  ASSERT_TRUE(eventually([&] { return store->fail_next == 0; }));
+  const int64_t after_failures = beat_of(*store);
+  EXPECT_TRUE(eventually([&] { return beat_of(*store) > after_failures + 2; }))
+      << "the heartbeat stopped after two requests timed out";
+  store->fail_next = 3;
+  ASSERT_TRUE(eventually([&] { return store->fail_next == 0; }));
+  const int64_t stopped = beat_of(*store);
+  std::this_thread::sleep_for(300ms);  // fifteen intervals
+  EXPECT_EQ(beat_of(*store), stopped) << "the heartbeat went on after three timeouts in a row";
+}
+
+// A connection lost at once means the store is gone: the heartbeats end at the first failure,
+// rather than spend beats reconnecting.
+TEST(CollectiveWatch, HeartbeatsEndWhenTheStoreIsGone) {
+  auto store = std::make_shared<FlakyStore>();
+  store->slowly = false;
+  CollectiveWatch watch(store, 0, 2, 200ms);
+  store->fail_next = 1;
+  ASSERT_TRUE(eventually([&] { return store->fail_next == 0; }));
+  const int64_t stopped = beat_of(*store);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(beat_of(*store), stopped);
 }
 
 }  // namespace

@@ -190,14 +190,14 @@ TEST(Init, LocalGpuIndexFollowsPerTaskBindings) {
   }
   for (Launcher l : {Launcher::Srun, Launcher::Mpirun}) {
     for (int local = 0; local < 4; local++) EXPECT_EQ(local_gpu_index(env(l, local, 4), 1), 0);  // one each
-    EXPECT_EQ(local_gpu_index(env(l, 3, 4), 2), 1);   // two each (--gpus-per-task=2)
+    EXPECT_THROW(local_gpu_index(env(l, 3, 4), 2), Error);  // two visible: no binding, or two each
     EXPECT_EQ(local_gpu_index(env(l, 2, 3), 1), 0);   // one each, whatever the tasks per node
   }
   // Under torchrun / nanoddp run every process sees the node's GPUs: too many processes.
   NANODDP_EXPECT_ERROR(local_gpu_index(env(Launcher::Torchrun, 3, 4), 1),
                        "rank 7 has LOCAL_RANK 3 but only 1 GPU(s) are visible on this node: start at most 1 processes "
                        "per node (--nproc_per_node)");
-  // Uneven: some GPU would get two ranks. The advice is the launcher's.
+  // More processes than visible GPUs: some GPU would get two ranks. The advice is the launcher's.
   NANODDP_EXPECT_ERROR(local_gpu_index(env(Launcher::Srun, 3, 4), 3),
                        "rank 7 has SLURM_LOCALID 3 of 4 tasks on its node but only 3 GPU(s) are visible to it: ask "
                        "srun for one GPU per task (--gpus-per-task=1), or at most 3 tasks per node "

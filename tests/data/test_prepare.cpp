@@ -354,6 +354,21 @@ TEST(Prepare, ASecondRunOverItsOwnInputReadsOnlyTheText) {
   EXPECT_EQ(again.bytes, text_bytes);
   EXPECT_EQ(again.documents, 12);
 
+  // The corpus now holds a dataset prepared into it: walked from above, its text is still read,
+  // only its dataset files are not. Was (for a moment): the whole folder was left out.
+  {
+    PrepareOptions above = opt;
+    above.input = {dir.str()};
+    above.out = dir.str("from_above");
+    ::testing::internal::CaptureStderr();
+    const PrepareStats s = prepare_dataset(above);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(s.bytes, text_bytes) << err;
+    EXPECT_EQ(s.train_documents + s.val_documents, 12) << err;
+    EXPECT_NE(err.find(corpus.string() + " (the files of the dataset prepared into it"), std::string::npos) << err;
+    fs::remove_all(dir.str("from_above"));
+  }
+
   // A staging folder of a prepare killed by a signal is not text either; a folder of the user's
   // that merely has such a name is.
   fs::create_directories(corpus / "ds2.tmp-4242");

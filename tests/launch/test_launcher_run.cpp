@@ -135,8 +135,8 @@ std::vector<std::string> run_folders(const ScratchDir& dir, const std::string& p
 
 TEST(Launcher, LogDirWithRedirectsAndTee) {
   ScratchDir dir("launcher_logs");
-  // stdout only to the files, stderr to both.
-  Proc p(launch({"--standalone", "--nproc_per_node", "2", "--log_dir", dir.str(), "--redirects", "1", "--tee", "2",
+  // stdout only to the files, stderr to both; torchrun's short names (-r, -t), the long ones below.
+  Proc p(launch({"--standalone", "--nproc_per_node", "2", "--log_dir", dir.str(), "-r", "1", "-t", "2",
                  "--rdzv_id", "job1"},
                 {"--lines", "3", "--err_lines", "2"}));
   ASSERT_EQ(p.wait_exit(), 0) << p.all();
@@ -354,6 +354,17 @@ TEST(Launcher, SigintReachesTheWorkersAsSigint) {
   ::kill(p.pid(), SIGINT);
   ASSERT_EQ(p.wait_exit(20s), 130) << p.all();
   EXPECT_EQ(p.err().find("SIGKILL"), std::string::npos) << p.err();
+  expect_all_gone(pids, "worker");
+}
+
+// SIGQUIT (Ctrl-backslash) is one of torchrun's termination signals too: passed on, exit 128 + 3. Was: not
+// handled, so the launcher dumped core and its workers were killed without a word to the others.
+TEST(Launcher, SigquitIsPassedOnLikeTheOtherTerminationSignals) {
+  Proc p(launch({"--standalone", "--nproc_per_node", "2"}, {"--pid", "--sleep", "60"}));
+  auto pids = wait_for_pids(p, 2);
+  ::kill(p.pid(), SIGQUIT);
+  ASSERT_EQ(p.wait_exit(20s), 128 + SIGQUIT) << p.all();
+  EXPECT_NE(p.err().find("received SIGQUIT"), std::string::npos) << p.err();
   expect_all_gone(pids, "worker");
 }
 

@@ -350,6 +350,13 @@ TEST(Resume, TheBatchIsComparedAsTokensPerStep) {
   doubled.total_batch_size = 2 * micro;
   NANODDP_EXPECT_ERROR(train_single(doubled), fmt::format("trained with {} tokens per step", micro),
                        fmt::format("resume with --total_batch_size {}", micro));
+  // A checkpoint from before "tokens_per_step" was saved: what -1 meant on its ranks.
+  const std::string meta_path = out.str("checkpoints/step_000002/meta.json");
+  auto meta = nlohmann::json::parse(testing::read_file(meta_path));
+  ASSERT_EQ(meta.value("tokens_per_step", int64_t{0}), micro);
+  meta.erase("tokens_per_step");
+  std::ofstream(meta_path, std::ios::trunc) << meta.dump();
+  NANODDP_EXPECT_ERROR(train_single(doubled), fmt::format("trained with {} tokens per step", micro));
   auto same = o;
   same.total_batch_size = micro;
   EXPECT_EQ(train_single(same).last_step, 4);
