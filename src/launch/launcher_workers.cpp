@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "core/error.h"
@@ -240,6 +242,9 @@ void WorkerGroup::stop(milliseconds grace, int sig) {
   auto kill_deadline = Clock::now() + std::chrono::seconds(30);
   while (any_running() && Clock::now() < kill_deadline) pump(milliseconds(50));
   if (any_running()) launcher_say("a worker did not die 30 s after SIGKILL (stuck in the kernel?); leaving it");
+  // What left the workers' groups (setsid: a daemon, subprocess's start_new_session) is this
+  // subreaper's child once its parent died; no group signal reaches it, so it is killed by pid.
+  kill_adopted_children();
 
   // Phase 3: what the pipes still hold. Every writer is dead, so they reach end of file.
   auto drain_deadline = Clock::now() + std::chrono::seconds(2);
@@ -251,10 +256,36 @@ void WorkerGroup::stop(milliseconds grace, int sig) {
   while (Clock::now() < reap_deadline) {
     pid_t r = ::waitpid(-1, nullptr, WNOHANG);
     if (r < 0) break;  // ECHILD: no child left
-    if (r == 0) std::this_thread::sleep_for(milliseconds(5));
-    else forget_empty_groups();
+    if (r == 0) {
+      kill_adopted_children();  // adopted since: the children of those killed above
+      std::this_thread::sleep_for(milliseconds(5));
+    } else {
+      forget_empty_groups();
+    }
   }
   forget_empty_groups();
+}
+
+// Every child of this process that is not yet a zombie gets SIGKILL. Called once the workers are
+// dead, when the only children left are what they left behind. A child keeps its pid until it is
+// reaped, so no other program's process can be hit. The parent of each process is the fourth
+// field of /proc/PID/stat, after the name in parentheses (which may itself hold ')' or spaces).
+void WorkerGroup::kill_adopted_children() {
+  const pid_t self = ::getpid();
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(it->path() / "stat");
+    std::string stat;
+    if (!std::getline(f, stat)) continue;
+    const size_t close = stat.rfind(')');
+    char state = 0;
+    long ppid = 0;
+    if (close == std::string::npos || std::sscanf(stat.c_str() + close + 1, " %c %ld", &state, &ppid) != 2) continue;
+    if (ppid == self && state != 'Z') ::kill(static_cast<pid_t>(std::stol(name)), SIGKILL);
+  }
 }
 
 }  // namespace nanoddp::dist

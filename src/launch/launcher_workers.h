@@ -93,6 +93,7 @@ class WorkerGroup {
   void read_stream(Worker& w, int s, size_t max_bytes);
   void signal_all(int sig);
   void forget_empty_groups();
+  void kill_adopted_children();
   bool any_pipe_open() const;
 
   WorkerProgram program_;

@@ -54,14 +54,15 @@ void store_exchange(int rank, int world, int restart) {
 
 int main(int argc, char** argv) {
   CLI::App app{"launcher test worker"};
-  bool print_env = false, print_pid = false, spawn_child = false, ignore_term = false, use_store = false,
-       partial = false;
+  bool print_env = false, print_pid = false, spawn_child = false, spawn_session_child = false, ignore_term = false,
+       use_store = false, partial = false;
   int lines = 0, err_lines = 0, exit_rank = -1, exit_code = 0, signal_rank = -1, signal_number = SIGKILL;
   int fail_rank = -1, fail_until_restart = 0;
   double sleep_s = 0, fail_delay_s = 0;
   app.add_flag("--env", print_env, "print the launcher's variables");
   app.add_flag("--pid", print_pid, "print this process's pid");
   app.add_flag("--spawn_child", spawn_child, "fork a child that sleeps forever and print its pid");
+  app.add_flag("--spawn_session_child", spawn_session_child, "the same, in a session of its own (setsid)");
   app.add_flag("--ignore_term", ignore_term, "ignore SIGTERM");
   app.add_flag("--store", use_store, "exchange a key with every rank through the launcher's store");
   app.add_flag("--partial", partial, "end stdout with a line that has no newline");
@@ -96,6 +97,16 @@ int main(int argc, char** argv) {
       for (;;) ::pause();
     }
     say("child pid " + std::to_string(child));
+  }
+  if (spawn_session_child) {
+    // Leaves the worker's process group and session, as subprocess.Popen(start_new_session=True) or
+    // a daemon does; it keeps the worker's stdout and stderr.
+    pid_t child = ::fork();
+    if (child == 0) {
+      ::setsid();
+      for (;;) ::pause();
+    }
+    say("session child pid " + std::to_string(child));
   }
   if (use_store) store_exchange(rank, world, restart);
   if (fail_until_restart > 0 && (fail_rank < 0 || fail_rank == rank) && restart < fail_until_restart) {

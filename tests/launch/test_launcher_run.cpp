@@ -333,6 +333,23 @@ TEST(Launcher, SigintStopsEveryWorkerAndTheirChildren) {
   expect_all_gone(children, "worker's child");
 }
 
+// What a worker started in a session of its own (setsid, subprocess's start_new_session) is out of
+// reach of the group signals; it is killed by pid once it is the launcher's, after the job ends
+// and after a failed attempt alike. Was: it outlived the job, maybe holding a GPU.
+TEST(Launcher, WhatLeftTheWorkersGroupsIsKilledToo) {
+  Proc ok(launch({"--standalone", "--nproc_per_node", "2"}, {"--pid", "--spawn_session_child"}));
+  auto left = wait_for_pids(ok, 2, "session child pid");
+  ASSERT_EQ(ok.wait_exit(20s), 0) << ok.all();
+  expect_all_gone(left, "session child of a successful attempt");
+  Proc failed(launch({"--standalone", "--nproc_per_node", "2", "--max_restarts", "1"},
+                     {"--pid", "--spawn_session_child", "--fail_rank", "1", "--fail_until_restart", "1",
+                      "--fail_delay", "1"}));
+  auto first = wait_for_pids(failed, 2, "session child pid");
+  ASSERT_TRUE(failed.wait_for_text("restarting every worker")) << failed.all();
+  expect_all_gone(first, "session child of the failed attempt, at the restart");
+  ASSERT_EQ(failed.wait_exit(20s), 0) << failed.all();
+}
+
 TEST(Launcher, SigtermEscalatesToSigkillForWorkersThatIgnoreIt) {
   Proc p(launch({"--standalone", "--nproc_per_node", "2", "--stop_timeout", "0.5"},
                 {"--pid", "--ignore_term", "--sleep", "60"}));
