@@ -62,7 +62,8 @@ struct AttemptResult {
   int signal = 0;                      // Interrupted
 };
 
-// Marks workers as possibly running for the signal handlers while it lives.
+// Marks workers as possibly running for the signal handlers while it lives: the handlers then
+// leave a termination signal to the loop instead of ending the launcher at once.
 struct WorkersRunning {
   WorkersRunning() { LauncherSignals::set_workers_running(true); }
   ~WorkersRunning() { LauncherSignals::set_workers_running(false); }
@@ -307,11 +308,30 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
   for (int attempt = 0;; attempt++) {
     NodeRecord self{plan.nnodes, plan.nproc, plan.host, int(::getpid())};
     if (plan.node_rank == 0) self.worker_port = free_worker_port();
-    Membership m = rdzv.join(attempt, self);
+    Membership m;
+    {
+      // A signal while this node waits for the others is the join's to handle (below), so that they
+      // hear of it; before, the handler ended this launcher at once, and they waited for it until
+      // --rdzv_timeout.
+      WorkersRunning deferred;
+      m = rdzv.join(attempt, self, [] { return LauncherSignals::termination_signal(); });
+    }
+    if (m.interrupted != 0) {
+      launcher_say(fmt::format("received {} while waiting for the other nodes", signal_name(m.interrupted)));
+      try {
+        rdzv.report_failure(attempt, FailureReport{plan.node_rank, plan.host, -1, -1, int(::getpid()),
+                                                   fmt::format("was interrupted by {} while it waited for the other "
+                                                               "nodes", signal_name(m.interrupted)),
+                                                   {}, false});
+        rdzv.leave(leave_within, m.absent);
+      } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
+      }
+      return 128 + m.interrupted;
+    }
     if (m.ended) {
       print_failure(*m.ended);
       launcher_say("job stopped");
-      rdzv.leave(leave_within);
+      rdzv.leave(leave_within, m.absent);
       return 1;
     }
     const int worker_port = m.nodes.front().worker_port;

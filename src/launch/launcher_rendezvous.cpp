@@ -86,7 +86,7 @@ std::string LauncherRendezvous::node_key(int attempt, int node) const {
   return fmt::format("attempt{}/node{}", attempt, node);
 }
 
-Membership LauncherRendezvous::join(int attempt, const NodeRecord& self) {
+Membership LauncherRendezvous::join(int attempt, const NodeRecord& self, const std::function<int()>& interrupted) {
   // Claim this node rank: compare_set only writes a missing key, so a second launcher with the same
   // --node_rank sees the first one's record instead of its own.
   std::string mine_key = node_key(attempt, node_rank_);
@@ -108,8 +108,17 @@ Membership LauncherRendezvous::join(int attempt, const NodeRecord& self) {
   while (!store_->check(keys)) {
     // Workers start only once every node has joined, so a cause reported now ended the attempt
     // before it began (Membership::ended).
+    // The attempt ends before it began: this node's own signal first (it exits as interrupted),
+    // then another node's cause.
+    auto absent = [&] {
+      int n = 0;
+      for (int k = 0; k < nnodes_; k++) n += store_->check({keys[size_t(k)]}) ? 0 : 1;
+      return n;
+    };
+    if (interrupted)
+      if (const int sig = interrupted()) return Membership{{}, std::nullopt, sig, absent()};
     if (store_->check({failed_key}))
-      if (auto cause = failure(attempt)) return Membership{{}, cause};
+      if (auto cause = failure(attempt)) return Membership{{}, cause, 0, absent()};
     if (Clock::now() >= deadline) {
       std::string missing;
       for (int k = 0; k < nnodes_; k++)

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +54,11 @@ struct Membership {
   // interrupted while it stopped the previous attempt's workers reports it under this attempt, so
   // that the others stop now instead of waiting for it until --rdzv_timeout.
   std::optional<FailureReport> ended;
+  // Set instead of `nodes` when `interrupted` (see join) returned a signal while this node waited.
+  int interrupted = 0;
+  // With `ended` or `interrupted`: how many nodes had not joined (node 0 need not wait for them
+  // to leave, see LauncherRendezvous::leave).
+  int absent = 0;
   int world_size() const;
   int first_rank(int node) const;
 };
@@ -65,7 +71,9 @@ class LauncherRendezvous {
   // Registers this node for `attempt` and waits (up to the timeout) until every node has, or until
   // a node reports the attempt ended before it began (Membership::ended). Throws nanoddp::Error
   // when this node rank is already taken, the nodes disagree on --nnodes, or a node does not come.
-  Membership join(int attempt, const NodeRecord& self);
+  // `interrupted`, when given, is asked at every poll: a signal number it returns ends the wait
+  // (Membership::interrupted).
+  Membership join(int attempt, const NodeRecord& self, const std::function<int()>& interrupted = {});
 
   // Publishes `mine` as attempt's root cause unless another node was first; returns the one kept.
   FailureReport report_failure(int attempt, const FailureReport& mine);

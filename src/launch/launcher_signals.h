@@ -3,9 +3,10 @@
 // a worker's exit (SIGCHLD) or a Ctrl-C wakes the loop at once, whichever thread the kernel picked to
 // deliver the signal to (the store server runs a thread of its own).
 //
-// Before any worker is running, SIGINT / SIGTERM / SIGHUP end the launcher at once (status 128 + the
-// signal) so that a launcher blocked in a rendezvous can still be interrupted; while workers run the
-// loop handles them (stop the workers, then exit).
+// Before any worker is running, SIGINT / SIGTERM / SIGHUP / SIGQUIT end the launcher at once (status
+// 128 + the signal) so that a launcher blocked connecting to the store can still be interrupted;
+// while workers run, or while the launcher waits at a join (which polls), the loop handles them
+// (stop the workers or tell the other nodes, then exit).
 #pragma once
 
 #include <string>
@@ -17,7 +18,7 @@ std::string signal_name(int sig);
 
 class LauncherSignals {
  public:
-  // Installs the handlers (SIGINT, SIGTERM, SIGHUP, SIGCHLD) and ignores SIGPIPE. Once per process.
+  // Installs the handlers (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD) and ignores SIGPIPE. Once per process.
   static void install();
 
   // The pipe's read end, for poll(). Readable after any of the signals above.
@@ -25,7 +26,7 @@ class LauncherSignals {
   // Empties the pipe. Call when wake_fd() polls readable.
   static void drain();
 
-  // The first termination signal received (SIGINT, SIGTERM or SIGHUP), 0 when none.
+  // The first termination signal received (SIGINT, SIGTERM, SIGHUP or SIGQUIT), 0 when none.
   static int termination_signal();
   // How many termination signals were received (a second Ctrl-C escalates to SIGKILL).
   static int termination_count();

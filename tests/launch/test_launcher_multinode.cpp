@@ -228,6 +228,31 @@ TEST(LauncherMultiNode, LosingNodeZeroStopsTheOthers) {
   expect_all_gone(pids1, "node 1's worker");
 }
 
+// Ctrl-C on a node waiting at the join for a node that has not come: the nodes already there stop
+// at once with its cause. Was: it exited alone, and they waited for both until --rdzv_timeout.
+TEST(LauncherMultiNode, CtrlCWhileWaitingForTheOtherNodesStopsThoseAlreadyThere) {
+  int port = free_port();
+  auto flags = [&](int rank) {
+    auto f = node_flags(rank, "127.0.0.1", port);
+    f[1] = "3";  // --nnodes 3: node 2 never comes
+    return f;
+  };
+  ASSERT_EQ(flags(0)[0], "--nnodes");
+  Proc n0(launch(flags(0), {"--sleep", "60"})), n1(launch(flags(1), {"--sleep", "60"}));
+  TcpStore probe(TcpStoreOptions{"127.0.0.1", port, 20s, 20s, ""});
+  auto deadline = Clock::now() + 20s;
+  while (!probe.check({"nanoddp_run/attempt0/node0", "nanoddp_run/attempt0/node1"}) && Clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  const auto start = Clock::now();
+  ::kill(n1.pid(), SIGINT);
+  ASSERT_EQ(n1.wait_exit(20s), 130) << n1.all();
+  ASSERT_EQ(n0.wait_exit(20s), 1) << n0.all();
+  EXPECT_LT(Clock::now() - start, 15s) << n0.all();
+  EXPECT_NE(n0.err().find("the launcher on node 1 ("), std::string::npos) << n0.all();
+  EXPECT_NE(n0.err().find("was interrupted by SIGINT while it waited for the other nodes"), std::string::npos)
+      << n0.all();
+}
+
 // Ctrl-C on node 1 while it stops a failed attempt's workers ends the job there; node 0, already
 // waiting to restart, stops too. Was: node 0 waited for node 1 until --rdzv_timeout (30 s here).
 TEST(LauncherMultiNode, CtrlCWhileStoppingAFailedAttemptStopsTheOtherNodesAtOnce) {
