@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <filesystem>
 
 #include "cli/commands.h"
@@ -28,10 +29,15 @@ std::string this_executable() {
 }
 
 // python3 on PATH, for scripts and modules (torchrun runs them with its own interpreter).
+// Also sets PYTHONUNBUFFERED=1 for the workers unless the user set it: their output reaches the
+// launcher through pipes, where Python would buffer 8 KiB at a time (under torchrun they often
+// write to the terminal itself, line by line), so prints would show late, and the last ones before
+// a crash or a SIGKILL would be lost from the failure report.
 std::string python_interpreter(const std::string& what) {
   const std::string py = dist::find_program("python3");
   NANODDP_CHECK(!py.empty(), "{} needs python3, which is not on PATH: install it, or give a program and "
                 "--no_python", what);
+  ::setenv("PYTHONUNBUFFERED", "1", /*overwrite=*/0);
   return py;
 }
 

@@ -211,6 +211,14 @@ TEST(Launcher, PythonScriptsAndModulesRunUnderPython3) {
   auto missing = testing::run_command(cd + " run --standalone missing.py");
   EXPECT_EQ(missing.status, 1) << missing.output;
   EXPECT_NE(missing.output.find("the script missing.py does not exist"), std::string::npos) << missing.output;
+  // Python's output is unbuffered (PYTHONUNBUFFERED=1 unless set): the last print before a SIGKILL
+  // reaches the console and the failure report. Was: lost in Python's 8 KiB pipe buffer.
+  std::ofstream(dir.str("crash.py")) << "import os, signal\nprint('the last words', flush=False)\n"
+                                        "os.kill(os.getpid(), signal.SIGKILL)\n";
+  auto crash = testing::run_command(cd + " run --standalone crash.py");
+  EXPECT_EQ(crash.status, 1) << crash.output;
+  EXPECT_NE(crash.output.find("[rank 0]: the last words"), std::string::npos) << crash.output;
+  EXPECT_NE(crash.output.find("was killed by SIGKILL"), std::string::npos) << crash.output;
 }
 
 // A PyTorch script written for torchrun runs unchanged: init_process_group(init_method="env://")
