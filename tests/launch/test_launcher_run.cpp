@@ -215,7 +215,8 @@ TEST(Launcher, PythonScriptsAndModulesRunUnderPython3) {
   // reaches the console and the failure report. Was: lost in Python's 8 KiB pipe buffer.
   std::ofstream(dir.str("crash.py")) << "import os, signal\nprint('the last words', flush=False)\n"
                                         "os.kill(os.getpid(), signal.SIGKILL)\n";
-  auto crash = testing::run_command(cd + " run --standalone crash.py");
+  auto crash = testing::run_command("cd " + dir.str() + " && env -u PYTHONUNBUFFERED " + testing::nanoddp_binary() +
+                                    " run --standalone crash.py");
   EXPECT_EQ(crash.status, 1) << crash.output;
   EXPECT_NE(crash.output.find("[rank 0]: the last words"), std::string::npos) << crash.output;
   EXPECT_NE(crash.output.find("was killed by SIGKILL"), std::string::npos) << crash.output;
