@@ -307,6 +307,8 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
 
   for (int attempt = 0;; attempt++) {
     NodeRecord self{plan.nnodes, plan.nproc, plan.host, int(::getpid())};
+    self.max_restarts = plan.max_restarts;
+    self.monitor_interval_ms = plan.monitor_interval.count();
     if (plan.node_rank == 0) self.worker_port = free_worker_port();
     Membership m;
     {

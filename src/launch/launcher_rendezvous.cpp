@@ -33,12 +33,14 @@ json from_bytes(const Bytes& b, const std::string& key) {
 }
 
 json node_to_json(const NodeRecord& n) {
-  return {{"nnodes", n.nnodes}, {"nproc", n.nproc}, {"host", n.host}, {"pid", n.pid}, {"worker_port", n.worker_port}};
+  return {{"nnodes", n.nnodes}, {"nproc", n.nproc}, {"host", n.host}, {"pid", n.pid}, {"worker_port", n.worker_port},
+          {"max_restarts", n.max_restarts}, {"monitor_interval_ms", n.monitor_interval_ms}};
 }
 
 NodeRecord node_from_json(const json& j) {
-  return {j.value("nnodes", 0), j.value("nproc", 0), j.value("host", std::string("?")), j.value("pid", 0),
-          j.value("worker_port", 0)};
+  return {j.value("nnodes", 0),           j.value("nproc", 0),        j.value("host", std::string("?")),
+          j.value("pid", 0),              j.value("worker_port", 0),  j.value("max_restarts", -1),
+          j.value("monitor_interval_ms", int64_t{-1})};
 }
 
 // Records are JSON objects, read with defaults so that a missing field never throws.
@@ -138,6 +140,14 @@ Membership LauncherRendezvous::join(int attempt, const NodeRecord& self, const s
     NANODDP_CHECK(n.nnodes == nnodes_, "node {} ({}) was started with --nnodes {} but node {} with --nnodes {}: give "
                   "every node the same --nnodes", k, n.host, n.nnodes, node_rank_, nnodes_);
     NANODDP_CHECK(n.nproc >= 1, "node {} ({}) registered {} workers", k, n.host, n.nproc);
+    NANODDP_CHECK(n.max_restarts < 0 || self.max_restarts < 0 || n.max_restarts == self.max_restarts,
+                  "node {} ({}) was started with --max_restarts {} but node {} with --max_restarts {}: give every "
+                  "node the same --max_restarts", k, n.host, n.max_restarts, node_rank_, self.max_restarts);
+    NANODDP_CHECK(n.monitor_interval_ms < 0 || self.monitor_interval_ms < 0 ||
+                      n.monitor_interval_ms == self.monitor_interval_ms,
+                  "node {} ({}) was started with --monitor_interval {:g} but node {} with --monitor_interval {:g}: "
+                  "give every node the same --monitor_interval", k, n.host, n.monitor_interval_ms / 1000.0,
+                  node_rank_, self.monitor_interval_ms / 1000.0);
     m.nodes.push_back(n);
   }
   return m;

@@ -29,6 +29,11 @@ struct NodeRecord {
   // Node 0 only: the free port its launcher found for the workers' MASTER_PORT this attempt (see
   // Note [two ports] in launcher.cpp); 0 on the other nodes.
   int worker_port = 0;
+  // Settings every node must share (-1: not recorded, by an older launcher): a node with fewer
+  // restarts would leave the others waiting at the next join, and node 0 counts another node lost
+  // after 20 of its own monitor intervals without a heartbeat.
+  int max_restarts = -1;
+  int64_t monitor_interval_ms = -1;
 };
 
 // Why an attempt failed.

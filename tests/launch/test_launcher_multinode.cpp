@@ -69,6 +69,23 @@ TEST(LauncherPieces, RendezvousRejectsATakenNodeRankAndMismatchedNnodes) {
   // Node 0 says 3 nodes, node 1 said 2.
   store->set_string("attempt0/node2", R"({"nnodes":3,"nproc":1,"host":"c","pid":3})");
   NANODDP_EXPECT_ERROR(node0.join(0, NodeRecord{3, 1, "z", 9}), "--nnodes");
+  // Every node must restart as often and beat as often as the others (an older launcher's record,
+  // without them, is not held against it).
+  auto fresh = std::make_shared<HashStore>();
+  LauncherRendezvous a(fresh, 0, 2, 1s);
+  fresh->set_string("attempt0/node1", R"({"nnodes":2,"nproc":1,"host":"b","pid":2,"max_restarts":3,)"
+                                      R"("monitor_interval_ms":500})");
+  NodeRecord mine{2, 1, "a", 1};
+  mine.max_restarts = 0;
+  mine.monitor_interval_ms = 500;
+  NANODDP_EXPECT_ERROR(a.join(0, mine), "node 1 (b) was started with --max_restarts 3 but node 0 with --max_restarts 0");
+  mine.max_restarts = 3;
+  mine.monitor_interval_ms = 5000;
+  fresh->set_string("attempt2/node1", R"({"nnodes":2,"nproc":1,"host":"b","pid":2,"max_restarts":3,)"
+                                      R"("monitor_interval_ms":500})");
+  NANODDP_EXPECT_ERROR(a.join(2, mine), "--monitor_interval 0.5 but node 0 with --monitor_interval 5");
+  fresh->set_string("attempt3/node1", R"({"nnodes":2,"nproc":1,"host":"b","pid":2})");
+  EXPECT_EQ(a.join(3, mine).world_size(), 2);
 }
 
 TEST(LauncherPieces, FirstFailureReportWinsAndDoneCounts) {
