@@ -245,6 +245,18 @@ TEST(LauncherMultiNode, LosingNodeZeroStopsTheOthers) {
   expect_all_gone(pids1, "node 1's worker");
 }
 
+// Ctrl-C to node 1: it exits 130, and node 0 stops within 15 s (well inside --rdzv_timeout) with
+// node 1's cause, which includes `why`.
+void ctrl_c_on_node_one_stops_node_zero(Proc& n0, Proc& n1, const std::string& why) {
+  const auto start = Clock::now();
+  ::kill(n1.pid(), SIGINT);
+  ASSERT_EQ(n1.wait_exit(20s), 130) << n1.all();
+  ASSERT_EQ(n0.wait_exit(20s), 1) << n0.all();
+  EXPECT_LT(Clock::now() - start, 15s) << n0.all();
+  EXPECT_NE(n0.err().find("the launcher on node 1 ("), std::string::npos) << n0.all();
+  EXPECT_NE(n0.err().find(why), std::string::npos) << n0.all();
+}
+
 // Ctrl-C on a node waiting at the join for a node that has not come: the nodes already there stop
 // at once with its cause. Was: it exited alone, and they waited for both until --rdzv_timeout.
 TEST(LauncherMultiNode, CtrlCWhileWaitingForTheOtherNodesStopsThoseAlreadyThere) {
@@ -260,14 +272,7 @@ TEST(LauncherMultiNode, CtrlCWhileWaitingForTheOtherNodesStopsThoseAlreadyThere)
   auto deadline = Clock::now() + 20s;
   while (!probe.check({"nanoddp_run/attempt0/node0", "nanoddp_run/attempt0/node1"}) && Clock::now() < deadline)
     std::this_thread::sleep_for(20ms);
-  const auto start = Clock::now();
-  ::kill(n1.pid(), SIGINT);
-  ASSERT_EQ(n1.wait_exit(20s), 130) << n1.all();
-  ASSERT_EQ(n0.wait_exit(20s), 1) << n0.all();
-  EXPECT_LT(Clock::now() - start, 15s) << n0.all();
-  EXPECT_NE(n0.err().find("the launcher on node 1 ("), std::string::npos) << n0.all();
-  EXPECT_NE(n0.err().find("was interrupted by SIGINT while it waited for the other nodes"), std::string::npos)
-      << n0.all();
+  ctrl_c_on_node_one_stops_node_zero(n0, n1, "was interrupted by SIGINT while it waited for the other nodes");
 }
 
 // Ctrl-C on node 1 while it stops a failed attempt's workers ends the job there; node 0, already
@@ -286,14 +291,8 @@ TEST(LauncherMultiNode, CtrlCWhileStoppingAFailedAttemptStopsTheOtherNodesAtOnce
   Proc n0(launch(flags(0, "1"), worker)), n1(launch(flags(1, "30"), worker));
   ASSERT_TRUE(n1.wait_for_text("failing on restart 0")) << n1.all();
   std::this_thread::sleep_for(2s);
-  const auto start = Clock::now();
-  ::kill(n1.pid(), SIGINT);
-  ASSERT_EQ(n1.wait_exit(20s), 130) << n1.all();
-  ASSERT_EQ(n0.wait_exit(20s), 1) << n0.all();
-  EXPECT_LT(Clock::now() - start, 15s) << n0.all();
-  EXPECT_NE(n0.err().find("the launcher on node 1 ("), std::string::npos) << n0.all();
   // Followed by "while it stopped the failed attempt's workers", unless the signal came first.
-  EXPECT_NE(n0.err().find("was interrupted by SIGINT"), std::string::npos) << n0.all();
+  ctrl_c_on_node_one_stops_node_zero(n0, n1, "was interrupted by SIGINT");
   EXPECT_NE(n0.err().find("job stopped"), std::string::npos) << n0.all();
 }
 
