@@ -1,6 +1,7 @@
 #include "launch/launcher_output.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -30,11 +31,21 @@ void write_fully(int fd, const std::string& text) {
   // Straight to the descriptor: stdio would hold lines back when the console is a pipe or a file,
   // and could split one line across two writes.
   size_t done = 0;
+  int stalls = 0;  // waits in a row for a non-blocking descriptor that is full
   while (done < text.size()) {
     ssize_t k = ::write(fd, text.data() + done, text.size() - done);
     if (k < 0 && errno == EINTR) continue;
+    // A console inherited non-blocking (a parent set O_NONBLOCK on a shared pipe or terminal) says
+    // EAGAIN when full: wait for room, up to 10 s without progress, rather than drop the rest of
+    // the batch, maybe mid-line.
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && stalls < 100) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, 100) == 0) stalls++;
+      continue;
+    }
     if (k <= 0) return;  // console gone (EPIPE): the workers' output has nowhere to go; keep running
     done += size_t(k);
+    stalls = 0;
   }
 }
 

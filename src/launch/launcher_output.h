@@ -29,8 +29,9 @@ struct OutputRouting {
 // One line from the launcher itself on stderr: "nanoddp run: <text>".
 void launcher_say(const std::string& text);
 
-// Writes all of `text` to `fd` (retrying short writes and EINTR). Used for every console line so a
-// line leaves in one write() and never interleaves with another rank's line.
+// Writes all of `text` to `fd` (retrying short writes and EINTR, and waiting for room when a
+// non-blocking `fd` is full, up to 10 s without progress). Used for every console line so a line
+// leaves in one write() and never interleaves with another rank's line.
 void write_fully(int fd, const std::string& text);
 
 // The output of one worker, both streams.

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <filesystem>
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -153,6 +155,30 @@ TEST(LauncherPieces, RoutingFollowsTorchrunBits) {
   EXPECT_FALSE(r.any_file());
   r = OutputRouting::from_flags(0, 0, "/logs");  // --log_dir alone tees both streams
   EXPECT_TRUE(r.console[0] && r.console[1] && r.file[0] && r.file[1]);
+}
+
+// A console inherited non-blocking says EAGAIN when full: every byte still arrives, in order.
+// Was: the rest of the batch was dropped, maybe mid-line.
+TEST(LauncherPieces, WritesToAFullNonBlockingConsoleWaitForRoom) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  ASSERT_EQ(::fcntl(fds[1], F_SETFL, ::fcntl(fds[1], F_GETFL) | O_NONBLOCK), 0);
+  std::string text;
+  for (int i = 0; text.size() < (1 << 20); i++) text += "[rank 0]: line " + std::to_string(i) + "\n";
+  std::string got;
+  std::thread reader([&] {  // slower than the writer: the 64 KiB pipe fills again and again
+    char buf[4096];
+    for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) > 0;) {
+      got.append(buf, size_t(k));
+      if (got.size() % 16 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  write_fully(fds[1], text);
+  ::close(fds[1]);
+  reader.join();
+  ::close(fds[0]);
+  EXPECT_EQ(got.size(), text.size());
+  EXPECT_TRUE(got == text);
 }
 
 TEST(LauncherPieces, LinesAreReassembledAcrossReads) {
