@@ -68,9 +68,9 @@ struct DistContext {
 Device local_device(const std::string& requested, const DistEnv& env);
 
 // The index among `count` (>= 1) visible GPUs for this rank's "cuda": its local rank when below
-// count; under srun or mpirun, whose tasks may each see only their own GPUs (--gpus-per-task),
-// local_rank % count when count is 1 or divides the local world size. Otherwise throws with the
-// advice of the launcher in use. (Exposed for tests.)
+// count; under srun or mpirun, whose tasks may each see only their own GPU (--gpus-per-task=1),
+// 0 when exactly one is visible. Otherwise throws with the advice of the launcher in use.
+// (Exposed for tests.)
 int local_gpu_index(const DistEnv& env, int count);
 
 // Picks the backend "auto" resolves to for this device and environment (exposed for tests).

@@ -25,7 +25,8 @@ TextSplit parse_text_split(const std::string& name);
 class DocumentReader {
  public:
   // Throws nanoddp::Error naming an input that does not exist, or when there are no files at all.
-  // A directory walk reads nothing inside `skip` (data prepare's --out); what it leaves out is said
+  // A directory walk leaves out nanoddp's own files (Note [not text] in documents.cpp), among them
+  // the dataset files of the `skip` directories (data prepare's --out); what it leaves out is said
   // once on stderr.
   explicit DocumentReader(const std::vector<std::string>& inputs, TextSplit split = TextSplit::kFile,
                           const std::vector<std::string>& skip = {});

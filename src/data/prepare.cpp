@@ -256,7 +256,7 @@ PrepareStats prepare_staged(const PrepareOptions& opt) {
   const TextSplit text_split = parse_text_split(opt.text_split);
   Stopwatch clock;
   auto tok = load_tokenizer(opt.tokenizer);
-  // Nothing in --out is text: it is the dataset being replaced, or the one about to be written.
+  // The dataset files in --out are not text: the dataset being replaced, or the one being written.
   DocumentReader reader(opt.input, text_split, {opt.out});
   std::optional<DocumentReader> val_reader;
   if (by_files) val_reader.emplace(opt.val_input, text_split, std::vector<std::string>{opt.out});

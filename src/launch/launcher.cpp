@@ -26,8 +26,9 @@
 // The launchers' store speaks nanoddp's protocol, not PyTorch's TCPStore. So the workers'
 // MASTER_PORT is not the store's port but a free port that node 0's launcher finds for each attempt
 // and registers in step 1 (NodeRecord::worker_port), as torchrun's c10d backend did before PyTorch
-// 2.4: a PyTorch script's rank 0 binds it for init_process_group(init_method="env://"). nanoddp's own workers
-// reach the launchers' store at MASTER_ADDR:NANODDP_AGENT_STORE_PORT instead (comm/init.cpp).
+// 2.4: a PyTorch script's rank 0 binds it for init_process_group(init_method="env://"). nanoddp's
+// own workers reach the launchers' store at MASTER_ADDR:NANODDP_AGENT_STORE_PORT instead
+// (comm/init.cpp).
 // "Free" is as of the probe: another program can still take the port before rank 0 binds it, and
 // rank 0 then says that the port is in use.
 #include "launch/launcher.h"
@@ -68,6 +69,12 @@ struct WorkersRunning {
   WorkersRunning() { LauncherSignals::set_workers_running(true); }
   ~WorkersRunning() { LauncherSignals::set_workers_running(false); }
 };
+
+// The cause an interrupted launcher reports: not restartable, so the other nodes stop too.
+FailureReport interrupt_report(const LaunchPlan& plan, int sig, const char* when) {
+  return FailureReport{plan.node_rank, plan.host, -1, -1, int(::getpid()),
+                       fmt::format("was interrupted by {}{}", signal_name(sig), when), {}, false};
+}
 
 // This node's workers for one attempt: identity, environment and log file of each.
 std::vector<WorkerSpec> make_specs(const LaunchPlan& plan, const Membership& m, int attempt, int store_port) {
@@ -211,10 +218,8 @@ class Attempt {
 
   AttemptResult interrupted(int sig) {
     launcher_say(fmt::format("received {}; stopping {} worker(s)", signal_name(sig), plan_.nproc));
-    FailureReport why{plan_.node_rank, plan_.host, -1, -1, int(::getpid()),
-                      fmt::format("was interrupted by {}", signal_name(sig)), {}, false};
     try {
-      rdzv_.report_failure(attempt_, why);  // so that the other nodes stop instead of waiting
+      rdzv_.report_failure(attempt_, interrupt_report(plan_, sig, ""));  // the other nodes stop, not wait
     } catch (const Error&) {
     }
     group_.stop(plan_.stop_timeout, sig);
@@ -305,6 +310,11 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
   // Long enough for the other launchers to see the outcome and stop their workers.
   milliseconds leave_within = plan.stop_timeout + 10 * plan.monitor_interval + std::chrono::seconds(5);
 
+  // This launcher leaves the job on a signal: `attempt`'s cause says so, so that nodes waiting at its
+  // join stop there instead of waiting for this one until --rdzv_timeout (Membership::ended).
+  auto report_interrupt = [&](int at, int sig, const char* when) {
+    rdzv.report_failure(at, interrupt_report(plan, sig, when));
+  };
   for (int attempt = 0;; attempt++) {
     NodeRecord self{plan.nnodes, plan.nproc, plan.host, int(::getpid())};
     self.max_restarts = plan.max_restarts;
@@ -316,15 +326,12 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
       // hear of it; before, the handler ended this launcher at once, and they waited for it until
       // --rdzv_timeout.
       WorkersRunning deferred;
-      m = rdzv.join(attempt, self, [] { return LauncherSignals::termination_signal(); });
+      m = rdzv.join(attempt, self, &LauncherSignals::termination_signal);
     }
     if (m.interrupted != 0) {
       launcher_say(fmt::format("received {} while waiting for the other nodes", signal_name(m.interrupted)));
       try {
-        rdzv.report_failure(attempt, FailureReport{plan.node_rank, plan.host, -1, -1, int(::getpid()),
-                                                   fmt::format("was interrupted by {} while it waited for the other "
-                                                               "nodes", signal_name(m.interrupted)),
-                                                   {}, false});
+        report_interrupt(attempt, m.interrupted, " while it waited for the other nodes");
         rdzv.leave(leave_within, m.absent);
       } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
       }
@@ -350,17 +357,11 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
       rdzv.leave(leave_within);
       return 0;
     }
-    // This node leaves the job: the next attempt's cause says so, so that nodes that restart (another
-    // node's failure may have been reported first) stop at its join instead of waiting there for this
-    // one (Membership::ended).
-    auto end_next_attempt = [&](int sig, const char* when) {
-      rdzv.report_failure(attempt + 1, FailureReport{plan.node_rank, plan.host, -1, -1, int(::getpid()),
-                                                     fmt::format("was interrupted by {}{}", signal_name(sig), when),
-                                                     {}, false});
-    };
+    // Interrupted during the attempt: the next one's cause says so too, for nodes that restart
+    // (another node's failure may have been reported first for this one).
     if (r.end == AttemptResult::End::Interrupted) {
       try {
-        end_next_attempt(r.signal, "");
+        report_interrupt(attempt + 1, r.signal, "");
         rdzv.leave(leave_within);
       } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
       }
@@ -373,7 +374,7 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
     if (int sig = LauncherSignals::termination_signal(); sig != 0) {
       launcher_say(fmt::format("received {} while stopping the workers: no restart", signal_name(sig)));
       try {
-        end_next_attempt(sig, " while it stopped the failed attempt's workers");
+        report_interrupt(attempt + 1, sig, " while it stopped the failed attempt's workers");
         rdzv.leave(leave_within);
       } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
       }

@@ -1,5 +1,6 @@
 #include "launch/launcher_rendezvous.h"
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <numeric>
@@ -107,27 +108,23 @@ Membership LauncherRendezvous::join(int attempt, const NodeRecord& self, const s
   for (int k = 0; k < nnodes_; k++) keys.push_back(node_key(attempt, k));
   auto deadline = Clock::now() + timeout_;
   const std::string failed_key = fmt::format("attempt{}/failed", attempt);
+  auto missing = [&] {
+    std::vector<int> out;
+    for (int k = 0; k < nnodes_; k++)
+      if (!store_->check({keys[size_t(k)]})) out.push_back(k);
+    return out;
+  };
   while (!store_->check(keys)) {
-    // Workers start only once every node has joined, so a cause reported now ended the attempt
-    // before it began (Membership::ended).
-    // The attempt ends before it began: this node's own signal first (it exits as interrupted),
-    // then another node's cause.
-    auto absent = [&] {
-      int n = 0;
-      for (int k = 0; k < nnodes_; k++) n += store_->check({keys[size_t(k)]}) ? 0 : 1;
-      return n;
-    };
+    // Workers start only once every node has joined, so the attempt can end here before it began:
+    // by this node's own signal first (it exits as interrupted), then by another node's cause.
     if (interrupted)
-      if (const int sig = interrupted()) return Membership{{}, std::nullopt, sig, absent()};
+      if (const int sig = interrupted()) return Membership{{}, std::nullopt, sig, int(missing().size())};
     if (store_->check({failed_key}))
-      if (auto cause = failure(attempt)) return Membership{{}, cause, 0, absent()};
+      if (auto cause = failure(attempt)) return Membership{{}, cause, 0, int(missing().size())};
     if (Clock::now() >= deadline) {
-      std::string missing;
-      for (int k = 0; k < nnodes_; k++)
-        if (!store_->check({keys[size_t(k)]})) missing += (missing.empty() ? "" : ", ") + std::to_string(k);
       NANODDP_FAIL("node(s) {} did not join {} within {} s (--rdzv_timeout): start `nanoddp run --node_rank K` on "
                    "every host with the same --nnodes {}, --master_addr and --master_port",
-                   missing, attempt == 0 ? "the job" : fmt::format("restart {}", attempt),
+                   fmt::join(missing(), ", "), attempt == 0 ? "the job" : fmt::format("restart {}", attempt),
                    std::chrono::duration<double>(timeout_).count(), nnodes_);
     }
     std::this_thread::sleep_for(kPollEvery);

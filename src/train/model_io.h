@@ -29,15 +29,14 @@ std::unique_ptr<model::GPT> load_model(const std::string& checkpoint_dir, Device
 std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& checkpoint_dir,
                                                             const std::string& data_dir = "");
 
+// Throws when `data_dir`'s trained tokenizer (its file or its .json sidecar) differs from the copy
+// the checkpoint's run keeps (the dataset prepared again with another tokenizer of the same
+// vocabulary size). Nothing to compare for a built-in tokenizer, or where either file is missing.
+void check_dataset_tokenizer(const std::string& checkpoint_dir, const std::string& data_dir);
+
 // Writes FILE.tmp and renames it, so `file` never exists half-written; a failure removes FILE.tmp.
 // An existing file is replaced; an existing directory is an error (nanoddp::Error, as is every
 // failure here).
-// Throws when `data_dir`'s trained tokenizer (its file or its .json sidecar) differs from the copy
-// the checkpoint's run keeps (the dataset prepared again with another tokenizer of the same
-// vocabulary size). Nothing to compare
-// for a built-in tokenizer, or where either file is missing.
-void check_dataset_tokenizer(const std::string& checkpoint_dir, const std::string& data_dir);
-
 void export_safetensors(const std::string& checkpoint_dir, const std::string& file);
 
 // vocab_size, n_head and max_seq_len matter only for files without nanoddp metadata (from

@@ -243,10 +243,9 @@ class Trainer {
   std::unique_ptr<ddp::Optimizer> optimizer_;
   std::unique_ptr<data::BatchSource> loader_;     // base and SFT
   std::unique_ptr<QuestionSource> questions_;     // RL (stage rl) instead
-  // The val split or validation conversations, opened once; every evaluation rewinds it to
-  // val_start_, so that each sees the same rows. Null when nothing is evaluated.
+  // The val split or validation conversations, opened once; every evaluation rewinds it to its
+  // start, so that each sees the same rows. Null when nothing is evaluated.
   std::unique_ptr<data::BatchSource> val_loader_;
-  data::LoaderState val_start_;
   RlStepStats rl_stats_;                          // of the last RL step, on this rank
   // One micro-batch: i32 [device_batch_size, max_seq_len] on the host.
   Tensor inputs_, targets_;
@@ -341,30 +340,27 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
     if (plan_.num_iterations < 0)
       plan_.num_iterations = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
           opts.num_epochs * static_cast<double>(questions_->size()) / static_cast<double>(opts.examples_per_step))));
-  } else if (opts.conversations.empty()) {
-    loader_ = std::make_unique<data::TokenLoader>(opts.data, "train", lo);
-    // The val split is opened now, before any training: a split too small for one window stops the
-    // run here, not after its last step with nothing saved.
+  } else {
+    // Evaluation reads rows in order, not steps.
     data::LoaderOptions val = lo;
     val.shuffle = false;
     val.seed = 0;
-    val.step_units = 0;  // evaluation reads rows, not steps
-    val_loader_ = std::make_unique<data::TokenLoader>(opts.data, "val", val);
-  } else {
-    loader_ = std::make_unique<data::ConversationLoader>(split_list(opts.conversations), *tokenizer_, lo,
-                                                         opts.mask == "all");
-    // The validation conversations are read now as well, so that a file too small or without
-    // assistant turns stops the run before it trains, not after.
-    if (!opts.val_conversations.empty()) {
-      data::LoaderOptions val = lo;
-      val.shuffle = false;
-      val.seed = 0;
-      val.step_units = 0;
-      val_loader_ = std::make_unique<data::ConversationLoader>(split_list(opts.val_conversations), *tokenizer_, val,
-                                                               opts.mask == "all");
+    val.step_units = 0;
+    if (opts.conversations.empty()) {
+      loader_ = std::make_unique<data::TokenLoader>(opts.data, "train", lo);
+      // The val split is opened now, before any training: a split too small for one window stops the
+      // run here, not after its last step with nothing saved.
+      val_loader_ = std::make_unique<data::TokenLoader>(opts.data, "val", val);
+    } else {
+      loader_ = std::make_unique<data::ConversationLoader>(split_list(opts.conversations), *tokenizer_, lo,
+                                                           opts.mask == "all");
+      // The validation conversations are read now as well, so that a file too small or without
+      // assistant turns stops the run before it trains, not after.
+      if (!opts.val_conversations.empty())
+        val_loader_ = std::make_unique<data::ConversationLoader>(split_list(opts.val_conversations), *tokenizer_,
+                                                                 val, opts.mask == "all");
     }
   }
-  if (val_loader_) val_start_ = val_loader_->state();
   if (plan_.num_iterations < 0) {
     const double steps = opts.num_epochs * static_cast<double>(loader_->tokens_per_epoch()) /
                          static_cast<double>(plan_.tokens_per_step);
@@ -532,8 +528,11 @@ void Trainer::restore(int64_t step) {
   // rates, evaluation and save cadence, ...) may change across a resume.
   // The world size and --zero may change: the optimizer state is resharded (Note [resharding] in
   // ddp/optimizer.cpp) and the loader's cursor counts global units (Note [data order] in data/loader.h).
+  const nlohmann::json& saved_options = meta.at("options");
+  const nlohmann::json now_options = options_to_json(opts_);
   for (const char* key : {"optimizer", "device_batch_size", "max_seq_len"}) {
-    const auto saved = meta.at("options").at(key), now = options_to_json(opts_).at(key);
+    const auto& saved = saved_options.at(key);
+    const auto& now = now_options.at(key);
     NANODDP_CHECK(saved == now, "checkpoint {} was trained with --{} {} but this run has {}; resume with the same "
                   "setting", dir, key, saved.dump(), now.dump());
   }
@@ -541,7 +540,6 @@ void Trainer::restore(int64_t step) {
   // micro-batch per rank, sft's default) means another batch on another world size, and with it
   // another schedule and amount of data. RL counts questions (--examples_per_step) instead.
   if (!rl()) {
-    const nlohmann::json& saved_options = meta.at("options");
     const int64_t saved_flag = saved_options.value("total_batch_size", int64_t{-1});
     // Checkpoints from before "tokens_per_step" was saved: the flag, or what -1 meant on their ranks.
     const int64_t saved_tokens = meta.value(
@@ -560,7 +558,6 @@ void Trainer::restore(int64_t step) {
                                     "not divide it): resume on {} rank(s), or start a new run (--init_from)",
                                     group_.size(), per_micro, saved_world));
   } else {
-    const nlohmann::json& saved_options = meta.at("options");
     NANODDP_CHECK(!saved_options.contains("examples_per_step") ||
                       saved_options.at("examples_per_step") == nlohmann::json(opts_.examples_per_step),
                   "checkpoint {} was trained with --examples_per_step {} but this run has {}; resume with the same "
@@ -569,10 +566,9 @@ void Trainer::restore(int64_t step) {
   }
   // Another seed or dataset would silently train on other rows than the checkpoint's run.
   if (!opts_.allow_changed_data) {
-    const auto& saved = meta.at("options");
-    NANODDP_CHECK(!saved.contains("seed") || saved.at("seed") == options_to_json(opts_).at("seed"), "checkpoint {} "
-                  "was trained with --seed {} but this run has {}: use the same seed, or pass --allow_changed_data",
-                  dir, saved.at("seed").dump(), opts_.seed);
+    NANODDP_CHECK(!saved_options.contains("seed") || saved_options.at("seed") == now_options.at("seed"),
+                  "checkpoint {} was trained with --seed {} but this run has {}: use the same seed, or pass "
+                  "--allow_changed_data", dir, saved_options.value("seed", nlohmann::json()).dump(), opts_.seed);
     if (meta.contains("dataset")) {
       const nlohmann::json now = dataset_identity();
       NANODDP_CHECK(meta.at("dataset") == now, "checkpoint {} was trained on another dataset ({}) than --data {} "
@@ -583,7 +579,6 @@ void Trainer::restore(int64_t step) {
   // Under --zero 1|2 the buckets decide where a rank's piece of each AdamW state ends, so other
   // bucket sizes read the pieces as resharding does. Under --zero 0 every rank saved the whole
   // state (the same bytes), so resharding reads rank 0's file alone.
-  const nlohmann::json& saved_options = meta.at("options");
   const int saved_zero = saved_options.value("zero", 0);
   const bool same_buckets = saved_options.value("bucket_cap_mb", opts_.bucket_cap_mb) == opts_.bucket_cap_mb &&
                             saved_options.value("first_bucket_mb", opts_.first_bucket_mb) == opts_.first_bucket_mb;
@@ -819,7 +814,7 @@ void Trainer::evaluate_and_log(int64_t step) {
   if (rl()) return;
   // Chat stages evaluate on held-out conversations, only where the assistant speaks, or not at all.
   if (!val_loader_) return;
-  val_loader_->set_state(val_start_);
+  val_loader_->set_state(data::LoaderState{});  // a loader starts at epoch 0, cursor 0
   r = evaluate(*model_, *val_loader_, opts_.device_batch_size, opts_.max_seq_len, plan_.eval_micro_batches,
                token_bytes_, group_);
   result_.eval = r;

@@ -53,8 +53,9 @@ TEST(Environment, TheLaunchersStorePortIsReadApartFromMasterPort) {
       fake({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29501"}, {"NANODDP_AGENT_STORE_PORT", "41000"}}));
   EXPECT_EQ(d.master_port, 29501);
   EXPECT_EQ(d.agent_store_port, 41000);
-  NANODDP_EXPECT_ERROR(discover_environment(fake({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"NANODDP_AGENT_STORE_PORT", "0"}})),
-                       "NANODDP_AGENT_STORE_PORT=0 is out of range");
+  NANODDP_EXPECT_ERROR(
+      discover_environment(fake({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"NANODDP_AGENT_STORE_PORT", "0"}})),
+      "NANODDP_AGENT_STORE_PORT=0 is out of range");
 }
 
 TEST(Environment, TorchelasticRestartCountIsAccepted) {

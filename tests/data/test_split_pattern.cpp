@@ -62,8 +62,8 @@ TEST(SplitPattern, WhitespaceIsUnicodeWhiteSpace) {
 }
 
 // A POSIX class inside a class keeps the class open and means its ASCII characters, as in Rust's
-// syntax; a nested class or a set operation, which PCRE2 would read otherwise, is refused. Was: "[[:alpha:]\s]+" split "ab c]]" as
-// "ab " and "c]]", the inner ']' taken as the end of the class.
+// syntax; a nested class or a set operation, which PCRE2 would read otherwise, is refused. Was:
+// "[[:alpha:]\s]+" split "ab c]]" as "ab " and "c]]", the inner ']' taken as the end of the class.
 TEST(SplitPattern, PosixClassesKeepTheClassAndNestedClassesAreRefused) {
   SplitPattern p{R"([[:alpha:]\s]+)"};
   EXPECT_EQ(split_all(p, "ab c]]"), (Pieces{"ab c", "]]"}));

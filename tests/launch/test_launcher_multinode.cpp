@@ -78,7 +78,8 @@ TEST(LauncherPieces, RendezvousRejectsATakenNodeRankAndMismatchedNnodes) {
   NodeRecord mine{2, 1, "a", 1};
   mine.max_restarts = 0;
   mine.monitor_interval_ms = 500;
-  NANODDP_EXPECT_ERROR(a.join(0, mine), "node 1 (b) was started with --max_restarts 3 but node 0 with --max_restarts 0");
+  NANODDP_EXPECT_ERROR(a.join(0, mine),
+                       "node 1 (b) was started with --max_restarts 3 but node 0 with --max_restarts 0");
   mine.max_restarts = 3;
   mine.monitor_interval_ms = 5000;
   fresh->set_string("attempt2/node1", R"({"nnodes":2,"nproc":1,"host":"b","pid":2,"max_restarts":3,)"
