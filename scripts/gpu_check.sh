@@ -282,10 +282,10 @@ bench_table() {
   cat "${files[@]}" > "$logs/bench.jsonl"
   python3 bench/gpu_bench_table.py "$logs/bench.jsonl" | tee -a "$log_all" >&2
 }
-# bench_depth D: nanoddp against PyTorch at depth D, a stage of its own (PyTorch's compile alone
-# takes minutes), its results kept apart.
+# bench_depth D NEED: nanoddp against PyTorch at depth D, a stage of its own (PyTorch's compile
+# alone takes minutes), its results kept apart; started only with NEED seconds of the call left.
 bench_depth() {
-  stage "bench_d$1" C 300 420 env BUILD_DIR="$build" OUT_DIR="$logs/bench_d$1" DEPTHS="$1" SKIP_BUILD=1 \
+  stage "bench_d$1" C "$2" 420 env BUILD_DIR="$build" OUT_DIR="$logs/bench_d$1" DEPTHS="$1" SKIP_BUILD=1 \
     bash bench/gpu_bench.sh
   bench_table
 }
@@ -298,7 +298,7 @@ else
   # --backend nccl: one process otherwise gets the single-rank group, which times nothing.
   stage nccl_busbw C 20 60 "$bin" run --standalone --nproc_per_node 1 "$build/bench/bench_allreduce" --device cuda \
     --backend nccl --min_bytes 8 --max_bytes $((1 << 30)) --factor 4
-  bench_depth 20
+  bench_depth 20 300
   stage profile_d20 D 40 120 "$build/bench/bench_train_gpu" --depth 20 --seq 2048 --batch 16 --steps 3 --warmup 2 \
     --breakdown 3
   # The attention kernels alone against PyTorch's two on the same shapes (depth 20: 10 heads of 128).
@@ -357,7 +357,7 @@ if ((dry)); then
   skip bench_d12 C "dry run (needs a GPU and PyTorch 2)"
   skip ncu_kernels D "dry run (needs a GPU)"
 else
-  bench_depth 12
+  bench_depth 12 200  # a smaller model and a shorter compile than depth 20
   stage ncu_kernels D 90 420 ncu_kernels "$build/bench/bench_train_gpu"
 fi
 

@@ -88,6 +88,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaMatmul, ::testing::ValuesIn(matmul_cases())
                                               testing::dtype_label(c.out));
                          });
 
+// f32 operands into a bf16 output take the fallback kernel (cuBLASLt has no such type pair). Its
+// grid.y holds at most 65,535 tiles of 32 rows, so an output taller than 2,097,120 rows needs a
+// second launch: 37 rows past that, every element checked (the output starts as NaN).
+TEST(CudaMatmul, FallbackKernelCoversOutputsTallerThanOneGrid) {
+  NANODDP_REQUIRE_GPU();
+  const int64_t m = 65535 * 32 + 37, n = 3, k = 5;
+  Tensor a = randn({m, k}, 7), b = randn({k, n}, 8);
+  Tensor got = poisoned({m, n}, DType::BF16);
+  ops::matmul(got, to_gpu(a, DType::F32), false, to_gpu(b, DType::F32), false, 1.5f, 0.f);
+  Tensor want = Tensor::empty({m, n}, DType::F32);  // the CPU takes f32 operands into f32 only
+  ops::matmul(want, a, false, b, false, 1.5f, 0.f);
+  EXPECT_LT(err(got, want), tol(DType::BF16, 2e-5, kBf16Eps));
+}
+
 // ---- elementwise ---------------------------------------------------------------------------------
 TEST_P(DTypes, FillScaleAxpyRelu2) {
   NANODDP_REQUIRE_GPU();
@@ -345,6 +359,32 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(attention_ca
                            return fmt::format("b{}q{}cap{}kv{}h{}g{}d{}_{}", c.b, c.tq, c.tcap, c.kv_len, c.hq, c.hkv,
                                               c.d, testing::dtype_label(c.dt));
                          });
+
+// The reference kernels (f32 here) keep a row of scores or probabilities per block in shared
+// memory: the forward one of kv_len floats, the backward ones of Tq. Over the GPU's per-block limit
+// (227 KiB on Hopper) that is one clear error before any launch, and the backend stays usable.
+TEST(CudaAttention, ReferenceKernelsSayWhenTheSequenceNeedsMoreSharedMemoryThanTheGpuHas) {
+  NANODDP_REQUIRE_GPU();
+  const int64_t t = 70000, d = 8;  // 273 KiB of f32 scores a block
+  const float scale = 1.f / std::sqrt(float(d));
+  Tensor q = to_gpu(randn({1, t, 1, d}, 40), DType::F32), k = to_gpu(randn({1, t, 1, d}, 41), DType::F32),
+         v = to_gpu(randn({1, t, 1, d}, 42), DType::F32);
+  Tensor out = poisoned({1, t, 1, d}, DType::F32), lse = poisoned({1, 1, t}, DType::F32);
+  NANODDP_EXPECT_ERROR(ops::attention_forward(out, lse, q, k, v, t, scale),
+                       "attention over 70000 keys with head_dim 8 on the reference CUDA kernels");
+  Tensor dq = poisoned(q.shape(), DType::F32), dk = poisoned(k.shape(), DType::F32),
+         dv = poisoned(v.shape(), DType::F32);
+  NANODDP_EXPECT_ERROR(ops::attention_backward(dq, dk, dv, q, q, k, v, q, lse, scale), "KiB of shared memory");
+  // A sequence that fits still runs, on the same backend.
+  const int64_t s = 300;
+  Tensor sq = randn({1, s, 1, d}, 43), sk = randn({1, s, 1, d}, 44), sv = randn({1, s, 1, d}, 45);
+  Tensor sout = poisoned({1, s, 1, d}, DType::F32), slse = poisoned({1, 1, s}, DType::F32);
+  ops::attention_forward(sout, slse, to_gpu(sq, DType::F32), to_gpu(sk, DType::F32), to_gpu(sv, DType::F32), s,
+                         scale);
+  Tensor cout = Tensor::empty({1, s, 1, d}, DType::F32), clse = Tensor::empty({1, 1, s}, DType::F32);
+  ops::attention_forward(cout, clse, sq, sk, sv, s, scale);
+  EXPECT_LT(err(sout, cout), 1e-5);
+}
 
 // ---- soft-capped cross-entropy -------------------------------------------------------------------
 TEST_P(DTypes, SoftcapCrossEntropyLossesAndGradientsInPlace) {
