@@ -10,8 +10,9 @@
 //     every node has stopped attempt A-1's, because it registers for A only after stopping them.
 //  2. Run: each launcher starts its workers and watches them. Its own workers' exits wake it at once
 //     (SIGCHLD); every --monitor_interval it also reads the attempt's outcome keys. Nodes other than
-//     0 count a heartbeat each interval; node 0 declares a node lost (a cause that is not
-//     restartable: the node is gone) when its count stalls for max(5 s, 20 intervals).
+//     0 count a heartbeat each interval, from a thread of their own (Note [heartbeats from a thread]);
+//     node 0 declares a node lost (a cause that is not restartable: the node is gone) when its count
+//     stalls for max(5 s, 20 intervals).
 //  3. End: the first launcher to see a worker fail publishes the root cause (compare_set, so the
 //     first report wins) under attempt<A>/failed. Every launcher that reads it stops its workers
 //     (SIGTERM, SIGKILL after --stop_timeout) and prints the cause. If the cause is restartable and
@@ -36,7 +37,12 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <thread>
 
 #include "core/error.h"
 #include "launch/launcher_output.h"
@@ -129,6 +135,35 @@ class HeartbeatWatch {
   std::vector<Clock::time_point> changed_;
 };
 
+// Note [heartbeats from a thread]
+// The loop that watches the workers also relays their output to the console, and a console that
+// takes none (a paused terminal, a pipe whose reader has stopped) blocks it in write(), as it would
+// block the workers themselves under torchrun, where they write to the console directly. Heartbeats
+// sent from that loop stopped with it, and node 0 then ended the whole job as if this node had
+// died. So each attempt counts its heartbeats from a thread of its own, which lives until the
+// attempt's workers are stopped. A store that fails it ends the thread quietly: the loop's own
+// store requests meet the same failure and report it.
+class HeartbeatSender {
+ public:
+  HeartbeatSender(LauncherRendezvous& rdzv, int attempt, milliseconds interval)
+      : thread_([this, &rdzv, attempt, interval](std::stop_token stop) {
+          std::unique_lock lock(mu_);
+          while (!stop.stop_requested()) {
+            try {
+              rdzv.heartbeat(attempt);
+            } catch (const std::exception&) {
+              return;
+            }
+            wake_.wait_for(lock, stop, interval, [] { return false; });  // the interval, or the stop
+          }
+        }) {}
+
+ private:
+  std::mutex mu_;
+  std::condition_variable_any wake_;  // woken only by the stop request of ~jthread
+  std::jthread thread_;               // last: it uses the members above
+};
+
 // How long a launcher may be silent (heartbeats, store requests) before the others count it gone.
 // Generous next to the monitor interval: a launcher has little else to do, so a silence this long
 // means it is gone or stopped, not busy.
@@ -152,6 +187,8 @@ class Attempt {
 
   AttemptResult run() {
     group_.start();
+    std::optional<HeartbeatSender> heartbeat;  // stops when run() returns, its workers stopped
+    if (plan_.node_rank != 0) heartbeat.emplace(rdzv_, attempt_, plan_.monitor_interval);
     auto next_check = Clock::now();
     try {
       for (;;) {
@@ -195,11 +232,10 @@ class Attempt {
     return false;
   }
 
-  // Heartbeats, then the attempt's outcome as the store records it; nullopt while it goes on.
+  // Node 0's watch on the others' heartbeats, then the attempt's outcome as the store records it;
+  // nullopt while it goes on.
   std::optional<AttemptResult> check_store() {
-    if (plan_.node_rank != 0) {
-      rdzv_.heartbeat(attempt_);
-    } else if (int lost = heartbeats_.stale(rdzv_.heartbeats(attempt_)); lost > 0) {
+    if (int lost = plan_.node_rank == 0 ? heartbeats_.stale(rdzv_.heartbeats(attempt_)) : -1; lost > 0) {
       std::string what = fmt::format("sent no heartbeat for {} s: it was killed or its host is unreachable",
                                       std::chrono::duration<double>(heartbeats_.timeout()).count());
       rdzv_.report_failure(attempt_, FailureReport{lost, membership_.nodes[size_t(lost)].host, -1, -1,

@@ -318,6 +318,27 @@ TEST(LauncherMultiNode, CtrlCWhileNodeZeroIsStoppedEndsWithinTheHeartbeatTimeout
   expect_all_gone(pids0, "node 0's worker");
 }
 
+// Node 1's stdout is a pipe whose reader waits 8 s, past the 5 s heartbeat timeout, while node 1's
+// workers print far more than a pipe holds: its launcher blocks in write(), as a paused terminal or
+// a stalled `| less` would block it, and the workers block on their own pipes in turn. The job
+// must go on once the reader drains the pipe. Was: the heartbeat came from the loop that relays the
+// output, so node 0 ended the job with "sent no heartbeat".
+TEST(LauncherMultiNode, AConsoleThatTakesNoOutputForAWhileDoesNotLoseTheNode) {
+  int port = free_port();
+  std::vector<std::string> worker = {"--store", "--lines", "20000"};
+  Proc n0(launch(node_flags(0, "127.0.0.1", port), worker));
+  std::vector<std::string> slow_reader = {"/bin/bash", "-c", "set -o pipefail; \"$@\" | { sleep 8; cat; }", "bash"};
+  for (std::string& a : launch(node_flags(1, "127.0.0.1", port), worker)) slow_reader.push_back(a);
+  Proc n1(slow_reader);
+  ASSERT_EQ(n1.wait_exit(60s), 0) << n1.all();
+  ASSERT_EQ(n0.wait_exit(60s), 0) << n0.all();
+  for (Proc* n : {&n0, &n1}) {
+    auto lines = lines_by_rank(n->out(), "line");
+    EXPECT_EQ(lines.size(), 2u) << n->err();
+    for (auto& [rank, got] : lines) EXPECT_EQ(got.size(), 20000u) << "rank " << rank;
+  }
+}
+
 TEST_F(TwoHosts, OneLauncherPerHostRunsTheJob) {
   const int port = 29611;  // each namespace has its own ports: nothing else can hold this one
   Proc n0(on_host(0, launch(node_flags(0, addr(0), port), {"--env", "--store"})));
