@@ -81,7 +81,9 @@ std::vector<TaskItem> make_task(const std::string& name, int64_t count, uint64_t
   const auto names = task_names();
   NANODDP_CHECK(std::find(names.begin(), names.end(), name) != names.end(), "unknown task '{}' (spelling, letters or "
                 "arithmetic)", name);
-  NANODDP_CHECK(count >= 1, "--count must be at least 1 (got {})", count);
+  // The items are made in memory, a few hundred bytes each: 2^24 of them are already gigabytes.
+  constexpr int64_t kMaxItems = int64_t{1} << 24;
+  NANODDP_CHECK(count >= 1 && count <= kMaxItems, "--count must be between 1 and {} (got {})", kMaxItems, count);
   std::vector<std::string> words;
   if (name != "arithmetic") words = load_words(words_file);
   Rng rng(seed, stream_id(name));

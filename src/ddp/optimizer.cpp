@@ -1,6 +1,7 @@
 #include "ddp/optimizer.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <set>
@@ -198,6 +199,18 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
   return out;
 }
 
+namespace {
+
+// adamw.step of an optimizer file: an int64 scalar, or an error naming the file (read_into checks
+// the dtype and size; a damaged or foreign file must not reach data<int64_t>() unchecked).
+int64_t read_adam_step(const SafetensorsFile& file) {
+  Tensor step = Tensor::empty({1}, DType::I64);
+  file.read_into("adamw.step", step);
+  return step.data<int64_t>()[0];
+}
+
+}  // namespace
+
 bool Optimizer::state_matches(const SafetensorsFile& file) const {
   const auto expected = state();
   if (file.names().size() != expected.size()) return false;
@@ -215,7 +228,7 @@ void Optimizer::load_state(const SafetensorsFile& file) {
   }
   NANODDP_CHECK(file.names().size() == expected.size(), "optimizer state {} holds {} tensors where this run expects "
                 "{}: it was saved with other sharding settings", file.path(), file.names().size(), expected.size());
-  adam_step_ = file.read("adamw.step").data<int64_t>()[0];
+  adam_step_ = read_adam_step(file);
 }
 
 }  // namespace nanoddp::ddp
@@ -243,15 +256,18 @@ void Optimizer::load_state_resharded(const std::vector<const SafetensorsFile*>& 
     for (const std::string& name : f->names()) {
       if (!seen.insert(name).second) continue;
       if (name == "adamw.step") {
-        step = f->read(name).data<int64_t>()[0];
+        step = read_adam_step(*f);
         continue;
       }
       const bool m = name.rfind("adamw.m.", 0) == 0, v = name.rfind("adamw.v.", 0) == 0;
       if (m || v) {
         const size_t at = name.rfind('@');
-        NANODDP_CHECK(at != std::string::npos, "optimizer state {}: unexpected tensor '{}'", f->path(), name);
+        int64_t offset = -1;
+        const char* end = name.data() + name.size();
+        const bool numeric = at != std::string::npos && std::from_chars(name.data() + at + 1, end, offset).ptr == end;
+        NANODDP_CHECK(numeric && offset >= 0, "optimizer state {}: unexpected tensor '{}'", f->path(), name);
         const std::string param = name.substr(8, at - 8);
-        (m ? adam_m : adam_v)[param].push_back({f, name, std::stoll(name.substr(at + 1)), f->shape(name).numel()});
+        (m ? adam_m : adam_v)[param].push_back({f, name, offset, f->shape(name).numel()});
       } else if (name.rfind("muon.momentum.", 0) == 0) {
         muon[name.substr(14)] = {f, name, 0, f->shape(name).numel()};
       } else {
@@ -267,6 +283,9 @@ void Optimizer::load_state_resharded(const std::vector<const SafetensorsFile*>& 
       const int64_t a = std::max(offset, pc.offset), z = std::min(offset + dst.numel(), pc.offset + pc.numel);
       if (a >= z) continue;
       const Tensor src = pc.file->read(pc.name);
+      NANODDP_CHECK(src.dtype() == dst.dtype(), "optimizer state {}: tensor '{}' is {} where {} was expected: the "
+                    "file is damaged or was not written by nanoddp", pc.file->path(), pc.name,
+                    dtype_name(src.dtype()), dtype_name(dst.dtype()));
       copy(dst.region(a - offset, {z - a}), src.region(a - pc.offset, {z - a}));
       covered += z - a;
     }

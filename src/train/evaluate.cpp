@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "comm/consistency.h"
+#include "core/error.h"
 #include "data/loader.h"
 
 namespace nanoddp::train {
@@ -35,10 +36,24 @@ EvalResult evaluate(model::GPT& model, data::BatchSource& loader, int64_t batch,
     }
   }
   dist::allreduce_scalars(group, sums, dist::ReduceOp::Sum);
+  // A split whose every target in the evaluated windows is masked (SFT scores only the assistant's
+  // tokens) would report a loss and bits per byte of 0, the best possible: say so instead. Every
+  // rank holds the same sums, so every rank stops here together. The check comes at the first
+  // evaluation, the run's step 0.
+  const int64_t read = micro_batches * batch * seq * group.size();
+  NANODDP_CHECK(sums[3] > 0,
+                "the evaluation scored no tokens: every target of the {} validation tokens it reads is masked (SFT "
+                "scores only the assistant's replies): give the validation split conversations whose replies fall "
+                "within those tokens, or raise --eval_tokens",
+                read);
+  NANODDP_CHECK(sums[1] > 0,
+                "the evaluation scored {} tokens, but none of them stands for text bytes (special tokens only), so "
+                "bits per byte is undefined: give the validation split replies with text, or raise --eval_tokens",
+                static_cast<int64_t>(sums[3]));
   EvalResult r;
   r.tokens = static_cast<int64_t>(sums[3]);
-  r.loss = sums[3] > 0 ? sums[2] / sums[3] : 0.0;
-  r.bpb = sums[1] > 0 ? sums[0] / (std::numbers::ln2 * sums[1]) : 0.0;
+  r.loss = sums[2] / sums[3];
+  r.bpb = sums[0] / (std::numbers::ln2 * sums[1]);
   return r;
 }
 

@@ -175,6 +175,18 @@ static std::string tokenizer_file_of(const std::string& dir, const std::string& 
 void check_dataset_tokenizer(const std::string& dir, const std::string& data_dir) {
   const auto meta = read_checkpoint_meta(dir);
   const std::string spec = meta.value("tokenizer", "");
+  // By name first: another built-in tokenizer, or a trained file for a built-in one (or the other
+  // way round), maps the same ids to other text. Was: sample failed on an id outside the model's
+  // vocabulary, or printed text decoded with the wrong table and exited 0.
+  // (A --data that is not a prepared dataset, such as sft's conversations, has no tokenizer to compare.)
+  if (!data::is_prepared_dataset(data_dir)) return;
+  const std::string theirs_spec = data::read_dataset_meta(data_dir).tokenizer;
+  const bool same_name = spec.ends_with(".tiktoken")
+                             ? fs::path(theirs_spec).filename() == fs::path(spec).filename()
+                             : theirs_spec == spec;
+  NANODDP_CHECK(spec.empty() || same_name, "dataset {} was tokenized with {}, but checkpoint {} was trained with {}: "
+                "the same ids would be other text; give --data the dataset it was trained on, or leave --data out",
+                data_dir, theirs_spec, dir, spec);
   if (!spec.ends_with(".tiktoken")) return;  // a built-in tokenizer is the same wherever it is named
   const fs::path own = run_tokenizer_copy(dir, spec), theirs = fs::path(data_dir) / fs::path(spec).filename();
   if (!fs::is_regular_file(own) || !fs::is_regular_file(theirs)) return;

@@ -74,11 +74,10 @@ std::string move_run_aside(const std::string& out) {
   return dest;
 }
 
-std::vector<int64_t> set_aside_checkpoints_after(const std::string& out, int64_t step, const std::string& run_id,
-                                                 std::string* dest) {
+std::vector<int64_t> set_aside_checkpoints_after(const std::string& out, int64_t step, std::string* dest) {
   std::vector<int64_t> later;
   for (int64_t s : complete_checkpoint_steps(out))
-    if (s > step && checkpoint_run_id(out, s) == run_id) later.push_back(s);
+    if (s > step) later.push_back(s);
   if (later.empty()) return later;
   const fs::path root = fs::path(out) / "checkpoints";
   const std::string stem = (root / fmt::format("after_step_{:06d}", step)).string();

@@ -36,11 +36,13 @@ std::string describe_run(const std::string& out);
 // Renames OUT to OUT.previous-<run id or time> (with -2, -3, ... if taken) and returns that path.
 std::string move_run_aside(const std::string& out);
 
-// Moves run `run_id`'s complete checkpoints of steps after `step` in OUT into
+// Moves every complete checkpoint of a step after `step` in OUT into
 // OUT/checkpoints/after_step_<step> (with -2, -3, ... if taken; the name is not a checkpoint's, so
 // nothing there is resumed or rotated) and returns their steps, with the folder in *dest; none:
-// nothing is moved. Another run's checkpoints are left where they are, as rotation leaves them.
-std::vector<int64_t> set_aside_checkpoints_after(const std::string& out, int64_t step, const std::string& run_id,
-                                                 std::string* dest);
+// nothing is moved. Whichever run wrote them: one whose meta.json names another run, or none (a
+// broken meta.json, an older nanoddp), would otherwise stay the folder's newest, for --resume
+// latest and a launcher's restart, until this run passed its step, and a save of that step would
+// then replace it. Moving keeps it.
+std::vector<int64_t> set_aside_checkpoints_after(const std::string& out, int64_t step, std::string* dest);
 
 }  // namespace nanoddp::train

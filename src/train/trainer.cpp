@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <csignal>
 #include <cmath>
 #include <cerrno>
@@ -400,12 +401,13 @@ int64_t Trainer::resume_step() {
     NANODDP_CHECK(latest.has_value(), "--resume latest: no complete checkpoint under {}/checkpoints", opts_.out);
     return *latest;
   }
+  // The whole value, digits only: stoll read "5abc" or "9e2" as an earlier step, and resuming
+  // it would set the later checkpoints aside.
   int64_t step = -1;
-  try {
-    step = std::stoll(mode);
-  } catch (const std::exception&) {
-    NANODDP_FAIL("--resume must be latest, auto or a step number (got '{}')", mode);
-  }
+  const char* end = mode.data() + mode.size();
+  const auto [ptr, ec] = std::from_chars(mode.data(), end, step);
+  NANODDP_CHECK(!mode.empty() && ec == std::errc() && ptr == end && step >= 0,
+                "--resume must be latest, auto or a step number (got '{}')", mode);
   if (!std::filesystem::exists(checkpoint_dir(opts_.out, step) + "/DONE")) {
     // Say which steps there are, so the user can pick one.
     std::string have;
@@ -488,14 +490,21 @@ nlohmann::json read_resumable_meta(const std::string& out, int64_t step) {
   NANODDP_CHECK(!(meta.is_object() && meta.value("model_only", false)), "checkpoint {} holds weights only (no "
                 "optimizer state or data position, e.g. from `nanoddp import`): start a new run from it with "
                 "--init_from {}", dir, dir);
+  // The data position indexes the loader's order and shards: a negative one would read outside them.
+  const auto position = [&](const char* key) {
+    const auto& l = meta.at("loader");
+    return l.contains(key) && l.at(key).is_number_integer() && l.at(key).get<int64_t>() >= 0;
+  };
   const bool complete =
       meta.is_object() && meta.contains("world_size") && meta.at("world_size").is_number_integer() &&
       meta.at("world_size").get<int>() >= 1 && meta.contains("model_config") && meta.contains("loader") &&
-      meta.at("loader").is_object() && meta.at("loader").contains("epoch") && meta.at("loader").contains("cursor") &&
+      meta.at("loader").is_object() && position("epoch") && position("cursor") &&
       meta.contains("options") && meta.at("options").is_object() &&
       std::ranges::all_of(std::array{"optimizer", "device_batch_size", "total_batch_size", "max_seq_len"},
                           [&](const char* key) { return meta.at("options").contains(key); });
-  if (!complete) fail_unresumable(out, step, fmt::format("{}/meta.json lacks what a resume needs", dir));
+  if (!complete)
+    fail_unresumable(out, step, fmt::format("{}/meta.json lacks what a resume needs, or its data position is not "
+                                            "two non-negative integers", dir));
   return meta;
 }
 
@@ -644,7 +653,7 @@ void Trainer::restore(int64_t step) {
 void Trainer::set_aside_later(int64_t step) {
   if (group_.rank() != 0) return;
   std::string dest;
-  const std::vector<int64_t> moved = set_aside_checkpoints_after(opts_.out, step, run_id_, &dest);
+  const std::vector<int64_t> moved = set_aside_checkpoints_after(opts_.out, step, &dest);
   if (moved.empty()) return;
   std::string list;
   for (int64_t s : moved) list += (list.empty() ? "" : ", ") + std::to_string(s);

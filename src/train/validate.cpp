@@ -17,6 +17,7 @@ namespace {
 // context of 2^20 tokens is 500x its 2048.
 constexpr int64_t kMaxDepth = 1000;
 constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
+constexpr int64_t kMaxDeviceBatch = int64_t{1} << 24;
 
 void positive(int64_t v, const char* flag) { NANODDP_CHECK(v >= 1, "--{} must be at least 1 (got {})", flag, v); }
 
@@ -43,7 +44,11 @@ void validate_options(const TrainOptions& o) {
   NANODDP_CHECK(o.head_dim >= 2 && o.head_dim % 2 == 0, "--head_dim must be even and at least 2 (got {}): rotary "
                 "embeddings rotate pairs of dimensions", o.head_dim);
   NANODDP_CHECK(o.n_kv_head >= 0, "--n_kv_head must be 0 (= n_head) or positive (got {})", o.n_kv_head);
-  positive(o.device_batch_size, "device_batch_size");
+  // Bounded so that device_batch_size x max_seq_len x world size stays inside int64 for any world
+  // below 2^19 ranks (2^24 x 2^20 x 2^19 = 2^63): an overflow wrapped to 0, then divided by it. No
+  // device holds such a batch.
+  NANODDP_CHECK(o.device_batch_size >= 1 && o.device_batch_size <= kMaxDeviceBatch,
+                "--device_batch_size must be between 1 and {} (got {})", kMaxDeviceBatch, o.device_batch_size);
   minus_one_or_positive(o.total_batch_size, "total_batch_size", "one micro-step per step");
   minus_one_or_positive(o.num_iterations, "num_iterations", "from --target_flops or --target_param_data_ratio");
   NANODDP_CHECK(o.num_epochs == -1 || (std::isfinite(o.num_epochs) && o.num_epochs > 0),
@@ -54,12 +59,14 @@ void validate_options(const TrainOptions& o) {
   if (o.stage == "rl") {
     NANODDP_CHECK(!o.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
     positive(o.task_count, "task_count");
-    positive(o.num_samples, "num_samples");
+    NANODDP_CHECK(o.num_samples >= 2, "--num_samples must be at least 2 (got {}): RL learns from how an example's "
+                  "samples differ from their mean reward, and a single sample never does", o.num_samples);
     positive(o.examples_per_step, "examples_per_step");
     positive(o.max_new_tokens, "max_new_tokens");
     NANODDP_CHECK(std::isfinite(o.temperature) && o.temperature > 0, "--temperature must be positive (got {}): RL "
                   "learns from differences between samples, and greedy samples do not differ", o.temperature);
-    NANODDP_CHECK(o.top_k >= 0, "--top_k must be 0 (all tokens) or positive (got {})", o.top_k);
+    NANODDP_CHECK(o.top_k == 0 || o.top_k >= 2, "--top_k must be 0 (all tokens) or at least 2 (got {}): RL "
+                  "learns from differences between samples, and --top_k 1 samples greedily", o.top_k);
   }
   NANODDP_CHECK(o.target_flops == -1 || (std::isfinite(o.target_flops) && o.target_flops > 0),
                 "--target_flops must be -1 (off) or a positive number (got {})", o.target_flops);

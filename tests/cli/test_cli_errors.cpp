@@ -535,8 +535,49 @@ TEST_F(Cli, ImportRefusesDatasetOfAnotherVocabulary) {
                  {"import --data"});
 }
 
+// Regression: an SFT validation split whose evaluated windows hold no assistant token (only the
+// replies are scored) reported val loss and bpb 0.0000 as the best and exited 0. The reply "ok"
+// comes after 40 bytes of question, past the 2 windows of 16 tokens that --eval_tokens 32 reads.
+TEST_F(Cli, SftEvaluationThatScoresNoTokensIsAnError) {
+  const std::string run = path("sft_base");
+  expect_success({"import", "--input", model_file("sft_base.safetensors"), "--out", run, "--data",
+                  dataset("sft_base_data")});
+  const std::string convs = path("sft_train.jsonl"), val = path("sft_val.jsonl");
+  {
+    const std::string short_one = R"([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])";
+    std::ofstream train(convs), v(val);
+    for (int i = 0; i < 8; i++) train << short_one << "\n";
+    // The validation split in its order (it is not shuffled): a long question first, so that the
+    // first two windows of 16 tokens hold only its masked tokens, then replies that are scored.
+    v << nlohmann::json::array({{{"role", "user"}, {"content", std::string(40, 'a')}},
+                                {{"role", "assistant"}, {"content", "ok"}}})
+             .dump()
+      << "\n";
+    for (int i = 0; i < 3; i++) v << short_one << "\n";
+  }
+  const std::vector<std::string> sft = {"sft", "--source", run, "--data", convs, "--val_data", val,
+                                        "--device_batch_size", "1", "--num_iterations", "2", "--eval_every", "1",
+                                        "--threads", "1"};
+  std::vector<std::string> masked = sft;
+  masked.insert(masked.end(), {"--eval_tokens", "32", "--out", path("sft_masked")});
+  expect_failure(masked, {"the evaluation scored no tokens", "--eval_tokens"});
+  // Over the whole split (the default --eval_tokens) the replies are scored, and the run succeeds.
+  std::vector<std::string> whole = sft;
+  whole.insert(whole.end(), {"--out", path("sft_whole")});
+  expect_success(whole);
+}
+
 // Regression: import wrote a meta.json without world_size, which `train --resume` then reported as
 // "json key 'world_size' not found". It is a model-only checkpoint and now says so.
+// The items are made in memory: a count no memory holds is a range error, not "std::length_error
+// ... a bug" (eval --count and rl --task_count take the same path).
+TEST_F(Cli, Task) {
+  expect_failure({"task", "--name", "arithmetic", "--count", "100000000000000000", "--out", path("t.jsonl")},
+                 {"--count must be between 1 and 16777216"});
+  expect_failure({"task", "--name", "arithmetic", "--count", "0", "--out", path("t.jsonl")}, {"--count"});
+  expect_success({"task", "--name", "arithmetic", "--count", "5", "--out", path("t.jsonl")});
+}
+
 TEST_F(Cli, ImportWritesCompleteModelOnlyMeta) {
   const std::string run = checkpoint("run");
   const auto meta = nlohmann::json::parse(testing::read_file(run + "/checkpoints/step_000000/meta.json"));
@@ -555,6 +596,13 @@ TEST_F(Cli, Sample) {
   const std::string run = checkpoint("run");
   expect_failure({"sample", "--checkpoint", run, "--device", "toaster"}, {"toaster"});
   expect_failure({"sample", "--checkpoint", run, "--data", path("missing")}, {"missing"});
+  // A dataset of another tokenizer (a trained table, where the run used bytes) is refused by name.
+  // Was: an id outside the model's vocabulary at the first token, or text decoded with the wrong
+  // table and exit 0.
+  const std::string other = path("sample_other_data");
+  expect_success({"data", "prepare", "--input", corpus("sample_docs.jsonl", 10), "--out", other, "--tokenizer",
+                  tokenizer("sample_tok.tiktoken"), "--val_every", "2"});
+  expect_failure({"sample", "--checkpoint", run, "--data", other}, {"sample_other_data", "was tokenized with"});
   expect_failure({"sample", "--checkpoint", run, "--dtype", "fp8"}, {"--dtype must be auto, fp32, bf16 or fp16"});
   // A prompt of 20 bytes with its BOS fills the context of 16 (was: the prompt echoed, exit 0).
   expect_failure({"sample", "--checkpoint", run, "--prompt", std::string(20, 'a')}, {"--prompt is 21 tokens",

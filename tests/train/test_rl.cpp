@@ -183,6 +183,13 @@ TEST(Rl, BadInputEndsWithOneClearLine) {
   auto greedy = rl(out.str(), 2);
   greedy.insert(greedy.end(), {"--temperature", "0"});
   expect_error(single(greedy), "--temperature must be positive");
+  // Samples that cannot differ teach nothing (was: every advantage 0, the source saved, exit 0).
+  auto one_sample = rl(out.str(), 2);
+  one_sample.insert(one_sample.end(), {"--num_samples", "1"});
+  expect_error(single(one_sample), "--num_samples must be at least 2");
+  auto top_one = rl(out.str(), 2);
+  top_one.insert(top_one.end(), {"--top_k", "1"});
+  expect_error(single(top_one), "--top_k must be 0 (all tokens) or at least 2");
   expect_error(launch(2, rl(out.str(), 2, 3)), "--examples_per_step 3 is not a multiple of the world size 2");
   auto missing = rl(out.str(), 2);
   missing[4] = out.str("nope.jsonl");

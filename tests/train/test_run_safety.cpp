@@ -78,13 +78,14 @@ TEST(RunFolder, RotationDeletesOnlyThisRunsCheckpoints) {
   mine.keep_last = 1;
   mine.stop_at = 1;
   train_single(mine);
-  // (At a step this run never saves: a save of the same step replaces a checkpoint as a whole.)
-  fs::copy(other.str("checkpoints/step_000003"), out.str("checkpoints/step_000009"), fs::copy_options::recursive);
+  // At a step before the one resumed (one after it is set aside, see ResumingAnEarlierStep...), and
+  // one this run never saves (a fresh run saves no step 0; a save replaces a checkpoint as a whole).
+  fs::copy(other.str("checkpoints/step_000003"), out.str("checkpoints/step_000000"), fs::copy_options::recursive);
   // Resuming from step 1 then saves steps 2..6 with keep_last 1.
   mine.stop_at = -1;
   mine.resume = "1";
   train_single(mine);
-  EXPECT_TRUE(fs::exists(out.str("checkpoints/step_000009/DONE"))) << "another run's checkpoint was rotated away";
+  EXPECT_TRUE(fs::exists(out.str("checkpoints/step_000000/DONE"))) << "another run's checkpoint was rotated away";
   EXPECT_TRUE(fs::exists(out.str("checkpoints/step_000006/DONE")));
   EXPECT_FALSE(fs::exists(out.str("checkpoints/step_000005")));
 }
@@ -261,6 +262,8 @@ TEST(Options, EveryMeaninglessValueIsRefusedWithItsRange) {
       {"depth 0", [](auto& o) { o.depth = 0; }, "--depth must be between 1"},
       {"depth 100000", [](auto& o) { o.depth = 100000; }, "--depth must be between 1"},
       {"odd head_dim", [](auto& o) { o.head_dim = 33; }, "--head_dim must be even"},
+      {"device batch 2^53", [](auto& o) { o.device_batch_size = int64_t{1} << 53; },
+       "--device_batch_size must be between 1 and 16777216"},
       {"warmup + warmdown > 1", [](auto& o) { o.warmup_ratio = 0.6; }, "at most 1"},
       {"zero 3", [](auto& o) { o.zero = 3; }, "--zero must be 0, 1 or 2"},
       {"dtype f16", [](auto& o) { o.dtype = "f16"; }, "--dtype must be auto, fp32, bf16 or fp16 (got 'f16')"},

@@ -309,8 +309,59 @@ TEST(Checkpoints, ABrokenMetaNamesTheOneBefore) {
       EXPECT_EQ(what.find("--init_from"), std::string::npos) << what;
     }
   }
+  // Resuming step 2, as the error advises, sets the broken step 4 aside with the later ones: its
+  // meta.json names no run, yet it is kept, not replaced by the new step 4 (was: it stayed the
+  // newest, so --resume latest failed on it again, and the new save of step 4 deleted its intact
+  // model and optimizer files).
   o.resume = "2";
+  o.stop_at = 3;
+  EXPECT_EQ(train_single(o).last_step, 3);
+  EXPECT_EQ(train::latest_checkpoint(out.str()), 3);
+  o.resume = "latest";
+  o.stop_at = -1;
   EXPECT_EQ(train_single(o).last_step, 6);
+  for (const char* file : {"model.safetensors", "optim_rank0.safetensors", "DONE"})
+    EXPECT_TRUE(fs::exists(out.str("checkpoints/after_step_000002/step_000004/") + file)) << file;
+}
+
+// A damaged checkpoint is refused with an error that names the file, never an abort or a read
+// outside the data: adamw.step of another dtype or size (was: an assert in data<int64_t>(), or a
+// read past its bytes), and a negative data position in meta.json (was: the loader indexed its
+// order and shards with it).
+TEST(Checkpoints, ADamagedOptimizerFileOrDataPositionIsAnError) {
+  testing::ScratchDir out("checkpoints_damaged");
+  auto o = tiny_saving(out.str(), 4, 2);
+  o.stop_at = 2;
+  train_single(o);
+  o.stop_at = -1;
+  o.resume = "latest";
+  const std::string step = out.str("checkpoints/step_000002/");
+  const std::string optim = step + "optim_rank0.safetensors", kept = out.str("optim_rank0.kept");
+  fs::copy_file(optim, kept);
+  for (const Tensor& bad : {Tensor::zeros({1}, DType::F64), Tensor::zeros({0}, DType::I64)}) {
+    {
+      SafetensorsFile file(kept);
+      SafetensorsWriter w;
+      for (const std::string& name : file.names()) w.add(name, name == "adamw.step" ? bad : file.read(name));
+      w.write(optim);
+    }
+    NANODDP_EXPECT_ERROR(train_single(o), "optim_rank0.safetensors", "adamw.step");
+  }
+  fs::copy_file(kept, optim, fs::copy_options::overwrite_existing);
+  const std::string meta_path = step + "meta.json";
+  const std::string meta = testing::read_file(meta_path);
+  auto damaged = nlohmann::json::parse(meta);
+  damaged["loader"]["cursor"] = -8;
+  std::ofstream(meta_path, std::ios::trunc) << damaged.dump();
+  NANODDP_EXPECT_ERROR(train_single(o), "meta.json", "non-negative");
+  std::ofstream(meta_path, std::ios::trunc) << meta;
+  // A step number is the whole value (was: "5abc" and "9e2" read as steps 5 and 9).
+  for (const char* junk : {"2abc", "2e2", "-2", "two"}) {
+    auto r = o;
+    r.resume = junk;
+    NANODDP_EXPECT_ERROR(train_single(r), "--resume must be latest, auto or a step number");
+  }
+  EXPECT_EQ(train_single(o).last_step, 4);
 }
 
 TEST(Resume, AnotherModelOrBatchIsRefused) {
