@@ -102,10 +102,20 @@ void add_chat_command(CLI::App& root) {
       so.also_stop = tok->bos_id();
       if (!once) fmt::print("assistant> ");
       TextStream reply(*tok);
+      int64_t generated = 0;
+      bool stopped = false;  // the model ended its reply (or began a new document)
       model::generate(*model, prompt, so, [&](int32_t id) {
-        if (!so.stops(id)) reply.add(id);
+        generated++;
+        if (so.stops(id))
+          stopped = true;
+        else
+          reply.add(id);
       });
       const std::string text = reply.finish();
+      // Ended neither by the model nor by --max_tokens: the context is full, as sample says too.
+      if (!stopped && generated < a.max_tokens)
+        fmt::print(stderr, "\nnanoddp chat: the reply stopped after {} tokens: the conversation fills the model's "
+                   "context of {} tokens\n", generated, context);
       conv.messages.push_back({"assistant", {{"text", text.empty() ? " " : text}}});
       if (once) break;
     }

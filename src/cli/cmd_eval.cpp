@@ -84,14 +84,16 @@ void add_eval_command(CLI::App& root) {
     auto tok = train::load_checkpoint_tokenizer(dir, "");
     const auto questions = data::load_questions(a.task, a.count, a.task_seed);
     const int32_t end = tok->special_id("<|assistant_end|>");
-    // sums: correct answers, answers
-    std::vector<double> sums{0, 0};
+    // sums: correct answers, answers, problems with at least one correct answer (pass@k, k =
+    // num_samples: what nanochat's chat_eval calls a problem's pass)
+    std::vector<double> sums{0, 0, 0};
     for (size_t i = static_cast<size_t>(group.rank()); i < questions.size(); i += static_cast<size_t>(group.size())) {
       const auto prompt = data::render_for_completion(*tok, questions[i].conversation);
       // A prompt that fills the context leaves no room for an answer: it would be scored as wrong.
       NANODDP_CHECK(static_cast<int64_t>(prompt.size()) < model->config().max_seq_len, "question {} of {} is {} "
                     "tokens, not shorter than the model's context of {}: shorten the task's questions", i + 1,
                     a.task, prompt.size(), model->config().max_seq_len);
+      bool passed = false;
       for (int64_t k = 0; k < a.num_samples; k++) {
         model::SampleOptions so;
         so.max_tokens = a.max_tokens;
@@ -103,14 +105,19 @@ void add_eval_command(CLI::App& root) {
         so.also_stop = tok->bos_id();
         auto ids = model::generate(*model, prompt, so);
         if (!ids.empty() && so.stops(ids.back())) ids.pop_back();
-        sums[0] += data::answer_is_correct(tok->decode(ids), questions[i].answer) ? 1 : 0;
+        const bool correct = data::answer_is_correct(tok->decode(ids), questions[i].answer);
+        sums[0] += correct ? 1 : 0;
         sums[1] += 1;
+        passed |= correct;
       }
+      sums[2] += passed ? 1 : 0;
     }
     dist::allreduce_scalars(group, sums, dist::ReduceOp::Sum);
     const double accuracy = sums[1] > 0 ? sums[0] / sums[1] : 0;
+    const double pass_at_k = questions.empty() ? 0 : sums[2] / static_cast<double>(questions.size());
     log::print0("{}", nlohmann::json{{"task", a.task}, {"accuracy", accuracy}, {"n", static_cast<int64_t>(sums[1])},
-                                     {"correct", static_cast<int64_t>(sums[0])}, {"problems", questions.size()},
+                                     {"correct", static_cast<int64_t>(sums[0])}, {"pass_at_k", pass_at_k},
+                                     {"passed", static_cast<int64_t>(sums[2])}, {"problems", questions.size()},
                                      {"num_samples", a.num_samples}, {"checkpoint", dir}}
                           .dump());
   });

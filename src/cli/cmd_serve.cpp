@@ -5,7 +5,8 @@
 //   POST /chat/completions  {"messages": [{"role", "content"}...], "temperature", "top_k",
 //                           "max_tokens", "seed" (each optional: the server's flags)}
 //                           -> text/event-stream: data: {"token": "..."} per piece of UTF-8 text,
-//                              then data: {"done": true, "tokens": N, "dropped_messages": K}
+//                              then data: {"done": true, "tokens": N, "finish": F, "dropped_messages": K}
+//                              (F: stop, length, or context when the model's context cut it short)
 //                              (or data: {"error": "..."} when generation fails or the server stops)
 // Errors are JSON {"error": "..."}: 400 for a request that is wrong (the message says what), 404,
 // 413 above --max_request_bytes, 503 when --max_queue requests already wait.
@@ -185,13 +186,23 @@ void serve_jobs(JobQueue& queue, model::GPT& model, const data::Tokenizer& tok) 
     const auto start = std::chrono::steady_clock::now();
     Utf8Pieces text(tok);
     try {
+      int64_t generated = 0;
+      bool stopped = false;
       model::generate(model, job->prompt, job->options, [&](int32_t id) {
         if (job->cancelled() || queue.stopping()) throw Abandoned{};
-        if (job->options.stops(id)) return;
+        generated++;
+        if (job->options.stops(id)) {
+          stopped = true;
+          return;
+        }
         if (std::string piece = text.add(id); !piece.empty()) job->push(sse_event({{"token", piece}}));
       });
       if (std::string rest = text.finish(); !rest.empty()) job->push(sse_event({{"token", rest}}));
-      job->push(sse_event({{"done", true}, {"tokens", text.tokens()}, {"dropped_messages", job->dropped_messages}}));
+      // Why the reply ended, as OpenAI's finish_reason: the model stopped, max_tokens, or the
+      // model's context filled up (the reply is cut short, and the client can say so).
+      const char* finish = stopped ? "stop" : generated >= job->options.max_tokens ? "length" : "context";
+      job->push(sse_event({{"done", true}, {"tokens", text.tokens()}, {"finish", finish},
+                           {"dropped_messages", job->dropped_messages}}));
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       fmt::print("reply: {} tokens in {:.2f} s, {} waiting\n", text.tokens(), seconds, queue.waiting());
     } catch (const Abandoned&) {

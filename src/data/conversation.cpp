@@ -163,6 +163,14 @@ std::vector<Question> read_questions(const std::string& path) {
                   "{}: a question is {{\"messages\": [...], \"answer\": ...}}", where);
     Question q{parse_conversation(line, where), j["answer"].is_string() ? j["answer"].get<std::string>()
                                                                          : j["answer"].dump()};
+    // An answer that is blank (or only dots, which the comparison trims) would reward an empty
+    // completion; a number JSON writes with an exponent (1e20 -> "1e+20") is never a plain
+    // decimal, so no completion would match it.
+    NANODDP_CHECK(q.answer.find_first_not_of(" \t\r\n.") != std::string::npos, "{}: the answer is empty: an "
+                  "empty completion would count as right", where);
+    NANODDP_CHECK(!j["answer"].is_number_float() || q.answer.find_first_of("eE") == std::string::npos,
+                  "{}: the answer {} is written with an exponent: write it as a string of its digits", where,
+                  q.answer);
     NANODDP_CHECK(q.conversation.messages.back().role == "user", "{}: a question's last message must be the "
                   "user's", where);
     out.push_back(std::move(q));

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -73,6 +74,24 @@ std::string trim(const std::string& s) {
   return a == std::string::npos || b < a ? "" : s.substr(a, b - a + 1);
 }
 
+// A plain decimal (an optional '-', digits, at most one '.', commas anywhere) written one way:
+// no commas, no leading zeros, no trailing fractional zeros or '.', and no "-0"; nullopt otherwise.
+std::optional<std::string> canonical_decimal(std::string s) {
+  s.erase(std::remove(s.begin(), s.end(), ','), s.end());
+  const bool negative = !s.empty() && s[0] == '-';
+  if (negative) s.erase(0, 1);
+  const size_t dot = s.find('.');
+  std::string whole = s.substr(0, dot), frac = dot == std::string::npos ? "" : s.substr(dot + 1);
+  const auto digits = [](const std::string& t) {
+    return std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (!digits(whole) || !digits(frac) || whole.size() + frac.size() == 0) return std::nullopt;
+  whole.erase(0, std::min(whole.find_first_not_of('0'), whole.size()));
+  frac.erase(frac.find_last_not_of('0') + 1);
+  std::string out = (whole.empty() ? "0" : whole) + (frac.empty() ? "" : "." + frac);
+  return negative && out != "0" ? "-" + out : out;
+}
+
 }  // namespace
 
 std::vector<std::string> task_names() { return {"spelling", "letters", "arithmetic"}; }
@@ -110,24 +129,13 @@ bool answer_is_correct(const std::string& completion, const std::string& answer)
   const size_t line = got.find('\n');
   if (line != std::string::npos) got = trim(got.substr(0, line));
   const std::string want = trim(answer);
+  if (want.empty()) return false;  // nothing to match (read_questions refuses such answers)
   if (got == want) return true;
   // Numbers as numbers: "14.0" and "14", "1,000" and "1000" (commas dropped, as nanochat's GSM8K
-  // does). Only plain decimals: strtod alone would also take "0x0", "inf" or "1e1".
-  auto number = [](std::string s, double& v) {
-    s.erase(std::remove(s.begin(), s.end(), ','), s.end());
-    const size_t first = !s.empty() && s[0] == '-' ? 1 : 0;
-    size_t digits = 0, dots = 0;
-    for (size_t i = first; i < s.size(); i++) {
-      if (s[i] >= '0' && s[i] <= '9') digits++;
-      else if (s[i] == '.') dots++;
-      else return false;
-    }
-    if (digits == 0 || dots > 1) return false;
-    v = std::strtod(s.c_str(), nullptr);
-    return true;
-  };
-  double g = 0, w = 0;
-  return number(got, g) && number(want, w) && g == w;
+  // does). Only plain decimals, compared digit by digit once written the one way: through a double
+  // (strtod), 9007199254740993 equalled 9007199254740992, and strtod also took "0x0", "inf", "1e1".
+  const std::optional<std::string> g = canonical_decimal(got), w = canonical_decimal(want);
+  return g && w && *g == *w;
 }
 
 std::vector<Question> load_questions(const std::string& file_or_name, int64_t count, uint64_t seed) {

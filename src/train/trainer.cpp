@@ -743,7 +743,9 @@ void Trainer::update(int64_t step, double lr_mult) {
     return;
   }
   optimizer_->step(lr_mult, muon_momentum(step));
-  if (loss_scaling() && ++scale_good_steps_ == opts_.loss_scale_growth_interval) {
+  // At least, not equal: a resume with a shorter --loss_scale_growth_interval than the count it
+  // restored would otherwise never grow the scale again until an overflow reset the count.
+  if (loss_scaling() && ++scale_good_steps_ >= opts_.loss_scale_growth_interval) {
     loss_scale_ *= 2;
     scale_good_steps_ = 0;
   }

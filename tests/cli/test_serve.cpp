@@ -98,6 +98,7 @@ struct Reply {
   int token_events = 0;
   bool done = false;
   int64_t tokens = -1, dropped = -1;
+  std::string finish;  // why the reply ended: stop, length or context
   std::string error;
 };
 Reply parse_events(const std::string& body) {
@@ -116,6 +117,7 @@ Reply parse_events(const std::string& body) {
       r.done = true;
       r.tokens = j["tokens"];
       r.dropped = j["dropped_messages"];
+      r.finish = j["finish"];
     } else {
       r.error = j.value("error", event);
     }
@@ -294,10 +296,26 @@ TEST(Serve, StreamsTheReplyThatChatAndGenerateGive) {
   ASSERT_TRUE(a.done && b.done);
   EXPECT_EQ(a.text, b.text);
   EXPECT_EQ(a.tokens, b.tokens);
-  // max_tokens is obeyed.
+  // max_tokens is obeyed, and the done event says why the reply ended.
   const Reply one = complete(c, request("hi", {{"max_tokens", 1}}));
   ASSERT_TRUE(one.done);
   EXPECT_LE(one.tokens, 1);
+  EXPECT_TRUE(one.finish == "length" || (one.finish == "stop" && one.tokens == 0)) << one.finish;
+  EXPECT_TRUE(r.finish == "stop" || (r.finish == "length" && r.tokens == kMaxTokens)) << r.finish;
+  // A reply the context cuts short says so (was: a done event like any other). This barely
+  // trained model never ends a greedy reply to "hi" by itself; chat says the same on stderr.
+  const Reply full = complete(c, request("hi", {{"temperature", 0}, {"max_tokens", kContext}}));
+  ASSERT_TRUE(full.done) << full.error;
+  EXPECT_EQ(full.finish, "context");
+  EXPECT_LT(full.tokens, kContext);
+  Proc cut({testing::nanoddp_binary(), "chat", "--checkpoint", ckpt, "--prompt", "hi", "--temperature", "0",
+            "--max_tokens", std::to_string(kContext)});
+  ASSERT_EQ(cut.wait_exit(60s), 0) << cut.all();
+  EXPECT_EQ(cut.out(), full.text + "\n");
+  EXPECT_NE(cut.err().find("the reply stopped after " + std::to_string(full.tokens) +
+                           " tokens: the conversation fills the model's context of 32 tokens"),
+            std::string::npos)
+      << cut.err();
 }
 
 TEST(Serve, LongConversationsLoseTheirOldestTurns) {

@@ -100,6 +100,34 @@ TEST(Tasks, TheRewardReadsTheFinalAnswerLine) {
   EXPECT_FALSE(answer_is_correct("#### inf", "INF"));
   EXPECT_FALSE(answer_is_correct("#### .", "0"));
   EXPECT_TRUE(answer_is_correct("#### -3.50", "-3.5"));
+  // Digit by digit, not through a double (was: both read as 2^53, so a wrong answer scored).
+  EXPECT_FALSE(answer_is_correct("#### 9007199254740993", "9007199254740992"));
+  EXPECT_TRUE(answer_is_correct("#### 9,007,199,254,740,993", "9007199254740993"));
+  EXPECT_TRUE(answer_is_correct("#### 007", "7"));
+  EXPECT_TRUE(answer_is_correct("#### -0.0", "0"));
+  EXPECT_TRUE(answer_is_correct("#### .5", "0.50"));
+  EXPECT_FALSE(answer_is_correct("#### 1.05", "1.5"));
+  // An empty answer matches nothing (was: an empty completion was right).
+  EXPECT_FALSE(answer_is_correct("", ""));
+  EXPECT_FALSE(answer_is_correct("#### .", " "));
+}
+
+// A questions file whose answer is blank, or a number JSON writes with an exponent, is refused
+// naming the line (was: an empty completion scored, or no completion could).
+TEST(Tasks, AQuestionsFileWithAnAnswerNoCompletionCanMatchIsRefused) {
+  testing::ScratchDir dir("tasks_bad_answers");
+  const std::string ask = R"({"messages": [{"role": "user", "content": "how many?"}], "answer": )";
+  for (const std::string answer : {R"("")", R"(" . ")", "1e20"}) {
+    const std::string file = dir.str("q.jsonl");
+    std::ofstream(file, std::ios::trunc) << ask << R"("7"})" << "\n" << ask << answer << "}\n";
+    NANODDP_EXPECT_ERROR(read_questions(file), "q.jsonl:2");
+  }
+  const std::string file = dir.str("good.jsonl");
+  std::ofstream(file) << ask << "12}\n" << ask << "2.5}\n";
+  const auto qs = read_questions(file);
+  ASSERT_EQ(qs.size(), 2u);
+  EXPECT_EQ(qs[0].answer, "12");
+  EXPECT_EQ(qs[1].answer, "2.5");
 }
 
 }  // namespace

@@ -500,6 +500,13 @@ TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationStepsAndEvalCountsAlike) {
   EXPECT_EQ(e2["n"], 21);
   EXPECT_EQ(e1["correct"], e2["correct"]);
   EXPECT_EQ(e1["task"], "arithmetic");
+  // pass@3: a problem passes when any of its 3 answers is right (nanochat's chat_eval), so it lies
+  // between the problems all-correct answers alone could fill and the mean accuracy's floor.
+  EXPECT_EQ(e1["passed"], e2["passed"]);
+  const int64_t correct = e1["correct"], passed = e1["passed"];
+  EXPECT_GE(passed, (correct + 2) / 3);
+  EXPECT_LE(passed, std::min<int64_t>(correct, 7));
+  EXPECT_DOUBLE_EQ(e1["pass_at_k"].get<double>(), passed / 7.0);
   // Ranks started with other eval flags (mpirun can give each its own) stop before counting, the
   // differing one naming the flag, as train's ranks do.
   {

@@ -157,6 +157,29 @@ TEST_P(BitwiseResume, StopAndResumeEqualsStraightRun) {
   EXPECT_EQ(weights(straight.str("checkpoints/step_000012")), weights(split.str("checkpoints/step_000012")));
 }
 
+// The loss scale's good-step count is restored on resume; a shorter --loss_scale_growth_interval
+// than that count still grows the scale at the next good step (was: the count passed the interval
+// and never equalled it, so the scale stayed until an overflow). A scale of 1 never overflows here.
+TEST(LossScale, AShorterGrowthIntervalAfterAResumeStillGrowsTheScale) {
+  testing::ScratchDir out("loss_scale_interval");
+  auto o = tiny(out.str());
+  o.num_iterations = 6;
+  o.dtype = "fp16";
+  o.loss_scale_init = 1;
+  o.loss_scale_growth_interval = 4;
+  o.stop_at = 3;  // three good steps counted, no growth yet
+  train_single(o);
+  o.stop_at = -1;
+  o.resume = "latest";
+  o.loss_scale_growth_interval = 2;
+  train_single(o);
+  const auto scale = testing::training_metric(out.str(), "loss_scale");
+  ASSERT_FALSE(scale.empty());
+  for (auto [step, s] : scale)
+    if (step <= 3) EXPECT_EQ(s, 1.0) << "step " << step;
+  EXPECT_GE(scale.rbegin()->second, 2.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Optimizers, BitwiseResume, ::testing::Values("muon", "adamw", "muon_bf16", "muon_fp16"));
 
 // --dtype bf16 and fp16 on the CPU train like f32 (the contract of the CUDA path: reduced-precision
