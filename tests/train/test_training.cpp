@@ -175,8 +175,11 @@ TEST(LossScale, AShorterGrowthIntervalAfterAResumeStillGrowsTheScale) {
   train_single(o);
   const auto scale = testing::training_metric(out.str(), "loss_scale");
   ASSERT_FALSE(scale.empty());
-  for (auto [step, s] : scale)
-    if (step <= 3) EXPECT_EQ(s, 1.0) << "step " << step;
+  for (auto [step, s] : scale) {
+    if (step <= 3) {
+      EXPECT_EQ(s, 1.0) << "step " << step;
+    }
+  }
   EXPECT_GE(scale.rbegin()->second, 2.0);
 }
 
@@ -310,16 +313,23 @@ TEST(Checkpoints, AnUnreadableOneNamesTheOneBefore) {
   EXPECT_EQ(train_single(o).last_step, 6);
 }
 
+// A run of `iterations` steps, saving every 2, stopped at step `stop`; returns its options set to
+// resume it (--resume latest).
+train::TrainOptions stopped_run(const std::string& out, int64_t iterations, int64_t stop) {
+  auto o = tiny_saving(out, iterations, 2);
+  o.stop_at = stop;
+  train_single(o);
+  o.stop_at = -1;
+  o.resume = "latest";
+  return o;
+}
+
 // A meta.json that is empty, or JSON without what a resume needs, also names the checkpoint before
 // it. Was: no way forward for the first, and "weights only ... --init_from" for the second, which
 // would have thrown away the optimizer state and data position.
 TEST(Checkpoints, ABrokenMetaNamesTheOneBefore) {
   testing::ScratchDir out("checkpoints_broken_meta");
-  auto o = tiny_saving(out.str(), 6, 2);
-  o.stop_at = 4;
-  train_single(o);
-  o.stop_at = -1;
-  o.resume = "latest";
+  auto o = stopped_run(out.str(), 6, 4);
   for (const std::string text : {"", "{\"step\": 4}"}) {
     std::ofstream(out.str("checkpoints/step_000004/meta.json"), std::ios::trunc) << text;
     try {
@@ -353,11 +363,7 @@ TEST(Checkpoints, ABrokenMetaNamesTheOneBefore) {
 // order and shards with it).
 TEST(Checkpoints, ADamagedOptimizerFileOrDataPositionIsAnError) {
   testing::ScratchDir out("checkpoints_damaged");
-  auto o = tiny_saving(out.str(), 4, 2);
-  o.stop_at = 2;
-  train_single(o);
-  o.stop_at = -1;
-  o.resume = "latest";
+  auto o = stopped_run(out.str(), 4, 2);
   const std::string step = out.str("checkpoints/step_000002/");
   const std::string optim = step + "optim_rank0.safetensors", kept = out.str("optim_rank0.kept");
   fs::copy_file(optim, kept);
