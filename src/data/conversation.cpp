@@ -155,6 +155,12 @@ RenderedConversation render_conversation(const Tokenizer& tok, const Conversatio
   return r;
 }
 
+std::string trim_answer(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n.");
+  // b is npos when only spaces and dots are left: empty, whatever a is.
+  return a == std::string::npos || b == std::string::npos || b < a ? "" : s.substr(a, b - a + 1);
+}
+
 std::vector<Question> read_questions(const std::string& path) {
   std::vector<Question> out;
   for_each_jsonl_line(path, "questions", [&](const std::string& line, const std::string& where) {
@@ -163,11 +169,11 @@ std::vector<Question> read_questions(const std::string& path) {
                   "{}: a question is {{\"messages\": [...], \"answer\": ...}}", where);
     Question q{parse_conversation(line, where), j["answer"].is_string() ? j["answer"].get<std::string>()
                                                                          : j["answer"].dump()};
-    // An answer that is blank (or only dots, which the comparison trims) would reward an empty
-    // completion; a number JSON writes with an exponent (1e20 -> "1e+20") is never a plain
-    // decimal, so no completion would match it.
-    NANODDP_CHECK(q.answer.find_first_not_of(" \t\r\n.") != std::string::npos, "{}: the answer is empty: an "
-                  "empty completion would count as right", where);
+    // An answer that is blank once trimmed as it is compared would reward an empty completion; a
+    // number JSON writes with an exponent (1e20 -> "1e+20") is never a plain decimal, so no
+    // completion would match it.
+    NANODDP_CHECK(!trim_answer(q.answer).empty(), "{}: the answer is empty: an empty completion would count as "
+                  "right", where);
     NANODDP_CHECK(!j["answer"].is_number_float() || q.answer.find_first_of("eE") == std::string::npos,
                   "{}: the answer {} is written with an exponent: write it as a string of its digits", where,
                   q.answer);

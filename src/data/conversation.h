@@ -58,6 +58,10 @@ struct Question {
   std::string answer;
 };
 
+// What of an answer (or a completion's answer line) is compared: `s` without surrounding spaces
+// and trailing dots ("14." is 14).
+std::string trim_answer(const std::string& s);
+
 // Reads JSONL lines {"messages": [..., user], "answer": "..."} (`nanoddp task --format questions`).
 std::vector<Question> read_questions(const std::string& path);
 

@@ -69,11 +69,6 @@ TaskItem arithmetic(Rng& rng) {
           fmt::format("{} + {} = {}. {} - {} = {}.\n#### {}", a, b, mid, mid, c, end, end), std::to_string(end)};
 }
 
-std::string trim(const std::string& s) {
-  const size_t a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n.");
-  return a == std::string::npos || b < a ? "" : s.substr(a, b - a + 1);
-}
-
 // A plain decimal (an optional '-', digits, at most one '.', commas anywhere) written one way:
 // no commas, no leading zeros, no trailing fractional zeros or '.', and no "-0"; nullopt otherwise.
 std::optional<std::string> canonical_decimal(std::string s) {
@@ -125,10 +120,10 @@ std::string task_item_question_json(const TaskItem& item) {
 
 bool answer_is_correct(const std::string& completion, const std::string& answer) {
   const size_t mark = completion.rfind("####");
-  std::string got = trim(mark == std::string::npos ? completion : completion.substr(mark + 4));
+  std::string got = trim_answer(mark == std::string::npos ? completion : completion.substr(mark + 4));
   const size_t line = got.find('\n');
-  if (line != std::string::npos) got = trim(got.substr(0, line));
-  const std::string want = trim(answer);
+  if (line != std::string::npos) got = trim_answer(got.substr(0, line));
+  const std::string want = trim_answer(answer);
   if (want.empty()) return false;  // nothing to match (read_questions refuses such answers)
   if (got == want) return true;
   // Numbers as numbers: "14.0" and "14", "1,000" and "1000" (commas dropped, as nanochat's GSM8K

@@ -110,6 +110,10 @@ TEST(Tasks, TheRewardReadsTheFinalAnswerLine) {
   // An empty answer matches nothing (was: an empty completion was right).
   EXPECT_FALSE(answer_is_correct("", ""));
   EXPECT_FALSE(answer_is_correct("#### .", " "));
+  // Only spaces and dots trim to nothing, wherever the first dot is (was: " ." kept its dot).
+  EXPECT_EQ(trim_answer(" . "), "");
+  EXPECT_EQ(trim_answer("."), "");
+  EXPECT_EQ(trim_answer(" 14. "), "14");
 }
 
 // A questions file whose answer is blank, or a number JSON writes with an exponent, is refused
