@@ -102,20 +102,14 @@ void add_chat_command(CLI::App& root) {
       so.also_stop = tok->bos_id();
       if (!once) fmt::print("assistant> ");
       TextStream reply(*tok);
-      int64_t generated = 0;
-      bool stopped = false;  // the model ended its reply (or began a new document)
-      model::generate(*model, prompt, so, [&](int32_t id) {
-        generated++;
-        if (so.stops(id))
-          stopped = true;
-        else
-          reply.add(id);
+      const auto out = model::generate(*model, prompt, so, [&](int32_t id) {
+        if (!so.stops(id)) reply.add(id);
       });
       const std::string text = reply.finish();
       // Ended neither by the model nor by --max_tokens: the context is full, as sample says too.
-      if (!stopped && generated < a.max_tokens)
+      if (model::generation_end(out, so) == model::GenerationEnd::Context)
         fmt::print(stderr, "\nnanoddp chat: the reply stopped after {} tokens: the conversation fills the model's "
-                   "context of {} tokens\n", generated, context);
+                   "context of {} tokens\n", out.size(), context);
       conv.messages.push_back({"assistant", {{"text", text.empty() ? " " : text}}});
       if (once) break;
     }

@@ -75,19 +75,13 @@ void add_sample_command(CLI::App& root) {
     so.seed = args->seed;
     so.stop_token = tokenizer->bos_id();
     TextStream generated(*tokenizer);
-    bool stopped = false;  // generated the stop token
     fmt::print("{}", args->prompt);
-    model::generate(*model, prompt, so, [&](int32_t id) {
-      if (id == so.stop_token) {
-        stopped = true;
-        return;
-      }
-      generated.add(id);
+    const auto out = model::generate(*model, prompt, so, [&](int32_t id) {
+      if (!so.stops(id)) generated.add(id);
     });
     generated.finish();
     // Ended neither by BOS nor by --max_tokens: the model's context is full. Say so, on stderr.
-    const bool ended = stopped || static_cast<int64_t>(generated.ids().size()) >= args->max_tokens;
-    if (!ended)
+    if (model::generation_end(out, so) == model::GenerationEnd::Context)
       fmt::print(stderr, "nanoddp sample: stopped after {} tokens: prompt and text fill the model's context of {} "
                  "tokens\n", generated.ids().size(), model->config().max_seq_len);
   });

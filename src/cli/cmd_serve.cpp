@@ -186,22 +186,16 @@ void serve_jobs(JobQueue& queue, model::GPT& model, const data::Tokenizer& tok) 
     const auto start = std::chrono::steady_clock::now();
     Utf8Pieces text(tok);
     try {
-      int64_t generated = 0;
-      bool stopped = false;
-      model::generate(model, job->prompt, job->options, [&](int32_t id) {
+      const auto out = model::generate(model, job->prompt, job->options, [&](int32_t id) {
         if (job->cancelled() || queue.stopping()) throw Abandoned{};
-        generated++;
-        if (job->options.stops(id)) {
-          stopped = true;
-          return;
-        }
+        if (job->options.stops(id)) return;
         if (std::string piece = text.add(id); !piece.empty()) job->push(sse_event({{"token", piece}}));
       });
       if (std::string rest = text.finish(); !rest.empty()) job->push(sse_event({{"token", rest}}));
       // Why the reply ended, as OpenAI's finish_reason: the model stopped, max_tokens, or the
       // model's context filled up (the reply is cut short, and the client can say so).
-      const char* finish = stopped ? "stop" : generated >= job->options.max_tokens ? "length" : "context";
-      job->push(sse_event({{"done", true}, {"tokens", text.tokens()}, {"finish", finish},
+      job->push(sse_event({{"done", true}, {"tokens", text.tokens()},
+                           {"finish", model::generation_end_name(model::generation_end(out, job->options))},
                            {"dropped_messages", job->dropped_messages}}));
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       fmt::print("reply: {} tokens in {:.2f} s, {} waiting\n", text.tokens(), seconds, queue.waiting());

@@ -49,6 +49,20 @@ std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, co
   return out;
 }
 
+GenerationEnd generation_end(const std::vector<int32_t>& ids, const SampleOptions& opts) {
+  if (!ids.empty() && opts.stops(ids.back())) return GenerationEnd::Stop;
+  return static_cast<int64_t>(ids.size()) >= opts.max_tokens ? GenerationEnd::Length : GenerationEnd::Context;
+}
+
+const char* generation_end_name(GenerationEnd end) {
+  switch (end) {
+    case GenerationEnd::Stop: return "stop";
+    case GenerationEnd::Length: return "length";
+    case GenerationEnd::Context: return "context";
+  }
+  return "?";
+}
+
 std::vector<std::vector<int32_t>> generate_batch(GPT& model, const std::vector<int32_t>& prompt,
                                                  const std::vector<uint64_t>& seeds, const SampleOptions& opts) {
   NANODDP_CHECK(!prompt.empty(), "generation needs a prompt of at least one token");

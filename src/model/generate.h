@@ -26,6 +26,13 @@ struct SampleOptions {
 std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opts,
                               const std::function<void(int32_t)>& on_token = {});
 
+// Why generate() ended, read off the ids it returned: the last is a stop id, or max_tokens came,
+// or else the model's context (the KV cache) filled up and the text is cut short.
+enum class GenerationEnd { Stop, Length, Context };
+GenerationEnd generation_end(const std::vector<int32_t>& ids, const SampleOptions& opts);
+// "stop", "length", "context" (OpenAI's finish_reason, where it has one).
+const char* generation_end_name(GenerationEnd end);
+
 // Continues `prompt` once per seed, batched: the prompt runs once, its KV cache is replicated to
 // seeds.size() rows, and each step samples every unfinished row from its own stream (row i draws
 // as generate() with seed seeds[i] would). A row ends at a stop id (kept) or max_tokens. This is
