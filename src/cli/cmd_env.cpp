@@ -3,8 +3,6 @@
 // launcher (nanoddp run, torchrun-style variables, mpirun, srun) every rank joins the job, a
 // collective is checked across all of them, and rank 0 prints one table with a column per host and
 // DIFFERS on the rows where hosts disagree.
-#include <dlfcn.h>
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -37,25 +35,6 @@ namespace nanoddp::cli {
 
 namespace {
 
-
-// cuDNN's version when its library can be loaded. nanoddp does not link cuDNN (attention is our own
-// flash kernel), but PyTorch and the guides' recipes use it, so users ask for it.
-std::string cudnn_version() {
-  for (const char* lib : {"libcudnn.so.9", "libcudnn.so.8", "libcudnn.so"}) {
-    void* h = ::dlopen(lib, RTLD_LAZY | RTLD_LOCAL);
-    if (!h) continue;
-    std::string v = "found, version unknown";
-    if (auto* get = reinterpret_cast<size_t (*)()>(::dlsym(h, "cudnnGetVersion"))) {
-      const size_t n = get();  // 9.x: major * 10000 + minor * 100 + patch; 8.x: major * 1000 + ...
-      v = n >= 90000 ? fmt::format("{}.{}.{}", n / 10000, n % 10000 / 100, n % 100)
-                     : fmt::format("{}.{}.{}", n / 1000, n % 1000 / 100, n % 100);
-    }
-    ::dlclose(h);
-    return v + " (not used by nanoddp)";
-  }
-  return "not found";
-}
-
 Fields describe_machine() {
   const HostInfo host = host_info();
   Fields f;
@@ -77,7 +56,6 @@ Fields describe_machine() {
   for (auto& kv : dist::build_fingerprint()) f.push_back(std::move(kv));
   if (NANODDP_HAVE_CUDA) f.emplace_back("nvcc", NANODDP_CUDA_COMPILER);
   for (auto& kv : ops::engine_versions()) f.push_back(std::move(kv));
-  if (NANODDP_HAVE_CUDA) f.emplace_back("cudnn", cudnn_version());
   const int gpus = cuda_device_count();
   std::string names;
   for (int i = 0; i < gpus; i++) names += (i ? ", " : "") + cuda_device_name(i);

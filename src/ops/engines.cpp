@@ -10,6 +10,12 @@
 #endif
 #if NANODDP_HAVE_CUDA
 #include <cublasLt.h>
+
+#include <cstdlib>
+
+#include "core/error.h"
+#include "ops/cuda/cudnn_attention.h"
+#include "ops/cuda/cudnn_library.h"
 #endif
 
 namespace nanoddp::ops {
@@ -49,6 +55,15 @@ std::vector<std::pair<std::string, std::string>> engine_versions() {
 #if NANODDP_HAVE_CUDA
   const size_t lt = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
   v.emplace_back("cublaslt", fmt::format("{}.{}.{}", lt / 10000, lt % 10000 / 100, lt % 100));
+  // cuDNN is opened at run time (ops/cuda/cudnn_library.h) for the attention route that uses it.
+  const cuda::CudnnLibrary& dnn = cuda::cudnn_library();
+  v.emplace_back("cudnn", dnn.loaded ? fmt::format("{} ({})", dnn.version_string(), dnn.path) : "not found: " + dnn.why_not);
+  try {
+    v.emplace_back("cuda attention", cuda::describe_attention_route(
+                                         cuda::parse_attention_route(std::getenv("NANODDP_CUDA_ATTENTION"))));
+  } catch (const Error& e) {
+    v.emplace_back("cuda attention", e.what());
+  }
 #endif
   return v;
 }

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/cuda_util.h"
@@ -16,6 +18,8 @@
 #include "ops/backend.h"
 #include "ops/cuda/attention.cuh"
 #include "ops/cuda/cross_entropy.cuh"
+#include "ops/cuda/cudnn_attention.h"
+#include "ops/cuda/cudnn_library.h"
 #include "ops/cuda/elementwise.cuh"
 #include "ops/cuda/embedding.cuh"
 #include "ops/cuda/matmul.h"
@@ -39,18 +43,20 @@ void same_dtype(const Tensor& a, const Tensor& b) {
   NANODDP_ASSERT(a.dtype() == b.dtype(), "dtypes {} and {} differ", dtype_name(a.dtype()), dtype_name(b.dtype()));
 }
 
-// NANODDP_CUDA_ATTENTION=reference selects the reference attention kernels (for debugging the
-// flash kernels on a new GPU); anything else keeps the flash kernels.
-bool reference_attention_requested() {
-  const char* v = std::getenv("NANODDP_CUDA_ATTENTION");
-  return v != nullptr && std::strcmp(v, "reference") == 0;
+// The routes that may run cuDNN's attention get one CudnnAttention (its plans and workspace).
+std::unique_ptr<cuda::CudnnAttention> cudnn_for(cuda::AttentionRoute r, int device) {
+  if (r != cuda::AttentionRoute::kAuto && r != cuda::AttentionRoute::kCudnn &&
+      r != cuda::AttentionRoute::kCudnnNondeterministic)
+    return nullptr;
+  return std::make_unique<cuda::CudnnAttention>(device, r != cuda::AttentionRoute::kCudnnNondeterministic);
 }
 
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device)
       : device_(device), stream_(cuda::compute_stream(device)), gemm_(device),
-        reference_attention_(reference_attention_requested()) {
+        route_(cuda::parse_attention_route(std::getenv("NANODDP_CUDA_ATTENTION"))),
+        reference_attention_(route_ == cuda::AttentionRoute::kReference), cudnn_(cudnn_for(route_, device)) {
     cuda::set_device(device);
     NANODDP_CUDA_CHECK(cudaHostAlloc(&errors_, sizeof(cuda::ErrorRecord), cudaHostAllocMapped));
     std::memset(errors_, 0, sizeof(cuda::ErrorRecord));
@@ -92,6 +98,23 @@ class CudaBackend final : public Backend {
   void reset_markers() override { next_marker_ = 0; }
 
  private:
+  // cuDNN's attention first where the route allows it and cuDNN takes the call (cudnn_attention.h).
+  bool cudnn_takes(DType t, const cuda::AttentionShape& shape, const void* const* ptrs, int n) const {
+    return cudnn_ != nullptr && cuda::cudnn_attention_takes(t, shape, ptrs, n);
+  }
+
+  // cuDNN declined a call it should take: an error where the user asked for cuDNN by name; under
+  // auto, our flash kernels run, said once when cuDNN is there but refuses the shape (where it is
+  // absent, `nanoddp env` says so).
+  void cudnn_declined(const std::string& why) {
+    NANODDP_CHECK(route_ == cuda::AttentionRoute::kAuto,
+                  "NANODDP_CUDA_ATTENTION={} on cuda:{}, but {}: unset it (auto) to run our flash kernels where "
+                  "cuDNN cannot",
+                  route_ == cuda::AttentionRoute::kCudnn ? "cudnn" : "cudnn_nondeterministic", device_, why);
+    if (cuda::cudnn_library().loaded && !warned_cudnn_.exchange(true))
+      log::warn("{}; attention runs on nanoddp's flash kernels instead", why);
+  }
+
   // The reference kernels are several times slower than the flash kernels; falling back to them
   // for bf16 or f16 (a head_dim below 64, above 128 or not a multiple of 8, odd alignment) is
   // said once, not silently.
@@ -148,12 +171,15 @@ class CudaBackend final : public Backend {
   int device_;
   cudaStream_t stream_;
   cuda::CublasLtGemm gemm_;
+  cuda::AttentionRoute route_;  // NANODDP_CUDA_ATTENTION (cudnn_attention.h)
   bool reference_attention_;
+  std::unique_ptr<cuda::CudnnAttention> cudnn_;  // null under the flash and reference routes
   int smem_limit_ = 0;  // cudaDevAttrMaxSharedMemoryPerBlockOptin, read at the first reference attention
   cuda::ErrorRecord* errors_ = nullptr;  // pinned host memory, mapped
   Tensor claim_;                        // i32 [1] on the device
   cuda::ErrorSink sink_{};               // what kernels get: the record's device address and claim_
   std::atomic<bool> warned_slow_attention_{false};
+  std::atomic<bool> warned_cudnn_{false};
   std::vector<cudaEvent_t> markers_;  // never destroyed, like the backend itself
   size_t next_marker_ = 0;
 };
@@ -227,12 +253,19 @@ void CudaBackend::rotary(const Tensor& y, const Tensor& x, const Tensor& cos, co
 }
 
 void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_len, float scale) {
-  warn_if_slow_attention(q, k, v, out);
   cudaStream_t s = begin();
   same_dtype(out, q);
   same_dtype(q, k);
   same_dtype(k, v);
   const cuda::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), kv_len};
+  const void* cudnn_ptrs[] = {out.raw(), lse.raw(), q.raw(), k.raw(), v.raw()};
+  if (cudnn_takes(q.dtype(), shape, cudnn_ptrs, 5)) {
+    std::string why;
+    if (cudnn_->forward(q.dtype(), out.raw(), lse.data<float>(), q.raw(), k.raw(), v.raw(), shape, scale, s, why))
+      return;
+    cudnn_declined(why);
+  }
+  warn_if_slow_attention(q, k, v, out);
   const void* ptrs[] = {out.raw(), q.raw(), k.raw(), v.raw()};
   check_reference_attention_fits(shape, q.dtype(), ptrs, 4, /*backward=*/false);
   NANODDP_CUDA_CHECK(cuda::launch_attention_forward(elem(q), out.raw(), lse.data<float>(), q.raw(), k.raw(),
@@ -243,6 +276,14 @@ void CudaBackend::attention_backward(const Tensor& dq, const Tensor& dk, const T
   cudaStream_t s = begin();
   for (const Tensor* t : {&dq, &dk, &dv, &dout, &k, &v, &out}) same_dtype(*t, q);
   const cuda::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dim(1)};
+  const void* cudnn_ptrs[] = {dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(), k.raw(), v.raw(), out.raw(), lse.raw()};
+  if (cudnn_takes(q.dtype(), shape, cudnn_ptrs, 9)) {
+    std::string why;
+    if (cudnn_->backward(q.dtype(), dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(), k.raw(), v.raw(), out.raw(),
+                         lse.data<float>(), shape, scale, s, why))
+      return;
+    cudnn_declined(why);
+  }
   const void* ptrs[] = {dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(), k.raw(), v.raw()};
   check_reference_attention_fits(shape, q.dtype(), ptrs, 7, /*backward=*/true);
   const size_t bytes = cuda::attention_backward_scratch_bytes(shape);

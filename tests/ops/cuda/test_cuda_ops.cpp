@@ -6,6 +6,8 @@
 // that an element a kernel forgets to write fails. Backward kernels that must be reproducible are
 // run twice and compared bit for bit.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "core/timer.h"
 #include "cuda_test_util.h"
@@ -324,7 +326,10 @@ TEST_P(CudaAttention, BackwardMatchesCpuAndIsReproducible) {
   if (t > 1) {
     EXPECT_LT(rel_l2(to_double(g1[0]), to_double(dq)), tol(dt, 1e-5, 2 * kBf16Eps)) << "dq";
   }
-  for (int i = 0; i < 3; i++) EXPECT_EQ(bytes_of(g1[i]), bytes_of(g2[i])) << "run-to-run, gradient " << i;
+  // Every route but cuDNN's nondeterministic one (its dQ is summed with atomic adds) repeats bit for bit.
+  const char* route = std::getenv("NANODDP_CUDA_ATTENTION");
+  if (route == nullptr || std::string(route) != "cudnn_nondeterministic")
+    for (int i = 0; i < 3; i++) EXPECT_EQ(bytes_of(g1[i]), bytes_of(g2[i])) << "run-to-run, gradient " << i;
 }
 
 std::vector<AttnCase> attention_cases() {
