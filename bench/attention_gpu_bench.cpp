@@ -1,25 +1,28 @@
-// Causal attention on one GPU, forward and backward apart: nanoddp's flash kernels on a depth-20
+// Causal attention on one GPU, forward and backward apart: nanoddp's attention on a depth-20
 // step's shapes (batch 16, seq 2048, 10 heads of 128 by default), in bf16, with the rates they
-// reach. The H200 profile of 2026-11-26 put attention at 91 of a 305 ms step (docs/benchmarks.md,
-// "GPU"), the lead for issue 10's speed goal; bench/torch_attention_bench.py times PyTorch's
-// FlashAttention-2 and cuDNN attention on the same shapes, so one call shows the gap kernel by
-// kernel. Prints one JSON line.
+// reach, through the route NANODDP_CUDA_ATTENTION picks (ops/cuda/cudnn_attention.h: cuDNN's fused
+// attention, our flash kernels, ...), named in the output. scripts/gpu_check.sh runs it once per
+// route; bench/torch_attention_bench.py times PyTorch's FlashAttention-2 and cuDNN attention on the
+// same shapes, so one call shows the gap kernel by kernel. Prints one JSON line.
 // Rates use the nominal FLOPs of causal attention: forward 2 B H T^2 D (half of Q K^T and P V),
-// backward 2.5x that (five products instead of two); our backward recomputes S and dP in its dq
-// kernel (Note [deterministic attention backward] in ops/cuda/attention_flash.cu), so its own
+// backward 2.5x that (five products instead of two); our flash backward recomputes S and dP in its
+// dq kernel (Note [deterministic attention backward] in ops/cuda/attention_flash.cu), so its own
 // arithmetic is 3.5x the forward's.
-//   build/bench/bench_attention_gpu [--batch 16 --seq 2048 --heads 10 --kv_heads 10 --head_dim 128]
+//   NANODDP_CUDA_ATTENTION=flash build/bench/bench_attention_gpu [--batch 16 --seq 2048 --heads 10
+//       --kv_heads 10 --head_dim 128]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "core/rng.h"
 #include "core/timer.h"
 #include "ops/backend.h"
+#include "ops/cuda/cudnn_attention.h"
 #include "ops/ops.h"
 
 namespace {
@@ -88,7 +91,10 @@ int main(int argc, char** argv) {
     forward();  // out and lse of these inputs for the backward
     const double bwd = median_seconds(be, a.warmup, a.reps, backward);
     const double fwd_flops = 2.0 * double(b) * h * double(t) * t * d;
+    const char* route = std::getenv("NANODDP_CUDA_ATTENTION");
     nlohmann::json j{{"impl", "nanoddp"},
+                     {"route", route != nullptr && *route != '\0' ? route : "auto"},
+                     {"attention", cuda::describe_attention_route(cuda::parse_attention_route(route))},
                      {"batch", b},
                      {"seq", t},
                      {"heads", h},

@@ -6,9 +6,9 @@ FlashAttention-2; cudnn: cuDNN's fused attention). The inputs are [B, T, H, D] t
 the same nominal FLOPs as bench_attention_gpu (forward 2 B H T^2 D, backward 2.5x), and the same
 clock: the host's, from a synchronised device to a synchronised device, median of --reps calls (so
 launch costs count on both sides). Prints one JSON line per backend; a backend that cannot run these
-shapes prints its error instead. With --nanoddp FILE (bench_attention_gpu's line, from the same
-machine and call) each line also holds nanoddp's speed relative to it: PyTorch's time / nanoddp's,
-above 1 where nanoddp is faster.
+shapes prints its error instead. With --nanoddp FILE (bench_attention_gpu's lines, one per attention
+route, from the same machine and call) each line also holds nanoddp's speed relative to it for each
+route: PyTorch's time / nanoddp's, above 1 where nanoddp is faster.
 """
 import argparse
 import json
@@ -42,13 +42,15 @@ def main():
     p.add_argument("--sdpa", default="flash,cudnn", help="comma-separated: flash, cudnn")
     p.add_argument("--nanoddp", help="bench_attention_gpu's JSON line (a file): adds nanoddp's speed-ups")
     a = p.parse_args()
-    ours = None
+    ours = []
     if a.nanoddp:
         with open(a.nanoddp) as f:
-            ours = json.loads(f.read().strip().splitlines()[-1])
-        shape = {k: ours[k] for k in ("batch", "seq", "heads", "kv_heads", "head_dim")}
-        if shape != {"batch": a.batch, "seq": a.seq, "heads": a.heads, "kv_heads": a.kv_heads, "head_dim": a.head_dim}:
-            raise SystemExit(f"torch_attention_bench: --nanoddp {a.nanoddp} was measured on other shapes: {shape}")
+            ours = [json.loads(line) for line in f.read().splitlines() if line.startswith("{")]
+        for line in ours:
+            shape = {k: line[k] for k in ("batch", "seq", "heads", "kv_heads", "head_dim")}
+            if shape != {"batch": a.batch, "seq": a.seq, "heads": a.heads, "kv_heads": a.kv_heads,
+                         "head_dim": a.head_dim}:
+                raise SystemExit(f"torch_attention_bench: --nanoddp {a.nanoddp} was measured on other shapes: {shape}")
     b, t, h, hk, d = a.batch, a.seq, a.heads, a.kv_heads, a.head_dim
     gen = torch.Generator(device="cuda").manual_seed(0)
 
@@ -75,8 +77,10 @@ def main():
                 bwd = median_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), a.warmup,
                                 a.reps)
             row.update(fwd_ms=fwd, bwd_ms=bwd, fwd_tflops=fwd_flops / fwd / 1e9, bwd_tflops=2.5 * fwd_flops / bwd / 1e9)
-            if ours:
-                row.update(nanoddp_fwd_speedup=fwd / ours["fwd_ms"], nanoddp_bwd_speedup=bwd / ours["bwd_ms"])
+            for line in ours:  # one pair per nanoddp route (flash, cudnn, ...)
+                route = line.get("route", "auto")
+                row[f"nanoddp_{route}_fwd_speedup"] = fwd / line["fwd_ms"]
+                row[f"nanoddp_{route}_bwd_speedup"] = bwd / line["bwd_ms"]
         except Exception as e:  # a backend that refuses these shapes: say so in the row
             row["error"] = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(json.dumps(row), flush=True)

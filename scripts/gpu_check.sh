@@ -14,8 +14,9 @@
 #      bench/gpu_bench.sh at depth 12 and at depth 20 (nanoddp against PyTorch, FlashAttention-2
 #      and cuDNN attention), and their table;
 #   D  profile: bench_train_gpu --breakdown at depth 20 (each op's device time per step from CUDA
-#      events; Nsight Systems does not run on the device machines), the attention kernels alone
-#      against PyTorch's (bench_attention_gpu, bench/torch_attention_bench.py), then Nsight Compute's
+#      events; Nsight Systems does not run on the device machines), attention alone through each
+#      of nanoddp's routes (our flash kernels, cuDNN deterministic and not) against PyTorch's
+#      (bench_attention_gpu, bench/torch_attention_bench.py), then Nsight Compute's
 #      speed-of-light, occupancy, launch and memory sections for one launch of each hand-written
 #      kernel that a depth-20 step spends time in.
 # The stages run in the order a short lease wants them (B's tests and end-to-end runs, C at depth
@@ -242,7 +243,8 @@ if ((!prebuilt)); then
     -DCMAKE_PREFIX_PATH="$root/.gpu/deps/usr" -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DNANODDP_CUDA=ON -DNANODDP_NCCL=ON -DNANODDP_GLOO=OFF -DNANODDP_MPI=OFF ${GPU_CHECK_CMAKE_ARGS:-} || finish
   # Only what the stages run: the CPU-only tests and tools would double the build.
-  targets=(nanoddp test_cuda_ops test_cuda_model bench_train_gpu bench_attention_gpu bench_allreduce)
+  targets=(nanoddp test_cuda_ops test_cuda_model test_cudnn_attention test_cudnn_library bench_train_gpu
+           bench_attention_gpu bench_allreduce)
   grep -qs test_comm_nccl "$build/tests/comm/CTestTestfile.cmake" && targets+=(test_comm_nccl)  # where NCCL was found
   stage build always 30 "$budget" cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" || finish
 fi
@@ -301,9 +303,19 @@ else
   bench_depth 20 300
   stage profile_d20 D 40 120 "$build/bench/bench_train_gpu" --depth 20 --seq 2048 --batch 16 --steps 3 --warmup 2 \
     --breakdown 3
-  # The attention kernels alone against PyTorch's two on the same shapes (depth 20: 10 heads of 128).
-  stage attention_d20 D 30 120 bash -c "set -o pipefail; '$build/bench/bench_attention_gpu' | tee '$logs/attention_nanoddp.json' &&
-    python3 bench/torch_attention_bench.py --nanoddp '$logs/attention_nanoddp.json'"
+  # Attention alone on a depth-20 layer's shapes (10 heads of 128) through each of nanoddp's routes
+  # (ops/cuda/cudnn_attention.h), then PyTorch's two on the same shapes. A route that fails still
+  # leaves the others' lines.
+  attention_routes() {
+    local route rc=0
+    : > "$1"
+    for route in flash cudnn cudnn_nondeterministic; do
+      NANODDP_CUDA_ATTENTION=$route "$2" | tee -a "$1" || rc=1
+    done
+    python3 bench/torch_attention_bench.py --nanoddp "$1" || rc=1
+    return $rc
+  }
+  stage attention_d20 D 30 150 attention_routes "$logs/attention_nanoddp.json" "$build/bench/bench_attention_gpu"
 fi
 
 fresh_unless_passed train_cuda_fp16 fp16_straight
@@ -314,7 +326,8 @@ stage train_cuda_fp16_resume B 15 120 "$bin" train "${common[@]}" --dtype fp16 -
   --resume latest
 stage resume_bitwise_fp16 B 2 60 same_last_checkpoint "$work/fp16_straight" "$work/fp16_resumed"
 
-# memcheck over every op test (8 s on an H200); racecheck and synccheck over one launch shape each
+# The sanitizers and Nsight Compute look at our own kernels, so attention takes the flash route there
+# (auto would hand the bf16 shapes to cuDNN). memcheck over every op test (8 s on an H200); racecheck and synccheck over one launch shape each
 # of the kernels that share memory between threads (GPU_CHECK_SHARED_FILTER): racecheck ran past
 # 180 s over every op test, and past 150 s over the attention tests at head_dim 128 and 64.
 ops=$build/tests/ops/cuda/test_cuda_ops
@@ -326,7 +339,7 @@ for tool in memcheck racecheck synccheck; do
   if ((dry)); then
     skip "sanitizer_$tool" B "dry run (compute-sanitizer needs a GPU)"
   else
-    stage "sanitizer_$tool" B 40 150 compute-sanitizer --tool "$tool" --error-exitcode 3 "$ops" --gtest_brief=1 \
+    stage "sanitizer_$tool" B 40 150 env NANODDP_CUDA_ATTENTION=flash compute-sanitizer --tool "$tool" --error-exitcode 3 "$ops" --gtest_brief=1 \
       "--gtest_filter=$filter"
   fi
 done
@@ -346,7 +359,7 @@ ncu_kernels() {
   for k in flash_forward_kernel:25 flash_dkdv_kernel:25 flash_dq_kernel:25 softcap_ce_kernel:10 \
     rmsnorm_forward_kernel:90 rmsnorm_backward_kernel:90; do
     echo "===== ncu: ${k%%:*}, after ${k##*:} launches"
-    "$ncu" --clock-control none -k "regex:${k%%:*}" --launch-skip "${k##*:}" -c 1 --section SpeedOfLight \
+    NANODDP_CUDA_ATTENTION=flash "$ncu" --clock-control none -k "regex:${k%%:*}" --launch-skip "${k##*:}" -c 1 --section SpeedOfLight \
       --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
       --section WarpStateStats \
       "$bench" --depth 20 --seq 2048 --batch 16 --steps 1 --warmup 1 --gemm_n 1024 || rc=1

@@ -55,7 +55,8 @@ b=build-gpu
 cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/$dest/usr" \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DNANODDP_CUDA=ON -DNANODDP_NCCL=ON -DNANODDP_GLOO=OFF -DNANODDP_MPI=OFF \
   -DNANODDP_ONEDNN=OFF "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/" > /dev/null
-targets=(nanoddp test_cuda_ops test_cuda_model bench_train_gpu bench_attention_gpu bench_allreduce test_comm_nccl)
+targets=(nanoddp test_cuda_ops test_cuda_model test_cudnn_attention test_cudnn_library bench_train_gpu
+         bench_attention_gpu bench_allreduce test_comm_nccl)
 cmake --build "$b" --target "${targets[@]}"
 # Only those programs travel: a full build of the tree (to check that everything compiles) leaves
 # every other test and benchmark in it too, which would more than double the bundle.
