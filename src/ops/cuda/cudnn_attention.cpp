@@ -47,12 +47,14 @@ AttentionRoute parse_attention_route(const char* value) {
 
 std::string describe_attention_route(AttentionRoute r) {
   const CudnnLibrary& lib = cudnn_library();
-  const std::string cudnn = lib.loaded ? fmt::format("cuDNN {} ({})", lib.version_string(), lib.path)
-                                       : std::string("cuDNN not found, so our flash kernels");
+  const std::string cudnn = lib.loaded ? fmt::format("cuDNN {} ({})", lib.version_string(), lib.path) : "";
+  const std::string missing = "cuDNN not found, so the calls it would take fail";
   switch (r) {
-    case AttentionRoute::kAuto: return "auto: " + cudnn + " where it takes the call, else flash";
-    case AttentionRoute::kCudnn: return "cudnn (deterministic backward): " + cudnn;
-    case AttentionRoute::kCudnnNondeterministic: return "cudnn_nondeterministic: " + cudnn;
+    case AttentionRoute::kAuto:
+      return lib.loaded ? "auto: " + cudnn + " where it takes the call, else flash"
+                        : "auto: flash (cuDNN not found)";
+    case AttentionRoute::kCudnn: return "cudnn (deterministic backward): " + (lib.loaded ? cudnn : missing);
+    case AttentionRoute::kCudnnNondeterministic: return "cudnn_nondeterministic: " + (lib.loaded ? cudnn : missing);
     case AttentionRoute::kFlash: return "flash (our mma.sync kernels)";
     case AttentionRoute::kReference: return "reference (slow, for debugging)";
   }
