@@ -308,6 +308,7 @@ else
   # leaves the others' lines.
   attention_routes() {
     local route rc=0
+    set -o pipefail
     : > "$1"
     for route in flash cudnn cudnn_nondeterministic; do
       NANODDP_CUDA_ATTENTION=$route "$2" | tee -a "$1" || rc=1
