@@ -241,6 +241,11 @@ bool CudnnAttention::Impl::ready(std::string& why) {
     const CudnnLibrary& lib = cudnn_library();
     if (!lib.loaded) {
       unavailable = "cuDNN 9 not found (" + lib.why_not + "): set NANODDP_CUDNN_PATH to its libcudnn.so.9";
+    } else if (lib.version == 91000 || lib.version == 91001) {
+      // NVIDIA's frontend refuses these two for 16-bit fused attention: known wrong results.
+      unavailable = fmt::format("cuDNN {} has known bugs in bf16/fp16 fused attention: use 9.10.2 or later, or "
+                                "another cuDNN 9 through NANODDP_CUDNN_PATH",
+                                lib.version_string());
     } else {
       api = std::make_unique<cudnn::Api>(lib);
       cudnn_load_engines(lib);
