@@ -57,7 +57,8 @@ std::vector<std::pair<std::string, std::string>> engine_versions() {
   v.emplace_back("cublaslt", fmt::format("{}.{}.{}", lt / 10000, lt % 10000 / 100, lt % 100));
   // cuDNN is opened at run time (ops/cuda/cudnn_library.h) for the attention route that uses it.
   const cuda::CudnnLibrary& dnn = cuda::cudnn_library();
-  v.emplace_back("cudnn", dnn.loaded ? fmt::format("{} ({})", dnn.version_string(), dnn.path) : "not found: " + dnn.why_not);
+  v.emplace_back("cudnn",
+                 dnn.loaded ? fmt::format("{} ({})", dnn.version_string(), dnn.path) : "not found: " + dnn.why_not);
   try {
     v.emplace_back("cuda attention", cuda::describe_attention_route(
                                          cuda::parse_attention_route(std::getenv("NANODDP_CUDA_ATTENTION"))));

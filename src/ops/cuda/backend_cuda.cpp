@@ -276,7 +276,8 @@ void CudaBackend::attention_backward(const Tensor& dq, const Tensor& dk, const T
   cudaStream_t s = begin();
   for (const Tensor* t : {&dq, &dk, &dv, &dout, &k, &v, &out}) same_dtype(*t, q);
   const cuda::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dim(1)};
-  const void* cudnn_ptrs[] = {dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(), k.raw(), v.raw(), out.raw(), lse.raw()};
+  const void* cudnn_ptrs[] = {dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(),
+                              k.raw(),  v.raw(),  out.raw(), lse.raw()};
   if (cudnn_takes(q.dtype(), shape, cudnn_ptrs, 9)) {
     std::string why;
     if (cudnn_->backward(q.dtype(), dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(), k.raw(), v.raw(), out.raw(),

@@ -327,7 +327,8 @@ bool CudnnAttention::backward(DType t, void* dq, void* dk, void* dv, const void*
   Graph* g = impl_->plan(key_of(true, t, s), why);
   if (g == nullptr) return false;
   // Workspace: cuDNN's, then delta f32 [B, H, S], then (nondeterministic) dQ's f32 accumulator.
-  const size_t rows = static_cast<size_t>(s.batch * s.hq * s.tq), own = align_up(static_cast<size_t>(g->workspace_bytes()));
+  const size_t rows = static_cast<size_t>(s.batch * s.hq * s.tq);
+  const size_t own = align_up(static_cast<size_t>(g->workspace_bytes()));
   const size_t accum = impl_->deterministic ? 0 : rows * static_cast<size_t>(s.d) * sizeof(float);
   char* ws = static_cast<char*>(impl_->workspace_for(own + align_up(rows * sizeof(float)) + accum));
   void* delta = ws + own;

@@ -71,7 +71,8 @@ std::vector<std::vector<uint8_t>> check_backward(cuda::CudnnAttention& dnn, cons
          v = rounded(randn({c.b, c.t, c.hkv, c.d}, 62), c.dt), dout = rounded(randn({c.b, c.t, c.hq, c.d}, 63), c.dt);
   const float scale = 1.f / std::sqrt(float(c.d));
   Tensor gq = to_gpu(q, c.dt), gk = to_gpu(k, c.dt), gv = to_gpu(v, c.dt), gdout = to_gpu(dout, c.dt);
-  Tensor out = Tensor::empty(q.shape(), c.dt, testing::gpu()), lse = Tensor::empty({c.b, c.hq, c.t}, DType::F32, testing::gpu());
+  Tensor out = Tensor::empty(q.shape(), c.dt, testing::gpu());
+  Tensor lse = Tensor::empty({c.b, c.hq, c.t}, DType::F32, testing::gpu());
   ops::attention_forward(out, lse, gq, gk, gv, c.t, scale);
   std::vector<std::vector<uint8_t>> runs;
   std::vector<Tensor> g;
