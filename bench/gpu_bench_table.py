@@ -11,7 +11,8 @@ import sys
 
 
 def label(r):
-    return r["impl"] + (f" ({r['sdpa']})" if r.get("sdpa") else "")
+    attention = r.get("sdpa") or r.get("attention")  # PyTorch's SDPA backend, or nanoddp's attention route
+    return r["impl"] + (f" ({attention})" if attention else "")
 
 
 def main(paths):

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "core/allocator.h"
@@ -108,7 +109,9 @@ int main(int argc, char** argv) {
     const double tokens_per_s = double(a.batch) * a.seq * a.steps / dt;
     const double flops_per_token = config.flops_per_token(a.seq);
     const AllocatorStats mem = allocator_for(dev).stats();
+    const char* route = std::getenv("NANODDP_CUDA_ATTENTION");  // ops/cuda/cudnn_attention.h
     nlohmann::json j{{"impl", "nanoddp"},
+                     {"attention", route != nullptr && *route != '\0' ? route : "auto"},
                      {"depth", a.depth},
                      {"seq", a.seq},
                      {"batch", a.batch},
