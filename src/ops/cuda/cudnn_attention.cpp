@@ -86,7 +86,6 @@ PlanKey key_of(bool backward, DType t, const AttentionShape& s) {
   return {backward, t, s.batch, s.tk, s.hq, s.hkv, s.d, s.kv_len};
 }
 
-
 using cudnn::Dims;
 using cudnn::Graph;
 constexpr cudnnDataType_t kF32 = CUDNN_DATA_FLOAT;
