@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "ops/backend.h"
@@ -91,6 +92,9 @@ int main(int argc, char** argv) {
     forward();  // out and lse of these inputs for the backward
     const double bwd = median_seconds(be, a.warmup, a.reps, backward);
     const double fwd_flops = 2.0 * double(b) * h * double(t) * t * d;
+    // Peak device memory over both, inputs included: the route's workspace shows as the difference
+    // between routes (cuDNN's deterministic backward holds a large one).
+    const double peak_gib = allocator_for(dev).stats().peak_live_bytes / double(1 << 30);
     const char* route = std::getenv("NANODDP_CUDA_ATTENTION");
     nlohmann::json j{{"impl", "nanoddp"},
                      {"route", route != nullptr && *route != '\0' ? route : "auto"},
@@ -103,7 +107,8 @@ int main(int argc, char** argv) {
                      {"fwd_ms", 1e3 * fwd},
                      {"bwd_ms", 1e3 * bwd},
                      {"fwd_tflops", fwd_flops / fwd / 1e12},
-                     {"bwd_tflops", 2.5 * fwd_flops / bwd / 1e12}};
+                     {"bwd_tflops", 2.5 * fwd_flops / bwd / 1e12},
+                     {"peak_mem_gib", peak_gib}};
     fmt::print("{}\n", j.dump());
   } catch (const Error& e) {
     fmt::print(stderr, "bench_attention_gpu: {}\n", e.what());
