@@ -6,6 +6,8 @@
 //
 // The fallback tests run only under the environment their ctest entries set (tests/ops/cuda/
 // CMakeLists.txt): a cuDNN that cannot be found, under the auto route and under the cudnn route.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -170,6 +172,9 @@ TEST(CudnnAttentionGpu, PlansAreCachedAndTheWorkspaceKept) {
   EXPECT_EQ(dnn.plans(), 3);
   EXPECT_EQ(dnn.workspace_bytes(), held) << "the smaller shape reuses the workspace";
   EXPECT_NE(dnn.last_engine(), "");
+  // For the log of a GPU run: which engine cuDNN chose and what it holds.
+  fmt::print("cuDNN {} ({}): last plan on {}, workspace {} bytes\n", cuda::cudnn_library().version_string(),
+             cuda::cudnn_library().path, dnn.last_engine(), held);
 }
 
 // ---- without cuDNN (ctest entries cuda_attention_without_cudnn_*) ------------------------------
