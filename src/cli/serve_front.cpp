@@ -201,6 +201,8 @@ void ServeFront::poll_once() {
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
       close_connection(*c);  // gone, or done lingering
     } else if (n > 0) {
+      // A request's time starts with its first byte; before that the connection was idle.
+      if (c->buffer.empty() && !c->closing) c->deadline = Clock::now() + limits_.request_timeout;
       c->buffer.append(buf, static_cast<size_t>(n));
       ready.push_back(c);
     }
@@ -211,7 +213,7 @@ void ServeFront::poll_once() {
     std::lock_guard lock(mu_);
     for (auto& c : returned_) {
       c->with_worker = false;
-      c->deadline = Clock::now() + limits_.request_timeout;
+      c->deadline = Clock::now() + (c->buffer.empty() ? limits_.idle_timeout : limits_.request_timeout);
       connections_.push_back(c);
       ready.push_back(c);
     }
@@ -227,8 +229,8 @@ void ServeFront::poll_once() {
     if (c->closing || c->buffer.empty())
       close_connection(*c);  // done lingering, or idle with nothing asked
     else
-      refuse(*c, 408, fmt::format("the request did not arrive whole within {} s of the connection's start; send it "
-                                  "at once", limits_.request_timeout.count() / 1000.0));
+      refuse(*c, 408, fmt::format("the request did not arrive whole within {} s of its first byte; send it at once",
+                                  limits_.request_timeout.count() / 1000.0));
   }
   std::erase_if(connections_, [](const ConnectionPtr& c) { return c->with_worker || c->fd < 0; });
 }
@@ -244,7 +246,7 @@ void ServeFront::accept_all() {
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
     auto c = std::make_shared<Connection>();
     c->fd = fd;
-    c->deadline = Clock::now() + limits_.request_timeout;
+    c->deadline = Clock::now() + limits_.idle_timeout;
     if (open_ >= limits_.max_connections) {
       c->counted = false;
       if (lingering_ >= kMaxLingering) {

@@ -7,10 +7,11 @@
 // behind 200 of them. It also reads each keep-alive request through a buffer of its own, so a second
 // request that came in the same packet as the first (pipelining) was lost.
 //
-// Here one thread polls every connection. From when a connection starts waiting for a request
-// (accepted, or its last response sent) it has `request_timeout` to deliver all of it, head and
-// Content-Length body (serve_request_frame.h, which also refuses what it cannot frame: 400, 411,
-// 413, 431); then 408, or a silent close when nothing came. A whole request goes to a worker, which
+// Here one thread polls every connection. A connection may stay idle for `idle_timeout` (after it
+// is accepted, or after its last response), and is then closed; from a request's first byte it has
+// `request_timeout` to deliver all of it, head and Content-Length body (serve_request_frame.h,
+// which also refuses what it cannot frame: 400, 411, 413, 431), else 408: a byte at a time does not
+// extend it. A whole request goes to a worker, which
 // has cpp-httplib route and answer it (Server::process_request over the bytes already read) and hands
 // the connection back. Bytes past the request (a pipelined one) stay in the connection's buffer, so a
 // connection's requests are answered one at a time, in order. Beyond `max_connections` open
@@ -39,7 +40,8 @@ class ServeFront : public httplib::Server {
     size_t max_connections = 256;
     size_t workers = 24;
     uint64_t max_body = 64 << 10;  // --max_request_bytes
-    std::chrono::milliseconds request_timeout{10000};
+    std::chrono::milliseconds request_timeout{10000};  // from a request's first byte to its last
+    std::chrono::milliseconds idle_timeout{10000};     // a connection with no request under way
   };
   explicit ServeFront(const Limits& limits);
   ~ServeFront() override;

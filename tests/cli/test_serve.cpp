@@ -6,6 +6,9 @@
 //    temperature 0 its text is `nanoddp chat --prompt`'s and the in-process model::generate's;
 //  - a conversation beyond the context loses its oldest turns (a system message stays);
 //  - concurrent clients (and one that hangs up) all get complete replies or a clean 503;
+//  - the front: where a request ends and what is refused before a worker sees it (411, 400, 413,
+//    431); /health answered while 200 clients hold half-sent requests; 408 for a request that
+//    trickles in; 503 beyond --max_connections; pipelined requests answered in order;
 //  - a port in use, a missing checkpoint and bad flags exit 1 with one clear line; SIGINT and
 //    SIGTERM stop the server with exit 0.
 // The page in a real browser is tests/cli/serve_browser.py.
@@ -351,14 +354,14 @@ TEST(Serve, LongConversationsLoseTheirOldestTurns) {
 }
 
 // A socket connected to the server on loopback that sends `what` (-1 when either fails). Reads on
-// it give up after 10 s.
+// it give up after 30 s (more than the server's 10 s for a request).
 int connect_and_send(int port, const std::string& what) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{10, 0};
+  timeval tv{30, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
       ::send(fd, what.data(), what.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(what.size()))
@@ -374,7 +377,7 @@ void hang_up(int port, const std::string& what) {
   ::close(fd);
 }
 
-// What the server sends on `fd` until it closes the connection, or until `enough` says so, or 10 s
+// What the server sends on `fd` until it closes the connection, or until `enough` says so, or 30 s
 // pass without a byte.
 std::string read_reply(int fd, const std::function<bool(const std::string&)>& enough) {
   std::string got;
@@ -383,7 +386,7 @@ std::string read_reply(int fd, const std::function<bool(const std::string&)>& en
   return got;
 }
 
-// Sends `what` and returns the response's status line ("" if none came within 10 s).
+// Sends `what` and returns the response's status line ("" if none came within 30 s).
 std::string status_line(int port, const std::string& what) {
   const int fd = connect_and_send(port, what);
   if (fd < 0) return "";
@@ -495,6 +498,28 @@ TEST(Serve, HealthIsAnsweredWhile200ClientsHoldHalfSentRequests) {
     ::close(fd);
   }
   EXPECT_EQ(still_waiting, 200) << "waiting clients were answered or closed before /health was";
+}
+
+// A request sent a byte at a time is cut off 10 s after its first byte, whatever its pace. Was:
+// cpp-httplib's 5 s read timeout started again with each byte, so such a client held a worker for
+// as long as it liked.
+TEST(Serve, ARequestTrickledAByteAtATimeIsCutOffWith408) {
+  ScratchDir dir("serve_" + test_name());
+  Server s(make_checkpoint(dir));
+  ASSERT_GT(s.port, 0);
+  const int fd = connect_and_send(s.port, "GET /health HTTP/1.1\r\nX: ");
+  ASSERT_GE(fd, 0);
+  // A byte every half second, at most 60 (30 s), until the server answers.
+  int sent = 0;
+  char byte;
+  for (; sent < 60 && ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) < 0; sent++) {
+    ::send(fd, "a", 1, MSG_NOSIGNAL);
+    std::this_thread::sleep_for(500ms);
+  }
+  const std::string got = read_reply(fd, [](const std::string& r) { return r.find("\r\n") != std::string::npos; });
+  ::close(fd);
+  EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 408 Request Timeout") << got;
+  EXPECT_LT(sent, 60) << "never cut off";
 }
 
 TEST(Serve, ConnectionsBeyondTheCapAreAnswered503) {
