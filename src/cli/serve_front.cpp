@@ -115,6 +115,8 @@ class RequestStream : public httplib::Stream {
 }  // namespace
 
 ServeFront::ServeFront(const Limits& limits) : limits_(limits) {
+  // What cpp-httplib's "Keep-Alive: timeout=N" header tells clients: the front's idle timeout.
+  set_keep_alive_timeout(std::chrono::duration_cast<std::chrono::seconds>(limits.idle_timeout).count());
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   NANODDP_CHECK(wake_fd_ >= 0, "serve: cannot create an eventfd ({})", std::strerror(errno));
 }

@@ -656,6 +656,8 @@ TEST(Serve, PortInUseMissingCheckpointAndBadFlagsExit1) {
   EXPECT_NE(err.find("--max_tokens 256 is more than the model's context of 32"), std::string::npos) << err;
   err = run({"serve", "--checkpoint", ckpt, "--port", "0", "--max_queue", "0"});
   EXPECT_NE(err.find("--max_queue must be 1 to 1024"), std::string::npos) << err;
+  err = run({"serve", "--checkpoint", ckpt, "--port", "0", "--max_tokens", "8", "--max_connections", "513"});
+  EXPECT_NE(err.find("--max_connections must be 1 to 512 (got 513)"), std::string::npos) << err;
   err = run({"serve", "--checkpoint", ckpt, "--port", "70000"});
   EXPECT_NE(err.find("--port must be 0"), std::string::npos) << err;
   // The first server did not notice.
