@@ -85,7 +85,7 @@ void add_chat_command(CLI::App& root) {
       try {
         prompt = fit_to_context(*tok, next, reserve, context, dropped);
       } catch (const Error& e) {
-        if (once) throw;
+        if (once) NANODDP_FAIL("--prompt: {}: give a shorter prompt", e.what());
         fmt::print("({}: say it in fewer words)\n", e.what());
         continue;
       }

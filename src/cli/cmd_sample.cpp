@@ -65,9 +65,7 @@ void add_sample_command(CLI::App& root) {
     auto ids = tokenizer->encode(args->prompt);
     prompt.insert(prompt.end(), ids.begin(), ids.end());
     // As chat and eval: a prompt that leaves no room for one token is an error, not an empty text.
-    NANODDP_CHECK(static_cast<int64_t>(prompt.size()) < model->config().max_seq_len, "--prompt is {} tokens with its "
-                  "BOS, which fills the model's context of {}: give a shorter prompt", prompt.size(),
-                  model->config().max_seq_len);
+    model::check_prompt_fits(static_cast<int64_t>(prompt.size()), model->config().max_seq_len, "--prompt");
     model::SampleOptions so;
     so.max_tokens = args->max_tokens;
     so.temperature = static_cast<float>(args->temperature);

@@ -9,9 +9,11 @@
 //                              (F: stop, length, or context when the model's context cut it short)
 //                              (or data: {"error": "..."} when generation fails or the server stops)
 // Errors are JSON {"error": "..."}: 400 for a request that is wrong (the message says what), 404,
-// 413 above --max_request_bytes, 503 when --max_queue requests already wait.
+// 408 for a request not sent whole within 10 s, 411 for a body without Content-Length, 413 above
+// --max_request_bytes, 503 when --max_queue requests already wait or --max_connections are open.
 //
-// Threads: cpp-httplib answers each connection on a worker thread; the model runs on this command's
+// Threads: one thread reads every connection and hands whole requests to worker threads, where
+// cpp-httplib routes and answers them (serve_front.h says why); the model runs on this command's
 // own thread, one generation at a time, in arrival order (serve_queue.h says why). A request is
 // validated, rendered and fitted to the context on its worker, so a bad one is answered at once,
 // without waiting for the model.
@@ -21,17 +23,14 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <pthread.h>
-#include <sys/socket.h>
 
 #include <algorithm>
-#include <cctype>
+#include <cstdlib>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -44,6 +43,7 @@
 #include "cli/text_stream.h"
 #include "cli/option_flags.h"
 #include "cli/rank_setup.h"
+#include "cli/serve_front.h"
 #include "cli/serve_page.h"
 #include "cli/serve_queue.h"
 #include "core/error.h"
@@ -57,7 +57,6 @@ namespace nanoddp::cli {
 namespace {
 
 using json = nlohmann::json;
-using namespace std::chrono_literals;
 
 struct ServeArgs {
   std::string checkpoint = "out";
@@ -72,6 +71,7 @@ struct ServeArgs {
   std::string dtype = "auto";
   int64_t max_request_bytes = 64 << 10;
   int64_t max_queue = 16;
+  int64_t max_connections = 256;
   template <typename V>
   void visit(V&& v) {
     v(checkpoint, "checkpoint", "Checkpoint directory, or a run's --out (its newest checkpoint)");
@@ -86,6 +86,7 @@ struct ServeArgs {
     v(dtype, "dtype", "Activations: auto (bf16 on CUDA, fp32 on the CPU), fp32, bf16 or fp16 (nanochat's --dtype)");
     v(max_request_bytes, "max_request_bytes", "Largest request body; a larger one is refused with 413");
     v(max_queue, "max_queue", "Requests that may wait for the model (1 to 1024); more are refused with 503");
+    v(max_connections, "max_connections", "Open connections (1 to 512); more are refused with 503");
   }
 };
 
@@ -96,6 +97,9 @@ void check_serve_flags(const ServeArgs& a) {
   NANODDP_CHECK(a.max_request_bytes >= 1, "--max_request_bytes must be at least 1 (got {})", a.max_request_bytes);
   // Each waiting request holds an HTTP worker thread until its turn.
   NANODDP_CHECK(a.max_queue >= 1 && a.max_queue <= 1024, "--max_queue must be 1 to 1024 (got {})", a.max_queue);
+  // cpp-httplib answers a descriptor past select()'s FD_SETSIZE (1024) with 500; 512 stays below it.
+  NANODDP_CHECK(a.max_connections >= 1 && a.max_connections <= 512, "--max_connections must be 1 to 512 (got {})",
+                a.max_connections);
 }
 
 bool is_loopback(const std::string& host) {
@@ -221,6 +225,8 @@ bool form_encoded_within(const httplib::Request& req, int64_t max) {
 }
 
 // The routes, and JSON bodies for the errors cpp-httplib answers itself (404, 413, 400 for broken HTTP).
+// Requests without a Content-Length body, or over --max_request_bytes, never get here: the front
+// refuses them (serve_request_frame.h).
 void add_routes(httplib::Server& server, const ServeArgs& a, JobQueue& queue, const data::Tokenizer& tok,
                 int64_t context) {
   server.Get("/", [](const httplib::Request&, httplib::Response& res) {
@@ -228,17 +234,6 @@ void add_routes(httplib::Server& server, const ServeArgs& a, JobQueue& queue, co
   });
   server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(to_json({{"status", "ok"}}), "application/json");
-  });
-  // cpp-httplib 0.11 reads a chunked body whatever its length (set_payload_max_length counts only
-  // Content-Length bodies), so chunked requests are refused before their body is read.
-  server.set_pre_routing_handler([max = a.max_request_bytes](const httplib::Request& req, httplib::Response& res) {
-    std::string te = req.get_header_value("Transfer-Encoding");
-    for (char& ch : te) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));  // as httplib compares
-    if (te.find("chunked") == std::string::npos) return httplib::Server::HandlerResponse::Unhandled;
-    reply_error(res, 411, fmt::format("chunked request bodies are not accepted: send the body with a Content-Length "
-                                      "(at most {} bytes, --max_request_bytes)", max));
-    res.set_header("Connection", "close");
-    return httplib::Server::HandlerResponse::Handled;
   });
   server.Post("/chat/completions", [&a, &queue, &tok, context](const httplib::Request& req, httplib::Response& res) {
     std::shared_ptr<ServeJob> job;
@@ -290,8 +285,6 @@ void add_routes(httplib::Server& server, const ServeArgs& a, JobQueue& queue, co
       // cpp-httplib refuses form-encoded bodies over its own 8 KiB (curl -d's default type).
       reply_error(res, 413, "form-encoded request bodies are limited to 8192 bytes: send the JSON with Content-Type: "
                             "application/json (curl -H 'Content-Type: application/json')");
-    else if (res.status == 413)
-      reply_error(res, 413, fmt::format("the request body is larger than {} bytes (--max_request_bytes)", max));
     else
       reply_error(res, res.status, fmt::format("HTTP {} for {} {}", res.status, req.method, req.path));
     return HandlerResponse::Handled;
@@ -346,18 +339,6 @@ class SignalWatcher {
   std::thread thread_;
 };
 
-// Binds the listening socket (port 0: any free one) and returns the port. Throws nanoddp::Error.
-int bind_port(httplib::Server& server, const std::string& host, int64_t port) {
-  errno = 0;
-  const int bound = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, static_cast<int>(port))
-                                                                     ? static_cast<int>(port) : -1);
-  const int err = errno;
-  NANODDP_CHECK(bound > 0, "cannot listen on {}:{}{}: another process may hold the port (choose another --port, or "
-                "0 for any free one), or --host is not an address of this machine", host, port,
-                err ? fmt::format(" ({})", std::strerror(err)) : "");
-  return bound;
-}
-
 void serve(const ServeArgs& a) {
   check_serve_flags(a);
   JobQueue queue(static_cast<size_t>(a.max_queue));
@@ -376,24 +357,16 @@ void serve(const ServeArgs& a) {
   data::render_for_completion(*tok, data::parse_conversation(R"([{"role": "user", "content": "hi"}])", "the tokenizer check"));
   if (queue.stopping()) return;  // a signal came while loading
 
-  httplib::Server server;
+  ServeFront::Limits limits;
+  limits.max_connections = static_cast<size_t>(a.max_connections);
+  // A worker per waiting request, plus some for the running one, /health and refusals: a worker
+  // holds a request only while it is answered, never while it is read.
+  limits.workers = static_cast<size_t>(a.max_queue) + 8;
+  limits.max_body = static_cast<uint64_t>(a.max_request_bytes);
+  ServeFront server(limits);
   add_routes(server, a, queue, *tok, context);
   server.set_payload_max_length(static_cast<size_t>(a.max_request_bytes));
-  // Every token is its own small write: without TCP_NODELAY Nagle's algorithm would hold them back.
-  server.set_tcp_nodelay(true);
-  // A worker per waiting request, plus some for the running one, /health and refusals.
-  const size_t workers = static_cast<size_t>(a.max_queue) + 8;
-  server.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
-  // Idle keep-alive connections hold a worker, and stopping waits for them.
-  server.set_keep_alive_timeout(2);
-  // cpp-httplib's default sets SO_REUSEPORT, with which a second server binds the same port and the
-  // kernel splits the connections between the two. SO_REUSEADDR alone still allows a restart while
-  // old connections linger in TIME_WAIT, and a port someone listens on is an error.
-  server.set_socket_options([](socket_t sock) {
-    const int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  const int port = bind_port(server, a.host, a.port);
+  const int port = server.bind(a.host, a.port);
   if (!is_loopback(a.host))
     fmt::print(stderr, "nanoddp serve: warning: listening on {}, not loopback: the API has no authentication, so "
                "anyone who can reach this port can use the model\n", a.host);
@@ -402,20 +375,12 @@ void serve(const ServeArgs& a) {
   fmt::print("nanoddp serve: {} (context {} tokens), Ctrl-C stops\nserving on {}\n", dir, context, url);
   std::fflush(stdout);
 
-  std::atomic<bool> listen_returned{false};
   std::thread http([&] {
-    server.listen_after_bind();
-    listen_returned = true;
+    server.run();
     queue.stop(sse_event({{"error", "the server stopped"}}));
   });
   serve_jobs(queue, *model, *tok);
-  // stop() acts only on a running server: wait for listen to start if a signal came first.
-  for (bool stopped = false; !listen_returned; std::this_thread::sleep_for(10ms)) {
-    if (!stopped && server.is_running()) {
-      server.stop();
-      stopped = true;
-    }
-  }
+  server.stop();  // also when a signal came before run() started
   http.join();
   fmt::print("nanoddp serve: stopped\n");
 }

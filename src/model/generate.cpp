@@ -49,6 +49,11 @@ std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, co
   return out;
 }
 
+void check_prompt_fits(int64_t prompt_tokens, int64_t context, const char* what) {
+  NANODDP_CHECK(prompt_tokens < context, "{} is {} tokens with its BOS, which fills the model's context of {}: give "
+                "a shorter prompt", what, prompt_tokens, context);
+}
+
 GenerationEnd generation_end(const std::vector<int32_t>& ids, const SampleOptions& opts) {
   if (!ids.empty() && opts.stops(ids.back())) return GenerationEnd::Stop;
   return static_cast<int64_t>(ids.size()) >= opts.max_tokens ? GenerationEnd::Length : GenerationEnd::Context;

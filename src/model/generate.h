@@ -26,6 +26,10 @@ struct SampleOptions {
 std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opts,
                               const std::function<void(int32_t)>& on_token = {});
 
+// Throws nanoddp::Error when a prompt of `prompt_tokens` ids (its BOS included) leaves no room in
+// the model's `context` for one more: generate() would return nothing. `what` names the prompt's flag.
+void check_prompt_fits(int64_t prompt_tokens, int64_t context, const char* what);
+
 // Why generate() ended, read off the ids it returned: the last is a stop id, or max_tokens came,
 // or else the model's context (the KV cache) filled up and the text is cut short.
 enum class GenerationEnd { Stop, Length, Context };

@@ -143,6 +143,15 @@ void write_imported_checkpoint(const std::string& out, const std::vector<std::pa
 
 }  // namespace
 
+bool all_finite(const Tensor& t) {
+  Tensor h = t.device().is_cpu() ? t : t.copy_to(Device::cpu());
+  if (h.dtype() != DType::F32) return true;  // only f32 master weights are checked
+  const float* p = h.data<float>();
+  for (int64_t i = 0; i < h.numel(); i++)
+    if (!std::isfinite(p[i])) return false;
+  return true;
+}
+
 std::unique_ptr<model::GPT> load_model(const std::string& dir, Device device, const std::string& dtype) {
   const DType act = activation_dtype(dtype, device);
   const auto meta = read_checkpoint_meta(dir);
@@ -151,6 +160,10 @@ std::unique_ptr<model::GPT> load_model(const std::string& dir, Device device, co
   auto gpt = std::make_unique<model::GPT>(config, device, act);
   SafetensorsFile weights(dir + "/" + CheckpointFiles().model);
   for (auto& p : gpt->parameters()) weights.read_into(p.name, p.data);
+  // As resume: one NaN would make every logit NaN, and sampling would print garbage and succeed.
+  for (const auto& p : gpt->parameters())
+    NANODDP_CHECK(all_finite(p.data), "{}: parameter {} holds NaN or infinite values; the model cannot be used. "
+                  "Use an earlier checkpoint of the run", weights.path(), p.name);
   // The file holds the f32 master weights; the activation-dtype copies are derived from them.
   gpt->refresh_compute_weights();
   return gpt;

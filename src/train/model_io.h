@@ -15,9 +15,13 @@
 
 namespace nanoddp::train {
 
+// Whether every element of t is finite (t on any device; a GPU tensor is copied to the host). Only
+// f32 tensors are looked at: the master weights, which is what checkpoints hold.
+bool all_finite(const Tensor& t);
+
 // The model of a checkpoint directory, on `device`.
 // Activations bf16 on a GPU and f32 on the CPU, as in training. Throws nanoddp::Error when
-// meta.json or a weight is missing or has another shape.
+// meta.json or a weight is missing or has another shape, or when a weight is NaN or infinite.
 // dtype: the activations, as train's --dtype names them (auto: bf16 on CUDA, fp32 on the CPU); the
 // weights are the checkpoint's f32 master weights whatever it was trained in.
 std::unique_ptr<model::GPT> load_model(const std::string& checkpoint_dir, Device device,

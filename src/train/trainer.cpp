@@ -128,16 +128,6 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-// Whether every element of t is finite (t on any device; a GPU tensor is copied to the host).
-bool all_finite(const Tensor& t) {
-  Tensor h = t.device().is_cpu() ? t : t.copy_to(Device::cpu());
-  if (h.dtype() != DType::F32) return true;  // only f32 master weights are checked
-  const float* p = h.data<float>();
-  for (int64_t i = 0; i < h.numel(); i++)
-    if (!std::isfinite(p[i])) return false;
-  return true;
-}
-
 // The run's sizes, derived from the options, the dataset and the world size.
 struct Plan {
   model::GPTConfig config;
@@ -296,6 +286,10 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
   tokenizer_ = data::load_dataset_tokenizer(opts.data);
   token_bytes_ = tokenizer_->token_bytes();
   plan_ = make_plan(opts, meta_, group.size());
+  // The sample's prompt must leave room for a token: said now, not with an empty sample after the run.
+  if (opts.sample_tokens > 0)
+    model::check_prompt_fits(1 + static_cast<int64_t>(tokenizer_->encode(opts.sample_prompt).size()),
+                             plan_.config.max_seq_len, "--sample_prompt");
   // Before allocating: a model that cannot fit is refused with the estimate instead of being killed
   // by the OOM killer after a silent minute. GPU memory is the CUDA allocator's to report.
   if (device_.is_cpu()) {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -136,7 +137,8 @@ class Cli : public ::testing::Test {
 
   // A tiny GPT as an exported file would hold it (vocabulary 265 padded to 320 rows); without
   // nanoddp's metadata when `bare`, as a file from nanochat would be.
-  std::string model_file(const std::string& name, bool bare = false) const {
+  // `nan`: one weight of the last block's MLP is NaN, as in a damaged file.
+  std::string model_file(const std::string& name, bool bare = false, bool nan = false) const {
     model::GPTConfig c;
     c.vocab_size = 265;
     c.n_layer = 1;
@@ -145,6 +147,9 @@ class Cli : public ::testing::Test {
     c.n_kv_head = 1;
     c.max_seq_len = 16;
     model::GPT gpt(c, Device::cpu());
+    if (nan)
+      for (auto& p : gpt.parameters())
+        if (p.name == "transformer.h.0.mlp.c_proj.weight") p.data.data<float>()[7] = std::nanf("");
     SafetensorsWriter w;
     for (const auto& p : gpt.parameters()) w.add(p.name, p.data);
     if (!bare) {
@@ -156,8 +161,8 @@ class Cli : public ::testing::Test {
   }
 
   // A checkpoint made by `nanoddp import`; returns the run directory.
-  std::string checkpoint(const std::string& name) {
-    expect_success({"import", "--input", model_file(name + ".safetensors"), "--out", path(name)});
+  std::string checkpoint(const std::string& name, bool nan = false) {
+    expect_success({"import", "--input", model_file(name + ".safetensors", false, nan), "--out", path(name)});
     return path(name);
   }
 
@@ -607,6 +612,9 @@ TEST_F(Cli, Sample) {
   // A prompt of 20 bytes with its BOS fills the context of 16 (was: the prompt echoed, exit 0).
   expect_failure({"sample", "--checkpoint", run, "--prompt", std::string(20, 'a')}, {"--prompt is 21 tokens",
                                                                                      "context of 16"});
+  // The same for chat's one message (was: "the last message is ... tokens", not naming the flag).
+  expect_failure({"chat", "--checkpoint", run, "--prompt", std::string(20, 'a')},
+                 {"--prompt: the last message is", "longer than the model's context of 16"});
   expect_failure({"chat", "--checkpoint", run, "--prompt", "hi", "--dtype", "half"}, {"--dtype must be"});
   expect_failure({"eval", "--checkpoint", run, "--task", "arithmetic", "--dtype", "int8"}, {"--dtype must be"});
   // A question that fills the model's context (16 tokens) has no room for an answer. Was: scored as
@@ -628,6 +636,24 @@ TEST_F(Cli, Sample) {
                  {"--device " + past + " but", "CUDA_VISIBLE_DEVICES"});
 }
 
+// A checkpoint with one NaN weight is refused by every command that samples from it, naming the file
+// and the tensor, as resume refuses it. Was: sample and chat printed NUL bytes and exited 0.
+TEST_F(Cli, InferenceRefusesNonFiniteWeights) {
+  const std::string run = checkpoint("nan_run", /*nan=*/true);
+  const std::vector<std::string> wants = {"model.safetensors: parameter transformer.h.0.mlp.c_proj.weight holds NaN "
+                                          "or infinite values"};
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"sample", "--checkpoint", run, "--max_tokens", "4"},
+           {"chat", "--checkpoint", run, "--prompt", "hi", "--max_tokens", "4"},
+           {"eval", "--checkpoint", run, "--task", "arithmetic", "--count", "1"},
+           {"serve", "--checkpoint", run, "--port", "0", "--max_tokens", "4"}}) {
+    const Outcome o = expect_failure(args, {wants[0], run});
+    EXPECT_EQ(o.out.find('\0'), std::string::npos) << "NUL bytes on stdout";
+  }
+  // The same file without the NaN samples.
+  expect_success({"sample", "--checkpoint", checkpoint("finite_run"), "--max_tokens", "4"});
+}
+
 // Train's flags and checks belong to the trainer; here only the binary's contract is checked.
 TEST_F(Cli, Train) {
   const std::vector<std::string> tiny = {"--depth", "1", "--max_seq_len", "16", "--device_batch_size", "2",
@@ -646,6 +672,10 @@ TEST_F(Cli, Train) {
   const std::string data = dataset("data");
   expect_failure(train({"--data", data, "--out", path("file.txt")}));
   for (const auto& bad : unwritable("run")) expect_failure(train({"--data", data, "--out", bad}));
+  // A --sample_prompt that fills the context is refused before training (was: an empty sample after
+  // the run, without a word).
+  expect_failure(train({"--data", data, "--out", path("run"), "--sample_tokens", "4", "--sample_prompt",
+                        std::string(20, 'a')}), {"--sample_prompt is 21 tokens", "context of 16"});
   // A budget smaller than one step says so, with the step's cost.
   expect_failure({"train", "--depth", "1", "--max_seq_len", "16", "--device_batch_size", "2", "--total_batch_size",
                   "32", "--target_flops", "1000", "--data", data, "--out", path("run")},
