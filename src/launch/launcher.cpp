@@ -354,8 +354,13 @@ StoreConnection open_store(const LaunchPlan& plan) {
   StoreConnection c;
   c.port = plan.master_port;
   if (plan.node_rank == 0) {
-    c.server =
-        std::make_unique<TcpStoreServer>(TcpStoreServerOptions{plan.store_host, plan.master_port, plan.store_token});
+    try {
+      c.server =
+          std::make_unique<TcpStoreServer>(TcpStoreServerOptions{plan.store_host, plan.master_port, plan.store_token});
+    } catch (const Error& e) {
+      if (!plan.store_host_given) throw;
+      NANODDP_FAIL("--master_bind {}: {}", plan.store_host, e.what());
+    }
     c.port = c.server->port();
     // Said once, by the node whose store is open: the others only connect to it.
     if (plan.store_on_every_interface() && plan.store_token.empty())

@@ -236,7 +236,8 @@ LaunchPlan make_launch_plan(const LaunchOptions& o) {
   // others reach it by it.
   const bool loopback =
       p.master_addr == "localhost" || p.master_addr.starts_with("127.") || p.master_addr == "::1";
-  if (!o.master_bind.empty())
+  p.store_host_given = !o.master_bind.empty();
+  if (p.store_host_given)
     p.store_host = o.master_bind;
   else if (loopback)
     p.store_host = p.master_addr == "127.0.0.1" ? "localhost" : p.master_addr;

@@ -34,6 +34,7 @@ struct LaunchPlan {
   // Where node 0's store listens: "localhost" (loopback only), "" (every interface), the address
   // the user gave as --master_addr, or --master_bind (see make_launch_plan).
   std::string store_host;
+  bool store_host_given = false;     // from --master_bind (its errors name the flag)
   std::string store_token;           // NANODDP_STORE_TOKEN of the job ("" = none)
   bool store_token_generated = false;  // made up by this launcher: the workers must be given it
   std::string job_id;                  // NANODDP_JOB_ID: the same for every attempt of this launch

@@ -620,6 +620,15 @@ TEST(LauncherTraining, ARestartResumesFromTheNewestCheckpointAndEndsLikeAStraigh
 // ---------------------------------------------------------------------------------------------
 // Bad input: the port of the store is taken.
 
+// A --master_bind address that is not this host's: one line naming the flag.
+TEST(Launcher, AMasterBindThatIsNotAnAddressOfThisHostIsNamed) {
+  // 192.0.2.1 (TEST-NET-1, RFC 5737): documentation only, never a local address.
+  Proc p(launch({"--master_bind", "192.0.2.1", "--master_port", std::to_string(testing::free_port())}, {}));
+  ASSERT_EQ(p.wait_exit(), 1) << p.all();
+  EXPECT_NE(p.err().find("nanoddp: error: --master_bind 192.0.2.1: cannot listen on 192.0.2.1:"), std::string::npos)
+      << p.err();
+}
+
 TEST(Launcher, PortInUseOnNodeZero) {
   int port = 0;
   net::Fd taken = net::listen_tcp("", 0, &port);
