@@ -28,17 +28,27 @@ std::string this_executable() {
   return std::string(buf, size_t(n));
 }
 
-// python3 on PATH, for scripts and modules (torchrun runs them with its own interpreter).
-// Also sets PYTHONUNBUFFERED=1 for the workers unless the user set it: their output reaches the
-// launcher through pipes, where Python would buffer 8 KiB at a time (under torchrun they often
+// The program that runs `args` under the interpreter for scripts and modules (torchrun runs them
+// with its own): --python, else $NANODDP_PYTHON, else python3 on PATH; a name without '/' is looked
+// up on PATH. Also sets PYTHONUNBUFFERED=1 for the workers unless the user set it: their output
+// reaches the launcher through pipes, where Python would buffer 8 KiB at a time (under torchrun they often
 // write to the terminal itself, line by line), so prints would show late, and the last ones before
 // a crash or a SIGKILL would be lost from the failure report.
-std::string python_interpreter(const std::string& what) {
-  const std::string py = dist::find_program("python3");
-  NANODDP_CHECK(!py.empty(), "{} needs python3, which is not on PATH: install it, or give a program and "
-                "--no_python", what);
+dist::WorkerProgram python_program(const std::string& what, const dist::LaunchOptions& o,
+                                   std::vector<std::string> args) {
+  const char* env = std::getenv("NANODDP_PYTHON");
+  const std::string name = !o.python.empty() ? o.python : env && *env ? env : "python3";
+  const std::string source = !o.python.empty() ? "--python" : env && *env ? "NANODDP_PYTHON" : "";
+  const std::string py = dist::find_program(name);
+  if (source.empty())
+    NANODDP_CHECK(!py.empty(), "{} needs python3, which is not on PATH: install it, name an interpreter with "
+                  "--python, or give a program and --no_python", what);
+  else
+    NANODDP_CHECK(!py.empty(), "{} {} is not an executable program{}: give the path of a Python interpreter", source,
+                  name, name.find('/') == std::string::npos ? " on PATH" : "");
   ::setenv("PYTHONUNBUFFERED", "1", /*overwrite=*/0);
-  return py;
+  args.insert(args.begin(), name);  // the worker's argv[0]
+  return {py, args};
 }
 
 // The workers' program from the words after the flags. Like torchrun: a .py script (or any file
@@ -56,15 +66,14 @@ dist::WorkerProgram worker_program(const CLI::App& root, std::vector<std::string
   NANODDP_CHECK(int(o.module) + int(o.no_python) + int(o.run_path) <= 1, "--module, --no_python and --run_path each "
                 "say how to run the command; give one of them");
   if (o.module) {
-    words.insert(words.begin(), {std::string("python3"), std::string("-m")});
-    return {python_interpreter("-m " + first), words};
+    words.insert(words.begin(), "-m");
+    return python_program("-m " + first, o, words);
   }
   if (!o.no_python && (o.run_path || first.ends_with(".py"))) {
     std::error_code ec;
     NANODDP_CHECK(std::filesystem::is_regular_file(first, ec), "the script {} does not exist (relative paths start "
                   "from the directory nanoddp run was started in)", first);
-    words.insert(words.begin(), "python3");
-    return {python_interpreter(first), words};
+    return python_program(first, o, words);
   }
 
   std::string subcommands;

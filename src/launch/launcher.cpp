@@ -14,10 +14,11 @@
 //     node 0 declares a node lost (a cause that is not restartable: the node is gone) when its count
 //     stalls for max(5 s, 20 intervals).
 //  3. End: the first launcher to see a worker fail publishes the root cause (compare_set, so the
-//     first report wins) under attempt<A>/failed. Every launcher that reads it stops its workers
-//     (SIGTERM, SIGKILL after --stop_timeout) and prints the cause. If the cause is restartable and
-//     restarts remain, all go to step 1 with A+1; otherwise all exit 1. When all of a node's workers
-//     succeed it counts itself in attempt<A>/done; the attempt succeeds when all nodes have.
+//     first report wins) under attempt<A>/failed. Every launcher that reads it prints the cause,
+//     then stops its workers (SIGTERM, SIGKILL after --stop_timeout: Note [a stop that saves]). If
+//     the cause is restartable and restarts remain, all go to step 1 with A+1; otherwise all exit
+//     1. When all of a node's workers succeed it counts itself in attempt<A>/done; the attempt
+//     succeeds when all nodes have.
 //  4. Leave: node 0 hosts the store, so it waits (bounded) for the others to count themselves out
 //     before it exits.
 // A launcher interrupted by SIGINT / SIGTERM publishes a cause that is not restartable, so the
@@ -49,6 +50,7 @@
 #include "launch/launcher_plan.h"
 #include "launch/launcher_rendezvous.h"
 #include "launch/launcher_signals.h"
+#include "launch/launcher_stop.h"
 #include "launch/launcher_workers.h"
 #include "rendezvous/net.h"
 #include "rendezvous/prefix_store.h"
@@ -76,14 +78,18 @@ struct WorkersRunning {
   ~WorkersRunning() { LauncherSignals::set_workers_running(false); }
 };
 
-// The cause an interrupted launcher reports: not restartable, so the other nodes stop too.
+// The cause an interrupted launcher reports: not restartable, so the other nodes stop too, and
+// with the signal, so that they give their workers the time to save.
 FailureReport interrupt_report(const LaunchPlan& plan, int sig, const char* when) {
-  return FailureReport{plan.node_rank, plan.host, -1, -1, int(::getpid()),
-                       fmt::format("was interrupted by {}{}", signal_name(sig), when), {}, false};
+  FailureReport r{plan.node_rank, plan.host, -1, -1, int(::getpid()),
+                  fmt::format("was interrupted by {}{}", signal_name(sig), when), {}, false};
+  r.signal = sig;
+  return r;
 }
 
 // This node's workers for one attempt: identity, environment and log file of each.
-std::vector<WorkerSpec> make_specs(const LaunchPlan& plan, const Membership& m, int attempt, int store_port) {
+std::vector<WorkerSpec> make_specs(const LaunchPlan& plan, const Membership& m, int attempt, int store_port,
+                                   const SaveTimes& saves) {
   std::vector<std::string> base;
   for (char** e = environ; *e != nullptr; e++) base.emplace_back(*e);
   std::string attempt_dir;
@@ -100,7 +106,9 @@ std::vector<WorkerSpec> make_specs(const LaunchPlan& plan, const Membership& m, 
     WorkerSpec s;
     s.rank = id.rank;
     s.local_rank = local;
-    s.env = merge_environment(base, worker_variables(plan, id));
+    auto vars = worker_variables(plan, id);
+    if (const std::string file = saves.path(local); !file.empty()) vars.emplace_back("NANODDP_SAVE_SECONDS_FILE", file);
+    s.env = merge_environment(base, vars);
     s.routing = plan.routing[size_t(local)];
     if (s.routing.any_file()) s.log_path = fmt::format("{}/rank_{}.log", attempt_dir, id.rank);
     specs.push_back(std::move(s));
@@ -142,7 +150,10 @@ class HeartbeatWatch {
 // sent from that loop stopped with it, and node 0 then ended the whole job as if this node had
 // died. So each attempt counts its heartbeats from a thread of its own, which lives until the
 // attempt's workers are stopped. A store that fails it ends the thread quietly: the loop's own
-// store requests meet the same failure and report it.
+// store requests meet the same failure and report it. The thread has a store client of its own
+// (StoreConnection::heartbeat_client): with the loop's client, a heartbeat that found the pooled
+// connection dropped by the loop's failed request reconnected for up to 30 s, and the launcher,
+// joining the thread, hung that long after node 0 was gone.
 class HeartbeatSender {
  public:
   HeartbeatSender(LauncherRendezvous& rdzv, int attempt, milliseconds interval)
@@ -171,24 +182,34 @@ milliseconds heartbeat_timeout(const LaunchPlan& plan) {
   return std::max(milliseconds(5000), 20 * plan.monitor_interval);
 }
 
+void print_failure(const FailureReport& cause) {
+  launcher_say(cause.headline());
+  if (cause.tail.empty()) return;
+  std::string text = fmt::format("nanoddp run: last {} line(s) of rank {}'s output:\n", cause.tail.size(), cause.rank);
+  for (const std::string& line : cause.tail) text += fmt::format("  [rank {}]: {}\n", cause.rank, line);
+  write_fully(STDERR_FILENO, text);
+}
+
 // One attempt on this node (steps 2-3 of Note [launcher rounds]): starts the workers, then wakes for
 // their output and exits, signals, and every monitor interval for the attempt's state in the store,
 // until the attempt ends on every node. Returns with every worker stopped and reaped.
 class Attempt {
  public:
   Attempt(const LaunchPlan& plan, const WorkerProgram& program, LauncherRendezvous& rdzv, const Membership& m,
-          int attempt, int store_port)
+          int attempt, int store_port, const SaveTimes& saves, LauncherRendezvous* beats)
       : plan_(plan),
         rdzv_(rdzv),
+        beats_(beats),
         membership_(m),
         attempt_(attempt),
-        group_(program, make_specs(plan, m, attempt, store_port)),
+        saves_(saves),
+        group_(program, make_specs(plan, m, attempt, store_port, saves)),
         heartbeats_(plan.nnodes, heartbeat_timeout(plan)) {}
 
   AttemptResult run() {
     group_.start();
     std::optional<HeartbeatSender> heartbeat;  // stops when run() returns, its workers stopped
-    if (plan_.node_rank != 0) heartbeat.emplace(rdzv_, attempt_, plan_.monitor_interval);
+    if (beats_ != nullptr) heartbeat.emplace(*beats_, attempt_, plan_.monitor_interval);
     auto next_check = Clock::now();
     try {
       for (;;) {
@@ -202,12 +223,13 @@ class Attempt {
     } catch (const Error& e) {
       // A signal that came while a store request waited wins: the user asked to stop.
       if (int sig = LauncherSignals::termination_signal()) {
-        launcher_say(fmt::format("received {}; stopping {} worker(s) ({})", signal_name(sig), plan_.nproc, e.what()));
-        group_.stop(plan_.stop_timeout, sig);
+        launcher_say(fmt::format("the rendezvous store failed: {}", e.what()));
+        stop_to_save(sig);
         return {AttemptResult::End::Interrupted, std::nullopt, sig};
       }
       // The store is gone (node 0 exited) or misbehaves: nothing can coordinate this attempt now.
-      group_.stop(plan_.stop_timeout);
+      const StopGrace g = grace(false);
+      group_.stop(g.grace, SIGTERM, g.why);
       NANODDP_FAIL("{} (node {} stopped its workers)", e.what(), plan_.node_rank);
     }
   }
@@ -242,24 +264,49 @@ class Attempt {
                                                    membership_.nodes[size_t(lost)].pid, what, {}, false, true});
     }
     if (auto cause = rdzv_.failure(attempt_)) {
-      group_.stop(plan_.stop_timeout);
+      // The root cause first: the lines of the stop (a worker that needs SIGKILL) are its effects.
+      print_failure(*cause);
+      if (cause->signal != 0) {
+        stop_to_save(SIGTERM);  // another node was interrupted: its workers save, so must these
+      } else {
+        const StopGrace g = grace(false);
+        group_.stop(g.grace, SIGTERM, g.why);
+      }
       return AttemptResult{AttemptResult::End::Failed, cause, 0};
     }
     if (done_reported_ && rdzv_.all_done(attempt_)) {
-      group_.stop(plan_.stop_timeout);  // no worker runs: this passes on their last output, ends leftovers
+      group_.stop(grace(false).grace);  // no worker runs: this passes on their last output, ends leftovers
       return AttemptResult{AttemptResult::End::Succeeded, std::nullopt, 0};
     }
     return std::nullopt;
   }
 
   AttemptResult interrupted(int sig) {
-    launcher_say(fmt::format("received {}; stopping {} worker(s)", signal_name(sig), plan_.nproc));
     try {
       rdzv_.report_failure(attempt_, interrupt_report(plan_, sig, ""));  // the other nodes stop, not wait
     } catch (const Error&) {
     }
-    group_.stop(plan_.stop_timeout, sig);
+    stop_to_save(sig);
     return {AttemptResult::End::Interrupted, std::nullopt, sig};
+  }
+
+  StopGrace grace(bool to_save) const {
+    return stop_grace(plan_.stop_timeout, to_save, saves_.longest(plan_.nproc));
+  }
+
+  // A stop the user asked for (Note [a stop that saves]): `sig` to the workers, the grace a save
+  // needs, and what came of it.
+  void stop_to_save(int sig) {
+    const StopGrace g = grace(true);
+    const int sig_received = LauncherSignals::termination_signal();
+    launcher_say(fmt::format("received {}; stopping {} worker(s) with {}: they have up to {:.1f} s to save ({}); "
+                             "a second Ctrl-C or SIGTERM kills them at once",
+                             sig_received ? signal_name(sig_received) : "a stop from another node", plan_.nproc,
+                             signal_name(sig), std::chrono::duration<double>(g.grace).count(), g.why));
+    const WorkerGroup::StopOutcome out = group_.stop(g.grace, sig, g.why);
+    if (out.running > 0 && out.killed == 0)
+      launcher_say(fmt::format("waited {:.1f} s for the workers to save and exit after {}", out.waited_s,
+                               signal_name(sig)));
   }
 
   // A line of a failure report is cut to this many bytes (the report travels through the store).
@@ -267,22 +314,19 @@ class Attempt {
 
   const LaunchPlan& plan_;
   LauncherRendezvous& rdzv_;
+  LauncherRendezvous* beats_;  // the heartbeats' own client (Note [heartbeats from a thread]); node 0: none
   const Membership& membership_;
   int attempt_;
+  const SaveTimes& saves_;
   WorkerGroup group_;
   HeartbeatWatch heartbeats_;
   bool failure_reported_ = false, done_reported_ = false;
 };
 
-void print_failure(const FailureReport& cause) {
-  launcher_say(cause.headline());
-  if (cause.tail.empty()) return;
-  std::string text = fmt::format("nanoddp run: last {} line(s) of rank {}'s output:\n", cause.tail.size(), cause.rank);
-  for (const std::string& line : cause.tail) text += fmt::format("  [rank {}]: {}\n", cause.rank, line);
-  write_fully(STDERR_FILENO, text);
-}
-
 void announce(const LaunchPlan& plan, const Membership& m, int store_port) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; e++) env.emplace_back(*e);
+  for (const std::string& note : environment_notices(env)) launcher_say(note);
   int first = m.first_rank(plan.node_rank);
   launcher_say(fmt::format("node {} of {} on {}: ranks {}-{} of {}, rendezvous store at {}:{}", plan.node_rank,
                            plan.nnodes, plan.host, first, first + plan.nproc - 1, m.world_size(), plan.master_addr,
@@ -292,14 +336,17 @@ void announce(const LaunchPlan& plan, const Membership& m, int store_port) {
                              "oversubscribe the CPU; set OMP_NUM_THREADS yourself to choose",
                              *plan.omp_threads, usable_cores(), plan.nproc));
   if (!plan.log_dir.empty()) launcher_say(fmt::format("writing worker logs under {}", plan.log_dir));
+  if (std::string warning = m.oversubscription_warning(plan.node_rank); !warning.empty()) launcher_say(warning);
 }
 
-// Node 0 hosts the store where LaunchPlan::store_host says (every interface for several nodes,
-// loopback for one); every launcher, node 0's included, talks to it as a client at
-// --master_addr:--master_port, the way the workers will (at NANODDP_AGENT_STORE_PORT).
+// Node 0 hosts the store where LaunchPlan::store_host says (loopback for a loopback --master_addr,
+// every interface for several nodes, --master_bind where given); every launcher, node 0's included,
+// talks to it as a client at --master_addr:--master_port, the way the workers will (at
+// NANODDP_AGENT_STORE_PORT).
 struct StoreConnection {
   std::unique_ptr<TcpStoreServer> server;  // node 0 only
   std::shared_ptr<TcpStore> client;
+  std::shared_ptr<TcpStore> heartbeat_client;  // nodes other than 0 (Note [heartbeats from a thread])
   int port = 0;
 };
 
@@ -307,11 +354,16 @@ StoreConnection open_store(const LaunchPlan& plan) {
   StoreConnection c;
   c.port = plan.master_port;
   if (plan.node_rank == 0) {
-    c.server =
-        std::make_unique<TcpStoreServer>(TcpStoreServerOptions{plan.store_host, plan.master_port, plan.store_token});
+    try {
+      c.server =
+          std::make_unique<TcpStoreServer>(TcpStoreServerOptions{plan.store_host, plan.master_port, plan.store_token});
+    } catch (const Error& e) {
+      if (!plan.store_host_given) throw;
+      NANODDP_FAIL("--master_bind {}: {}", plan.store_host, e.what());
+    }
     c.port = c.server->port();
     // Said once, by the node whose store is open: the others only connect to it.
-    if (plan.store_host.empty() && plan.store_token.empty())
+    if (plan.store_on_every_interface() && plan.store_token.empty())
       launcher_say(fmt::format("warning: the rendezvous store on port {} listens on every interface without a token, "
                                "so any process that can reach this host can read, change or stall the job's keys: "
                                "set NANODDP_STORE_TOKEN to the same secret on every node",
@@ -323,6 +375,11 @@ StoreConnection open_store(const LaunchPlan& plan) {
   TcpStoreOptions options{plan.master_addr, c.port, plan.rdzv_timeout, plan.rdzv_timeout, plan.store_token};
   options.request_timeout = heartbeat_timeout(plan);
   c.client = std::make_shared<TcpStore>(options);
+  if (plan.node_rank != 0) {
+    // Made now that the store answers, so a short connect timeout: it bounds a reconnect.
+    options.connect_timeout = heartbeat_timeout(plan);
+    c.heartbeat_client = std::make_shared<TcpStore>(options);
+  }
   return c;
 }
 
@@ -343,8 +400,17 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
   StoreConnection store = open_store(plan);
   LauncherRendezvous rdzv(std::make_shared<PrefixStore>("nanoddp_run", store.client), plan.node_rank, plan.nnodes,
                           plan.rdzv_timeout);
-  // Long enough for the other launchers to see the outcome and stop their workers.
-  milliseconds leave_within = plan.stop_timeout + 10 * plan.monitor_interval + std::chrono::seconds(5);
+  std::optional<LauncherRendezvous> beats;
+  if (store.heartbeat_client)
+    beats.emplace(std::make_shared<PrefixStore>("nanoddp_run", store.heartbeat_client), plan.node_rank, plan.nnodes,
+                  plan.rdzv_timeout);
+  SaveTimes saves;  // Note [a stop that saves]
+  // Long enough for the other launchers to see the outcome and stop their workers, saving or not
+  // (this node's last save stands for theirs).
+  auto leave_within = [&] {
+    return stop_grace(plan.stop_timeout, true, saves.longest(plan.nproc)).grace + 10 * plan.monitor_interval +
+           std::chrono::seconds(5);
+  };
 
   // This launcher leaves the job on a signal: `attempt`'s cause says so, so that nodes waiting at its
   // join stop there instead of waiting for this one until --rdzv_timeout (Membership::ended).
@@ -355,6 +421,8 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
     NodeRecord self{plan.nnodes, plan.nproc, plan.host, int(::getpid())};
     self.max_restarts = plan.max_restarts;
     self.monitor_interval_ms = plan.monitor_interval.count();
+    self.threads = plan.threads_per_worker();
+    self.host_cores = int(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
     if (plan.node_rank == 0) self.worker_port = free_worker_port();
     Membership m;
     {
@@ -368,7 +436,7 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
       launcher_say(fmt::format("received {} while waiting for the other nodes", signal_name(m.interrupted)));
       try {
         report_interrupt(attempt, m.interrupted, " while it waited for the other nodes");
-        rdzv.leave(leave_within, m.absent);
+        rdzv.leave(leave_within(), m.absent);
       } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
       }
       return 128 + m.interrupted;
@@ -376,7 +444,7 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
     if (m.ended) {
       print_failure(*m.ended);
       launcher_say("job stopped");
-      rdzv.leave(leave_within, m.absent);
+      rdzv.leave(leave_within(), m.absent);
       return 1;
     }
     const int worker_port = m.nodes.front().worker_port;
@@ -387,10 +455,10 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
     AttemptResult r;
     {
       WorkersRunning running;
-      r = Attempt(plan, program, rdzv, m, attempt, store.port).run();
+      r = Attempt(plan, program, rdzv, m, attempt, store.port, saves, beats ? &*beats : nullptr).run();
     }
     if (r.end == AttemptResult::End::Succeeded) {
-      rdzv.leave(leave_within);
+      rdzv.leave(leave_within());
       return 0;
     }
     // Interrupted during the attempt: the next one's cause says so too, for nodes that restart
@@ -398,12 +466,12 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
     if (r.end == AttemptResult::End::Interrupted) {
       try {
         report_interrupt(attempt + 1, r.signal, "");
-        rdzv.leave(leave_within);
+        rdzv.leave(leave_within());
       } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
       }
       return 128 + r.signal;
     }
-    print_failure(*r.cause);
+    // The cause was printed when it was read (Attempt::check_store), before the workers were stopped.
     // A Ctrl-C or SIGTERM that came while the failed attempt's workers were being stopped ends the
     // job: it asked to stop, not to start a new group. The next attempt's cause says so, so that
     // the other nodes stop at its join instead of waiting there for this one (Membership::ended).
@@ -411,7 +479,7 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
       launcher_say(fmt::format("received {} while stopping the workers: no restart", signal_name(sig)));
       try {
         report_interrupt(attempt + 1, sig, " while it stopped the failed attempt's workers");
-        rdzv.leave(leave_within);
+        rdzv.leave(leave_within());
       } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
       }
       return 128 + sig;
@@ -424,7 +492,7 @@ int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
     launcher_say(r.cause->restartable
                      ? fmt::format("job failed after {} attempt(s) (--max_restarts {})", attempt + 1, plan.max_restarts)
                      : "job stopped");
-    rdzv.leave(leave_within, r.cause->node_lost ? 1 : 0);
+    rdzv.leave(leave_within(), r.cause->node_lost ? 1 : 0);
     return 1;
   }
 }

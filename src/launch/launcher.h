@@ -21,12 +21,13 @@ struct LaunchOptions {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  std::string master_bind;
   std::string rdzv_endpoint;
   bool standalone = false;
   int max_restarts = 0;
   double monitor_interval = 0.5;
   double rdzv_timeout = 300;
-  double stop_timeout = 5;
+  std::string stop_timeout = "auto";
   std::string log_dir;
   std::string redirects = "0";
   std::string tee = "0";
@@ -39,6 +40,7 @@ struct LaunchOptions {
   bool no_python = false;
   bool module = false;
   bool run_path = false;
+  std::string python;
 
   template <typename V>
   void visit(V&& v) {
@@ -47,13 +49,16 @@ struct LaunchOptions {
     v(node_rank, "node_rank", "this node's rank, 0..nnodes-1; node 0 hosts the rendezvous store");
     v(master_addr, "master_addr", "address of node 0, reachable from every node");
     v(master_port, "master_port", "port of the rendezvous store on node 0");
+    v(master_bind, "master_bind", "the address node 0's store listens on: an address of this host, or 0.0.0.0 or :: "
+      "for every interface (default: loopback when --master_addr is, else every interface for several nodes)");
     v(rdzv_endpoint, "rdzv_endpoint", "HOST[:PORT] of node 0; overrides --master_addr/--master_port");
     v(standalone, "standalone", "single node: host the store on 127.0.0.1 at a free port");
     v(max_restarts, "max_restarts", "times the whole group is restarted after a worker fails");
     v(monitor_interval, "monitor_interval",
       "seconds between checks of the other nodes' state (local exits are seen at once)");
     v(rdzv_timeout, "rdzv_timeout", "seconds to wait for node 0's store and for every node to join");
-    v(stop_timeout, "stop_timeout", "seconds between SIGTERM and SIGKILL when stopping workers");
+    v(stop_timeout, "stop_timeout", "seconds between the stop signal and SIGKILL when stopping workers; auto: 30 s "
+      "plus twice the workers' last save after a signal to the launcher (they save), 5 s after a failure");
     v(log_dir, "log_dir", "write each rank's output to LOG_DIR/<rdzv_id>_<random>/attempt_N/rank_R.log, a new "
       "folder per launch");
     v(redirects, "redirects", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both; or per local "
@@ -72,6 +77,8 @@ struct LaunchOptions {
     v(no_python, "no_python", "run the command as a program, even a .py file (torchrun --no-python)");
     v(module, "module", "run the command as a Python module: python3 -m MODULE (torchrun -m)");
     v(run_path, "run_path", "run the command as a Python script with python3, whatever its name (torchrun --run-path)");
+    v(python, "python", "the Python interpreter for scripts and -m modules (default: $NANODDP_PYTHON, else python3 on "
+      "PATH)");
   }
 };
 

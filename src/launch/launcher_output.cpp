@@ -52,7 +52,7 @@ void write_fully(int fd, const std::string& text) {
 void launcher_say(const std::string& text) { write_fully(STDERR_FILENO, "nanoddp run: " + text + "\n"); }
 
 WorkerOutput::WorkerOutput(int rank, const OutputRouting& routing, const std::string& log_path)
-    : prefix_("[rank " + std::to_string(rank) + "]: "), routing_(routing) {
+    : prefix_("[rank " + std::to_string(rank) + "]: "), bare_results_(rank == 0), routing_(routing) {
   // One file per rank and attempt for both streams, truncated: a restart writes attempt_N+1.
   if (routing_.any_file()) {
     file_fd_ = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -67,7 +67,8 @@ WorkerOutput::~WorkerOutput() {
 // Adds one complete line (without its '\n') to the batches for the console and the file.
 void WorkerOutput::emit(Stream stream, std::string& batch_console, std::string& batch_file, std::string_view line) {
   int s = int(stream);
-  if (routing_.console[s]) batch_console.append(prefix_).append(line).push_back('\n');
+  const bool result = bare_results_ && stream == Stream::Out && line.starts_with('{') && line.ends_with('}');
+  if (routing_.console[s]) batch_console.append(result ? "" : prefix_).append(line).push_back('\n');
   if (routing_.file[s] && file_fd_ >= 0) batch_file.append(line).push_back('\n');
   tail_.emplace_back(line);
   if (tail_.size() > kTailLines) tail_.pop_front();

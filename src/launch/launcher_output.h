@@ -2,6 +2,12 @@
 // pipe, then (per stream, as --redirects / --tee / --log_dir choose) written to the launcher's own
 // stdout / stderr with a "[rank R]: " prefix, appended to LOG_DIR/attempt_N/rank_R.log unprefixed,
 // and always kept in a short tail for the failure report.
+//
+// Note [result lines]
+// One exception to the prefix: a stdout line of global rank 0 that starts with '{' and ends with
+// '}' (a JSON object, such as eval's result line) reaches the launcher's stdout as it is, so that
+// `nanoddp run ... eval ... | tail -1 | jq` works. Only rank 0's: the other ranks' copies would be
+// indistinguishable from it without their prefix.
 #pragma once
 
 #include <deque>
@@ -61,6 +67,7 @@ class WorkerOutput {
   void flush(Stream stream, std::string& batch_console, std::string& batch_file);
 
   std::string prefix_;  // "[rank R]: "
+  bool bare_results_;   // global rank 0: Note [result lines]
   OutputRouting routing_;
   int file_fd_ = -1;
   std::string pending_[2];  // bytes after the last '\n', per stream

@@ -228,19 +228,34 @@ LaunchPlan make_launch_plan(const LaunchOptions& o) {
                   "address as the other nodes reach it", p.master_addr, ::gai_strerror(rc));
   }
 
-  // Where node 0's store listens. One node: only this machine's processes need the store, so the
-  // loopback interface, unless --master_addr names another address, which is then bound as given
-  // (the user asked for the store there). Several nodes: every interface, as MASTER_ADDR may be a
-  // name or an address (behind NAT, say) that this host cannot bind although others reach it by it.
-  bool loopback = p.master_addr == "127.0.0.1" || p.master_addr == "localhost";
-  p.store_host = p.nnodes > 1 ? "" : loopback ? "localhost" : p.master_addr;
+  // Where node 0's store listens. --master_bind says where, if given. A loopback --master_addr:
+  // only this machine's processes can reach the store by it, so loopback (its own address for
+  // 127.x.y.z or ::1, which a socket bound to 127.0.0.1 would not answer). Otherwise, one node:
+  // --master_addr as given (the user asked for the store there); several nodes: every interface, as
+  // MASTER_ADDR may be a name or an address (behind NAT, say) that this host cannot bind although
+  // others reach it by it.
+  const bool loopback =
+      p.master_addr == "localhost" || p.master_addr.starts_with("127.") || p.master_addr == "::1";
+  p.store_host_given = !o.master_bind.empty();
+  if (p.store_host_given)
+    p.store_host = o.master_bind;
+  else if (loopback)
+    p.store_host = p.master_addr == "127.0.0.1" ? "localhost" : p.master_addr;
+  else
+    p.store_host = p.nnodes > 1 ? "" : p.master_addr;
 
   // Timing and restarts.
   p.max_restarts = o.max_restarts;
   NANODDP_CHECK(p.max_restarts >= 0, "--max_restarts {} must be zero or more", o.max_restarts);
   p.monitor_interval = seconds_flag(o.monitor_interval, "monitor_interval", false);
   p.rdzv_timeout = seconds_flag(o.rdzv_timeout, "rdzv_timeout", false);
-  p.stop_timeout = seconds_flag(o.stop_timeout, "stop_timeout", true);
+  if (o.stop_timeout != "auto") {
+    char* end = nullptr;
+    const double seconds = std::strtod(o.stop_timeout.c_str(), &end);
+    NANODDP_CHECK(end != o.stop_timeout.c_str() && *end == '\0', "--stop_timeout '{}' is not auto or a number of "
+                  "seconds", o.stop_timeout);
+    p.stop_timeout = seconds_flag(seconds, "stop_timeout", true);
+  }
 
   // torchrun's rendezvous flags. c10d is a TCP store on node 0, which is what ours is; static is
   // torchrun's fixed-membership rendezvous over the same MASTER_ADDR:MASTER_PORT.
@@ -307,6 +322,34 @@ LaunchPlan make_launch_plan(const LaunchOptions& o) {
   // folder its own job started (train/run_folder.h). Not the token: that one is a secret.
   p.job_id = random_token().substr(0, 16);
   return p;
+}
+
+int LaunchPlan::threads_per_worker() const {
+  if (omp_threads) return *omp_threads;
+  const char* v = std::getenv("OMP_NUM_THREADS");
+  auto n = v ? parse_int(v) : std::nullopt;
+  return n && *n > 0 ? *n : 0;
+}
+
+std::vector<std::string> environment_notices(const std::vector<std::string>& environ) {
+  // What each variable does elsewhere, and what nanoddp offers instead.
+  static const std::pair<const char*, const char*> known[] = {
+      {"NCCL_DEBUG", "NCCL reads it itself: it applies to workers on the NCCL backend (GPUs); the Gloo and MPI "
+                     "backends ignore it"},
+      {"TORCH_DISTRIBUTED_DEBUG", "PyTorch workers read it; nanoddp's own commands ignore it"},
+      {"TORCH_CPP_LOG_LEVEL", "PyTorch workers read it; nanoddp's own commands ignore it"},
+      {"WANDB_RUN", "nanochat's Weights & Biases run name: nanoddp logs no W&B run; train writes its metrics to "
+                    "OUT/metrics.jsonl"},
+      {"WANDB_MODE", "nanoddp logs no W&B run; train writes its metrics to OUT/metrics.jsonl"},
+  };
+  std::vector<std::string> notes;
+  for (const auto& [name, note] : known)
+    for (const std::string& entry : environ)
+      if (entry.starts_with(std::string(name) + "=")) {
+        notes.push_back(fmt::format("note: {} is set: {}", entry, note));
+        break;
+      }
+  return notes;
 }
 
 std::vector<std::pair<std::string, std::string>> worker_variables(const LaunchPlan& plan, const WorkerIdentity& id) {

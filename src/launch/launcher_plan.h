@@ -21,7 +21,8 @@ struct LaunchPlan {
   int master_port = 0;  // 0 with --standalone: node 0 picks one
   bool standalone = false;
   int max_restarts = 0;
-  std::chrono::milliseconds monitor_interval{500}, rdzv_timeout{300000}, stop_timeout{5000};
+  std::chrono::milliseconds monitor_interval{500}, rdzv_timeout{300000};
+  std::optional<std::chrono::milliseconds> stop_timeout;  // nullopt: auto (Note [a stop that saves])
   // Where each local rank's output goes (index: local rank); log_dir is the folder of this launch,
   // "" when no rank writes files.
   std::vector<OutputRouting> routing;
@@ -30,12 +31,20 @@ struct LaunchPlan {
   std::string role = "default";  // ROLE_NAME
   std::string host;                  // this machine's name, for reports
   std::optional<int> omp_threads;    // OMP_NUM_THREADS for the workers when the user set none
-  // Where node 0's store listens: "localhost" (loopback only), "" (every interface) or the
-  // address the user gave as --master_addr (see make_launch_plan).
+  // Where node 0's store listens: "localhost" (loopback only), "" (every interface), the address
+  // the user gave as --master_addr, or --master_bind (see make_launch_plan).
   std::string store_host;
+  bool store_host_given = false;     // from --master_bind (its errors name the flag)
   std::string store_token;           // NANODDP_STORE_TOKEN of the job ("" = none)
   bool store_token_generated = false;  // made up by this launcher: the workers must be given it
   std::string job_id;                  // NANODDP_JOB_ID: the same for every attempt of this launch
+  // Whether node 0's store listens on every interface (reachable from other hosts).
+  bool store_on_every_interface() const {
+    return store_host.empty() || store_host == "0.0.0.0" || store_host == "::";
+  }
+  // OMP_NUM_THREADS as the workers will see it: the launcher's, or the user's when it is a number;
+  // 0 when unknown.
+  int threads_per_worker() const;
 };
 
 // Checks the flags and resolves them. Throws nanoddp::Error naming the flag that is wrong.
@@ -66,5 +75,9 @@ std::vector<std::string> merge_environment(const std::vector<std::string>& base,
 
 // Cores this process may run on (its CPU affinity), at least 1.
 int usable_cores();
+
+// One line for each variable of `environ` ("KEY=VALUE" entries) that a PyTorch or nanochat user may
+// set expecting an effect that nanoddp's workers do not give, saying what does.
+std::vector<std::string> environment_notices(const std::vector<std::string>& environ);
 
 }  // namespace nanoddp::dist

@@ -35,19 +35,21 @@ json from_bytes(const Bytes& b, const std::string& key) {
 
 json node_to_json(const NodeRecord& n) {
   return {{"nnodes", n.nnodes}, {"nproc", n.nproc}, {"host", n.host}, {"pid", n.pid}, {"worker_port", n.worker_port},
-          {"max_restarts", n.max_restarts}, {"monitor_interval_ms", n.monitor_interval_ms}};
+          {"max_restarts", n.max_restarts}, {"monitor_interval_ms", n.monitor_interval_ms}, {"threads", n.threads},
+          {"host_cores", n.host_cores}};
 }
 
 NodeRecord node_from_json(const json& j) {
   return {j.value("nnodes", 0),           j.value("nproc", 0),        j.value("host", std::string("?")),
           j.value("pid", 0),              j.value("worker_port", 0),  j.value("max_restarts", -1),
-          j.value("monitor_interval_ms", int64_t{-1})};
+          j.value("monitor_interval_ms", int64_t{-1}), j.value("threads", 0), j.value("host_cores", 0)};
 }
 
 // Records are JSON objects, read with defaults so that a missing field never throws.
 json failure_to_json(const FailureReport& f) {
   return {{"node", f.node}, {"host", f.host}, {"rank", f.rank}, {"local_rank", f.local_rank}, {"pid", f.pid},
-          {"what", f.what}, {"tail", f.tail}, {"restartable", f.restartable}, {"node_lost", f.node_lost}};
+          {"what", f.what}, {"tail", f.tail}, {"restartable", f.restartable}, {"node_lost", f.node_lost},
+          {"signal", f.signal}};
 }
 
 FailureReport failure_from_json(const json& j) {
@@ -61,6 +63,7 @@ FailureReport failure_from_json(const json& j) {
   f.tail = j.value("tail", std::vector<std::string>{});
   f.restartable = j.value("restartable", true);
   f.node_lost = j.value("node_lost", false);
+  f.signal = j.value("signal", 0);
   return f;
 }
 
@@ -75,6 +78,29 @@ int Membership::first_rank(int node) const {
   int r = 0;
   for (int k = 0; k < node; k++) r += nodes[size_t(k)].nproc;
   return r;
+}
+
+std::string Membership::oversubscription_warning(int node) const {
+  const NodeRecord& self = nodes[size_t(node)];
+  std::vector<int> here;
+  int workers = 0, threads = 0, most = 0;
+  for (size_t k = 0; k < nodes.size(); k++) {
+    if (nodes[k].host != self.host) continue;
+    if (nodes[k].threads <= 0) return "";
+    here.push_back(int(k));
+    workers += nodes[k].nproc;
+    threads += nodes[k].nproc * nodes[k].threads;
+    most = std::max(most, nodes[k].threads);
+  }
+  // Said only when fewer threads per worker would help: more workers than cores, one thread each,
+  // is what the user asked for.
+  const int fair = std::max(1, self.host_cores / std::max(1, workers));
+  if (self.host_cores <= 0 || threads <= self.host_cores || fair >= most) return "";
+  return fmt::format("warning: {} on {} (node(s) {}) run{} {} worker(s) with {} threads in all on {} cores, so the "
+                     "threads wait for each other; set OMP_NUM_THREADS={} for {} on this host",
+                     here.size() > 1 ? "the launchers" : "the launcher", self.host, fmt::join(here, ", "),
+                     here.size() > 1 ? "" : "s", workers, threads, self.host_cores,
+                     fair, here.size() > 1 ? "every launcher" : "the launcher");
 }
 
 std::string FailureReport::headline() const {

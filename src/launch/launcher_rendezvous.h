@@ -34,6 +34,10 @@ struct NodeRecord {
   // after 20 of its own monitor intervals without a heartbeat.
   int max_restarts = -1;
   int64_t monitor_interval_ms = -1;
+  // For the warning about launchers that share a host's cores (0: not recorded): the threads each
+  // worker runs (OMP_NUM_THREADS) and the cores of the host (online, whatever the affinity).
+  int threads = 0;
+  int host_cores = 0;
 };
 
 // Why an attempt failed.
@@ -47,6 +51,7 @@ struct FailureReport {
   std::vector<std::string> tail;   // the last lines of the failed worker's output
   bool restartable = true;         // false: stop the job even if restarts remain
   bool node_lost = false;          // node `node`'s launcher is gone (it will not leave, see leave())
+  int signal = 0;                  // node `node`'s launcher was interrupted by this signal: workers save
   // "rank 1 (local 1 on host, pid 123) exited with code 3" or "the launcher on node 1 (host) ..."
   std::string headline() const;
 };
@@ -66,6 +71,10 @@ struct Membership {
   int absent = 0;
   int world_size() const;
   int first_rank(int node) const;
+  // A warning when the workers of the nodes on `node`'s host (same host name) run more threads in
+  // all than the host has cores, each launcher having sized its workers' threads as if alone; ""
+  // otherwise, or when a node did not record its threads.
+  std::string oversubscription_warning(int node) const;
 };
 
 class LauncherRendezvous {

@@ -41,7 +41,10 @@ void on_signal(int sig) {
     }
     int none = 0;
     g_first_signal.compare_exchange_strong(none, sig);
-    g_signal_count.fetch_add(1);
+    // A hangup never escalates: a closed terminal or ssh session may deliver two (the shell passes
+    // its SIGHUP on to its jobs, and the kernel sends the terminal's foreground group one when the
+    // shell exits), and a second one must not kill the workers in the middle of their save.
+    if (sig != SIGHUP) g_signal_count.fetch_add(1);
   }
   char byte = static_cast<char>(sig);
   ssize_t ignored = ::write(g_pipe[1], &byte, 1);  // a full pipe already wakes the loop

@@ -28,7 +28,8 @@ class LauncherSignals {
 
   // The first termination signal received (SIGINT, SIGTERM, SIGHUP or SIGQUIT), 0 when none.
   static int termination_signal();
-  // How many termination signals were received (a second Ctrl-C escalates to SIGKILL).
+  // How many termination signals other than SIGHUP were received (a second Ctrl-C escalates to
+  // SIGKILL; a second SIGHUP, which a hangup may bring, does not).
   static int termination_count();
 
   // Whether workers may be running: while true the handlers leave termination to the loop.

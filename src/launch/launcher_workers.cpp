@@ -221,23 +221,31 @@ std::vector<std::string> WorkerGroup::tail(size_t i) {
   return w.output->tail();
 }
 
-void WorkerGroup::stop(milliseconds grace, int sig) {
-  // Phase 1: SIGTERM (or the launcher's own signal), and time to exit cleanly (flush logs, close
-  // sockets).
+WorkerGroup::StopOutcome WorkerGroup::stop(milliseconds grace, int sig, const std::string& why) {
+  auto running = [this] {
+    return int(std::count_if(workers_.begin(), workers_.end(),
+                             [](const Worker& w) { return w.status.state == WorkerStatus::State::Running; }));
+  };
+  // Phase 1: SIGTERM (or the launcher's own signal), and time to exit cleanly (save, flush logs,
+  // close sockets).
+  StopOutcome outcome;
+  outcome.running = running();
   stopping_ = true;
   signal_all(sig);
   int signals_before = LauncherSignals::termination_count();
   const auto start = Clock::now(), deadline = start + grace;
   while (any_running() && Clock::now() < deadline && LauncherSignals::termination_count() == signals_before)
     pump(std::min(milliseconds(50), std::chrono::duration_cast<milliseconds>(deadline - Clock::now())));
+  outcome.waited_s = std::chrono::duration<double>(Clock::now() - start).count();
 
   // Phase 2: SIGKILL to every group, which also takes what already-exited workers left behind.
-  int left = int(std::count_if(workers_.begin(), workers_.end(),
-                               [](const Worker& w) { return w.status.state == WorkerStatus::State::Running; }));
-  if (left > 0)
-    launcher_say(fmt::format("{} worker(s) still running {:.1f} s after {}; sending SIGKILL", left,
-                             std::chrono::duration<double>(Clock::now() - start).count(),
-                             signal_name(sig)));
+  outcome.killed = running();
+  if (outcome.killed > 0)
+    launcher_say(fmt::format("{} worker(s) still running {:.1f} s after {}; sending SIGKILL{}", outcome.killed,
+                             outcome.waited_s, signal_name(sig),
+                             LauncherSignals::termination_count() != signals_before ? " (a second signal came)"
+                             : why.empty()                                          ? ""
+                                                                                    : " (" + why + ")"));
   signal_all(SIGKILL);
   auto kill_deadline = Clock::now() + std::chrono::seconds(30);
   while (any_running() && Clock::now() < kill_deadline) pump(milliseconds(50));
@@ -264,6 +272,7 @@ void WorkerGroup::stop(milliseconds grace, int sig) {
     }
   }
   forget_empty_groups();
+  return outcome;
 }
 
 // Every child of this process that is not yet a zombie gets SIGKILL. Called once the workers are

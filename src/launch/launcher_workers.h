@@ -56,11 +56,17 @@ class WorkerGroup {
   // (LauncherSignals), then forwards the output read and records the exits.
   void pump(std::chrono::milliseconds timeout);
 
+  // What stop() did: how long the workers took to exit after `sig`, and how many it killed.
+  struct StopOutcome {
+    double waited_s = 0;  // from `sig` to the last exit, or to the SIGKILL
+    int running = 0;      // workers running when `sig` was sent
+    int killed = 0;       // workers still running when the grace ran out (or a second signal came)
+  };
   // Stops every running worker: `sig` (SIGTERM, or the SIGINT / SIGHUP the launcher received, as
   // torchrun passes it on) to its process group, SIGKILL to those still running after `grace` (at
-  // once if another termination signal reaches the launcher meanwhile), then reaps them and passes
-  // on the rest of their output.
-  void stop(std::chrono::milliseconds grace, int sig = SIGTERM);
+  // once if another termination signal reaches the launcher meanwhile; the line saying so names
+  // `why`, where the grace came from), then reaps them and passes on the rest of their output.
+  StopOutcome stop(std::chrono::milliseconds grace, int sig = SIGTERM, const std::string& why = "");
 
   size_t size() const { return workers_.size(); }
   const WorkerSpec& spec(size_t i) const { return workers_[i].spec; }

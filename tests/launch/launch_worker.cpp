@@ -1,14 +1,19 @@
 // A worker program for the launcher tests (tests/launch/test_launcher_*.cpp): it reports what the
 // launcher gave it and misbehaves on request. Every line it prints names its rank, so the tests can
 // check which worker said what. Runs, in order: --env, --pid, --spawn_child, --store (so every rank
-// has started before any fails), the failure flags, --lines / --err_lines / --partial, --sleep.
+// has started before any fails), the failure flags, --lines / --err_lines / --partial, --json_line,
+// --report_save, --sleep (which --save_on_signal ends with a simulated save).
 #include <CLI/CLI.hpp>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -50,6 +55,24 @@ void store_exchange(int rank, int world, int restart) {
   say("store ok world " + std::to_string(world));
 }
 
+// The signal --save_on_signal received; 0 until one comes.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+void on_stop_signal(int sig) {
+  if (g_stop_signal == 0) g_stop_signal = sig;
+}
+
+// What nanoddp train does on a stop signal, in little: a save that takes `save_s` seconds, its
+// duration reported where the launcher reads it (NANODDP_SAVE_SECONDS_FILE), exit 128 + the signal.
+int save_and_exit(int sig, double save_s) {
+  const std::string name = sigabbrev_np(sig) ? std::string("SIG") + sigabbrev_np(sig) : std::to_string(sig);
+  say("saving after " + name);
+  std::this_thread::sleep_for(std::chrono::duration<double>(save_s));
+  if (const char* file = std::getenv("NANODDP_SAVE_SECONDS_FILE")) std::ofstream(file) << save_s << "\n";
+  say("saved after " + name);
+  return 128 + sig;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,7 +81,8 @@ int main(int argc, char** argv) {
        use_store = false, partial = false;
   int lines = 0, err_lines = 0, exit_rank = -1, exit_code = 0, signal_rank = -1, signal_number = SIGKILL;
   int fail_rank = -1, fail_until_restart = 0;
-  double sleep_s = 0, fail_delay_s = 0;
+  double sleep_s = 0, fail_delay_s = 0, save_s = -1, report_save_s = -1;
+  bool json_line = false;
   app.add_flag("--env", print_env, "print the launcher's variables");
   app.add_flag("--pid", print_pid, "print this process's pid");
   app.add_flag("--spawn_child", spawn_child, "fork a child that sleeps forever and print its pid");
@@ -77,10 +101,17 @@ int main(int argc, char** argv) {
   app.add_option("--fail_delay", fail_delay_s, "seconds to wait before --fail_until_restart fails (so that every "
                  "other rank has started, its --ignore_term in place)");
   app.add_option("--sleep", sleep_s, "seconds to sleep before exiting 0");
+  app.add_option("--save_on_signal", save_s, "on SIGTERM, SIGINT or SIGHUP during --sleep, 'save' for this many "
+                 "seconds, report it in NANODDP_SAVE_SECONDS_FILE, and exit 128 + the signal");
+  app.add_option("--report_save", report_save_s, "write this many seconds to NANODDP_SAVE_SECONDS_FILE at start, as "
+                 "an earlier save would have");
+  app.add_flag("--json_line", json_line, "print a JSON object line on stdout, as eval's result line");
   CLI11_PARSE(app, argc, argv);
 
   int rank = env_int("RANK", -1), world = env_int("WORLD_SIZE", 0), restart = env_int("NANODDP_RESTART_COUNT", -1);
   if (ignore_term) ::signal(SIGTERM, SIG_IGN);
+  if (save_s >= 0)
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) ::signal(sig, on_stop_signal);
   if (print_env) {
     std::string line = "env";
     for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
@@ -126,7 +157,17 @@ int main(int argc, char** argv) {
   for (int i = 0; i < lines; i++) std::printf("line %d of rank %d\n", i, rank);
   for (int i = 0; i < err_lines; i++) std::fprintf(stderr, "errline %d of rank %d\n", i, rank);
   if (partial) std::printf("no newline at the end from rank %d", rank);
+  if (json_line) std::printf("{\"rank\": %d, \"accuracy\": 0.5}\n", rank);
   std::fflush(stdout);
-  if (sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s));
+  if (report_save_s >= 0) {
+    if (const char* file = std::getenv("NANODDP_SAVE_SECONDS_FILE")) std::ofstream(file) << report_save_s << "\n";
+    say("reported save " + env_str("NANODDP_SAVE_SECONDS_FILE"));
+  }
+  // Sleeps in short slices, so that a stop signal (--save_on_signal) is seen within one.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, sleep_s));
+  while (std::chrono::steady_clock::now() < end) {
+    if (g_stop_signal != 0) return save_and_exit(g_stop_signal, save_s);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   return 0;
 }

@@ -6,13 +6,19 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "launch/launcher_plan.h"
 #include "launch/launcher_rendezvous.h"
 #include "launcher_test_util.h"
 #include "rendezvous/hash_store.h"
@@ -185,6 +191,68 @@ TEST(LauncherMultiNode, TwoLaunchersOnOneHost) {
   expect_two_node_env(n1, 1, "127.0.0.1");
 }
 
+// The local addresses (hex, as /proc/net/tcp and tcp6 write them) of the sockets listening on `port`.
+std::vector<std::string> listening_on(int port) {
+  std::vector<std::string> out;
+  for (const char* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(file);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const size_t colon = local.rfind(':');
+      if (state == "0A" && colon != std::string::npos && std::stoi(local.substr(colon + 1), nullptr, 16) == port)
+        out.push_back(local.substr(0, colon));
+    }
+  }
+  return out;
+}
+
+// Two launchers on one host with a loopback --master_addr: the store listens on loopback only (was:
+// every interface, since there are several nodes), and the launchers, each of which sized its
+// workers' threads from every core, are warned that together they run twice as many.
+TEST(LauncherMultiNode, TwoLaunchersOnOneHostKeepTheStoreOnLoopbackAndAreWarnedOfSharedCores) {
+  const int cores = int(::sysconf(_SC_NPROCESSORS_ONLN));
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  auto flags = [&](int rank, int port) {
+    auto f = node_flags(rank, "127.0.0.1", port);
+    f[9] = "1";  // --nproc_per_node 1: each worker gets every core (the user set no OMP_NUM_THREADS)
+    return f;
+  };
+  ASSERT_EQ(flags(0, 1)[8], "--nproc_per_node");
+  const int port = free_port();
+  Proc n0(launch(flags(0, port), {"--pid", "--sleep", "60"})), n1(launch(flags(1, port), {"--pid", "--sleep", "60"}));
+  wait_for_pids(n0, 1);
+  wait_for_pids(n1, 1);
+  EXPECT_EQ(listening_on(port), std::vector<std::string>{"0100007F"}) << "127.0.0.1 only";
+  ::kill(n0.pid(), SIGTERM);
+  ::kill(n1.pid(), SIGTERM);
+  n0.wait_exit(60s);
+  n1.wait_exit(60s);
+  // Each worker runs the cores this process may use (its affinity); the host has `cores`. Said when
+  // fewer threads each would help (not when one thread each is already too many).
+  const int usable = usable_cores();
+  const std::string warning = fmt::format("the launchers on {} (node(s) 0, 1) run 2 worker(s) with {} threads in all "
+                                          "on {} cores", host, 2 * usable, cores);
+  const bool oversubscribed = 2 * usable > cores && std::max(1, cores / 2) < usable;
+  for (Proc* n : {&n0, &n1})
+    EXPECT_EQ(n->err().find(warning) != std::string::npos, oversubscribed) << n->all();
+  // --master_bind chooses the interface: every IPv4 one here.
+  const int port2 = free_port();
+  auto bound = flags(0, port2);
+  bound.insert(bound.end(), {"--master_bind", "0.0.0.0"});
+  Proc b0(launch(bound, {"--pid", "--sleep", "60"})), b1(launch(flags(1, port2), {"--pid", "--sleep", "60"}));
+  wait_for_pids(b0, 1);
+  EXPECT_EQ(listening_on(port2), std::vector<std::string>{"00000000"});
+  ::kill(b0.pid(), SIGTERM);
+  ::kill(b1.pid(), SIGTERM);
+  b0.wait_exit(60s);
+  b1.wait_exit(60s);
+}
+
 TEST(LauncherMultiNode, AFailureOnOneNodeRestartsBoth) {
   int port = free_port();
   std::vector<std::string> worker = {"--env", "--fail_rank", "3", "--fail_until_restart", "1", "--store"};
@@ -295,6 +363,29 @@ TEST(LauncherMultiNode, CtrlCWhileStoppingAFailedAttemptStopsTheOtherNodesAtOnce
   // Followed by "while it stopped the failed attempt's workers", unless the signal came first.
   ctrl_c_on_node_one_stops_node_zero(n0, n1, "was interrupted by SIGINT");
   EXPECT_NE(n0.err().find("job stopped"), std::string::npos) << n0.all();
+}
+
+// Ctrl-C on node 1 reaches node 0 through the store, and node 0's workers get the time to save too
+// (their save takes 6 s): every rank of a job saves together. Was: node 0 stopped its workers as
+// after a failure, SIGKILL after 5 s, in the middle of their save.
+TEST(LauncherMultiNode, CtrlCOnOneNodeGivesEveryNodesWorkersTheTimeToSave) {
+  int port = free_port();
+  std::vector<std::string> worker = {"--pid", "--save_on_signal", "6", "--sleep", "120"};
+  Proc n0(launch(node_flags(0, "127.0.0.1", port), worker)), n1(launch(node_flags(1, "127.0.0.1", port), worker));
+  auto pids0 = wait_for_pids(n0, 2);
+  wait_for_pids(n1, 2);
+  ::kill(n1.pid(), SIGINT);
+  ASSERT_EQ(n1.wait_exit(90s), 130) << n1.all();
+  ASSERT_EQ(n0.wait_exit(90s), 1) << n0.all();
+  EXPECT_EQ(lines_by_rank(n1.out(), "saved after").size(), 2u) << n1.all();
+  auto saved0 = lines_by_rank(n0.out(), "saved after");
+  ASSERT_EQ(saved0.size(), 2u) << n0.all();
+  for (auto& [rank, lines] : saved0) EXPECT_EQ(lines, std::vector<std::string>{"SIGTERM"}) << "rank " << rank;
+  for (Proc* n : {&n0, &n1}) EXPECT_EQ(n->err().find("SIGKILL"), std::string::npos) << n->all();
+  EXPECT_NE(n0.err().find("the launcher on node 1 ("), std::string::npos) << n0.all();
+  EXPECT_NE(n0.err().find("received a stop from another node; stopping 2 worker(s) with SIGTERM"), std::string::npos)
+      << n0.all();
+  expect_all_gone(pids0, "node 0's worker");
 }
 
 // Node 0's launcher stopped (SIGSTOP: its store accepts but never answers), then Ctrl-C on node 1:

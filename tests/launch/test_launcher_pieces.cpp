@@ -1,10 +1,12 @@
 // The launcher's pieces on their own, without processes: flag resolution, the launch plan, the
 // workers' environment, and how worker output is routed and reassembled into lines. The launcher
 // end to end is in test_launcher_run.cpp, several nodes in test_launcher_multinode.cpp.
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -21,6 +23,8 @@
 #include "launch/launcher.h"
 #include "launch/launcher_output.h"
 #include "launch/launcher_plan.h"
+#include "launch/launcher_rendezvous.h"
+#include "launch/launcher_stop.h"
 #include "launch/launcher_workers.h"
 #include "test_util.h"
 
@@ -67,9 +71,12 @@ TEST(LauncherPieces, PlanRejectsBadFlags) {
   NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.monitor_interval = 0.0004; }), "--monitor_interval",
                        "from 0.001");
   NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.rdzv_timeout = 1e10; }), "--rdzv_timeout", "604800");
-  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.stop_timeout = std::nan(""); }), "--stop_timeout");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.stop_timeout = "nan"; }), "--stop_timeout");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.stop_timeout = "soon"; }), "--stop_timeout 'soon' is not "
+                       "auto or a number");
+  NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.stop_timeout = "5s"; }), "--stop_timeout '5s'");
   NANODDP_EXPECT_ERROR(plan_with([](LaunchOptions& o) { o.rdzv_conf = "timeout=1e300"; }), "timeout=1e300");
-  EXPECT_NO_THROW(plan_with([](LaunchOptions& o) { o.stop_timeout = 0; }));
+  EXPECT_NO_THROW(plan_with([](LaunchOptions& o) { o.stop_timeout = "0"; }));
   // Was: --nproc_per_node 100000 forked for minutes, deaf to SIGTERM.
   EXPECT_THROW(resolve_nproc_per_node("100000"), Error);
   // Was: node 0 waited the whole 300 s rendezvous timeout in silence. (.invalid never resolves;
@@ -89,6 +96,107 @@ TEST(LauncherPieces, PlanRejectsBadFlags) {
   EXPECT_EQ(p.master_addr, "10.1.2.3");
   EXPECT_EQ(p.master_port, 1234);
   EXPECT_EQ(p.rdzv_timeout, std::chrono::milliseconds(42500)) << "join_timeout is the rendezvous timeout";
+}
+
+// Note [a stop that saves]: a given --stop_timeout is used as given; "auto" is 5 s after a failure,
+// and after a signal 30 s plus twice the longest save the workers reported.
+TEST(LauncherPieces, StopGraceComesFromTheFlagOrTheLastSave) {
+  using std::chrono::milliseconds;
+  LaunchOptions o;
+  EXPECT_EQ(make_launch_plan(o).stop_timeout, std::nullopt) << "auto by default";
+  o.stop_timeout = "2.5";
+  EXPECT_EQ(make_launch_plan(o).stop_timeout, milliseconds(2500));
+  EXPECT_EQ(stop_grace(milliseconds(2500), true, 100.0).grace, milliseconds(2500)) << "a given value is kept";
+  EXPECT_EQ(stop_grace(milliseconds(2500), false, std::nullopt).grace, milliseconds(2500));
+  EXPECT_EQ(stop_grace(std::nullopt, false, 100.0).grace, milliseconds(5000)) << "a failed group cannot save";
+  EXPECT_EQ(stop_grace(std::nullopt, true, std::nullopt).grace, milliseconds(30000));
+  const StopGrace sized = stop_grace(std::nullopt, true, 4.0);
+  EXPECT_EQ(sized.grace, milliseconds(38000));
+  EXPECT_NE(sized.why.find("twice the last save's 4.0 s"), std::string::npos) << sized.why;
+  EXPECT_EQ(stop_grace(std::nullopt, true, 1e300).grace, milliseconds(int64_t(7) * 24 * 3600 * 1000))
+      << "a week at most";
+
+  // The files: the longest report wins; what is not a number of seconds >= 0 is no report.
+  std::string dir;
+  {
+    SaveTimes saves;
+    ASSERT_FALSE(saves.path(0).empty());
+    dir = std::filesystem::path(saves.path(0)).parent_path().string();
+    EXPECT_EQ(saves.longest(3), std::nullopt);
+    std::ofstream(saves.path(1)) << "12.5\n";
+    EXPECT_EQ(saves.longest(3), 12.5);
+    std::ofstream(saves.path(0)) << "3\n";
+    std::ofstream(saves.path(2)) << "nan\n";
+    EXPECT_EQ(saves.longest(3), 12.5);
+    EXPECT_EQ(saves.longest(1), 3.0) << "only this node's local ranks count";
+    std::ofstream(saves.path(1)) << "-4\n";
+    EXPECT_EQ(saves.longest(3), 3.0);
+    std::ofstream(saves.path(0)) << "";  // a file read while a worker rewrites it
+    EXPECT_EQ(saves.longest(3), std::nullopt);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "the folder goes with the launcher";
+}
+
+// Where node 0's store listens. Was: every interface for several nodes, even with a loopback
+// --master_addr that no other host can use.
+TEST(LauncherPieces, TheStoreListensOnLoopbackForALoopbackMasterAddrOrWhereTold) {
+  auto plan = [](const char* nnodes, const char* addr, const char* bind) {
+    LaunchOptions o;
+    o.nnodes = nnodes;
+    o.master_addr = addr;
+    o.master_bind = bind;
+    return make_launch_plan(o);
+  };
+  for (const char* nnodes : {"1", "2"}) {
+    EXPECT_EQ(plan(nnodes, "127.0.0.1", "").store_host, "localhost") << nnodes;
+    EXPECT_EQ(plan(nnodes, "localhost", "").store_host, "localhost") << nnodes;
+    EXPECT_EQ(plan(nnodes, "127.0.0.2", "").store_host, "127.0.0.2")
+        << "that address, which a socket on 127.0.0.1 would not answer";
+    EXPECT_FALSE(plan(nnodes, "127.0.0.1", "").store_on_every_interface());
+    EXPECT_EQ(plan(nnodes, "127.0.0.1", "0.0.0.0").store_host, "0.0.0.0") << "--master_bind wins";
+    EXPECT_TRUE(plan(nnodes, "127.0.0.1", "::").store_on_every_interface());
+  }
+  EXPECT_EQ(plan("1", "10.1.2.3", "").store_host, "10.1.2.3");
+  EXPECT_TRUE(plan("2", "10.1.2.3", "").store_on_every_interface());
+  EXPECT_EQ(plan("2", "10.1.2.3", "10.1.2.3").store_host, "10.1.2.3");
+}
+
+// Variables a PyTorch or nanochat user sets out of habit get one line each, saying what they do here.
+TEST(LauncherPieces, KnownEnvironmentVariablesGetANotice) {
+  auto notes = environment_notices(
+      {"PATH=/usr/bin", "WANDB_RUN=d20", "NCCL_DEBUG=INFO", "TORCH_DISTRIBUTED_DEBUG=DETAIL", "NCCL_DEBUG_SUBSYS=ALL"});
+  ASSERT_EQ(notes.size(), 3u) << fmt::format("{}", fmt::join(notes, "\n"));
+  EXPECT_NE(notes[0].find("NCCL_DEBUG=INFO is set: NCCL reads it itself"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[1].find("TORCH_DISTRIBUTED_DEBUG=DETAIL is set"), std::string::npos) << notes[1];
+  EXPECT_NE(notes[2].find("WANDB_RUN=d20 is set"), std::string::npos) << notes[2];
+  EXPECT_NE(notes[2].find("metrics.jsonl"), std::string::npos) << notes[2];
+  EXPECT_TRUE(environment_notices({"PATH=/usr/bin", "NCCL_DEBUGX=1"}).empty());
+}
+
+// Launchers on one host each size their workers' threads from every core; together they may run
+// more threads than the host has cores. Was: silent, a 2x slowdown.
+TEST(LauncherPieces, LaunchersThatShareAHostsCoresAreWarned) {
+  auto node = [](const char* host, int nproc, int threads) {
+    NodeRecord n{2, nproc, host, 1};
+    n.threads = threads;
+    n.host_cores = 8;
+    return n;
+  };
+  auto warning = [](std::vector<NodeRecord> nodes, int node) {
+    Membership m;
+    m.nodes = std::move(nodes);
+    return m.oversubscription_warning(node);
+  };
+  const std::string w = warning({node("a", 2, 4), node("a", 2, 4)}, 1);
+  EXPECT_NE(w.find("the launchers on a (node(s) 0, 1) run 4 worker(s) with 16 threads in all on 8 cores"),
+            std::string::npos) << w;
+  EXPECT_NE(w.find("set OMP_NUM_THREADS=2 for every launcher"), std::string::npos) << w;
+  EXPECT_EQ(warning({node("a", 2, 4), node("b", 2, 4)}, 0), "") << "other hosts";
+  EXPECT_EQ(warning({node("a", 2, 2), node("a", 2, 2)}, 0), "") << "fits";
+  EXPECT_EQ(warning({node("a", 12, 1)}, 0), "") << "one thread each cannot be less";
+  EXPECT_NE(warning({node("a", 2, 8)}, 0).find("the launcher on a (node(s) 0) runs"), std::string::npos)
+      << "one launcher with the user's OMP_NUM_THREADS";
+  EXPECT_EQ(warning({node("a", 2, 4), node("a", 2, 0)}, 0), "") << "not recorded";
 }
 
 TEST(LauncherPieces, PerRankStreamMapsAndConsoleFilter) {

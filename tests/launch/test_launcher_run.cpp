@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -253,6 +254,62 @@ TEST(Launcher, PyTorchScriptsInitialiseTheirProcessGroupFromTheEnvironment) {
           << r.output;
 }
 
+// The Python for scripts and -m modules: --python, else NANODDP_PYTHON, else python3 on PATH. A
+// stand-in interpreter shows which one ran and with what.
+TEST(Launcher, ThePythonOfScriptsAndModulesIsSelectable) {
+  ScratchDir dir("launcher_which_python");
+  const std::string fake = dir.str("fakepy");
+  std::ofstream(fake) << "#!/bin/sh\necho \"fake python $*\"\n";
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  std::ofstream(dir.str("show.py")) << "print('real python')\n";
+  const std::string cd = "cd " + dir.str() + " && ";
+  auto module = testing::run_command(cd + testing::nanoddp_binary() + " run --standalone --python " + fake +
+                                     " -m pkg.mod --x 1");
+  ASSERT_EQ(module.status, 0) << module.output;
+  EXPECT_NE(module.output.find("[rank 0]: fake python -m pkg.mod --x 1"), std::string::npos) << module.output;
+  auto script = testing::run_command(cd + "NANODDP_PYTHON=" + fake + " " + testing::nanoddp_binary() +
+                                     " run --standalone show.py");
+  ASSERT_EQ(script.status, 0) << script.output;
+  EXPECT_NE(script.output.find("[rank 0]: fake python show.py"), std::string::npos) << script.output;
+  auto missing = testing::run_command(cd + testing::nanoddp_binary() + " run --standalone --python no_such_python_xyz "
+                                      "show.py");
+  EXPECT_EQ(missing.status, 1) << missing.output;
+  EXPECT_NE(missing.output.find("--python no_such_python_xyz is not an executable program on PATH"), std::string::npos)
+      << missing.output;
+}
+
+// Note [result lines]: rank 0's JSON object lines (eval's result) reach stdout without the prefix,
+// so that they can be piped into jq; every other line, and other ranks' JSON, keep theirs.
+TEST(Launcher, RankZerosJsonLinesReachStdoutBare) {
+  Proc p(launch({"--standalone", "--nproc_per_node", "2"}, {"--json_line", "--lines", "1"}));
+  ASSERT_EQ(p.wait_exit(), 0) << p.all();
+  std::vector<std::string> lines;
+  std::istringstream in(p.out());
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  auto has = [&](const std::string& l) { return std::find(lines.begin(), lines.end(), l) != lines.end(); };
+  EXPECT_TRUE(has(R"({"rank": 0, "accuracy": 0.5})")) << p.out();
+  EXPECT_TRUE(has(R"([rank 1]: {"rank": 1, "accuracy": 0.5})")) << p.out();
+  EXPECT_TRUE(has("[rank 0]: line 0 of rank 0")) << p.out();
+}
+
+// Variables of other tools that do nothing for nanoddp's workers are named once at the start.
+TEST(Launcher, KnownIgnoredVariablesAreNoted) {
+  Proc p(launch({"--standalone"}, {}), {"WANDB_RUN=speedrun"});
+  ASSERT_EQ(p.wait_exit(), 0) << p.all();
+  EXPECT_NE(p.err().find("nanoddp run: note: WANDB_RUN=speedrun is set: "), std::string::npos) << p.err();
+}
+
+// Workers that together run more threads than the host has cores are a warning: here the user's
+// OMP_NUM_THREADS, twice the cores for one worker.
+TEST(Launcher, MoreThreadsThanCoresIsAWarning) {
+  const int cores = int(::sysconf(_SC_NPROCESSORS_ONLN));
+  Proc p(launch({"--standalone"}, {}), {"OMP_NUM_THREADS=" + std::to_string(2 * cores)});
+  ASSERT_EQ(p.wait_exit(), 0) << p.all();
+  EXPECT_NE(p.err().find(fmt::format("runs 1 worker(s) with {} threads in all on {} cores", 2 * cores, cores)),
+            std::string::npos) << p.err();
+  EXPECT_NE(p.err().find(fmt::format("set OMP_NUM_THREADS={}", cores)), std::string::npos) << p.err();
+}
+
 TEST(Launcher, NanoddpSubcommandRunsThisExecutable) {
   // `env` joins the job on every rank; rank 0's table counts the ranks that reported to it.
   Proc p({testing::nanoddp_binary(), "run", "--standalone", "--nproc-per-node", "2", "env"});
@@ -366,9 +423,73 @@ TEST(Launcher, SigtermEscalatesToSigkillForWorkersThatIgnoreIt) {
   ::kill(p.pid(), SIGTERM);
   ASSERT_EQ(p.wait_exit(10s), 143) << p.all();
   EXPECT_NE(p.err().find("2 worker(s) still running 0."), std::string::npos) << p.err();  // 0.5 s and a poll
-  EXPECT_NE(p.err().find(" s after SIGTERM; sending SIGKILL"), std::string::npos)
+  EXPECT_NE(p.err().find(" s after SIGTERM; sending SIGKILL (--stop_timeout 0.5 s)"), std::string::npos)
       << p.err();
   expect_all_gone(pids, "worker");
+}
+
+// SIGHUP (a closed terminal, a lost ssh session) stops the job as SIGTERM does: it reaches the
+// workers, and they get the time a save needs (Note [a stop that saves]). Their save here takes
+// 6 s, more than the 5 s the launcher gave before SIGKILL: was, killed in the middle of the save
+// (and at once by a second SIGHUP).
+TEST(Launcher, SighupReachesTheWorkersAndTheLauncherWaitsForTheirSave) {
+  Proc p(launch({"--standalone", "--nproc_per_node", "2"}, {"--pid", "--save_on_signal", "6", "--sleep", "120"}));
+  auto pids = wait_for_pids(p, 2);
+  ::kill(p.pid(), SIGHUP);
+  // A hangup may come twice (the shell passes its SIGHUP on, the kernel sends the terminal's
+  // foreground group one when the shell exits): the second must not kill the saving workers.
+  ASSERT_TRUE(p.wait_for([](const std::string& s) { return lines_by_rank(s, "saving after").size() == 2; })) << p.all();
+  ::kill(p.pid(), SIGHUP);
+  ASSERT_EQ(p.wait_exit(90s), 128 + SIGHUP) << p.all();
+  auto saved = lines_by_rank(p.out(), "saved after");
+  ASSERT_EQ(saved.size(), 2u) << p.all();
+  for (auto& [rank, lines] : saved) EXPECT_EQ(lines, std::vector<std::string>{"SIGHUP"}) << "rank " << rank;
+  EXPECT_EQ(p.err().find("SIGKILL"), std::string::npos) << p.err();
+  EXPECT_NE(p.err().find("received SIGHUP; stopping 2 worker(s) with SIGHUP: they have up to 30.0 s to save "
+                         "(--stop_timeout auto: 30 s, no save reported yet); a second Ctrl-C or SIGTERM kills them "
+                         "at once"),
+            std::string::npos)
+      << p.err();
+  EXPECT_TRUE(std::regex_search(p.err(), std::regex("waited [0-9.]+ s for the workers to save and exit after SIGHUP")))
+      << p.err();
+  expect_all_gone(pids, "worker");
+}
+
+// "auto" sizes the grace from the last save a worker reported in NANODDP_SAVE_SECONDS_FILE: 30 s
+// plus twice the longest. Without a report the grace is 30 s; the workers here report 40 s.
+TEST(Launcher, TheGraceOfAStopGrowsWithTheLastSaveTheWorkersReported) {
+  Proc p(launch({"--standalone", "--nproc_per_node", "2"},
+                {"--report_save", "40", "--save_on_signal", "0.1", "--sleep", "120"}));
+  ASSERT_TRUE(p.wait_for([](const std::string& s) { return lines_by_rank(s, "reported save").size() == 2; }))
+      << p.all();
+  auto files = lines_by_rank(p.out(), "reported save");
+  EXPECT_NE(files[0].front(), files[1].front()) << "one file per local rank";
+  for (auto& [rank, f] : files) EXPECT_TRUE(std::filesystem::exists(f.front())) << f.front();
+  ::kill(p.pid(), SIGTERM);
+  ASSERT_EQ(p.wait_exit(60s), 128 + SIGTERM) << p.all();
+  EXPECT_NE(p.err().find("they have up to 110.0 s to save (--stop_timeout auto: 30 s, plus twice the last save's "
+                         "40.0 s)"),
+            std::string::npos)
+      << p.err();
+  EXPECT_EQ(lines_by_rank(p.out(), "saved after").size(), 2u) << p.all();
+  // The launcher's folder of these files goes with it.
+  for (auto& [rank, f] : files) EXPECT_FALSE(std::filesystem::exists(f.front())) << f.front();
+}
+
+// A failure report starts with the root cause: the worker that failed, with its exit code, and only
+// then the stop of the others (here one that ignores SIGTERM and needs SIGKILL). Was: "still running
+// ... sending SIGKILL" first, the cause after it.
+TEST(Launcher, TheRootCauseComesBeforeTheStopOfTheOtherWorkers) {
+  // --store: rank 1 fails only once every rank has started, rank 0's SIGTERM ignored by then.
+  Proc p(launch({"--standalone", "--nproc_per_node", "2", "--stop_timeout", "0.5"},
+                {"--ignore_term", "--store", "--fail_rank", "1", "--fail_until_restart", "1", "--sleep", "60"}));
+  ASSERT_EQ(p.wait_exit(30s), 1) << p.all();
+  const std::string err = p.err();
+  const size_t cause = err.find("rank 1 (local 1 on "), kill = err.find("still running");
+  ASSERT_NE(cause, std::string::npos) << err;
+  ASSERT_NE(kill, std::string::npos) << err;
+  EXPECT_LT(cause, kill) << err;
+  EXPECT_NE(err.find("exited with code 1"), std::string::npos) << err;
 }
 
 // The launcher passes on the signal it received, as torchrun does: a worker that ignores SIGTERM
@@ -498,6 +619,15 @@ TEST(LauncherTraining, ARestartResumesFromTheNewestCheckpointAndEndsLikeAStraigh
 
 // ---------------------------------------------------------------------------------------------
 // Bad input: the port of the store is taken.
+
+// A --master_bind address that is not this host's: one line naming the flag.
+TEST(Launcher, AMasterBindThatIsNotAnAddressOfThisHostIsNamed) {
+  // 192.0.2.1 (TEST-NET-1, RFC 5737): documentation only, never a local address.
+  Proc p(launch({"--master_bind", "192.0.2.1", "--master_port", std::to_string(testing::free_port())}, {}));
+  ASSERT_EQ(p.wait_exit(), 1) << p.all();
+  EXPECT_NE(p.err().find("nanoddp: error: --master_bind 192.0.2.1: cannot listen on 192.0.2.1:"), std::string::npos)
+      << p.err();
+}
 
 TEST(Launcher, PortInUseOnNodeZero) {
   int port = 0;

@@ -83,13 +83,15 @@ TEST(StoreInLauncher, OneNodeListensOnAnAddressTheUserNames) {
   EXPECT_EQ(listening_addresses(p.out(), port), std::set<std::string>{"0200007F"}) << p.out();
 }
 
+// Several nodes reach the store by --master_addr; --master_bind 0.0.0.0 here stands for a
+// --master_addr of another host (which a test on one host cannot have): every interface.
 TEST(StoreInLauncher, SeveralNodesListenEverywhereAndWarnOnceWithoutAToken) {
   for (bool with_token : {false, true}) {
     SCOPED_TRACE(with_token ? "with NANODDP_STORE_TOKEN" : "without a token");
     int port = testing::free_port();
     auto node = [&](int rank) {
       return run_argv({"--nnodes", "2", "--node_rank", std::to_string(rank), "--master_port", std::to_string(port),
-                       "--rdzv_timeout", "30"},
+                       "--rdzv_timeout", "30", "--master_bind", "0.0.0.0"},
                       kPrintSockets);
     };
     std::vector<std::string> env;
@@ -113,6 +115,22 @@ TEST(StoreInLauncher, SeveralNodesListenEverywhereAndWarnOnceWithoutAToken) {
           << err;
     }
   }
+}
+
+// Several nodes on one host, by the default loopback --master_addr: only this host can reach the
+// store by it, so it listens on loopback, and no token warning. Was: every interface.
+TEST(StoreInLauncher, SeveralNodesOnALoopbackMasterAddrListenOnLoopbackOnly) {
+  int port = testing::free_port();
+  auto node = [&](int rank) {
+    return run_argv({"--nnodes", "2", "--node_rank", std::to_string(rank), "--master_port", std::to_string(port),
+                     "--rdzv_timeout", "30"},
+                    kPrintSockets);
+  };
+  Proc n0(node(0)), n1(node(1));
+  ASSERT_EQ(n0.wait_exit(), 0) << n0.all();
+  ASSERT_EQ(n1.wait_exit(), 0) << n1.all();
+  EXPECT_EQ(listening_addresses(n0.out(), port), std::set<std::string>{kIpv4Loopback}) << n0.out();
+  EXPECT_EQ(count_of(n0.err(), kTokenWarning), 0) << n0.err();
 }
 
 // The files of a checkpoint that hold state: the weights and each rank's optimizer.
