@@ -84,7 +84,7 @@ class StackedMuon(torch.optim.Optimizer):
             buf = state["buf"]
             buf.lerp_(g, 1 - group["momentum"])
             g.lerp_(buf, group["momentum"])
-            x = self.ns(g)
+            x = self.ns(g).to(ps[0].dtype)  # one cast per shape: _foreach_add_'s fast path wants one dtype
             scale = -group["lr"] * max(1, ps[0].size(-2) / ps[0].size(-1)) ** 0.5
             torch._foreach_add_(ps, list(x.unbind(0)), alpha=scale)
 
