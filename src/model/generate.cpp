@@ -27,8 +27,9 @@ class Sampler {
   // The ids of all rows (a row that is not live gets one nobody should read).
   std::vector<int32_t> draw(const Tensor& logits, std::vector<Rng>& rngs, const std::vector<bool>& live) {
     float* u = host_uniforms_.data<float>();
-    for (size_t i = 0; i < rngs.size(); i++) u[i] = live[i] && opts_.temperature > 0.f ? rngs[i].uniform() : 0.f;
-    if (!uniforms_.device().is_cpu()) copy(uniforms_, host_uniforms_);
+    const bool draws = opts_.temperature > 0.f;  // greedy reads no uniform: nothing to send
+    for (size_t i = 0; i < rngs.size(); i++) u[i] = live[i] && draws ? rngs[i].uniform() : 0.f;
+    if (draws && !uniforms_.device().is_cpu()) copy(uniforms_, host_uniforms_);
     const Tensor& uniforms = uniforms_.device().is_cpu() ? host_uniforms_ : uniforms_;
     ops::sample_tokens(ids_, logits, uniforms, vocab_, cap_, opts_.temperature, opts_.top_k);
     const Tensor host = ids_.device().is_cpu() ? ids_ : ids_.copy_to(Device::cpu());
