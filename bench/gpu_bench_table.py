@@ -81,7 +81,8 @@ def main():
         spread = r.get("window_spread")
         spread_s = f"{100 * spread:>5.1f}%" + ("!" if spread > SPREAD_LIMIT else "") if spread is not None else "     -"
         print(f"{r['depth']:>5} | {label(r):<42} | {r['tokens_per_s']:>9.0f} | {mfu_sheet} | "
-              f"{100 * achieved / measured:>7.1f}% | {r['step_ms']:>8.1f} | {spread_s:>6} | {r['peak_mem_gib']:>8.2f} | "
+              f"{100 * achieved / measured:>7.1f}% | {r['step_ms']:>8.1f} | {spread_s:>6} | "
+              f"{r['peak_mem_gib']:>8.2f} | "
               f"{r['mem_per_token_kib']:>9.1f}")
     for depth, group in sorted(by_depth.items()):
         for line in ratios(depth, group):

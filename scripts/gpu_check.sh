@@ -320,8 +320,8 @@ else
   stage nccl_busbw C 20 60 "$bin" run --standalone --nproc_per_node 1 "$build/bench/bench_allreduce" --device cuda \
     --backend nccl --min_bytes 8 --max_bytes $((1 << 30)) --factor 4
   bench_depth 20 330  # PyTorch three times (stacked Muon with each attention, then the loop)
-  stage profile_d20 D 40 120 "$build/bench/bench_train_gpu" --depth 20 --seq 2048 --batch 16 --steps 3 --warmup 2 --min_seconds 0 \
-    --breakdown 3
+  stage profile_d20 D 40 120 "$build/bench/bench_train_gpu" --depth 20 --seq 2048 --batch 16 --steps 3 --warmup 2 \
+    --min_seconds 0 --breakdown 3
   # The attention kernels alone against PyTorch's two on the same shapes (depth 20: 10 heads of 128).
   stage attention_d20 D 30 120 bash -c "set -o pipefail; '$build/bench/bench_attention_gpu' | tee '$logs/attention_nanoddp.json' &&
     python3 bench/torch_attention_bench.py --nanoddp '$logs/attention_nanoddp.json'"

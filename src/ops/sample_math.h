@@ -90,7 +90,9 @@ NANODDP_HD float capped(float logit, float cap) {
 }
 
 // The weight of a kept id: exp((z - max z) / temperature), in [0, 1].
-NANODDP_HD float weight(float z, float max_z, float temperature) { return portable_exp(div(sub(z, max_z), temperature)); }
+NANODDP_HD float weight(float z, float max_z, float temperature) {
+  return portable_exp(div(sub(z, max_z), temperature));
+}
 
 // Whether id j with value z is kept: all of them, or those above the k-th value t, or a tie at t
 // whose rank among the ties (in draw order) is below `need`.

@@ -18,8 +18,8 @@ namespace {
 using ops::sampling::kChunks;
 
 // ids of one row of f32 logits [vocab] for each uniform in us (one row per uniform).
-std::vector<int32_t> draw_ids(const std::vector<float>& logits, const std::vector<float>& us, float cap, float temperature,
-                            int64_t top_k) {
+std::vector<int32_t> draw_ids(const std::vector<float>& logits, const std::vector<float>& us, float cap,
+                              float temperature, int64_t top_k) {
   const int64_t rows = static_cast<int64_t>(us.size()), vocab = static_cast<int64_t>(logits.size());
   Tensor l = Tensor::empty({rows, vocab + 3}, DType::F32), u = Tensor::empty({rows}, DType::F32),
          ids = Tensor::empty({rows}, DType::I32);
