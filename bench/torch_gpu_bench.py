@@ -9,17 +9,28 @@ restricted to one backend (--sdpa flash: FlashAttention-2, the default; --sdpa c
 attention; gpu_bench.sh runs both and keeps the faster); MLP relu^2; logits soft-capped at 15,
 cross-entropy in f32.
 Training: torch.compile, bf16 autocast over f32 master weights (wte itself in bf16, as nanochat), AdamW (fused) for wte and
-lm_head, Muon (Nesterov momentum, bf16 Newton-Schulz, compiled) for the block matrices.
+lm_head, Muon (Nesterov momentum, bf16 Newton-Schulz, compiled) for the block matrices: --muon stacked
+(the default) stacks the matrices of one shape and runs each stage once per shape, as current nanochat
+does; --muon loop runs them one by one in a Python loop (bench/torch_muon.py has both).
+The timing window: at least --steps steps and at least --min_seconds (the step time measured on the
+last warm-up step), timed as two halves: window_spread = |a - b| / mean of their rates.
 """
 import argparse
 import json
 import math
+import os
+import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_muon import LoopMuon, StackedMuon, compiled_newton_schulz  # noqa: E402
+
+MUONS = {"stacked": StackedMuon, "loop": LoopMuon}
 
 
 # The attention backends compared (issue 10 C: PyTorch's faster one is the baseline). sdpa_kernel
@@ -103,44 +114,6 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
 
 
-@torch.compile
-def newton_schulz(G, steps=5):
-    a, b, c = 3.4445, -4.7750, 2.0315
-    X = G.bfloat16()
-    if G.size(-2) > G.size(-1):
-        X = X.mT
-    X = X / (X.norm() + 1e-7)
-    for _ in range(steps):
-        A = X @ X.mT
-        B = b * A + c * A @ A
-        X = a * X + B @ X
-    if G.size(-2) > G.size(-1):
-        X = X.mT
-    return X
-
-
-class Muon(torch.optim.Optimizer):
-    """Muon as nanochat runs it: buf = lerp(buf, g, 1-m); g = lerp(g, buf, m); bf16 Newton-Schulz;
-    p -= lr sqrt(max(1, rows/cols)) X."""
-
-    def __init__(self, params, lr=0.02, momentum=0.95):
-        super().__init__(params, dict(lr=lr, momentum=momentum))
-
-    @torch.no_grad()
-    def step(self):
-        for group in self.param_groups:
-            for p in group["params"]:
-                g = p.grad
-                state = self.state[p]
-                if "buf" not in state:
-                    state["buf"] = torch.zeros_like(g)
-                buf = state["buf"]
-                buf.lerp_(g, 1 - group["momentum"])
-                g = g.lerp_(buf, group["momentum"])
-                x = newton_schulz(g)
-                p.add_(x, alpha=-group["lr"] * max(1, p.size(-2) / p.size(-1)) ** 0.5)
-
-
 def gemm_peak(n=8192, reps=10):
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)  # random, not zeros
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -157,12 +130,20 @@ def gemm_peak(n=8192, reps=10):
     return best
 
 
+def timed_steps(min_steps, min_seconds, step_seconds):
+    """At least min_steps and at least min_seconds at step_seconds a step, even (two equal halves)."""
+    n = max(min_steps, math.ceil(min_seconds / step_seconds) if step_seconds > 0 else 0)
+    return max(2, n + n % 2)
+
+
 def main():
     ap = argparse.ArgumentParser()
     for name, default in [("depth", 20), ("seq", 2048), ("batch", 16), ("steps", 10), ("warmup", 3),
                           ("vocab", 65536), ("gemm_n", 8192)]:
         ap.add_argument("--" + name, type=int, default=default)
     ap.add_argument("--sdpa", choices=sorted(SDPA_BACKENDS), default="flash")
+    ap.add_argument("--muon", choices=sorted(MUONS), default="stacked")
+    ap.add_argument("--min_seconds", type=float, default=4.0)
     a = ap.parse_args()
     backend = SDPA_BACKENDS[a.sdpa]
     peak = gemm_peak(a.gemm_n)
@@ -174,7 +155,8 @@ def main():
     s = (dim / 768) ** -0.5
     adam = torch.optim.AdamW([dict(params=[model.wte.weight], lr=0.2 * s), dict(params=[model.lm_head.weight],
                              lr=0.004 * s)], betas=(0.8, 0.95), eps=1e-10, weight_decay=0.0, fused=True)
-    muon = Muon([p for n, p in model.named_parameters() if n.startswith("blocks.")])
+    muon = MUONS[a.muon]([p for n, p in model.named_parameters() if n.startswith("blocks.")],
+                         ns=compiled_newton_schulz())
     compiled = torch.compile(model)
     g = torch.Generator(device="cuda").manual_seed(3)
     x = torch.randint(0, a.vocab, (a.batch, a.seq), device="cuda", generator=g)
@@ -189,21 +171,30 @@ def main():
         model.zero_grad(set_to_none=True)
         return loss
 
-    for _ in range(a.warmup):
+    for _ in range(max(1, a.warmup) - 1):
         step()
     torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    for _ in range(a.steps):
-        loss = step()
+    step()
     torch.cuda.synchronize()
-    dt = time.perf_counter() - t0
-    tokens_per_s = a.batch * a.seq * a.steps / dt
+    steps = timed_steps(a.steps, a.min_seconds, time.perf_counter() - t0)
+    torch.cuda.reset_peak_memory_stats()
+    halves = []
+    for _ in range(2):  # each from a synchronised device to a synchronised device
+        t0 = time.perf_counter()
+        for _ in range(steps // 2):
+            loss = step()
+        torch.cuda.synchronize()
+        halves.append(time.perf_counter() - t0)
+    dt = sum(halves)
+    tokens_per_s = a.batch * a.seq * steps / dt
     # PaLM's FLOPs per token as nanochat counts them: 6 (params - wte) + 12 L H D T.
     flops_per_token = 6 * (params - model.wte.weight.numel()) + 12 * a.depth * dim * a.seq
     peak_mem = torch.cuda.max_memory_allocated()
-    print(json.dumps({"impl": "pytorch " + torch.__version__, "sdpa": a.sdpa, "depth": a.depth, "seq": a.seq, "batch": a.batch,
-                      "params": params, "tokens_per_s": tokens_per_s, "step_ms": 1e3 * dt / a.steps,
+    print(json.dumps({"impl": "pytorch " + torch.__version__, "sdpa": a.sdpa, "muon": a.muon, "depth": a.depth,
+                      "seq": a.seq, "batch": a.batch, "gpu": torch.cuda.get_device_name(0),
+                      "params": params, "tokens_per_s": tokens_per_s, "steps": steps, "step_ms": 1e3 * dt / steps,
+                      "window_s": dt, "window_spread": abs(halves[0] - halves[1]) / (0.5 * dt),
                       "gemm_tflops": peak / 1e12, "mfu": flops_per_token * tokens_per_s / peak,
                       "peak_mem_gib": peak_mem / 2 ** 30,
                       "reserved_mem_gib": torch.cuda.max_memory_reserved() / 2 ** 30,

@@ -1,8 +1,12 @@
 // Single-GPU training throughput of nanoddp: nanochat's GPT (vocab 65,536) at one depth, bf16
 // activations, Muon + AdamW, one micro-step per optimizer step, random tokens. Measures, in the
-// same process, the bf16 GEMM rate of this GPU through cuBLASLt (the MFU denominator), then
-// prints one JSON line: tokens/s, MFU, peak device memory and memory per token. bench/gpu_bench.sh
-// runs it next to bench/torch_gpu_bench.py (PyTorch) on the same GPU.
+// same process, the bf16 GEMM rate of this GPU through cuBLASLt, then prints one JSON line:
+// tokens/s, MFU against this GPU's datasheet peak (ops/profile.h: the exact variant, e.g. H200 SXM
+// or NVL) and against the measured GEMM rate, peak device memory and memory per token.
+// bench/gpu_bench.sh runs it next to bench/torch_gpu_bench.py (PyTorch) on the same GPU.
+// The timing window: at least --steps steps and at least --min_seconds of them (the step time
+// measured on the last warm-up step), timed as two halves whose rates are reported as
+// window_spread (|a - b| / mean): the window is long enough when that stays within 2%.
 // With --breakdown N it then profiles N more steps (ops/profile.h: each op's device time between
 // CUDA events) and prints the table to stderr; the timed steps above run without the markers.
 //   build/bench/bench_train_gpu --depth 20 --seq 2048 --batch 16 [--breakdown 3]
@@ -11,6 +15,9 @@
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
 
 #include "core/allocator.h"
 #include "comm/process_group.h"
@@ -28,6 +35,7 @@ using namespace nanoddp;
 struct Args {
   int depth = 20, seq = 2048, batch = 16, steps = 10, warmup = 3, vocab = 65536;
   int gemm_n = 8192;
+  double min_seconds = 4;
   int breakdown = 0;
 };
 
@@ -54,6 +62,14 @@ double bf16_gemm_peak(int64_t n, ops::Backend& be) {
   return best;
 }
 
+// The timed steps: at least `min_steps` and at least `min_seconds` at `step_seconds` a step, even
+// (two equal halves).
+int timed_steps(int min_steps, double min_seconds, double step_seconds) {
+  const double by_time = step_seconds > 0 ? std::ceil(min_seconds / step_seconds) : 0;
+  const int n = std::max(min_steps, static_cast<int>(std::min(by_time, 100000.0)));
+  return std::max(2, n + n % 2);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,7 +79,9 @@ int main(int argc, char** argv) {
   app.add_option("--seq", a.seq);
   app.add_option("--batch", a.batch, "Rows per micro-batch (device_batch_size)");
   app.add_option("--steps", a.steps, "Timed optimizer steps");
-  app.add_option("--warmup", a.warmup, "Untimed steps first");
+  app.add_option("--warmup", a.warmup, "Untimed steps first")->check(CLI::Range(1, 1000));
+  app.add_option("--min_seconds", a.min_seconds, "Time at least this long (more steps than --steps if needed)")
+      ->check(CLI::Range(0.0, 600.0));
   app.add_option("--vocab", a.vocab);
   app.add_option("--gemm_n", a.gemm_n, "Size of the square GEMM that measures the peak");
   app.add_option("--breakdown", a.breakdown, "Then profile this many steps: each op's device time (stderr)")
@@ -88,12 +106,21 @@ int main(int argc, char** argv) {
                          *group);
     double loss = 0;
     auto step = [&] { loss = run.step(); };
-    for (int i = 0; i < a.warmup; i++) step();
+    for (int i = 0; i + 1 < a.warmup; i++) step();
     be.synchronize();
-    Stopwatch sw;
-    for (int i = 0; i < a.steps; i++) step();
+    Stopwatch one;
+    step();
     be.synchronize();
-    const double dt = sw.seconds();
+    const int steps = timed_steps(a.steps, a.min_seconds, one.seconds());
+    // Two halves of the window, each timed from a synchronised device to a synchronised device.
+    double half_s[2];
+    for (double& h : half_s) {
+      Stopwatch sw;
+      for (int i = 0; i < steps / 2; i++) step();
+      be.synchronize();
+      h = sw.seconds();
+    }
+    const double dt = half_s[0] + half_s[1];
     if (a.breakdown > 0) {
       ops::reset_profile();
       ops::set_profiling(true);
@@ -106,7 +133,8 @@ int main(int argc, char** argv) {
                  a.breakdown);
       bench::print_breakdown(stderr, ops::profile_snapshot(), a.breakdown, pdt, ops::profile_detail_snapshot());
     }
-    const double tokens_per_s = double(a.batch) * a.seq * a.steps / dt;
+    const double tokens_per_s = double(a.batch) * a.seq * steps / dt;
+    const ops::PeakFlops sheet = ops::peak_flops(dev);
     const double flops_per_token = config.flops_per_token(a.seq);
     const AllocatorStats mem = allocator_for(dev).stats();
     const char* route = std::getenv("NANODDP_CUDA_ATTENTION");  // ops/cuda/cudnn_attention.h
@@ -117,9 +145,16 @@ int main(int argc, char** argv) {
                      {"batch", a.batch},
                      {"params", config.num_params()},
                      {"tokens_per_s", tokens_per_s},
-                     {"step_ms", 1e3 * dt / a.steps},
+                     {"steps", steps},
+                     {"step_ms", 1e3 * dt / steps},
+                     {"window_s", dt},
+                     {"window_spread", std::abs(half_s[0] - half_s[1]) / (0.5 * dt)},
                      {"gemm_tflops", peak / 1e12},
                      {"mfu", flops_per_token * tokens_per_s / peak},
+                     {"gpu", cuda_device_name(0)},
+                     {"datasheet_tflops", sheet.flops / 1e12},
+                     {"datasheet_what", sheet.what},
+                     {"mfu_datasheet", sheet.flops > 0 ? flops_per_token * tokens_per_s / sheet.flops : 0.0},
                      {"peak_mem_gib", mem.peak_live_bytes / double(1 << 30)},
                      {"reserved_mem_gib", mem.system_bytes / double(1 << 30)},
                      {"mem_per_token_kib", mem.peak_live_bytes / 1024.0 / (double(a.batch) * a.seq)},

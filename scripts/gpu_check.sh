@@ -9,10 +9,14 @@
 #      run to run, the NCCL group, the kernel emulation); compute-sanitizer memcheck, racecheck and
 #      synccheck over the CUDA op tests; train --device cuda end to end, stopped and resumed
 #      (checkpoint bytes equal to a straight run's) in bf16 and in fp16 (loss scaling), under
-#      `nanoddp run --nproc_per_node 1`, and sample;
+#      `nanoddp run --nproc_per_node 1`, and sample; sampling on the device (the kernel against
+#      its CPU twin, generation on the GPU against the CPU, and `sample` in f32 on both devices
+#      giving the same text);
 #   C  speed: the NCCL allreduce table at world size 1 (bench_allreduce --device cuda), then
-#      bench/gpu_bench.sh at depth 12 and at depth 20 (nanoddp against PyTorch, FlashAttention-2
-#      and cuDNN attention), and their table;
+#      bench/gpu_bench.sh at depth 12 and at depth 20 (nanoddp against PyTorch with Muon stacked
+#      by shape, FlashAttention-2 and cuDNN attention, and with Muon matrix by matrix), and their
+#      table: MFU against the GPU's datasheet peak and against the measured GEMM peak, and each
+#      run's timing-window spread;
 #   D  profile: bench_train_gpu --breakdown at depth 20 (each op's device time per step from CUDA
 #      events; Nsight Systems does not run on the device machines), attention alone through each
 #      of nanoddp's routes (our flash kernels, cuDNN deterministic and not) against PyTorch's
@@ -276,6 +280,23 @@ stage run_nproc1 B 15 120 "$bin" run --standalone --nproc_per_node 1 train "${co
 stage sample_cuda B 5 60 "$bin" sample --checkpoint "$work/straight" --device "$device" --prompt "The jury said" \
   --max_tokens 60
 
+# Sampling on the device (ops::sample_tokens): the kernel against its CPU twin, exactly, and
+# generation on the GPU against the CPU (tests/ops/cuda/test_cuda_sample.cpp, also in ctest_cuda:
+# a stage of its own so that a short call can ask for it by name).
+stage sampling_cuda B 10 120 "$build/tests/ops/cuda/test_cuda_model" --gtest_filter='CudaSample.*'
+# same_sample_text BIN CHECKPOINT DEVICE: the checkpoint's sample in f32 on DEVICE and on the CPU,
+# same seed and prompt: the same text. The two devices' logits differ only by f32 rounding, which
+# moves a draw only when its uniform falls within about 1e-6 of a boundary (docs/benchmarks.md,
+# "Sampling on the device").
+same_sample_text() {
+  local a b args=(sample --checkpoint "$2" --dtype fp32 --prompt "The jury said" --max_tokens 80 --seed 7)
+  a=$("$1" "${args[@]}" --device "$3") || return 1
+  b=$("$1" "${args[@]}" --device cpu) || return 1
+  printf '%s:\n%s\ncpu:\n%s\n' "$3" "$a" "$b"
+  [ "$a" = "$b" ] || { echo "the texts differ"; return 1; }
+}
+stage sample_same_text B 10 120 same_sample_text "$bin" "$work/straight" "$device"
+
 # bench_table: the table over both depths, whichever calls ran them.
 bench_table() {
   local files=() d
@@ -300,9 +321,9 @@ else
   # --backend nccl: one process otherwise gets the single-rank group, which times nothing.
   stage nccl_busbw C 20 60 "$bin" run --standalone --nproc_per_node 1 "$build/bench/bench_allreduce" --device cuda \
     --backend nccl --min_bytes 8 --max_bytes $((1 << 30)) --factor 4
-  bench_depth 20 300
+  bench_depth 20 330  # PyTorch three times (stacked Muon with each attention, then the loop)
   stage profile_d20 D 40 120 "$build/bench/bench_train_gpu" --depth 20 --seq 2048 --batch 16 --steps 3 --warmup 2 \
-    --breakdown 3
+    --min_seconds 0 --breakdown 3
   # Attention alone on a depth-20 layer's shapes (10 heads of 128) through each of nanoddp's routes
   # (ops/cuda/cudnn_attention.h), then PyTorch's two on the same shapes. A route that fails still
   # leaves the others' lines.
@@ -363,7 +384,7 @@ ncu_kernels() {
     NANODDP_CUDA_ATTENTION=flash "$ncu" --clock-control none -k "regex:${k%%:*}" --launch-skip "${k##*:}" -c 1 --section SpeedOfLight \
       --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
       --section WarpStateStats \
-      "$bench" --depth 20 --seq 2048 --batch 16 --steps 1 --warmup 1 --gemm_n 1024 || rc=1
+      "$bench" --depth 20 --seq 2048 --batch 16 --steps 1 --warmup 1 --min_seconds 0 --gemm_n 1024 || rc=1
   done
   return $rc
 }
@@ -371,7 +392,7 @@ if ((dry)); then
   skip bench_d12 C "dry run (needs a GPU and PyTorch 2)"
   skip ncu_kernels D "dry run (needs a GPU)"
 else
-  bench_depth 12 200  # a smaller model and a shorter compile than depth 20
+  bench_depth 12 230  # a smaller model and a shorter compile than depth 20
   stage ncu_kernels D 90 420 ncu_kernels "$build/bench/bench_train_gpu"
 fi
 

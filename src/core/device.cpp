@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "core/error.h"
+#include "core/gpu_info.h"
 #include "nanoddp/build_config.h"
 
 #if NANODDP_HAVE_CUDA
@@ -39,17 +40,19 @@ int cuda_device_count() {
 #endif
 }
 
-std::string cuda_device_name(int index) {
+std::string cuda_device_name(int index) { return cuda_device_info(index).name; }
+
+CudaDeviceInfo cuda_device_info(int index) {
 #if NANODDP_HAVE_CUDA
   cudaDeviceProp prop{};
   if (index < 0 || index >= cuda_device_count() || cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
     cudaGetLastError();
-    return "";
+    return {};
   }
-  return prop.name;
+  return {prop.name, static_cast<int64_t>(prop.totalGlobalMem), prop.multiProcessorCount};
 #else
   (void)index;
-  return "";
+  return {};
 #endif
 }
 

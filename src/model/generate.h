@@ -1,5 +1,7 @@
 // Text generation: temperature and top-k sampling over the model's next-token logits, with a KV
-// cache so each new token costs one position of compute.
+// cache so each new token costs one position of compute. The logits stay on the model's device:
+// ops::sample_tokens draws there (Note [sampling on the device], ops/sample_math.h) and only one
+// id per row comes back per token, so a GPU model samples without copying its logits to the host.
 #pragma once
 
 #include <cstdint>
@@ -44,8 +46,9 @@ const char* generation_end_name(GenerationEnd end);
 std::vector<std::vector<int32_t>> generate_batch(GPT& model, const std::vector<int32_t>& prompt,
                                                  const std::vector<uint64_t>& seeds, const SampleOptions& opts);
 
-// Picks an id from logits [vocab] (already soft-capped): greedy at temperature 0, otherwise a draw
-// from softmax(logits / temperature) restricted to the top_k largest.
+// Picks an id from host logits [vocab] (already soft-capped): greedy at temperature 0, otherwise a
+// draw from softmax(logits / temperature) restricted to the top_k largest, with one uniform from
+// rng. The same draw as generate()'s (ops::sample_tokens on the CPU).
 int32_t sample_token(const float* logits, int64_t vocab, float temperature, int64_t top_k, Rng& rng);
 
 }  // namespace nanoddp::model

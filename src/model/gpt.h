@@ -80,6 +80,10 @@ class GPT final : public ParameterSet {
   // keys and values to the cache, and returns the soft-capped logits of the last position as
   // f32 [B, vocab_size] on the host.
   Tensor forward_next(const Tensor& ids, KVCache& cache);
+  // The same step, returning the last position's logits where they were computed, uncapped:
+  // [B, padded vocab] in the activation dtype on the model's device (generation samples them
+  // there with ops::sample_tokens, which applies the soft cap, and copies back only the ids).
+  Tensor forward_next_device(const Tensor& ids, KVCache& cache);
 
  private:
   friend class KVCache;

@@ -56,8 +56,12 @@ Tensor GPT::forward_logits(const Tensor& inputs) {
 }
 
 Tensor GPT::forward_next(const Tensor& ids, KVCache& cache) {
+  return capped_host_logits(forward_next_device(ids, cache), config_.vocab_size, config_.softcap);
+}
+
+Tensor GPT::forward_next_device(const Tensor& ids, KVCache& cache) {
   NANODDP_ASSERT(ids.ndim() == 2 && ids.dtype() == DType::I32 && ids.dim(0) == cache.k_[0].dim(0));
-  const int64_t batch = ids.dim(0), t = ids.dim(1), vocab = config_.vocab_size;
+  const int64_t batch = ids.dim(0), t = ids.dim(1);
   NANODDP_CHECK(cache.length_ + t <= cache.capacity_, "the context is full: {} positions, max_seq_len is {}",
                 cache.length_ + t, cache.capacity_);
   Workspace& ws = workspace(infer_ws_, batch, t);
@@ -72,7 +76,7 @@ Tensor GPT::forward_next(const Tensor& ids, KVCache& cache) {
   for (int64_t b = 0; b < batch; b++) ops::cast(last.rows(b, b + 1), ws.xf.rows(b * t + t - 1, b * t + t));
   Tensor logits = Tensor::empty({batch, config_.padded_vocab()}, act_dtype_, device_);
   ops::matmul(logits, last, false, params_[lm_head_].compute, true);
-  return capped_host_logits(logits, vocab, config_.softcap);
+  return logits;
 }
 
 }  // namespace nanoddp::model

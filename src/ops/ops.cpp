@@ -174,6 +174,17 @@ void softcap_cross_entropy(const Tensor& losses, const Tensor& logits, const Ten
   backend(logits.device()).softcap_cross_entropy(losses, logits, targets, vocab, softcap, grad_scale);
 }
 
+void sample_tokens(const Tensor& ids, const Tensor& logits, const Tensor& uniforms, int64_t vocab, float softcap,
+                   float temperature, int64_t top_k) {
+  NANODDP_ASSERT(logits.ndim() == 2 && vocab > 0 && vocab <= logits.dim(1) && vocab <= INT32_MAX);
+  NANODDP_ASSERT(ids.dtype() == DType::I32 && ids.numel() == logits.dim(0));
+  is_f32(uniforms, logits.dim(0));
+  same_device(logits, ids);
+  same_device(logits, uniforms);
+  OpTimer timer("sample_tokens", logits.device());
+  backend(logits.device()).sample_tokens(ids, logits, uniforms, vocab, softcap, temperature, top_k);
+}
+
 void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWStep& s) {
   is_f32(p, p.numel());
   is_f32(g, p.numel());

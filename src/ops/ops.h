@@ -89,7 +89,15 @@ struct AdamWStep {
      in f32 and round once; scalars stay f32 as in PyTorch's CUDA kernels); otherwise all arithmetic is     \
      f32. Passing the matrices of a shape together lets a backend batch them (CUDA: each stage one launch  \
      for many matrices; nanochat's mid-2026 Muon stacks its matrices by shape for the same reason). */      \
-  X(newton_schulz, (const std::vector<Tensor>& xs, int steps, bool bf16))
+  X(newton_schulz, (const std::vector<Tensor>& xs, int steps, bool bf16))                                    \
+  /* ---- sampling, one id per row: logits [R, Vpad] (act dtype) of which the first `vocab` columns count,  \
+     soft-capped by `softcap` (<= 0: not capped); ids i32 [R] and uniforms f32 [R] (each row's draw in      \
+     [0, 1), unread at temperature <= 0) on the logits' device. temperature <= 0: the largest (lowest id    \
+     among equals); else a draw from softmax(z / temperature) over the top_k largest (0: all). The draw's   \
+     order and arithmetic are fixed (Note [sampling on the device], ops/sample_math.h): every backend picks \
+     the same ids from the same inputs. */                                                                    \
+  X(sample_tokens, (const Tensor& ids, const Tensor& logits, const Tensor& uniforms, int64_t vocab, float softcap, \
+                    float temperature, int64_t top_k))
 
 #define NANODDP_OP_DECLARE(name, params) void name params;
 NANODDP_OPS(NANODDP_OP_DECLARE)

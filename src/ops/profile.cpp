@@ -121,22 +121,55 @@ OpTimer::~OpTimer() {
   }
 }
 
-PeakFlops peak_flops(Device device) {
-  if (device.is_cpu()) return {0, "no datasheet peak for a CPU: give --peak_flops for MFU"};
+namespace {
+
+// Hopper's parts by variant. The dense bf16 tensor-core figures are half the data sheets' "with
+// sparsity" ones: SXM 1,979 (H100, H200, H800, GH200), NVL 1,671 (H100 NVL and H200 NVL, both
+// PCIe cards at a lower clock), PCIe 1,513 (H100 and H800 PCIe, 114 multiprocessors where the
+// others have 132). What tells them apart, in order: "NVL" or "PCIe" in the name; 114
+// multiprocessors (only the PCIe parts); "SXM" or "HBM3" in the name (the 80 GB SXM card reports
+// "NVIDIA H100 80GB HBM3"); an H200 without "NVL" (the H200 comes only as SXM and NVL, and the
+// SXM part reports "NVIDIA H200"); an H100 or H800 under 88 GiB (the NVL card has 94 GB, every
+// 132-multiprocessor part under it is SXM). Anything else (a 94 GB H100 whose name says neither
+// SXM nor NVL) is left to --peak_flops.
+PeakFlops hopper_peak(const std::string& family, const CudaDeviceInfo& gpu) {
+  auto has = [&](const char* s) { return gpu.name.find(s) != std::string::npos; };
+  const double gib = static_cast<double>(gpu.memory_bytes) / double(1 << 30);
+  if (has("NVL")) return {835.5e12, family + " NVL dense bf16"};
+  if (has("PCIe") || gpu.sm_count == 114) return {756e12, family + " PCIe dense bf16"};
+  if (has("SXM") || has("HBM3") || family == "H200" || (gib > 0 && gib < 88))
+    return {989e12, family + " SXM dense bf16"};
+  return {0, fmt::format("{} ({:.0f} GiB, {} multiprocessors) may be the SXM part (989 TFLOP/s) or the NVL one "
+                         "(835.5): give --peak_flops for MFU",
+                         gpu.name, gib, gpu.sm_count)};
+}
+
+}  // namespace
+
+PeakFlops datasheet_peak(const CudaDeviceInfo& gpu) {
+  auto has = [&](const char* s) { return gpu.name.find(s) != std::string::npos; };
+  // Before "H200": the Grace Hopper superchip's name holds it ("NVIDIA GH200 480GB"); SXM clocks.
+  if (has("GH200")) return {989e12, "GH200 dense bf16"};
+  for (const char* family : {"H100", "H200", "H800"})
+    if (has(family)) return hopper_peak(family, gpu);
   // NVIDIA's datasheet figures without sparsity: what nanochat and llm.c quote MFU against.
   struct Row {
     const char* match;
     double flops;
     const char* what;
   };
-  const Row table[] = {{"H100 PCIe", 756e12, "H100 PCIe dense bf16"}, {"H100", 989e12, "H100 SXM dense bf16"},
-                       {"H200", 989e12, "H200 dense bf16"},          {"H800", 989e12, "H800 dense bf16"},
-                       {"A100", 312e12, "A100 dense bf16"},          {"L40S", 362e12, "L40S dense bf16"},
+  const Row table[] = {{"A100", 312e12, "A100 dense bf16"},
+                       {"L40S", 362e12, "L40S dense bf16"},
                        {"4090", 165e12, "RTX 4090 dense bf16"}};
-  const std::string name = cuda_device_name(device.index);
   for (const auto& r : table)
-    if (name.find(r.match) != std::string::npos) return {r.flops, r.what};
-  return {0, fmt::format("{} is not in the peak table: give --peak_flops for MFU", name.empty() ? "this GPU" : name)};
+    if (has(r.match)) return {r.flops, r.what};
+  return {0, fmt::format("{} is not in the peak table: give --peak_flops for MFU",
+                         gpu.name.empty() ? "this GPU" : gpu.name)};
+}
+
+PeakFlops peak_flops(Device device) {
+  if (device.is_cpu()) return {0, "no datasheet peak for a CPU: give --peak_flops for MFU"};
+  return datasheet_peak(cuda_device_info(device.index));
 }
 
 }  // namespace nanoddp::ops

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/device.h"
+#include "core/gpu_info.h"
 
 namespace nanoddp::ops {
 
@@ -48,6 +49,11 @@ struct PeakFlops {
   std::string what;  // what the figure is, e.g. "H100 SXM dense bf16", or why there is none
 };
 PeakFlops peak_flops(Device device);
+// The table's lookup for one GPU's facts (what peak_flops reads from the device): one product
+// sells as variants of one name at different clocks (H100 SXM 989 TFLOP/s, NVL 835.5, PCIe 756),
+// told apart by the name, the multiprocessor count and the memory size. A GPU that none of them
+// places gets flops = 0 and a `what` that says so, never a guess.
+PeakFlops datasheet_peak(const CudaDeviceInfo& gpu);
 
 // RAII timer used by ops.cpp around one op on `device`. An op that throws is not counted. `detail`
 // (made only while profiling()) adds the call to profile_detail_snapshot under "name detail".

@@ -27,6 +27,7 @@
 #include "ops/cuda/optimizer.cuh"
 #include "ops/cuda/rmsnorm.cuh"
 #include "ops/cuda/rotary.cuh"
+#include "ops/cuda/sample.cuh"
 
 namespace nanoddp::ops {
 
@@ -312,6 +313,16 @@ void CudaBackend::softcap_cross_entropy(const Tensor& losses, const Tensor& logi
   NANODDP_CUDA_CHECK(cuda::launch_softcap_cross_entropy(elem(logits), losses.data<float>(), logits.raw(),
                                                        targets.data<int32_t>(), logits.dim(0), logits.dim(1), vocab,
                                                        softcap, grad_scale, sink_, s));
+}
+
+void CudaBackend::sample_tokens(const Tensor& ids, const Tensor& logits, const Tensor& uniforms, int64_t vocab,
+                                float softcap, float temperature, int64_t top_k) {
+  cudaStream_t s = begin();
+  const int64_t rows = logits.dim(0);
+  Tensor z = Tensor::empty({rows, vocab}, DType::F32, logits.device());  // the capped logits
+  const cuda::SampleArgs a{rows, logits.dim(1), vocab, softcap, temperature, top_k};
+  NANODDP_CUDA_CHECK(cuda::launch_sample_tokens(elem(logits), ids.data<int32_t>(), logits.raw(),
+                                                uniforms.data<float>(), z.data<float>(), a, s));
 }
 
 void CudaBackend::adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWStep& st) {

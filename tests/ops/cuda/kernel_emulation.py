@@ -10,6 +10,10 @@ that what can be verified without a GPU is verified in every build with CUDA:
     error must sit well inside the tolerances tests/ops/cuda/test_cuda_ops.cpp uses.
  2. matmul.cpp: the row-major -> column-major cuBLASLt mapping (layouts, ops, problem size).
  3. embedding.cu: the chunked deterministic scatter (every run summed once, into the right row).
+ 5. sample.cu: the top-k set of the sampling kernel, thread by thread (each thread a strided
+    chunk of the vocabulary): the order-keeping float keys and their inverse, the binary search for
+    the k-th largest value over counts, the ties' ranks from the threads' exclusive prefix, against
+    the k largest by value with ties taken in draw order.
  4. Newton-Schulz over a batch of matrices (CudaBackend::newton_schulz, newton_schulz.cu): the
     batched load/store (transposing or not), the per-matrix normalisation, and the strided-batch
     GEMMs through the same cuBLASLt mapping, each matrix against the definition in ops.h.
@@ -536,9 +540,71 @@ def check_embedding_chunks():
         assert all(a <= 1 for a in adds), ("a row added twice", trial)
 
 
+# ---- sample.cu: the top-k set -------------------------------------------------------------------
+SAMPLE_THREADS = 256  # kChunks: thread c owns ids c, c + 256, ...
+
+
+def order_key(z):  # float32 array -> uint32 keys in the same order (no NaN, no -0)
+    u = z.astype(np.float32).view(np.uint32)
+    return np.where(u & 0x80000000, ~u, u | 0x80000000).astype(np.uint32)
+
+
+def key_value(k):  # the inverse, for one key
+    k = np.uint32(k)
+    u = k & np.uint32(0x7FFFFFFF) if k & np.uint32(0x80000000) else ~k
+    return np.array([u], dtype=np.uint32).view(np.float32)[0]
+
+
+def sample_kept(z, top_k):  # the kernel's steps 2 and 3: a bool per id, whether it is kept
+    vocab = len(z)
+    if top_k <= 0 or top_k >= vocab:
+        return np.ones(vocab, bool)
+    keys = order_key(z)
+    key = 0
+    for bit in range(31, -1, -1):  # every thread counts its chunk; the block adds the counts
+        cand = key | (1 << bit)
+        n = sum(int((keys[c::SAMPLE_THREADS] >= cand).sum()) for c in range(SAMPLE_THREADS))
+        if n >= top_k:
+            key = cand
+    t = key_value(key)
+    need = top_k - int((z > t).sum())
+    ties = [int((z[c::SAMPLE_THREADS] == t).sum()) for c in range(SAMPLE_THREADS)]
+    start = np.concatenate([[0], np.cumsum(ties)[:-1]])  # thread 0's exclusive prefix
+    kept = np.zeros(vocab, bool)
+    for c in range(SAMPLE_THREADS):
+        rank = start[c]
+        for j in range(c, vocab, SAMPLE_THREADS):
+            tie = z[j] == t
+            kept[j] = z[j] > t or (tie and rank < need)
+            rank += 1 if tie else 0
+    return kept
+
+
+def check_sample_top_k():
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=1000).astype(np.float32) * 10
+    x = np.concatenate([x, np.float32([0, 1e-30, -1e-30, 3e38, -3e38, np.inf, -np.inf])])
+    assert all(key_value(k) == v for k, v in zip(order_key(x), x)), "order_key's inverse"
+    srt = np.sort(x)
+    assert (np.diff(order_key(srt).astype(np.int64)) >= 0).all(), "order_key keeps the order"
+    for trial in range(40):
+        vocab = int(rng.choice([5, 255, 256, 300, 700, 2049]))
+        levels = int(rng.choice([0, 3, 9]))
+        z = (np.floor(rng.random(vocab) * levels) - 1 if levels else rng.normal(size=vocab) * 5).astype(np.float32)
+        z = z + np.float32(0)  # as capped(): -0 made +0
+        top_k = int(rng.choice([1, 2, 17, vocab - 1, vocab, 0]))
+        order = [j for c in range(SAMPLE_THREADS) for j in range(c, vocab, SAMPLE_THREADS)]  # draw order
+        ranked = sorted(order, key=lambda j: -z[j])  # stable: ties in draw order
+        k = top_k if 0 < top_k < vocab else vocab
+        want = np.zeros(vocab, bool)
+        want[ranked[:k]] = True
+        got = sample_kept(z, top_k)
+        assert (got == want).all() and got.sum() == k, ("top-k set", trial, vocab, top_k, levels)
+
+
 if __name__ == "__main__":
     checks = [check_attention, check_16bit_error_against_test_tolerances, check_gemm_mapping, check_newton_schulz_batch,
-              check_embedding_chunks]
+              check_embedding_chunks, check_sample_top_k]
     for check in checks:
         check()
         print(check.__name__, "ok", flush=True)
