@@ -1,5 +1,5 @@
 # Resolves NANODDP_{ONEDNN,CUDA,NCCL,MPI,GLOO} (AUTO/ON/OFF) into NANODDP_HAVE_* (0/1).
-# Required everywhere: OpenMP, fmt, CLI11, nlohmann-json, PCRE2. On a machine without Debian's
+# Required everywhere: OpenMP, fmt, CLI11, nlohmann-json, PCRE2, zstd, snappy. On a machine without Debian's
 # -dev packages (the GPU machines) scripts/gpu_deps.sh bundles these from a Debian host and
 # scripts/gpu_check.sh points CMAKE_PREFIX_PATH at the bundle.
 
@@ -24,6 +24,30 @@ if(NOT TARGET PkgConfig::PCRE2)
   set_target_properties(PkgConfig::PCRE2 PROPERTIES IMPORTED_LOCATION ${PCRE2_LIBRARY}
     INTERFACE_INCLUDE_DIRECTORIES ${PCRE2_INCLUDE_DIR})
 endif()
+
+# zstd and snappy decompress parquet pages (src/data/parquet.cpp). Found like PCRE2, as the targets
+# PkgConfig::ZSTD and PkgConfig::SNAPPY: pkg-config, else the header and the library themselves.
+foreach(dep IN ITEMS "ZSTD|libzstd|zstd.h|zstd|libzstd-dev" "SNAPPY|snappy|snappy-c.h|snappy|libsnappy-dev")
+  string(REPLACE "|" ";" dep "${dep}")
+  list(GET dep 0 name)
+  list(GET dep 1 module)
+  list(GET dep 2 header)
+  list(GET dep 3 library)
+  list(GET dep 4 package)
+  if(PkgConfig_FOUND)
+    pkg_check_modules(${name} QUIET IMPORTED_TARGET ${module})
+  endif()
+  if(NOT TARGET PkgConfig::${name})
+    find_path(${name}_INCLUDE_DIR ${header})
+    find_library(${name}_LIBRARY NAMES ${library})
+    if(NOT ${name}_INCLUDE_DIR OR NOT ${name}_LIBRARY)
+      message(FATAL_ERROR "${library} not found: install ${package} (scripts/setup.sh)")
+    endif()
+    add_library(PkgConfig::${name} UNKNOWN IMPORTED)
+    set_target_properties(PkgConfig::${name} PROPERTIES IMPORTED_LOCATION ${${name}_LIBRARY}
+      INTERFACE_INCLUDE_DIRECTORIES ${${name}_INCLUDE_DIR})
+  endif()
+endforeach()
 
 # nanoddp_resolve(<NAME> <found> <why-not>): fails when ON was asked for and the engine is missing;
 # otherwise records NANODDP_HAVE_<NAME> and, when it is off, the reason for the summary line below.
