@@ -28,7 +28,7 @@ namespace {
 // polars write pages of about 1 MiB and row groups of at most about a million rows), low enough
 // that a corrupt header cannot exhaust memory.
 constexpr int64_t kMaxPageBytes = int64_t{256} << 20;
-constexpr int64_t kMaxRowGroupRows = int64_t{1} << 24;
+constexpr int64_t kMaxRowGroupRows = int64_t{1} << 22;
 
 enum PageType : int64_t { kDataPage = 0, kIndexPage = 1, kDictionaryPage = 2, kDataPageV2 = 3 };
 enum Codec : int64_t { kUncompressed = 0, kSnappy = 1, kZstd = 6 };
