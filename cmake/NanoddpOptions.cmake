@@ -25,28 +25,22 @@ if(NOT TARGET PkgConfig::PCRE2)
     INTERFACE_INCLUDE_DIRECTORIES ${PCRE2_INCLUDE_DIR})
 endif()
 
-# zstd and snappy decompress parquet pages (src/data/parquet.cpp). Found like PCRE2, as the targets
-# PkgConfig::ZSTD and PkgConfig::SNAPPY: pkg-config, else the header and the library themselves.
-foreach(dep IN ITEMS "ZSTD|libzstd|zstd.h|zstd|libzstd-dev" "SNAPPY|snappy|snappy-c.h|snappy|libsnappy-dev")
+# zstd and snappy decompress parquet pages (src/data/parquet.cpp): the targets NanoddpDeps::zstd and
+# NanoddpDeps::snappy, their static archives where they exist (Debian's -dev packages have them), so
+# that programs built here run on a machine without libsnappy (the GPU machines, scripts/gpu_deps.sh).
+foreach(dep IN ITEMS "zstd|zstd.h|libzstd-dev" "snappy|snappy-c.h|libsnappy-dev")
   string(REPLACE "|" ";" dep "${dep}")
   list(GET dep 0 name)
-  list(GET dep 1 module)
-  list(GET dep 2 header)
-  list(GET dep 3 library)
-  list(GET dep 4 package)
-  if(PkgConfig_FOUND)
-    pkg_check_modules(${name} QUIET IMPORTED_TARGET ${module})
+  list(GET dep 1 header)
+  list(GET dep 2 package)
+  find_path(NANODDP_${name}_INCLUDE_DIR ${header})
+  find_library(NANODDP_${name}_LIBRARY NAMES lib${name}.a ${name})
+  if(NOT NANODDP_${name}_INCLUDE_DIR OR NOT NANODDP_${name}_LIBRARY)
+    message(FATAL_ERROR "${name} not found: install ${package} (scripts/setup.sh)")
   endif()
-  if(NOT TARGET PkgConfig::${name})
-    find_path(${name}_INCLUDE_DIR ${header})
-    find_library(${name}_LIBRARY NAMES ${library})
-    if(NOT ${name}_INCLUDE_DIR OR NOT ${name}_LIBRARY)
-      message(FATAL_ERROR "${library} not found: install ${package} (scripts/setup.sh)")
-    endif()
-    add_library(PkgConfig::${name} UNKNOWN IMPORTED)
-    set_target_properties(PkgConfig::${name} PROPERTIES IMPORTED_LOCATION ${${name}_LIBRARY}
-      INTERFACE_INCLUDE_DIRECTORIES ${${name}_INCLUDE_DIR})
-  endif()
+  add_library(NanoddpDeps::${name} UNKNOWN IMPORTED)
+  set_target_properties(NanoddpDeps::${name} PROPERTIES IMPORTED_LOCATION ${NANODDP_${name}_LIBRARY}
+    INTERFACE_INCLUDE_DIRECTORIES ${NANODDP_${name}_INCLUDE_DIR})
 endforeach()
 
 # nanoddp_resolve(<NAME> <found> <why-not>): fails when ON was asked for and the engine is missing;
