@@ -1,5 +1,5 @@
 # Resolves NANODDP_{ONEDNN,CUDA,NCCL,MPI,GLOO} (AUTO/ON/OFF) into NANODDP_HAVE_* (0/1).
-# Required everywhere: OpenMP, fmt, CLI11, nlohmann-json, PCRE2. On a machine without Debian's
+# Required everywhere: OpenMP, fmt, CLI11, nlohmann-json, PCRE2, zstd, snappy. On a machine without Debian's
 # -dev packages (the GPU machines) scripts/gpu_deps.sh bundles these from a Debian host and
 # scripts/gpu_check.sh points CMAKE_PREFIX_PATH at the bundle.
 
@@ -24,6 +24,24 @@ if(NOT TARGET PkgConfig::PCRE2)
   set_target_properties(PkgConfig::PCRE2 PROPERTIES IMPORTED_LOCATION ${PCRE2_LIBRARY}
     INTERFACE_INCLUDE_DIRECTORIES ${PCRE2_INCLUDE_DIR})
 endif()
+
+# zstd and snappy decompress parquet pages (src/data/parquet.cpp): the targets NanoddpDeps::zstd and
+# NanoddpDeps::snappy, their static archives where they exist (Debian's -dev packages have them), so
+# that programs built here run on a machine without libsnappy (the GPU machines, scripts/gpu_deps.sh).
+foreach(dep IN ITEMS "zstd|zstd.h|libzstd-dev" "snappy|snappy-c.h|libsnappy-dev")
+  string(REPLACE "|" ";" dep "${dep}")
+  list(GET dep 0 name)
+  list(GET dep 1 header)
+  list(GET dep 2 package)
+  find_path(NANODDP_${name}_INCLUDE_DIR ${header})
+  find_library(NANODDP_${name}_LIBRARY NAMES lib${name}.a ${name})
+  if(NOT NANODDP_${name}_INCLUDE_DIR OR NOT NANODDP_${name}_LIBRARY)
+    message(FATAL_ERROR "${name} not found: install ${package} (scripts/setup.sh)")
+  endif()
+  add_library(NanoddpDeps::${name} UNKNOWN IMPORTED)
+  set_target_properties(NanoddpDeps::${name} PROPERTIES IMPORTED_LOCATION ${NANODDP_${name}_LIBRARY}
+    INTERFACE_INCLUDE_DIRECTORIES ${NANODDP_${name}_INCLUDE_DIR})
+endforeach()
 
 # nanoddp_resolve(<NAME> <found> <why-not>): fails when ON was asked for and the engine is missing;
 # otherwise records NANODDP_HAVE_<NAME> and, when it is off, the reason for the summary line below.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bundles, from this Debian 12 host, the build dependencies a GPU machine lacks into .gpu/deps
 # (ignored by git), laid out as the /usr they came from so their CMake packages stay relocatable:
-# fmt, CLI11, nlohmann-json, PCRE2, GoogleTest/GoogleMock (headers, libraries, CMake files). The
+# fmt, CLI11, nlohmann-json, PCRE2, zstd, snappy, GoogleTest/GoogleMock (headers, libraries, CMake files). The
 # GPU machines this project is tested on have no Debian -dev packages and cannot install any;
 # scripts/gpu_check.sh builds there against this bundle (carried along with the working tree).
 # oneDNN, Gloo, MPI, OpenBLAS and Google Benchmark are left out on purpose: the GPU build does not
@@ -31,6 +31,8 @@ copy usr/include/fmt $lib/cmake/fmt $lib/libfmt.so $lib/libfmt.so.9 $lib/libfmt.
 copy usr/include/CLI usr/share/cmake/CLI11
 copy usr/include/nlohmann usr/share/cmake/nlohmann_json
 copy usr/include/pcre2.h $lib/libpcre2-8.a
+copy usr/include/zstd.h usr/include/zstd_errors.h $lib/libzstd.a
+copy usr/include/snappy-c.h $lib/libsnappy.a
 copy usr/include/gtest usr/include/gmock $lib/cmake/GTest
 copy $lib/libgtest.a $lib/libgtest_main.a $lib/libgmock.a $lib/libgmock_main.a
 

@@ -20,6 +20,7 @@ done
 # Likewise libFuzzer and the sanitizer runtimes that the fuzz tests link (docs/fuzzing.md) are in
 # libclang-rt-dev, which clang only recommends.
 # chromium and chromium-driver run the browser test of `nanoddp serve`'s page (tests/cli/serve_browser.py).
+# libzstd-dev and libsnappy-dev decompress the pages of parquet files (data prepare reads nanochat's shards).
 packages=(
   build-essential cmake pkg-config git ca-certificates
   clang libclang-rt-dev
@@ -27,7 +28,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev libomp-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev
   libgloo-dev libopenmpi-dev openmpi-bin
-  python3-torch python3-numpy dataset-fashion-mnist zlib1g-dev
+  python3-torch python3-numpy dataset-fashion-mnist zlib1g-dev libzstd-dev libsnappy-dev
   nodejs npm iproute2 procps
   chromium chromium-driver
 )

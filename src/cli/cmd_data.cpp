@@ -36,6 +36,11 @@ void add_prepare(CLI::App& parent) {
                st.empty_documents ? fmt::format(", {} empty skipped", st.empty_documents) : "", tokens,
                st.train_tokens, st.val_tokens, st.chars, double(st.chars) / double(std::max<int64_t>(1, tokens - docs)),
                st.train_shards, st.val_shards, st.seconds, st.bytes / 1e6 / std::max(1e-9, st.seconds));
+    if (st.end_held_out_by_default) {
+      fmt::print("validation: {} ({} val documents), as the input is one text file read whole (nanoGPT's 90/10 "
+                 "split); --val_fraction, --val_every with --text_split, or --val_input choose another\n",
+                 st.val_split, st.val_documents);
+    }
   });
 }
 

@@ -14,6 +14,7 @@
 #include "model/generate.h"
 #include "train/checkpoint.h"
 #include "train/model_io.h"
+#include "train/report.h"
 #include "train/validate.h"
 
 namespace nanoddp::cli {
@@ -115,11 +116,20 @@ void add_eval_command(CLI::App& root) {
     dist::allreduce_scalars(group, sums, dist::ReduceOp::Sum);
     const double accuracy = sums[1] > 0 ? sums[0] / sums[1] : 0;
     const double pass_at_k = questions.empty() ? 0 : sums[2] / static_cast<double>(questions.size());
-    log::print0("{}", nlohmann::json{{"task", a.task}, {"accuracy", accuracy}, {"n", static_cast<int64_t>(sums[1])},
-                                     {"correct", static_cast<int64_t>(sums[0])}, {"pass_at_k", pass_at_k},
-                                     {"passed", static_cast<int64_t>(sums[2])}, {"problems", questions.size()},
-                                     {"num_samples", a.num_samples}, {"checkpoint", dir}}
-                          .dump());
+    const nlohmann::json result{{"task", a.task}, {"accuracy", accuracy}, {"n", static_cast<int64_t>(sums[1])},
+                                {"correct", static_cast<int64_t>(sums[0])}, {"pass_at_k", pass_at_k},
+                                {"passed", static_cast<int64_t>(sums[2])}, {"problems", questions.size()},
+                                {"num_samples", a.num_samples}, {"checkpoint", dir}};
+    // Kept in the run folder for `nanoddp report` (Note [pipeline report] in train/report.h). A
+    // folder one may not write to (someone else's checkpoint) costs the record, not the result.
+    if (group.rank() == 0) {
+      try {
+        train::record_eval(dir, result);
+      } catch (const Error& e) {
+        log::warn("{}; the result below is not kept for nanoddp report", e.what());
+      }
+    }
+    log::print0("{}", result.dump());
   });
 }
 

@@ -14,6 +14,8 @@
 #include "core/files.h"
 #include "core/log.h"
 #include "data/dataset.h"
+#include "data/input_kind.h"
+#include "data/parquet.h"
 
 namespace nanoddp::data {
 
@@ -175,10 +177,20 @@ DocumentReader::DocumentReader(const std::vector<std::string>& inputs, TextSplit
   }
 }
 
+DocumentReader::~DocumentReader() = default;
+
 bool DocumentReader::open_next_file() {
   if (in_.is_open()) in_.close();
+  parquet_.reset();
   if (file_index_ >= files_.size()) return false;
   const std::string& path = files_[file_index_++];
+  if (input_kind(path) == InputKind::kParquet) {
+    parquet_ = std::make_unique<ParquetTextReader>(path);
+    rows_.clear();
+    row_group_ = row_ = 0;
+    rows_before_ = 0;
+    return true;
+  }
   in_.open(path, std::ios::binary);
   NANODDP_CHECK(in_.is_open(), "cannot read {}: {}", path, std::strerror(errno));
   jsonl_ = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
@@ -190,7 +202,12 @@ bool DocumentReader::open_next_file() {
 
 bool DocumentReader::next(std::string& text) {
   for (;;) {
-    if (!in_.is_open() && !open_next_file()) return false;
+    if (!parquet_ && !in_.is_open() && !open_next_file()) return false;
+    if (parquet_) {
+      if (next_row(text)) return true;
+      parquet_.reset();
+      continue;
+    }
     const std::string& path = files_[file_index_ - 1];
     if (!jsonl_ && split_ != TextSplit::kFile) {
       if (next_piece(text)) return true;
@@ -250,9 +267,25 @@ bool DocumentReader::next_piece(std::string& text) {
   return true;
 }
 
+bool DocumentReader::next_row(std::string& text) {
+  for (;;) {
+    while (row_ < rows_.size()) {
+      auto& row = rows_[row_++];
+      if (!row) continue;  // a null: no document
+      text = std::move(*row);
+      return true;
+    }
+    if (row_group_ >= parquet_->row_groups()) return false;
+    rows_before_ += static_cast<int64_t>(rows_.size());
+    rows_ = parquet_->read_row_group(row_group_++);
+    row_ = 0;
+  }
+}
+
 std::string DocumentReader::where() const {
   if (file_index_ == 0) return "";
   const std::string& path = files_[file_index_ - 1];
+  if (parquet_) return fmt::format("{} row {}", path, rows_before_ + static_cast<int64_t>(row_));
   return jsonl_ || split_ != TextSplit::kFile ? path + ":" + std::to_string(line_) : path;
 }
 

@@ -8,14 +8,21 @@
 // are; `paragraphs` cuts it at blank lines (lines of only spaces, tabs and '\r'), which is how
 // nanoGPT's input.txt and most prose separate speeches and paragraphs; `lines` makes every non-blank
 // line a document. Paragraphs and lines keep their text as it is, less the newline that ends them.
+// A parquet file (found by its magic bytes, whatever its name) holds one document per row of its
+// "text" column, as nanochat's FineWeb-edu shards do; null rows are skipped. Any other binary file
+// is refused when it is opened (Note [binary input] in input_kind.h).
 #pragma once
 
 #include <cstdint>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace nanoddp::data {
+
+class ParquetTextReader;
 
 // How a plain text file is cut into documents (JSONL files are always one document per line).
 enum class TextSplit { kFile, kParagraphs, kLines };
@@ -30,21 +37,29 @@ class DocumentReader {
   // once on stderr.
   explicit DocumentReader(const std::vector<std::string>& inputs, TextSplit split = TextSplit::kFile,
                           const std::vector<std::string>& skip = {});
+  ~DocumentReader();
 
   // The next document into `text`; false at the end. Throws nanoddp::Error naming the file (and
-  // line) of an unreadable file or a bad JSONL line.
+  // line) of an unreadable, binary or damaged file or a bad JSONL line.
   bool next(std::string& text);
 
   const std::vector<std::string>& files() const { return files_; }
   // Files the directory walks left out as not text (Note [not text]).
   int64_t skipped_files() const { return skipped_files_; }
-  // "FILE" or "FILE:LINE" of the document last returned.
+  // "FILE", "FILE:LINE" or "FILE row N" (parquet) of the document last returned.
   std::string where() const;
 
  private:
   bool open_next_file();
 
   bool next_piece(std::string& text);  // a paragraph or line of a plain text file
+  bool next_row(std::string& text);    // a row of a parquet file
+
+  std::unique_ptr<ParquetTextReader> parquet_;  // the open file, when it is parquet
+  std::vector<std::optional<std::string>> rows_;  // its row group being read
+  size_t row_group_ = 0;                          // row groups read so far
+  size_t row_ = 0;                                // rows_[row_] is next
+  int64_t rows_before_ = 0;                       // rows of the file before rows_
 
   std::vector<std::string> files_;
   int64_t skipped_files_ = 0;

@@ -14,6 +14,7 @@
 #include "data/bpe_tokenizer.h"
 #include "data/dataset.h"
 #include "data/documents.h"
+#include "data/input_kind.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_file.h"
@@ -201,6 +202,9 @@ std::string record_tokenizer(const std::string& spec, const Tokenizer& tok, cons
 //    (nanoGPT's 90/10 cut, there by characters, here by tokens). The cut may fall inside a document;
 //    validation then starts with a BOS of its own, and the cut document counts in both splits. The
 //    corpus is written once as "all" shards, then copied into the two splits once T is known.
+// With none of them given, one plain text file read whole (nanoGPT's input.txt: a single document
+// that every K-th document would never split) gets --val_fraction 0.1, and the output says so;
+// anything else gets --val_every 20.
 const char* kAllPrefix = "all";
 
 // Copies the "all" shards into train and val, cutting after train_count tokens; removes each "all"
@@ -236,19 +240,27 @@ std::pair<int64_t, int64_t> split_at(const std::vector<std::string>& all, int64_
   return {train_docs, val_docs};
 }
 
+// True when the input is one plain text file read whole: one document (Note [validation split]).
+bool is_one_text_document(const DocumentReader& reader, TextSplit split) {
+  const auto& files = reader.files();
+  return split == TextSplit::kFile && files.size() == 1 && !files[0].ends_with(".jsonl") &&
+         input_kind(files[0]) == InputKind::kText;
+}
+
 PrepareStats prepare_staged(const PrepareOptions& opt) {
   NANODDP_CHECK(!opt.out.empty(), "--out is required: the directory to write the dataset into");
   // llm.c reads a shard's token count as a signed 32-bit int.
   NANODDP_CHECK(opt.shard_tokens > 0 && opt.shard_tokens <= INT32_MAX, "--shard_tokens {} must be in [1, 2^31)",
                 opt.shard_tokens);
   const bool by_files = !opt.val_input.empty();
-  const bool by_fraction = opt.val_fraction != 0;
+  bool by_fraction = opt.val_fraction != 0;
   NANODDP_CHECK(!(by_files && by_fraction), "--val_input and --val_fraction both choose the validation text; give "
                 "one of them");
   NANODDP_CHECK(opt.val_fraction >= 0 && opt.val_fraction < 1, "--val_fraction {} must be in (0, 1): the fraction "
                 "of the tokens held out for validation, e.g. 0.1", opt.val_fraction);
-  NANODDP_CHECK(by_files || by_fraction || opt.val_every >= 2, "--val_every {} must be at least 2 (every k-th "
-                "document goes to validation); to hold out the end of the text use --val_fraction 0.1", opt.val_every);
+  NANODDP_CHECK(by_files || by_fraction || opt.val_every == 0 || opt.val_every >= 2, "--val_every {} must be at "
+                "least 2 (every k-th document goes to validation); to hold out the end of the text use --val_fraction "
+                "0.1", opt.val_every);
   // 0 would read no text at all and then report an empty corpus.
   NANODDP_CHECK(opt.batch_bytes > 0, "--batch_bytes {} must be positive (bytes of text encoded at a time)",
                 opt.batch_bytes);
@@ -258,6 +270,15 @@ PrepareStats prepare_staged(const PrepareOptions& opt) {
   auto tok = load_tokenizer(opt.tokenizer);
   // The dataset files in --out are not text: the dataset being replaced, or the one being written.
   DocumentReader reader(opt.input, text_split, {opt.out});
+  int32_t val_every = opt.val_every;
+  double val_fraction = opt.val_fraction;
+  const bool chosen = !by_files && !by_fraction && val_every == 0;  // by Note [validation split]
+  if (chosen && is_one_text_document(reader, text_split)) {
+    val_fraction = 0.1;
+    by_fraction = true;
+  } else if (chosen) {
+    val_every = 20;
+  }
   std::optional<DocumentReader> val_reader;
   if (by_files) val_reader.emplace(opt.val_input, text_split, std::vector<std::string>{opt.out});
   // Declared before the sinks, so it outlives them: a failure removes their .tmp files first, then it
@@ -308,13 +329,13 @@ PrepareStats prepare_staged(const PrepareOptions& opt) {
     documents = encode(reader, [&](int64_t) -> ShardSink& { return all; });
     all.finish();
     const int64_t total = all.tokens();
-    const auto held = static_cast<int64_t>(std::ceil(opt.val_fraction * static_cast<double>(total)));
+    const auto held = static_cast<int64_t>(std::ceil(val_fraction * static_cast<double>(total)));
     // ceil() holds out at least one token, so only the training split can end up empty.
     NANODDP_CHECK(documents == 0 || held < total, "--val_fraction {} of {} tokens leaves the training split empty; "
-                  "choose a smaller fraction", opt.val_fraction, total);
+                  "choose a smaller fraction", val_fraction, total);
     std::tie(st.train_documents, st.val_documents) = split_at(all.paths(), total - held, bos, train, val);
   } else {
-    documents = encode(reader, [&](int64_t i) -> ShardSink& { return i % opt.val_every == opt.val_every - 1 ? val : train; });
+    documents = encode(reader, [&](int64_t i) -> ShardSink& { return i % val_every == val_every - 1 ? val : train; });
   }
   train.finish();
   val.finish();
@@ -322,8 +343,8 @@ PrepareStats prepare_staged(const PrepareOptions& opt) {
   NANODDP_CHECK(st.val_documents > 0 && st.train_documents > 0, "the corpus has {} document{} and --val_every {} puts "
                 "every {}-th in validation, which leaves the {} split empty; hold out the end of the text with "
                 "--val_fraction 0.1, cut text files at blank lines with --text_split paragraphs, give validation "
-                "text with --val_input, or lower --val_every", documents, documents == 1 ? "" : "s", opt.val_every,
-                opt.val_every, st.val_documents == 0 ? "validation" : "training");
+                "text with --val_input, or lower --val_every", documents, documents == 1 ? "" : "s", val_every,
+                val_every, st.val_documents == 0 ? "validation" : "training");
 
   DatasetMeta meta;
   meta.dir = staged.dir();
@@ -332,10 +353,12 @@ PrepareStats prepare_staged(const PrepareOptions& opt) {
   meta.bos_id = bos;
   meta.token_width = tok->vocab_size() <= 65536 ? 2 : 4;
   meta.shard_tokens = opt.shard_tokens;
-  meta.val_every = by_files || by_fraction ? 0 : opt.val_every;
+  meta.val_every = by_files || by_fraction ? 0 : val_every;
   meta.val_split = by_files ? fmt::format("files: {}", fmt::join(opt.val_input, ", "))
-                   : by_fraction ? fmt::format("the last {:g} of the tokens", opt.val_fraction)
-                                 : fmt::format("every {}th document", opt.val_every);
+                   : by_fraction ? fmt::format("the last {:g} of the tokens", val_fraction)
+                                 : fmt::format("every {}th document", val_every);
+  st.val_split = meta.val_split;
+  st.end_held_out_by_default = chosen && by_fraction;
   meta.text_split = opt.text_split;
   meta.train_documents = st.train_documents;
   meta.val_documents = st.val_documents;

@@ -15,7 +15,7 @@ struct PrepareOptions {
   std::string out;
   std::string tokenizer = "bytes";
   int64_t shard_tokens = 100'000'000;
-  int32_t val_every = 20;
+  int32_t val_every = 0;  // 0: 20, or --val_fraction 0.1 for one text file read whole (Note [validation split])
   double val_fraction = 0;
   std::string text_split = "file";
   int threads = 0;
@@ -29,7 +29,8 @@ struct PrepareOptions {
     v(out, "out", "directory to write the shards and meta.json into");
     v(tokenizer, "tokenizer", "bytes | gpt2 | cl100k_base | o200k_base | a tokenizer file");
     v(shard_tokens, "shard_tokens", "tokens per shard (the last shard of each split holds the rest)");
-    v(val_every, "val_every", "every k-th document (the k-th, 2k-th, ...) goes to validation");
+    v(val_every, "val_every", "every k-th document (the k-th, 2k-th, ...) goes to validation (0: 20, but one text file "
+      "read whole holds out its last 10% of tokens instead)");
     v(val_fraction, "val_fraction", "instead of --val_every: the last fraction of the tokens goes to validation "
       "(nanoGPT's 0.1)");
     v(text_split, "text_split", "file (a text file is one document) | paragraphs (blank lines separate documents) | "
@@ -44,6 +45,8 @@ struct PrepareStats {
   int64_t train_documents = 0, val_documents = 0, empty_documents = 0;
   int64_t train_tokens = 0, val_tokens = 0;
   int64_t chars = 0, bytes = 0;
+  std::string val_split;  // how validation was chosen, as meta.json's val_split says it
+  bool end_held_out_by_default = false;  // no flag chose: one text file, its last 10% held out
   size_t train_shards = 0, val_shards = 0;
   double seconds = 0;
 };

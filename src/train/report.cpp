@@ -257,11 +257,15 @@ ReportFiles write_report(const std::string& run_dir) {
     md += fmt::format("![{}](report/{}.svg)\n\n", spec.title, stem);
   }
   html += "</div>\n";
-  table("Run", rows_of(run));
+  auto run_rows = rows_of(run);
+  for (auto& [k, v] : run_rows)
+    if (k == "created_unix" && run["created_unix"].is_number_integer())
+      std::tie(k, v) = std::pair<std::string, std::string>("started", utc_time(run["created_unix"].get<int64_t>()));
+  table("Run", run_rows);
   table("Checkpoint", rows_of(versions));
   table("Hardware and versions", rows_of(environment));
   table("Model", rows_of(model));
-  table("Options", rows_of(options));
+  table("Options", stage_options(options, versions.is_object() ? versions.value("stage", "") : ""));
   html += "</body></html>\n";
   write_file_atomically(files.markdown, md);
   write_file_atomically(files.html, html);

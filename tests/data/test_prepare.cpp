@@ -218,10 +218,16 @@ TEST(Prepare, OnePlainTextFileSplitsByParagraphsFractionOrValidationFile) {
 
   PrepareOptions opt;
   opt.input = {dir.str("input.txt")};
-  // As one document, --val_every cannot hold anything out: the error names the ways that can.
+  // No flag: one text file read whole holds out its end, as --val_fraction 0.1 does (compared below),
+  // and says so.
   opt.out = dir.str("whole");
+  EXPECT_TRUE(prepare_dataset(opt).end_held_out_by_default);
+  EXPECT_EQ(read_dataset_meta(opt.out).val_split, "the last 0.1 of the tokens");
+  // As one document, --val_every cannot hold anything out: the error names the ways that can.
+  opt.val_every = 20;
+  opt.out = dir.str("every");
   NANODDP_EXPECT_ERROR(prepare_dataset(opt), "--val_fraction 0.1");
-  EXPECT_FALSE(fs::exists(dir.path() / "whole")) << "a failed prepare leaves nothing behind";
+  EXPECT_FALSE(fs::exists(dir.path() / "every")) << "a failed prepare leaves nothing behind";
 
   // Paragraphs: blank (or whitespace-only) lines separate documents; the lines of one stay together.
   opt.text_split = "paragraphs";
@@ -246,9 +252,12 @@ TEST(Prepare, OnePlainTextFileSplitsByParagraphsFractionOrValidationFile) {
   opt.val_fraction = 0.1;
   opt.out = dir.str("fraction");
   opt.shard_tokens = 500;  // several "all" shards, and the cut inside one of them
-  prepare_dataset(opt);
+  EXPECT_FALSE(prepare_dataset(opt).end_held_out_by_default);
   {
     const DatasetMeta meta = read_dataset_meta(opt.out);
+    const DatasetMeta whole = read_dataset_meta(dir.str("whole"));
+    EXPECT_EQ(read_split(whole.train_shards), read_split(meta.train_shards));
+    EXPECT_EQ(read_split(whole.val_shards), read_split(meta.val_shards));
     auto tok = load_dataset_tokenizer(opt.out);
     const auto train = read_split(meta.train_shards), val = read_split(meta.val_shards);
     const auto total = static_cast<int64_t>(train.size() + val.size()) - 1;  // less the inserted BOS
@@ -418,6 +427,21 @@ TEST(Prepare, CommandLineEndToEnd) {
   r = testing::run_command(bin + " data prepare --input " + dir.str("missing.txt") + " --out " + dir.str("o2"));
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("missing.txt does not exist"), std::string::npos) << r.output;
+  // nanoGPT's input.txt with no other flag: prepared, and the output says what was held out.
+  r = testing::run_command(bin + " data prepare --input " + dir.str("text.txt") + " --out " + dir.str("o3"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("validation: the last 0.1 of the tokens"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("one text file"), std::string::npos) << r.output;
+  // A gzip file is one line, exit status 1, not a dataset of its bytes.
+  std::ofstream(dir.str("text.txt.gz"), std::ios::binary) << std::string("\x1f\x8b\x08\x00", 4) << "abc";
+  r = testing::run_command(bin + " data prepare --input " + dir.str("text.txt.gz") + " --out " + dir.str("o4"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("looks like a gzip file"), std::string::npos) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  r = testing::run_command(bin + " tokenizer train --input " + dir.str("text.txt.gz") + " --vocab_size 300 --out " +
+                           dir.str("t.tiktoken"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("looks like a gzip file"), std::string::npos) << r.output;
 }
 
 TEST(Corpora, BrownDetokenizeRebuildsReadableText) {

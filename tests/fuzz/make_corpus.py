@@ -121,3 +121,10 @@ write("tokenizer_file", "nanochat", tokenizer([b"Hi", b"it", b"'s", b" 20", b"24
                                               ["<|bos|>", "<|user_start|>", "<|user_end|>"], "<|bos|>"))
 write("tokenizer_file", "gpt2", tokenizer([b" c", b"af", b"\xc3\xa9", b"\n\n"], gpt2, ["<|endoftext|>"],
                                           "<|endoftext|>"))
+
+# --- parquet (src/data/parquet.h): the seeds corpus/parquet/seed-{unique,repeated}_{codec} are not
+# written here but by an independent writer, nodejs-polars, with the parquet test's script:
+#   texts.json = {"unique": ["t0", "t1", ... "t299"] with every 9th (from the 5th) null,
+#                 "repeated": 30 rows of "x", "yy", "" in turn with every 5th (from the 2nd) null}
+#   node tests/data/write_parquet.mjs texts.json corpus/parquet   (then each NAME.parquet -> seed-NAME)
+# unique_* has a row group of PLAIN pages and one dictionary-encoded; repeated_* one dictionary-encoded.

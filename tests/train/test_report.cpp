@@ -6,7 +6,10 @@
 #include <fstream>
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
 #include "test_util.h"
+#include "train/checkpoint.h"
 #include "train/report.h"
 #include "train_test_util.h"
 
@@ -72,6 +75,11 @@ TEST(Report, WrittenFromARunFolderWithEveryPlot) {
   for (const char* want : {"Validation bits per byte", "best val bpb", "depth", "backend", "<svg"})
     EXPECT_NE(h.find(want), std::string::npos) << want;
   EXPECT_NE(m.find("![Loss](report/loss.svg)"), std::string::npos) << m;
+  // Dates are readable, and a base run lists no RL options.
+  EXPECT_EQ(m.find("created_unix"), std::string::npos) << m;
+  EXPECT_TRUE(std::regex_search(m, std::regex(R"(\| started \| 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC \|)"))) << m;
+  EXPECT_EQ(m.find("| num_samples |"), std::string::npos) << m;
+  EXPECT_NE(m.find("| depth | 2 |"), std::string::npos) << m;
   // An evaluation that was not finite is logged as null: the report skips it for the best. Was: a
   // "malformed JSON" error, on the run a user most wants a report of.
   std::ofstream(out.str("metrics.jsonl"), std::ios::app) << "{\"step\": 7, \"val_loss\": null, \"val_bpb\": null}\n";
@@ -88,6 +96,84 @@ TEST(Report, WrittenFromARunFolderWithEveryPlot) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("metrics.jsonl"), std::string::npos) << e.what();
   }
+}
+
+// The text of `md` from the line starting with `from` to the next "## " heading.
+std::string section(const std::string& md, const std::string& from) {
+  const size_t begin = md.find(from);
+  if (begin == std::string::npos) return "";
+  const size_t end = md.find("\n## ", begin + 1);
+  return md.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+// Turns a copy of a base run into a stage of another kind: its checkpoint's stage and options, as
+// `nanoddp sft` and `nanoddp rl` record them (what the report reads; the weights do not matter here).
+void make_stage(const std::string& dir, const std::string& stage, const nlohmann::json& options) {
+  const std::string meta_path = train::checkpoint_dir(dir, *train::latest_checkpoint(dir)) + "/meta.json";
+  nlohmann::json meta = nlohmann::json::parse(testing::read_file(meta_path));
+  meta["stage"] = stage;
+  meta["options"]["stage"] = stage;
+  for (auto it = options.begin(); it != options.end(); ++it) meta["options"][it.key()] = it.value();
+  std::ofstream(meta_path) << meta.dump();
+}
+
+TEST(Report, AcrossStagesWithEvaluationsDatesAndEachStagesOptions) {
+  namespace fs = std::filesystem;
+  testing::ScratchDir root("report_pipeline");
+  // Named so that their order by name is not the pipeline's.
+  const std::string base = root.str("c_base"), sft = root.str("a_sft"), rl = root.str("b_rl");
+  auto o = tiny(base);
+  o.num_iterations = 4;
+  o.eval_every = 2;
+  train_single(o);
+  fs::copy(base, sft, fs::copy_options::recursive);
+  fs::copy(base, rl, fs::copy_options::recursive);
+  make_stage(sft, "sft", {{"conversations", "chat.jsonl"}, {"mask", "assistant"}});
+  make_stage(rl, "rl", {{"task", "arith_q.jsonl"}, {"num_samples", 4}, {"conversations", ""}});
+  std::ofstream(rl + "/metrics.jsonl", std::ios::app) << R"({"step": 5, "loss": 0.5, "reward": 0.25, "dt_ms": 10})" "\n";
+  // What `nanoddp eval --checkpoint RUN` records (the checkpoint directory inside the run folder).
+  auto eval = [](const std::string& run, double accuracy) {
+    const std::string ck = train::checkpoint_dir(run, *train::latest_checkpoint(run));
+    const nlohmann::json result{{"task", "/data/arith_test.jsonl"}, {"accuracy", accuracy}, {"n", 100},
+                                {"correct", static_cast<int>(accuracy * 100)}, {"pass_at_k", accuracy},
+                                {"problems", 100}, {"num_samples", 1}, {"checkpoint", ck}};
+    EXPECT_EQ(train::record_eval(ck, result), run + "/evals.jsonl");
+  };
+  eval(sft, 0.12);
+  eval(rl, 0.20);
+  eval(rl, 0.34);  // the newest evaluation of a task is the one the summary shows
+
+  const auto runs = train::pipeline_runs({root.str()});
+  EXPECT_EQ(runs, (std::vector<std::string>{base, sft, rl}));
+  // Run folders named one by one are kept in the order given.
+  EXPECT_EQ(train::pipeline_runs({rl, base}), (std::vector<std::string>{rl, base}));
+  train::write_pipeline_report(runs, root.str("report.md"));
+  const std::string md = testing::read_file(root.str("report.md"));
+  EXPECT_NE(md.find("| metric | base | sft | rl |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| accuracy on arith_test.jsonl | - | 0.1200 | 0.3400 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| last mean reward | - | - | 0.2500 |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("created_unix"), std::string::npos) << md;
+  EXPECT_TRUE(std::regex_search(md, std::regex(R"(\| started \| 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC \|)"))) << md;
+  EXPECT_TRUE(std::regex_search(md, std::regex(R"(arith_test.jsonl \| 0.3400 \| 34/100 \|.*UTC \|)"))) << md;
+  // Each stage's own options.
+  const std::string b = section(md, "## base:"), s = section(md, "## sft:"), r = section(md, "## rl:");
+  for (const char* rl_or_chat : {"| task |", "| num_samples |", "| temperature |", "| conversations |", "| mask |"})
+    EXPECT_EQ(b.find(rl_or_chat), std::string::npos) << rl_or_chat << " in the base run's options:\n" << b;
+  EXPECT_NE(b.find("| depth | 2 |"), std::string::npos) << b;
+  EXPECT_NE(s.find("| conversations | chat.jsonl |"), std::string::npos) << s;
+  EXPECT_EQ(s.find("| num_samples |"), std::string::npos) << s;
+  EXPECT_NE(r.find("| task | arith_q.jsonl |"), std::string::npos) << r;
+  EXPECT_NE(r.find("| num_samples | 4 |"), std::string::npos) << r;
+  EXPECT_EQ(r.find("| mask |"), std::string::npos) << r;
+
+  // The command: a parent folder gets report.md inside it.
+  fs::remove(root.str("report.md"));
+  const auto cmd = testing::run_command(testing::nanoddp_binary() + " report " + root.str());
+  ASSERT_EQ(cmd.status, 0) << cmd.output;
+  EXPECT_TRUE(fs::exists(root.str("report.md"))) << cmd.output;
+  // A folder without runs is one clear line.
+  testing::ScratchDir empty("report_pipeline_empty");
+  NANODDP_EXPECT_ERROR(train::pipeline_runs({empty.str()}), empty.str(), "holds no run");
 }
 
 }  // namespace
