@@ -86,8 +86,8 @@ int main(int argc, char** argv) {
     Tensor dq = Tensor::empty(q.shape(), DType::BF16, dev), dk = Tensor::empty(k.shape(), DType::BF16, dev),
            dv = Tensor::empty(v.shape(), DType::BF16, dev);
     const float scale = 1.f / std::sqrt(float(d));
-    auto forward = [&] { ops::attention_forward(out, lse, q, k, v, t, scale); };
-    auto backward = [&] { ops::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale); };
+    auto forward = [&] { ops::attention_forward(out, lse, q, k, v, t, scale, 0); };
+    auto backward = [&] { ops::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, 0); };
     const double fwd = median_seconds(be, a.warmup, a.reps, forward);
     forward();  // out and lse of these inputs for the backward
     const double bwd = median_seconds(be, a.warmup, a.reps, backward);

@@ -252,7 +252,8 @@ void CudaBackend::rotary(const Tensor& y, const Tensor& x, const Tensor& cos, co
                                         x.dim(1), x.dim(2), x.dim(3), pos0, inverse, s));
 }
 
-void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_len, float scale) {
+void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_len, float scale, int64_t window) {
+  NANODDP_CHECK(window == 0, "sliding-window attention is not on the GPU yet: run it on the CPU");
   cudaStream_t s = begin();
   same_dtype(out, q);
   same_dtype(q, k);
@@ -272,7 +273,8 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const 
                                                    v.raw(), shape, scale, reference_attention_, s));
 }
 
-void CudaBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, float scale) {
+void CudaBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, float scale, int64_t window) {
+  NANODDP_CHECK(window == 0, "sliding-window attention is not on the GPU yet: run it on the CPU");
   cudaStream_t s = begin();
   for (const Tensor* t : {&dq, &dk, &dv, &dout, &k, &v, &out}) same_dtype(*t, q);
   const cuda::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dim(1)};

@@ -279,9 +279,9 @@ TEST_P(CudaAttention, ForwardMatchesCpu) {
          v = rounded(randn({b, tcap, hkv, d}, 22), dt);
   const float scale = 1.f / std::sqrt(float(d));
   Tensor out = poisoned(q.shape(), dt), lse = poisoned({b, hq, tq}, DType::F32);
-  ops::attention_forward(out, lse, to_gpu(q, dt), to_gpu(k, dt), to_gpu(v, dt), kv_len, scale);
+  ops::attention_forward(out, lse, to_gpu(q, dt), to_gpu(k, dt), to_gpu(v, dt), kv_len, scale, 0);
   Tensor cout = Tensor::empty(q.shape(), DType::F32), clse = Tensor::empty({b, hq, tq}, DType::F32);
-  ops::attention_forward(cout, clse, q, k, v, kv_len, scale);
+  ops::attention_forward(cout, clse, q, k, v, kv_len, scale, 0);
   EXPECT_LT(err(out, cout), tol(dt, 1e-5, 4 * kBf16Eps));
   EXPECT_LT(err(lse, clse), dt == DType::F32 ? 1e-5 : 1e-4);
 }
@@ -295,17 +295,17 @@ TEST_P(CudaAttention, BackwardMatchesCpuAndIsReproducible) {
   const float scale = 1.f / std::sqrt(float(d));
   Tensor gq = to_gpu(q, dt), gk = to_gpu(k, dt), gv = to_gpu(v, dt), gdout = to_gpu(dout, dt);
   Tensor out = Tensor::empty(q.shape(), dt, testing::gpu()), lse = Tensor::empty({b, hq, t}, DType::F32, testing::gpu());
-  ops::attention_forward(out, lse, gq, gk, gv, t, scale);
+  ops::attention_forward(out, lse, gq, gk, gv, t, scale, 0);
   auto backward = [&] {
     std::vector<Tensor> g{poisoned(q.shape(), dt), poisoned(k.shape(), dt), poisoned(v.shape(), dt)};
-    ops::attention_backward(g[0], g[1], g[2], gdout, gq, gk, gv, out, lse, scale);
+    ops::attention_backward(g[0], g[1], g[2], gdout, gq, gk, gv, out, lse, scale, 0);
     return g;
   };
   auto g1 = backward(), g2 = backward();
   // The CPU backward from the GPU's forward (out, lse), so only the backward is compared.
   Tensor dq = Tensor::empty(q.shape(), DType::F32), dk = Tensor::empty(k.shape(), DType::F32),
          dv = Tensor::empty(v.shape(), DType::F32);
-  ops::attention_backward(dq, dk, dv, dout, q, k, v, to_host(out), to_host(lse), scale);
+  ops::attention_backward(dq, dk, dv, dout, q, k, v, to_host(out), to_host(lse), scale, 0);
   // 16-bit types: P and dS are rounded to the type before their GEMMs, and the results once.
   // With one key, P = 1 and O = V, so dS = P (dO.V - dO.O) is 0 in exact arithmetic and dq, dk are
   // what is left of that cancellation on either side: they are measured against the size of the
@@ -376,19 +376,19 @@ TEST(CudaAttention, ReferenceKernelsSayWhenTheSequenceNeedsMoreSharedMemoryThanT
   Tensor q = to_gpu(randn({1, t, 1, d}, 40), DType::F32), k = to_gpu(randn({1, t, 1, d}, 41), DType::F32),
          v = to_gpu(randn({1, t, 1, d}, 42), DType::F32);
   Tensor out = poisoned({1, t, 1, d}, DType::F32), lse = poisoned({1, 1, t}, DType::F32);
-  NANODDP_EXPECT_ERROR(ops::attention_forward(out, lse, q, k, v, t, scale),
+  NANODDP_EXPECT_ERROR(ops::attention_forward(out, lse, q, k, v, t, scale, 0),
                        "attention over 70000 keys with head_dim 8 on the reference CUDA kernels");
   Tensor dq = poisoned(q.shape(), DType::F32), dk = poisoned(k.shape(), DType::F32),
          dv = poisoned(v.shape(), DType::F32);
-  NANODDP_EXPECT_ERROR(ops::attention_backward(dq, dk, dv, q, q, k, v, q, lse, scale), "KiB of shared memory");
+  NANODDP_EXPECT_ERROR(ops::attention_backward(dq, dk, dv, q, q, k, v, q, lse, scale, 0), "KiB of shared memory");
   // A sequence that fits still runs, on the same backend.
   const int64_t s = 300;
   Tensor sq = randn({1, s, 1, d}, 43), sk = randn({1, s, 1, d}, 44), sv = randn({1, s, 1, d}, 45);
   Tensor sout = poisoned({1, s, 1, d}, DType::F32), slse = poisoned({1, 1, s}, DType::F32);
   ops::attention_forward(sout, slse, to_gpu(sq, DType::F32), to_gpu(sk, DType::F32), to_gpu(sv, DType::F32), s,
-                         scale);
+                         scale, 0);
   Tensor cout = Tensor::empty({1, s, 1, d}, DType::F32), clse = Tensor::empty({1, 1, s}, DType::F32);
-  ops::attention_forward(cout, clse, sq, sk, sv, s, scale);
+  ops::attention_forward(cout, clse, sq, sk, sv, s, scale, 0);
   EXPECT_LT(err(sout, cout), 1e-5);
 }
 
