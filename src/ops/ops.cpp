@@ -121,15 +121,15 @@ void rotary(const Tensor& y, const Tensor& x, const Tensor& cos, const Tensor& s
   backend(x.device()).rotary(y, x, cos, sin, pos0, inverse);
 }
 
-// Note [attention window]: nanochat's sliding window is FlashAttention's window_size = (left, 0):
-// the query at position p sees keys p - left ..= p, left + 1 of them counting itself (its SDPA
-// fallback keeps `left` keys before a decoded token, and the mask row - col <= left; nanochat/gpt.py
-// and flash_attention.py at karpathy/nanochat 92d63d4). Its short window, ceil(T / 4 / 128) * 128
-// (768 at T = 2048), is such a `left`, so the 2026 model passes nanochat's numbers unchanged, and its
-// long window T means full context. Here window <= 0 is full causal attention (there is no
-// "itself only", which nanochat never uses), and a window that reaches key 0 from the last
-// position, window >= kv_len - 1, is turned into 0 before a backend sees it: the backends' full
-// causal path runs it, bit for bit what it gave before windows existed, and cuDNN still takes it.
+// Note [attention window]: nanochat's sliding window is FlashAttention's window_size = (left, 0): the query at
+// position p sees keys p - left ..= p, left + 1 of them counting itself (its SDPA fallback keeps `left` keys
+// before a decoded token, and the mask row - col <= left; nanochat/gpt.py and flash_attention.py at
+// karpathy/nanochat 92d63d4). Its short window, ceil(T / 4 / 128) * 128 (512 at T = 2048, 256 at 1024; the
+// code's comment there says 768, its arithmetic gives 512), is such a `left`, so the 2026 model passes
+// nanochat's numbers unchanged, and its long window T means full context. Here window <= 0 is full causal
+// attention (there is no "itself only", which nanochat never uses), and a window that reaches key 0 from the
+// last position, window >= kv_len - 1, is turned into 0 before a backend sees it: the backends' full causal
+// path runs it, bit for bit what it gave before windows existed, and cuDNN still takes it.
 namespace {
 int64_t effective_window(int64_t window, int64_t kv_len) { return window > 0 && window < kv_len - 1 ? window : 0; }
 }  // namespace
