@@ -22,10 +22,6 @@
 
 namespace nanoddp::model {
 
-// Called with a parameter's index as soon as its gradient for this backward is complete, in
-// backward order (lm_head first, wte last). The DDP engine starts bucket reductions from it.
-using GradReadyFn = std::function<void(int)>;
-
 class KVCache;
 struct Workspace;
 
