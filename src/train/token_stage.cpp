@@ -32,7 +32,7 @@ class TokenStage final : public Stage {
   explicit TokenStage(const StageContext& ctx);
 
   void forward_backward(float loss_scale, StepPhases& phases) override;
-  double read_loss() override { return loss_; }
+  double read_loss() override;
   double describe_step(const std::vector<double>& figures, int64_t step_after, double seconds, nlohmann::json& line,
                        std::string& console) const override;
   std::string describe_batch() const override;
@@ -57,7 +57,11 @@ class TokenStage final : public Stage {
   std::unique_ptr<data::BatchSource> val_loader_;
   // One micro-batch: i32 [device_batch_size, max_seq_len] on the host.
   Tensor inputs_, targets_;
-  double loss_ = 0;  // this rank's mean over the last step's micro-batches
+  // The last step's per-token losses, f32 [grad_accum * device_batch_size * max_seq_len] on the
+  // model's device, micro-batch after micro-batch (Note [reading the loss]), and the targets each
+  // micro-batch scored (host).
+  Tensor losses_;
+  std::vector<int64_t> scored_;
 };
 
 TokenStage::TokenStage(const StageContext& ctx) : ctx_(ctx) {
@@ -87,6 +91,9 @@ TokenStage::TokenStage(const StageContext& ctx) : ctx_(ctx) {
   }
   inputs_ = Tensor::empty({o.device_batch_size, o.max_seq_len}, DType::I32);
   targets_ = Tensor::empty({o.device_batch_size, o.max_seq_len}, DType::I32);
+  losses_ = Tensor::zeros({ctx.plan.grad_accum * o.device_batch_size * o.max_seq_len}, DType::F32,
+                          ctx.model.device());
+  scored_.assign(static_cast<size_t>(ctx.plan.grad_accum), 0);
   const int64_t epoch_tokens = loader_->tokens_per_epoch();
   if (ctx.plan.tokens_per_step > epoch_tokens)
     log::warn("one step ({} tokens) is larger than the whole training split ({} tokens): each step reads the data "
@@ -97,26 +104,60 @@ TokenStage::TokenStage(const StageContext& ctx) : ctx_(ctx) {
 // grad_accum micro-steps; the gradients of the last one are synchronised during its backward.
 // Micro-batch gradients of the unscaled loss are summed; the reducer divides by grad_accum (Note
 // [accumulation order] in model/gpt.cpp).
+//
+// Note [reading the loss]: nothing in a step waits for its loss. Each micro-step's forward writes
+// its per-token losses into its own rows of losses_, on the device, and the host goes on queueing
+// the next micro-step (on a GPU, the only waits of a step are the loop's, for the gradient
+// collectives and the optimizer, each once per step). The loss is read once per step, by the loop
+// when it logs the step (every step is logged: a console line and a metrics.jsonl line), after the
+// update: read_loss() copies losses_ to the host (on a GPU, one copy and wait per step) and sums
+// each micro-batch in double in row order, as GPT::forward_backward does, so the numbers are
+// those of reading it micro-step by micro-step, to the bit. The loop checks that reading for NaN
+// or infinity at once, so a bad loss stops the run before the next evaluation or checkpoint.
+// On a GPU the forward and backward are then timed together (forward_ms 0, backward_ms both):
+// splitting them would need a wait inside every micro-step.
 void TokenStage::forward_backward(float loss_scale, StepPhases& phases) {
   const int accum = static_cast<int>(ctx_.plan.grad_accum);
-  ops::Backend& dev = ops::backend(ctx_.model.device());
-  double loss = 0;
+  const bool cuda = ctx_.model.device().is_cuda();
+  const int64_t rows = ctx_.opts.device_batch_size * ctx_.opts.max_seq_len;
+  Stopwatch all;
+  double data_seconds = 0;
   for (int m = 0; m < accum; m++) {
     Stopwatch data;
     {
       trace::Scope traced("data");
       loader_->next(inputs_, targets_);
     }
-    phases.data += data.seconds();
+    data_seconds += data.seconds();
     const bool last = m == accum - 1;
     Stopwatch compute;
-    loss += ctx_.model.forward_backward(inputs_, targets_, loss_scale, m > 0,
-                                        last ? ctx_.reducer.sync_hook(accum) : nullptr);
-    if (ctx_.model.device().is_cuda()) dev.synchronize();
-    phases.forward += ctx_.model.last_forward_seconds();
-    phases.backward += compute.seconds() - ctx_.model.last_forward_seconds();
+    scored_[static_cast<size_t>(m)] = ctx_.model.forward_backward_deferred(
+        losses_.rows(m * rows, (m + 1) * rows), inputs_, targets_, loss_scale, m > 0,
+        last ? ctx_.reducer.sync_hook(accum) : nullptr);
+    if (!cuda) {
+      phases.forward += ctx_.model.last_forward_seconds();
+      phases.backward += compute.seconds() - ctx_.model.last_forward_seconds();
+    }
   }
-  loss_ = loss / static_cast<double>(ctx_.plan.grad_accum);
+  phases.data += data_seconds;
+  if (cuda) {
+    ops::backend(ctx_.model.device()).synchronize();  // once per step: the compute, apart from the collectives
+    phases.backward += all.seconds() - data_seconds;
+  }
+}
+
+// This rank's mean of the micro-batch means (Note [reading the loss]).
+double TokenStage::read_loss() {
+  const Tensor host = losses_.device().is_cpu() ? losses_ : losses_.copy_to(Device::cpu());
+  const int64_t rows = ctx_.opts.device_batch_size * ctx_.opts.max_seq_len;
+  const float* l = host.data<float>();
+  double loss = 0;
+  for (size_t m = 0; m < scored_.size(); m++) {
+    double sum = 0;
+    for (int64_t i = 0; i < rows; i++) sum += l[static_cast<int64_t>(m) * rows + i];
+    loss += scored_[m] > 0 ? sum / static_cast<double>(scored_[m]) : 0.0;
+  }
+  return loss / static_cast<double>(ctx_.plan.grad_accum);
 }
 
 // tokens, tokens_per_s, flops_per_s and mfu (train/metrics.h).

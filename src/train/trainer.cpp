@@ -153,8 +153,6 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
   checkpoints_ = std::make_unique<RunCheckpoints>(opts_, group_, meta_, plan_, *model_, *optimizer_);
   // --stop_at ends early without changing num_iterations, so the LR schedule stays the full run's.
   stop_ = opts.stop_at > 0 ? std::min(opts.stop_at, plan_.num_iterations) : plan_.num_iterations;
-  // The step times are split into phases (metrics.jsonl); on a GPU the phase boundaries wait for it.
-  model_->set_phase_timing(device_.is_cuda());
 }
 
 nlohmann::json Trainer::dataset_identity() const {
