@@ -19,7 +19,7 @@ class PolicyStage final : public Stage {
   explicit PolicyStage(const StageContext& ctx);
 
   void forward_backward(float loss_scale, StepPhases& phases) override;
-  double read_loss() override { return stats_.loss; }
+  LossReading read_loss() override { return {stats_.loss, 1.0}; }
   // Every rank has as many samples, so means average exactly.
   std::vector<double> step_figures() const override {
     return {stats_.reward_sum / stats_.samples, stats_.trained_tokens, stats_.sampled_tokens, stats_.sample_seconds};
@@ -30,6 +30,7 @@ class PolicyStage final : public Stage {
   bool counts_flops() const override { return false; }
   data::LoaderState position() const override { return questions_->state(); }
   void set_position(const data::LoaderState& s) override { questions_->set_state(s); }
+  int64_t units_per_epoch() const override { return questions_->units_per_epoch(); }
   void describe_data(nlohmann::json& identity) const override {
     identity["task"] = {{"task", ctx_.opts.task}, {"questions", questions_->size()}};
   }

@@ -92,6 +92,21 @@ RunCheckpoints::RunCheckpoints(const TrainOptions& opts, dist::ProcessGroup& gro
                                const Plan& plan, model::GPT& model, ddp::Optimizer& optimizer)
     : opts_(opts), group_(group), dataset_(dataset), plan_(plan), model_(model), optimizer_(optimizer) {}
 
+void RunCheckpoints::lock() {
+  std::string error;
+  if (group_.rank() == 0) {
+    try {
+      lock_ = std::make_unique<RunLock>(opts_.out);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  std::vector<double> failed{error.empty() ? 0.0 : 1.0};
+  dist::allreduce_scalars(group_, failed, dist::ReduceOp::Max);
+  if (!error.empty()) throw Error(error);
+  NANODDP_CHECK(failed[0] == 0, "rank 0 could not take --out {} for this run (its message says why)", opts_.out);
+}
+
 int64_t RunCheckpoints::find_resume_step() {
   // They must agree, or one rank would restore while another starts fresh (a folder that is not
   // shared, a save still in progress on another node).
@@ -147,6 +162,10 @@ int64_t RunCheckpoints::resume_step() {
 
 void RunCheckpoints::claim(int64_t resume) {
   claim_run_folder(resume);
+  // Under the lock, a step_N.tmp without DONE is no other run's save in progress.
+  if (group_.rank() == 0)
+    for (const std::string& name : remove_interrupted_saves(opts_.out))
+      log::print0("removed {}/checkpoints/{}: a save that was interrupted", opts_.out, name);
   keep_tokenizer();
 }
 
@@ -175,7 +194,10 @@ void RunCheckpoints::claim_run_folder(int64_t resume) {
   group_.barrier()->wait();  // every rank has looked before rank 0 moves anything
   run_id_ = own ? info->run_id : new_run_id();
   if (group_.rank() == 0) {
-    if (!existing.empty()) log::print0("--overwrite: moved {} aside to {}", opts_.out, move_run_aside(opts_.out));
+    if (!existing.empty()) {
+      log::print0("--overwrite: moved {} aside to {}", opts_.out, move_run_aside(opts_.out));
+      lock_ = std::make_unique<RunLock>(opts_.out);  // the lock file moved with the old folder
+    }
     write_run_info(opts_.out, {run_id_, current_job_id()});
   }
   group_.barrier()->wait();
@@ -317,9 +339,16 @@ void RunCheckpoints::load_state(int64_t step, const std::string& dir, const nloh
                 saved_zero, group_.size(), opts_.zero);
 }
 
-RunState RunCheckpoints::restore(int64_t step, const nlohmann::json& dataset_identity) {
+RunState RunCheckpoints::restore(int64_t step, const nlohmann::json& dataset_identity, int64_t units_per_epoch) {
   const std::string dir = checkpoint_dir(opts_.out, step);
   const nlohmann::json meta = read_resumable_meta(opts_.out, step);
+  // A cursor past the epoch's end would silently skip to the next epoch (1e15 skipped the rest of
+  // this one): the file is damaged, or the data is not the checkpoint's.
+  const int64_t cursor = meta.at("loader").at("cursor");
+  if (cursor > units_per_epoch)
+    fail_unresumable(opts_.out, step, fmt::format("{}/meta.json: its data position (cursor {}) lies beyond the {} "
+                                                  "units of an epoch of this run's data", dir, cursor,
+                                                  units_per_epoch));
   check_fits(step, dir, meta, dataset_identity);
   load_state(step, dir, meta);
   // Another --dtype may continue a run (the master weights and optimizer state are f32 in every

@@ -1,11 +1,13 @@
 // A run's checkpoint lifecycle in its folder --out, on every rank: which checkpoint to resume
 // (--resume, or a launcher's restart), claiming the folder (train/run_folder.h), restoring a
 // checkpoint after checking that it fits this run, setting aside the checkpoints a resume abandons,
-// and saving (train/checkpoint.h: .tmp, DONE, rename, keep_last). Rank 0 alone writes.
+// and saving (train/checkpoint.h: .tmp, DONE, rename, keep_last). Rank 0 alone writes, holding the
+// folder's lock for the run's life (train/run_lock.h).
 // Used by the trainer (train/trainer.cpp); the weights-only start (--init_from) is here too.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -20,6 +22,7 @@
 #include "train/evaluate.h"
 #include "train/options.h"
 #include "train/plan.h"
+#include "train/run_lock.h"
 
 namespace nanoddp::train {
 
@@ -37,18 +40,24 @@ class RunCheckpoints {
   RunCheckpoints(const TrainOptions& opts, dist::ProcessGroup& group, const data::DatasetMeta& dataset,
                  const Plan& plan, model::GPT& model, ddp::Optimizer& optimizer);
 
+  // Makes this run the folder's one writer: rank 0 takes OUT/run.lock (train/run_lock.h) for the
+  // object's life, before anything looks at the folder. Collective: when rank 0 cannot, it throws
+  // naming the holder, and every other rank throws saying rank 0 could not (none waits on it).
+  void lock();
   // The step to resume from, or -1 for a fresh run (see --resume). Every rank looks for the
   // checkpoint itself and they must agree. Collective.
   int64_t find_resume_step();
   // This process is a launcher restart (NANODDP_RESTART_COUNT > 0); set by find_resume_step().
   bool restarted() const { return restarted_; }
   // Gives this run the folder --out (a resumed run keeps its identity; a fresh one refuses a folder
-  // that holds another run unless --overwrite) and keeps a copy of the tokenizer. Collective.
+  // that holds another run unless --overwrite), removes the staging folders of interrupted saves
+  // and keeps a copy of the tokenizer. Collective.
   void claim(int64_t resume);
   // Loads checkpoint `step` into the model and optimizer, after checking that it fits this run
-  // (dataset_identity: what save() records as "dataset"), and sets the later checkpoints aside.
+  // (dataset_identity: what save() records as "dataset"; units_per_epoch: the stage's, which bounds
+  // the data position), and sets the later checkpoints aside.
   // Throws nanoddp::Error naming the file or flag when it does not fit or cannot be read.
-  RunState restore(int64_t step, const nlohmann::json& dataset_identity);
+  RunState restore(int64_t step, const nlohmann::json& dataset_identity, int64_t units_per_epoch);
   // Collective: writes checkpoint `step` (rank 0 the weights and meta.json, every rank its optimizer
   // state). Refuses non-finite weights.
   void save(int64_t step, const RunState& state, const nlohmann::json& dataset_identity);
@@ -72,6 +81,7 @@ class RunCheckpoints {
   const Plan& plan_;
   model::GPT& model_;
   ddp::Optimizer& optimizer_;
+  std::unique_ptr<RunLock> lock_;  // rank 0's, from lock() on
   std::string run_id_;      // OUT/run.json's (train/run_folder.h); every checkpoint records it
   bool restarted_ = false;
   Stopwatch since_save_;

@@ -49,8 +49,15 @@ class Stage {
   // multiplied by loss_scale; the reducer's hook starts the gradient collectives during the last
   // backward. Adds the time it spends to `phases` (data, sample, forward, backward).
   virtual void forward_backward(float loss_scale, StepPhases& phases) = 0;
-  // This rank's mean loss of the last forward_backward, in nats.
-  virtual double read_loss() = 0;
+  // This rank's loss of the last forward_backward, in nats, as a weighted part of the step's mean:
+  // over all ranks, loss = mean(sum) / mean(weight). weight is the share of the rank's micro-batches
+  // that scored a token, so micro-batches without one (SFT rows whose targets are all masked) stay
+  // out of the mean instead of counting as a loss of 0; 1 when all did.
+  struct LossReading {
+    double sum = 0;
+    double weight = 1;
+  };
+  virtual LossReading read_loss() = 0;
   // Figures the ranks average after each step besides the loss (RL: reward and token counts).
   virtual std::vector<double> step_figures() const { return {}; }
   // The stage's fields of the step's metrics line and console text (train/metrics.h), from the
@@ -65,6 +72,8 @@ class Stage {
   // The data position: what a checkpoint saves and a resume restores.
   virtual data::LoaderState position() const = 0;
   virtual void set_position(const data::LoaderState& s) = 0;
+  // The units an epoch reads, all ranks together: a position's cursor never passes it.
+  virtual int64_t units_per_epoch() const = 0;
   // Adds what the stage reads to a checkpoint's dataset identity (meta.json "dataset").
   virtual void describe_data(nlohmann::json& identity) const = 0;
   // The steps --num_epochs passes over the stage's data take (at least 1).

@@ -48,7 +48,7 @@ void use_alternate_signal_stack() {
   (void)stack;
 }
 
-constexpr int kStopSignals[] = {SIGTERM, SIGINT};
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP};
 struct sigaction g_old[std::size(kStopSignals)];
 
 }  // namespace

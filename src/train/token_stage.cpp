@@ -32,13 +32,14 @@ class TokenStage final : public Stage {
   explicit TokenStage(const StageContext& ctx);
 
   void forward_backward(float loss_scale, StepPhases& phases) override;
-  double read_loss() override;
+  LossReading read_loss() override;
   double describe_step(const std::vector<double>& figures, int64_t step_after, double seconds, nlohmann::json& line,
                        std::string& console) const override;
   std::string describe_batch() const override;
   bool counts_flops() const override { return true; }
   data::LoaderState position() const override { return loader_->state(); }
   void set_position(const data::LoaderState& s) override { loader_->set_state(s); }
+  int64_t units_per_epoch() const override { return loader_->units_per_epoch(); }
   void describe_data(nlohmann::json& identity) const override {
     if (!ctx_.opts.conversations.empty()) identity["conversations"] = ctx_.opts.conversations;
   }
@@ -146,18 +147,24 @@ void TokenStage::forward_backward(float loss_scale, StepPhases& phases) {
   }
 }
 
-// This rank's mean of the micro-batch means (Note [reading the loss]).
-double TokenStage::read_loss() {
+// This rank's mean of the micro-batch means (Note [reading the loss]), over the micro-batches that
+// scored a token: sum = their means over grad_accum, weight = their number over grad_accum (1, and
+// the numbers of before, when all did).
+Stage::LossReading TokenStage::read_loss() {
   const Tensor host = losses_.device().is_cpu() ? losses_ : losses_.copy_to(Device::cpu());
   const int64_t rows = ctx_.opts.device_batch_size * ctx_.opts.max_seq_len;
   const float* l = host.data<float>();
   double loss = 0;
+  int64_t scoring = 0;
   for (size_t m = 0; m < scored_.size(); m++) {
+    if (scored_[m] == 0) continue;
     double sum = 0;
     for (int64_t i = 0; i < rows; i++) sum += l[static_cast<int64_t>(m) * rows + i];
-    loss += scored_[m] > 0 ? sum / static_cast<double>(scored_[m]) : 0.0;
+    loss += sum / static_cast<double>(scored_[m]);
+    scoring++;
   }
-  return loss / static_cast<double>(ctx_.plan.grad_accum);
+  const double accum = static_cast<double>(ctx_.plan.grad_accum);
+  return {loss / accum, static_cast<double>(scoring) / accum};
 }
 
 // tokens, tokens_per_s, flops_per_s and mfu (train/metrics.h).

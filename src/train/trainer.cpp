@@ -65,7 +65,8 @@ ddp::OptimizerConfig optimizer_config(const TrainOptions& opts) {
 // asked to stop, the time since the last save (averaged, so every rank decides alike), and the
 // stage's figures.
 struct Agreed {
-  double loss = 0;
+  double loss = 0;  // NaN when no rank scored a token (then scored is false: see Stage::LossReading)
+  bool scored = true;
   bool stop = false;
   double since_save = 0;
   std::vector<double> figures;
@@ -163,6 +164,7 @@ nlohmann::json Trainer::dataset_identity() const {
 }
 
 std::optional<int64_t> Trainer::start() {
+  checkpoints_->lock();  // one writer per run folder, before anything reads it
   const int64_t resume = checkpoints_->find_resume_step();
   const int64_t n = plan_.num_iterations, stop = stop_;
   if (resume >= stop) {
@@ -182,7 +184,7 @@ std::optional<int64_t> Trainer::start() {
   checkpoints_->claim(resume);
   write_environment(opts_, group_, device_, arithmetic_name(*model_, scaler_->scale()), peak_);
   if (resume >= 0) {
-    const RunState state = checkpoints_->restore(resume, dataset_identity());
+    const RunState state = checkpoints_->restore(resume, dataset_identity(), stage_->units_per_epoch());
     stage_->set_position(state.position);
     result_.eval = state.eval;
     if (state.loss_scale) scaler_->restore(state.loss_scale->first, state.loss_scale->second);
@@ -233,6 +235,11 @@ TrainResult Trainer::run() {
     Stopwatch sw;
     train_step(step, lr);
     const Agreed agreed = agree();
+    // A step of SFT rows whose targets are all masked trains on nothing, while its optimizer step
+    // still moves the weights (momentum, weight decay): stop, rather than log a loss of 0.
+    NANODDP_CHECK(agreed.scored, "step {}: no row of the step has a target to train on (with --conversations only "
+                  "the assistant's tokens are, and here the prompts fill whole micro-batches): raise --max_seq_len or "
+                  "--device_batch_size, shorten the prompts, or use --mask all", step + 1);
     const double dt = sw.seconds();
     train_seconds_ += dt;
     trained_tokens_ += log_step(step, lr, dt, agreed);
@@ -303,13 +310,19 @@ void Trainer::finish_and_update(int64_t step, double lr_mult) {
   phases_.optimizer = opt.seconds();
 }
 
+// The loss is read here, once per step after its update (Note [reading the loss] in
+// train/token_stage.cpp); the loop checks it before anything else reads or saves the model.
 Agreed Trainer::agree() {
-  std::vector<double> v{stage_->read_loss(), static_cast<double>(StopSignals::received()),
+  const Stage::LossReading reading = stage_->read_loss();
+  std::vector<double> v{reading.sum, reading.weight, static_cast<double>(StopSignals::received()),
                         checkpoints_->seconds_since_save()};
   const std::vector<double> figures = stage_->step_figures();
   v.insert(v.end(), figures.begin(), figures.end());
   dist::allreduce_scalars(group_, v, dist::ReduceOp::Avg);
-  return Agreed{v[0], v[1] > 0, v[2], std::vector<double>(v.begin() + 3, v.end())};
+  // With every micro-batch scoring, the weight is exactly 1 and the loss the plain mean.
+  const bool scored = v[1] > 0;
+  return Agreed{scored ? v[0] / v[1] : std::nan(""), scored, v[2] > 0, v[3],
+                std::vector<double>(v.begin() + 4, v.end())};
 }
 
 // metrics.jsonl's line and the console's use the same names (train/metrics.h documents them).
