@@ -108,8 +108,8 @@ TokenStage::TokenStage(const StageContext& ctx) : ctx_(ctx) {
 //
 // Note [reading the loss]: nothing in a step waits for its loss. Each micro-step's forward writes
 // its per-token losses into its own rows of losses_, on the device, and the host goes on queueing
-// the next micro-step (on a GPU, the only waits of a step are the loop's, for the gradient
-// collectives and the optimizer, each once per step). The loss is read once per step, by the loop
+// the next micro-step (on a GPU a step waits for the device once after its micro-steps, once for
+// the gradient collectives and once for the optimizer, never inside a micro-step). The loss is read once per step, by the loop
 // when it logs the step (every step is logged: a console line and a metrics.jsonl line), after the
 // update: read_loss() copies losses_ to the host (on a GPU, one copy and wait per step) and sums
 // each micro-batch in double in row order, as GPT::forward_backward does, so the numbers are
