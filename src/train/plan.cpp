@@ -54,7 +54,8 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
                   "which costs {:.3g} FLOPs ({:.3g} per token x {} tokens per step); raise it or set --num_iterations",
                   o.target_flops, step_flops, p.config.flops_per_token(o.max_seq_len), total);
     NANODDP_FAIL("the run would take 0 steps: --target_param_data_ratio {:g} x {} parameters is fewer tokens than one "
-                 "step ({}); raise it or set --num_iterations", o.target_param_data_ratio, p.config.num_params(), total);
+                 "step ({}); raise it or set --num_iterations", o.target_param_data_ratio, p.config.num_params(),
+                 total);
   }
   // --eval_tokens counts over all ranks, like per_micro.
   p.eval_micro_batches = std::max<int64_t>(1, o.eval_tokens / per_micro);

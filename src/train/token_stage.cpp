@@ -109,14 +109,15 @@ TokenStage::TokenStage(const StageContext& ctx) : ctx_(ctx) {
 // Note [reading the loss]: nothing in a step waits for its loss. Each micro-step's forward writes
 // its per-token losses into its own rows of losses_, on the device, and the host goes on queueing
 // the next micro-step (on a GPU a step waits for the device once after its micro-steps, once for
-// the gradient collectives and once for the optimizer, never inside a micro-step). The loss is read once per step, by the loop
-// when it logs the step (every step is logged: a console line and a metrics.jsonl line), after the
-// update: read_loss() copies losses_ to the host (on a GPU, one copy and wait per step) and sums
-// each micro-batch in double in row order, as GPT::forward_backward does, so the numbers are
-// those of reading it micro-step by micro-step, to the bit. The loop checks that reading for NaN
-// or infinity at once, so a bad loss stops the run before the next evaluation or checkpoint.
-// On a GPU the forward and backward are then timed together (forward_ms 0, backward_ms both):
-// splitting them would need a wait inside every micro-step.
+// the gradient collectives and once for the optimizer, never inside a micro-step). The loss is
+// read once per step, by the loop when it logs the step (every step is logged: a console line and
+// a metrics.jsonl line), after the update: read_loss() copies losses_ to the host (on a GPU, one
+// copy and wait per step) and sums each micro-batch in double in row order, as
+// GPT::forward_backward does, so the numbers are those of reading it micro-step by micro-step, to
+// the bit. The loop checks that reading for NaN or infinity at once, so a bad loss stops the run
+// before the next evaluation or checkpoint. On a GPU the forward and backward are then timed
+// together (forward_ms 0, backward_ms both): splitting them would need a wait inside every
+// micro-step.
 void TokenStage::forward_backward(float loss_scale, StepPhases& phases) {
   const int accum = static_cast<int>(ctx_.plan.grad_accum);
   const bool cuda = ctx_.model.device().is_cuda();

@@ -341,7 +341,8 @@ double Trainer::log_step(int64_t step, double lr, double seconds, const Agreed& 
                            scaler_->skipped() ? " | skipped (fp16 overflow)" : "");
   }
   // From the mean step time of this run so far; evaluations and saves are not counted.
-  const double eta = train_seconds_ / static_cast<double>(step + 1 - start_step_) * static_cast<double>(stop - step - 1);
+  const double eta =
+      train_seconds_ / static_cast<double>(step + 1 - start_step_) * static_cast<double>(stop - step - 1);
   console += fmt::format(" | eta {}", format_duration(eta));
   // Rank 0's own phases and memory.
   const MemoryUse mem = memory_use(device_);
