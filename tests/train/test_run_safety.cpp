@@ -3,6 +3,8 @@
 // fit the run is refused, SIGTERM saves before exiting, and --init_from starts from weights.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +15,8 @@
 #include <fmt/format.h>
 
 #include "core/safetensors.h"
+#include "data/conversation_loader.h"
+#include "data/dataset.h"
 #include "data/prepare.h"
 #include "run_outputs.h"
 #include "subprocess.h"
@@ -527,6 +531,44 @@ TEST(RunFolder, AFailedSaveLeavesNoStagingFolder) {
   train::set_checkpoint_write_hook({});
   EXPECT_EQ(train::latest_checkpoint(out.str()), 2);
   EXPECT_FALSE(fs::exists(out.str("checkpoints/step_000004.tmp")));
+}
+
+// A micro-batch whose targets are all masked stays out of the step's mean loss. At initialisation
+// the LM head is zero, so every scored token's loss is ln(vocab) and so is the first step's mean;
+// here its first micro-batch holds only the first prompt. Was: a 0 for it averaged in (ln(vocab) / 2).
+TEST(Failure, AnSftMicroBatchWithNoScoredTokenStaysOutOfTheMean) {
+  testing::ScratchDir out("sft_partly_scored");
+  const std::string train = out.str("train.jsonl");
+  {
+    std::ofstream t(train);
+    std::string prompt;
+    for (int i = 0; i < 160; i++) prompt += static_cast<char>('a' + (i * 7) % 26);
+    for (int i = 0; i < 20; i++)
+      t << R"([{"role": "user", "content": ")" << prompt << R"("}, {"role": "assistant", "content": "ok"}])" << "\n";
+  }
+  auto o = tiny(out.str("run"));
+  o.conversations = train;
+  o.eval_every = -1;
+  o.num_iterations = 1;
+  // The premise, read with the trainer's loader: micro-batch 1 scores nothing, micro-batch 2 does.
+  const auto tok = data::load_dataset_tokenizer(dataset());
+  data::LoaderOptions lo{o.device_batch_size, o.max_seq_len, 0, 1, o.shuffle, o.seed};
+  lo.step_units = 2;
+  data::ConversationLoader loader({train}, *tok, lo, false);
+  Tensor inputs = Tensor::empty({o.device_batch_size, o.max_seq_len}, DType::I32);
+  Tensor targets = Tensor::empty({o.device_batch_size, o.max_seq_len}, DType::I32);
+  std::vector<int64_t> scored;
+  for (int m = 0; m < 2; m++) {
+    loader.next(inputs, targets);
+    scored.push_back(std::count_if(targets.data<int32_t>(), targets.data<int32_t>() + targets.numel(),
+                                   [](int32_t t) { return t >= 0; }));
+  }
+  ASSERT_EQ(scored[0], 0);
+  ASSERT_GT(scored[1], 0);
+  train_single(o);
+  const double want = std::log(static_cast<double>(data::read_dataset_meta(dataset()).vocab_size));
+  // Relative 1e-5: each token's loss is an f32 log-sum-exp of zeros.
+  EXPECT_NEAR(testing::training_losses(out.str("run")).at(1), want, 1e-5 * want);
 }
 
 // SFT rows whose targets are all masked (prompts longer than a micro-batch) score nothing. A
