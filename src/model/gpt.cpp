@@ -216,6 +216,16 @@ void GPT::add_micro_grad(Parameter& p, bool accumulate) {
 double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float loss_scale, bool accumulate,
                              const GradReadyFn& on_grad_ready) {
   NANODDP_ASSERT(inputs.ndim() == 2 && inputs.shape() == targets.shape() && inputs.dtype() == DType::I32);
+  Workspace& ws = workspace(train_ws_, inputs.dim(0), inputs.dim(1));
+  const int64_t valid = forward_backward_deferred(ws.losses, inputs, targets, loss_scale, accumulate, on_grad_ready);
+  const double loss_sum = sum_losses(ws, nullptr);
+  return valid > 0 ? loss_sum / static_cast<double>(valid) : 0.0;
+}
+
+int64_t GPT::forward_backward_deferred(const Tensor& losses, const Tensor& inputs, const Tensor& targets,
+                                       float loss_scale, bool accumulate, const GradReadyFn& on_grad_ready) {
+  NANODDP_ASSERT(inputs.ndim() == 2 && inputs.shape() == targets.shape() && inputs.dtype() == DType::I32);
+  NANODDP_ASSERT(losses.dtype() == DType::F32 && losses.numel() == inputs.numel() && losses.device() == device_);
   NANODDP_CHECK(std::isfinite(loss_scale), "forward_backward: the loss scale must be finite (got {})", loss_scale);
   Workspace& ws = workspace(train_ws_, inputs.dim(0), inputs.dim(1));
   load_batch(ws, inputs, &targets);
@@ -232,7 +242,7 @@ double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float 
   last_forward_seconds_ = forward.seconds();
   const double trace_mid = trace::now_us();
   trace::record("forward", trace::kCompute, trace_start, trace_mid);
-  head_forward_backward(ws, grad_scale, accumulate, true);
+  head_forward_backward(ws, losses, grad_scale, accumulate, true);
   ready(lm_head_);
   for (int l = static_cast<int>(config_.n_layer) - 1; l >= 0; l--) {
     mlp_backward(ws, l, accumulate, ready);
@@ -246,8 +256,7 @@ double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float 
   add_micro_grad(params_[wte_], accumulate);
   ready(wte_);
   trace::record("backward", trace::kCompute, trace_mid, trace::now_us());
-  const double loss_sum = sum_losses(ws, nullptr);
-  return valid > 0 ? loss_sum / static_cast<double>(valid) : 0.0;
+  return valid;
 }
 
 Tensor GPT::forward_losses(const Tensor& inputs, const Tensor& targets) {
@@ -256,7 +265,7 @@ Tensor GPT::forward_losses(const Tensor& inputs, const Tensor& targets) {
   load_batch(ws, inputs, &targets);
   forward_trunk(ws);
   Tensor losses = Tensor::empty({ws.tokens}, DType::F32);
-  head_forward_backward(ws, 0.f, false, false);
+  head_forward_backward(ws, ws.losses, 0.f, false, false);
   sum_losses(ws, &losses);
   return losses;
 }

@@ -246,7 +246,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, DdpEquivalence, ::testing::ValuesIn(cases()), []
          info.param.optimizer;
 });
 
-// Dynamic loss scaling (Note [dynamic loss scaling] in train/trainer.cpp): with --zero 2 each rank
+// Dynamic loss scaling (Note [dynamic loss scaling] in train/loss_scaler.h): with --zero 2 each rank
 // checks only the gradient pieces it owns, so an overflow in one rank's piece must still make every
 // rank skip. Each rank unscales the pieces it owns (8 -> 2); rank 1 then plants an inf in one of
 // its own, and both ranks must report it.
