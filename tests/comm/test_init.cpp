@@ -110,7 +110,14 @@ TEST(Init, BackendSelection) {
   EXPECT_EQ(resolve_backend("auto", Device::cpu(), srun), "gloo");
   EXPECT_THROW(resolve_backend("nccl", Device::cpu(), torchrun), Error);
   EXPECT_THROW(resolve_backend("smoke-signals", Device::cpu(), torchrun), Error);
-  EXPECT_THROW(resolve_backend("gloo", Device::cuda(0), torchrun), Error);
+  // Gloo stages CUDA tensors through host memory; MPI takes host tensors only.
+  EXPECT_EQ(resolve_backend("gloo", Device::cuda(0), torchrun), "gloo");
+  NANODDP_EXPECT_ERROR(resolve_backend("mpi", Device::cuda(0), torchrun),
+                       NANODDP_HAVE_MPI ? "the mpi backend reduces CPU tensors but the device is cuda:0"
+                                        : "this build has no MPI");
+  if (!NANODDP_HAVE_NCCL)
+    NANODDP_EXPECT_ERROR(resolve_backend("auto", Device::cuda(0), torchrun),
+                         "this build has no NCCL: use --backend gloo");
 }
 
 TEST(Init, RankZeroHostsTheStoreAndEveryRankJoins) {
