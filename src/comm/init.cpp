@@ -154,7 +154,9 @@ int local_gpu_index(const DistEnv& env, int count) {
                    env.rank, env.local_rank, env.local_world_size, count, count, count);
     default:
       NANODDP_FAIL("rank {} has LOCAL_RANK {} but only {} GPU(s) are visible on this node: start at most {} "
-                   "processes per node (--nproc_per_node), or check CUDA_VISIBLE_DEVICES",
+                   "processes per node (--nproc_per_node), or check CUDA_VISIBLE_DEVICES; to share a GPU among "
+                   "ranks, give every rank the same one with --device cuda:0 --backend gloo (NCCL refuses two "
+                   "ranks on one GPU)",
                    env.rank, env.local_rank, count, count);
   }
 }

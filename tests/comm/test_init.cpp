@@ -203,7 +203,8 @@ TEST(Init, LocalGpuIndexFollowsPerTaskBindings) {
   // Under torchrun / nanoddp run every process sees the node's GPUs: too many processes.
   NANODDP_EXPECT_ERROR(local_gpu_index(env(Launcher::Torchrun, 3, 4), 1),
                        "rank 7 has LOCAL_RANK 3 but only 1 GPU(s) are visible on this node: start at most 1 processes "
-                       "per node (--nproc_per_node)");
+                       "per node (--nproc_per_node)",
+                       "to share a GPU among ranks, give every rank the same one with --device cuda:0 --backend gloo");
   // More processes than visible GPUs: some GPU would get two ranks. The advice is the launcher's.
   NANODDP_EXPECT_ERROR(local_gpu_index(env(Launcher::Srun, 3, 4), 3),
                        "rank 7 has SLURM_LOCALID 3 of 4 tasks on its node but only 3 GPU(s) are visible to it: ask "
