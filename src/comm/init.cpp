@@ -277,6 +277,7 @@ std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device
 #if NANODDP_HAVE_NCCL
       NcclGroupOptions o;
       o.timeout = timeout;
+      if (root && agent_hosts_store()) o.departures = launcher_departures(root, env.restart_count);
       ctx->group = std::make_unique<NcclGroup>(group_store, env.rank, env.world_size, device, o);
 #endif
     }

@@ -136,6 +136,17 @@ struct NcclGroup::State {
   }
 
   void watchdog_loop();
+
+  // A collective that cannot complete (Note [known departures]): fails the group like a timeout.
+  void abandon(uint64_t seq, const std::string& why) {
+    std::string what = fmt::format("collective #{}", seq);
+    {
+      std::lock_guard lock(mu);
+      for (const auto& p : pending)
+        if (p->info.seq == seq) what = p->info.describe();
+    }
+    fail(fmt::format("{} cannot complete on rank {}: {}", what, rank, why));
+  }
 };
 
 void NcclGroup::State::watchdog_loop() {
@@ -152,6 +163,7 @@ void NcclGroup::State::watchdog_loop() {
         if (!late && Clock::now() - p->issued > timeout) late = p;
         return false;
       }
+      watch->finished(p->info.seq);
       return true;  // done (or the context is broken, which the async error below reports)
     });
     ncclResult_t async = ncclSuccess;
@@ -238,7 +250,10 @@ NcclGroup::NcclGroup(std::shared_ptr<Store> store, int rank, int size, Device de
   NANODDP_CUDA_CHECK(cudaEventCreateWithFlags(&st.ready, cudaEventDisableTiming));
   st.barrier_buf = Tensor::zeros({1}, DType::I32, device);
   st.watch = std::make_unique<CollectiveWatch>(std::make_shared<PrefixStore>("nccl/watch", store), rank, size,
-                                               options_.timeout);
+                                               options_.timeout, options_.departures,
+                                               [s = state_.get()](uint64_t seq, const std::string& why) {
+                                                 s->abandon(seq, why);
+                                               });
   st.watchdog = std::thread([s = state_.get()] { s->watchdog_loop(); });
 }
 
@@ -257,6 +272,7 @@ NcclGroup::~NcclGroup() {
   }
   st.cv.notify_all();
   st.watchdog.join();
+  st.watch.reset();  // no abandon() can abort the communicator while it is finalised below
   if (!st.failed) {
     cuda::set_device(st.device);
     cudaStreamSynchronize(st.stream);
@@ -269,7 +285,6 @@ NcclGroup::~NcclGroup() {
   }
   cudaEventDestroy(st.ready);
   cudaStreamDestroy(st.stream);
-  st.watch.reset();
 }
 
 void NcclGroup::check() {

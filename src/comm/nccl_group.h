@@ -21,6 +21,7 @@
 #include <chrono>
 #include <memory>
 
+#include "comm/collective_watch.h"
 #include "comm/process_group.h"
 #include "rendezvous/store.h"
 
@@ -28,6 +29,10 @@ namespace nanoddp::dist {
 
 struct NcclGroupOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // What the launcher reports about failed workers (Note [known departures] in
+  // comm/collective_watch.h): a collective blocked on such a rank aborts the communicator, and
+  // the next wait() or check() throws the line naming it. Empty without a launcher.
+  Departures departures;
 };
 
 class NcclGroup final : public ProcessGroup {
