@@ -50,9 +50,13 @@ void ProcessGroup::check_place(const Tensor& t) const {
 Reduction ProcessGroup::check_reduction(const char* collective, DType dtype, ReduceOp op) const {
   const CollectiveSupport& s = support();
   const std::string backend = backend_name();
-  if (!s.reduces.contains(dtype)) NANODDP_FAIL("{}", s.refuse_dtype(collective, backend.c_str(), dtype));
+  auto refuse = [&](auto* backend_words, const char* what) {
+    if (backend_words != nullptr) NANODDP_FAIL("{}", backend_words(collective, backend.c_str(), dtype));
+    NANODDP_FAIL("{}{} of {} tensors is not supported by the {} backend", collective, what, dtype_name(dtype), backend);
+  };
+  if (!s.reduces.contains(dtype)) refuse(s.refuse_dtype, "");
   if (op != ReduceOp::Avg) return Reduction{op, 1, op};
-  if (!s.averages.contains(dtype)) NANODDP_FAIL("{}", s.refuse_avg(collective, backend.c_str(), dtype));
+  if (!s.averages.contains(dtype)) refuse(s.refuse_avg, " with avg");
   // Over one rank the average is the sum: nothing to divide.
   if (s.averages_by_division) return Reduction{ReduceOp::Sum, size(), op};
   return Reduction{ReduceOp::Avg, 1, op};

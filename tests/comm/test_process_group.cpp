@@ -110,6 +110,19 @@ TEST(ProcessGroupChecks, RefusedDtypesNeverReachTheBackend) {
   EXPECT_EQ(host.calls.size(), 2u);
 }
 
+// A backend that names no refusal of its own gets the plain one.
+TEST(ProcessGroupChecks, ABackendWithoutItsOwnWordsGetsThePlainRefusal) {
+  CollectiveSupport s;
+  s.reduces = DTypeSet{DType::F32, DType::I32};
+  s.averages = DTypeSet{DType::F32};
+  RecordingGroup g(0, 2, s);
+  NANODDP_EXPECT_ERROR(g.allreduce(Tensor::zeros({2}, DType::F64), ReduceOp::Sum),
+                       "allreduce of f64 tensors is not supported by the recording backend");
+  NANODDP_EXPECT_ERROR(g.allreduce(Tensor::zeros({2}, DType::I32), ReduceOp::Avg),
+                       "allreduce with avg of i32 tensors is not supported by the recording backend");
+  EXPECT_TRUE(g.calls.empty());
+}
+
 TEST(ProcessGroupChecks, SizesDtypesAndTheRootAreChecked) {
   RecordingGroup g(0, 2, host_support(TensorPlace::Host));
   Tensor a = Tensor::zeros({6}, DType::F32), b = Tensor::zeros({2}, DType::F32);
