@@ -70,7 +70,8 @@ void HostStaging::reserve(size_t bytes, bool pinned) {
   allocations_++;
 #if NANODDP_HAVE_CUDA
   if (pinned) {
-    NANODDP_CHECK(cudaHostAlloc(&buffer_, size, cudaHostAllocDefault) == cudaSuccess,
+    // Portable: page-locked for every device's context, whichever device this thread has current.
+    NANODDP_CHECK(cudaHostAlloc(&buffer_, size, cudaHostAllocPortable) == cudaSuccess,
                   "could not page-lock {} bytes of host memory to stage a collective for gloo: free host memory, or "
                   "use the nccl backend", size);
     capacity_ = size;
