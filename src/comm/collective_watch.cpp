@@ -73,7 +73,9 @@ CollectiveWatch::~CollectiveWatch() {
   }
   stop_cv_.notify_all();
   thread_.join();
-  publish(true);  // peers blocked on this rank stop waiting (Note [known departures])
+  // Peers blocked on this rank stop waiting (Note [known departures]); not when the heartbeats
+  // found the store gone, which would only hold up this rank's exit.
+  if (!store_lost_) publish(true);
 }
 
 void CollectiveWatch::issued(uint64_t seq) {
@@ -191,7 +193,10 @@ void CollectiveWatch::heartbeat_loop() {
       continue;
     }
     const bool timed_out = Clock::now() - start >= interval_;
-    if (!timed_out || ++timeouts == kTimeoutsToGiveUp) return;
+    if (!timed_out || ++timeouts == kTimeoutsToGiveUp) {
+      store_lost_ = true;
+      return;
+    }
   }
 }
 

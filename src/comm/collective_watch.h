@@ -125,6 +125,7 @@ class CollectiveWatch {
   };
   std::vector<PeerBeat> peer_beats_;
   bool told_signal_ = false;
+  bool store_lost_ = false;  // the heartbeats ended for good (written before the thread ends)
   std::chrono::steady_clock::time_point last_peer_read_{};
   uint64_t beat_ = 0;  // heartbeat thread (and diagnose, under mu_)
   std::mutex mu_;
