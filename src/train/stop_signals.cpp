@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "comm/collective_watch.h"
 #include "core/error.h"
 #include "ops/backend.h"
 
@@ -25,6 +26,7 @@ volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int sig) {
   if (g_stop_signal != 0) std::_Exit(128 + sig);
   g_stop_signal = sig;
+  dist::note_stop_signal(sig);  // a rank blocked in a collective learns of it too (Note [known departures])
 }
 
 // This thread's alternate signal stack, made once and kept for the thread's life (disabled before
