@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,10 @@ struct HostInfo {
 };
 
 HostInfo host_info();
+
+// Fills host.cpu_model and host.cpu_flags from text in /proc/cpuinfo's format ("key\t: value"
+// lines, one block per CPU): the first "model name" and the first "flags" line.
+void read_cpuinfo(std::istream& cpuinfo, HostInfo& host);
 
 // The flags that decide which matmul kernels run fast here, in the order of kMatmulFlags below,
 // as "avx2 avx512f avx512_bf16 ..." (present) and the rest (missing).
