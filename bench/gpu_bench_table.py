@@ -2,8 +2,8 @@
 """The table of bench/gpu_bench.sh from its JSON lines (one file or several, e.g. one per depth run
 in separate calls): tokens/s, MFU against the best bf16 GEMM rate any program measured in these
 runs, step time, peak memory and memory per token; then, per depth, nanoddp (the mean of its runs)
-against the faster of PyTorch's attention backends (issue 10 C: FlashAttention-2 and cuDNN, the
-faster one counts).
+against the faster of PyTorch's attention backends (FlashAttention-2 and cuDNN: the faster one
+counts, so the comparison is with PyTorch at its best).
     bench/gpu_bench_table.py results.jsonl [more.jsonl ...]
 """
 import json
