@@ -1,4 +1,4 @@
-// A rank of the multi-process tests (tests/dist/test_multiprocess.cpp), started N times with the
+// A rank of the multi-process tests (tests/comm/test_multiprocess.cpp), started N times with the
 // launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...) or by mpirun. It joins the job
 // through init_distributed, like `nanoddp train` does, and runs one scenario:
 //   collectives BACKEND  every collective against exact values      -> exit 0, "rank R: ok"
