@@ -11,10 +11,10 @@ namespace nanoddp {
 
 struct HostInfo {
   std::string hostname;
-  std::string os;           // "Linux 6.1.0-18-amd64 x86_64"
-  std::string cpu_model;    // /proc/cpuinfo's "model name"; "" when the kernel does not say
-  int logical_cpus = 0;     // online
-  int64_t memory_bytes = 0; // physical
+  std::string os;                      // "Linux 6.1.0-18-amd64 x86_64"
+  std::string cpu_model;               // /proc/cpuinfo's "model name"; "" when the kernel does not say
+  int logical_cpus = 0;                // online
+  int64_t memory_bytes = 0;            // physical
   std::vector<std::string> cpu_flags;  // /proc/cpuinfo's "flags" of the first CPU, as listed
   bool has_flag(const std::string& flag) const;
 };
@@ -27,8 +27,9 @@ void read_cpuinfo(std::istream& cpuinfo, HostInfo& host);
 
 // The flags that decide which matmul kernels run fast here, in the order of kMatmulFlags below,
 // as "avx2 avx512f avx512_bf16 ..." (present) and the rest (missing).
-inline const std::vector<std::string> kMatmulFlags = {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16",
-                                                      "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8"};
+inline const std::vector<std::string> kMatmulFlags = {"avx2",        "fma",         "avx512f",
+                                                      "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                                                      "amx_tile",    "amx_bf16",    "amx_int8"};
 
 // How this CPU multiplies bf16: "AMX" (amx_bf16), "AVX512-BF16" (avx512_bf16 without AMX) or
 // "emulated (no bf16 instructions)".

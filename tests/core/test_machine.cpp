@@ -42,17 +42,16 @@ TEST(Machine, X86HostsReportTheirModelAndFlags) {
 // Two CPU blocks as Linux writes them ("key<tabs>: value"): only the first block's model and flags
 // count, "model" and "vmx flags" are other keys, and an empty value is "".
 TEST(Machine, CpuinfoReaderTakesTheFirstCpusModelAndFlags) {
-  std::istringstream text(
-      "processor\t: 0\n"
-      "vendor_id\t: GenuineIntel\n"
-      "model\t\t: 143\n"
-      "model name\t: Intel(R) Xeon(R) Platinum 8480+\n"
-      "flags\t\t: fpu sse2 avx2  avx512f amx_bf16\n"
-      "vmx flags\t: vnmi ept\n"
-      "\n"
-      "processor\t: 1\n"
-      "model name\t: Another CPU\n"
-      "flags\t\t: fpu\n");
+  std::istringstream text("processor\t: 0\n"
+                          "vendor_id\t: GenuineIntel\n"
+                          "model\t\t: 143\n"
+                          "model name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+                          "flags\t\t: fpu sse2 avx2  avx512f amx_bf16\n"
+                          "vmx flags\t: vnmi ept\n"
+                          "\n"
+                          "processor\t: 1\n"
+                          "model name\t: Another CPU\n"
+                          "flags\t\t: fpu\n");
   HostInfo h;
   read_cpuinfo(text, h);
   EXPECT_EQ(h.cpu_model, "Intel(R) Xeon(R) Platinum 8480+");

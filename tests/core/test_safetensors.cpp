@@ -69,12 +69,11 @@ TEST(Safetensors, EveryDtypeRoundTripsByteForByte) {
 // reader might copy through (12 MiB).
 TEST(Safetensors, EmptyScalarAndLargeTensorsRoundTrip) {
   testing::ScratchDir dir("safetensors_shapes");
-  const std::vector<std::pair<std::string, Tensor>> written = {
-      {"empty", patterned({0}, DType::F32, 1)},
-      {"empty_rows", patterned({0, 7}, DType::BF16, 2)},
-      {"scalar", patterned({}, DType::I64, 3)},
-      {"large", patterned({3 << 20}, DType::F32, 4)},
-      {"after_large", patterned({2, 3}, DType::U8, 5)}};
+  const std::vector<std::pair<std::string, Tensor>> written = {{"empty", patterned({0}, DType::F32, 1)},
+                                                               {"empty_rows", patterned({0, 7}, DType::BF16, 2)},
+                                                               {"scalar", patterned({}, DType::I64, 3)},
+                                                               {"large", patterned({3 << 20}, DType::F32, 4)},
+                                                               {"after_large", patterned({2, 3}, DType::U8, 5)}};
   SafetensorsWriter w;
   for (auto& [name, t] : written) w.add(name, t);
   w.write(dir.str("shapes.safetensors"));
@@ -98,8 +97,9 @@ TEST(Safetensors, MetadataRoundTripsAndAFileMayHoldNoTensors) {
   w.write(dir.str("meta.safetensors"));
   SafetensorsFile f(dir.str("meta.safetensors"));
   EXPECT_TRUE(f.names().empty());
-  const std::map<std::string, std::string> want = {
-      {"format", "pt"}, {"quotes \"and\\ slashes", "line\nbreak, tab\t and ünïcödé"}, {"empty", ""}};
+  const std::map<std::string, std::string> want = {{"format", "pt"},
+                                                   {"quotes \"and\\ slashes", "line\nbreak, tab\t and ünïcödé"},
+                                                   {"empty", ""}};
   EXPECT_EQ(f.metadata(), want);
 }
 
@@ -146,7 +146,7 @@ struct BadFile {
   const char* what;
   std::string header;  // the JSON text, or anything else
   std::string data;
-  const char* says;    // a part of the message besides the path
+  const char* says;  // a part of the message besides the path
 };
 
 TEST(Safetensors, DamagedFilesAreCleanErrorsNamingTheFile) {
@@ -162,23 +162,25 @@ TEST(Safetensors, DamagedFilesAreCleanErrorsNamingTheFile) {
       {"unknown dtype", R"({"t":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", "xx", "dtype F8_E4M3"},
       {"negative dim", R"({"t":{"dtype":"U8","shape":[-2],"data_offsets":[0,2]}})", "xx", "non-negative"},
       {"fractional dim", R"({"t":{"dtype":"U8","shape":[1.5],"data_offsets":[0,2]}})", "xx", "non-negative"},
-      {"too many dims", R"({"t":{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}})", "x",
-       "at most"},
+      {"too many dims", R"({"t":{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}})", "x", "at most"},
       {"one offset", R"({"t":{"dtype":"U8","shape":[2],"data_offsets":[0]}})", "xx", "[begin, end]"},
       {"negative offset", R"({"t":{"dtype":"U8","shape":[2],"data_offsets":[-1,1]}})", "xx", "[begin, end]"},
       {"offsets reversed", R"({"t":{"dtype":"U8","shape":[0],"data_offsets":[2,0]}})", "xx", "claims bytes [2, 0)"},
       {"end past the data", f32x2, std::string(7, 'x'), "claims bytes [0, 8) of a 7-byte data section"},
       {"offset near 2^64", R"({"t":{"dtype":"U8","shape":[2],"data_offsets":[18446744073709551615,1]}})", "x",
        "truncated or corrupt"},
-      {"shape larger than extent", R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
-       std::string(12, 'x'), "claims bytes [0, 8)"},
-      {"shape smaller than extent", R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,8]}})",
-       std::string(8, 'x'), "claims bytes [0, 8)"},
-      {"dims whose product overflows", R"({"t":{"dtype":"U8","shape":[1099511627776,1099511627776,0],)"
-                                       R"("data_offsets":[0,0]}})", "", "claims bytes [0, 0)"},
-      {"overlapping tensors", R"({"a":{"dtype":"U8","shape":[6],"data_offsets":[0,6]},)"
-                              R"("b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})", std::string(8, 'x'),
-       "overlap"},
+      {"shape larger than extent", R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(12, 'x'),
+       "claims bytes [0, 8)"},
+      {"shape smaller than extent", R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,8]}})", std::string(8, 'x'),
+       "claims bytes [0, 8)"},
+      {"dims whose product overflows",
+       R"({"t":{"dtype":"U8","shape":[1099511627776,1099511627776,0],)"
+       R"("data_offsets":[0,0]}})",
+       "", "claims bytes [0, 0)"},
+      {"overlapping tensors",
+       R"({"a":{"dtype":"U8","shape":[6],"data_offsets":[0,6]},)"
+       R"("b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+       std::string(8, 'x'), "overlap"},
       {"metadata not strings", R"({"__metadata__":{"step":3}})", "", "corrupt safetensors header"},
       {"metadata not an object", R"({"__metadata__":"x"})", "", "corrupt safetensors header"},
   };
