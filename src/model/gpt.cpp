@@ -150,8 +150,8 @@ Workspace& GPT::workspace(std::unique_ptr<Workspace>& slot, int64_t batch, int64
   // reads and writes the whole f32 [V, C] gradient once (beta = 1), so at vocab 65,536 and dim
   // 1280, 512-row chunks would move 671 MB per 512 rows (64 chunks, ~43 GB per 32K-token
   // micro-step, memory-bound); 4,096-row chunks move an eighth of that, and each GEMM's k of 4,096
-  // keeps it compute-bound (issue 10, item 3). Chunking changes only the order in which the
-  // weight gradient adds its rows.
+  // keeps it compute-bound. Chunking changes only the order in which the weight gradient adds its
+  // rows.
   const int64_t head_budget = device_.is_cpu() ? int64_t{1} << 25 : int64_t{1} << 28;
   ws->head_rows = std::max<int64_t>(1, std::min<int64_t>(n, head_budget / config_.padded_vocab()));
   ws->logits = act({ws->head_rows, config_.padded_vocab()});

@@ -107,7 +107,7 @@ class GPT final : public ParameterSet {
   void head_forward_backward(Workspace& ws, const Tensor& losses, float grad_scale, bool accumulate, bool train);
   // The sum of ws.losses, read on the host (and copied into *losses_out if given). On a GPU this
   // waits for the device, so a micro-step reads it after its backward is queued, not between the
-  // head and the backward, where the host would idle the GPU (issue 10, item 4).
+  // head and the backward, where the host would idle the GPU.
   double sum_losses(const Workspace& ws, Tensor* losses_out);
   void forward_trunk(Workspace& ws, KVCache* cache = nullptr);
   // Where this micro-step's gradient of `p` is written: p.grad itself, or with accumulate a
