@@ -292,6 +292,64 @@ TEST_P(PolarExpress, MatchesTheDoubleTwinInF32AndBf16) {
   }
 }
 
+// One bf16 step against nanochat's bf16 tensor ops written out: each op's result rounded to bf16
+// once (GEMMs summed in double here, in f32 in the kernel), scalars f32, c (A A) squared before
+// scaling, the tall branch X B. Tolerance as Newton-Schulz's one-step test above (a GEMM's sum near
+// a rounding boundary may round to the other bf16 neighbour): within two bf16 ulps of the largest
+// entry, and at least 99% of the elements equal to the bit (measured: all of them at these shapes,
+// Zen 5). Newton-Schulz's order (c A) A in place of nanochat's c (A A), tried in the twin, leaves
+// 97.4-98.5% equal at the three small shapes; a wrong coefficient or branch breaks both checks.
+TEST_P(PolarExpress, OneBf16StepRoundsEachOpOnce) {
+  auto [rows, cols] = GetParam();
+  Tensor x = randn({rows, cols}, 9);
+  const bool tall = rows > cols;
+  const int64_t m = std::min(rows, cols);
+  auto rb = [](double v) { return static_cast<double>(round_to_bf16(static_cast<float>(v))); };
+  std::vector<double> X(rows * cols);
+  double ss = 0;
+  for (int64_t i = 0; i < rows * cols; i++) {
+    X[i] = rb(x.data<float>()[i]);
+    ss += X[i] * X[i];
+  }
+  const float norm = round_to_bf16(static_cast<float>(std::sqrt(ss)));
+  const float denom = round_to_bf16(round_to_bf16(norm * 1.01f) + 1e-6f);
+  for (double& v : X) v = rb(static_cast<float>(v) / denom);
+  // c[p, q] = rb(sum_l a(p, l) b(l, q)) over accessors
+  auto gemm = [&](auto a, auto b, int64_t P, int64_t Q, int64_t L) {
+    std::vector<double> c(P * Q);
+    for (int64_t i = 0; i < P; i++)
+      for (int64_t j = 0; j < Q; j++) {
+        double acc = 0;
+        for (int64_t l = 0; l < L; l++) acc += a(i, l) * b(l, j);
+        c[i * Q + j] = rb(acc);
+      }
+    return c;
+  };
+  auto x_ = [&](int64_t i, int64_t j) { return X[i * cols + j]; };
+  auto xt = [&](int64_t i, int64_t j) { return X[j * cols + i]; };
+  const std::vector<double> A = tall ? gemm(xt, x_, m, m, rows) : gemm(x_, xt, m, m, cols);
+  auto a_ = [&](int64_t i, int64_t j) { return A[i * m + j]; };
+  const std::vector<double> AA = gemm(a_, a_, m, m, m);
+  const float a = 8.156554524902461f, b = -22.48329292557795f, c = 15.878769915207462f;
+  std::vector<double> B(m * m);
+  for (int64_t i = 0; i < m * m; i++) B[i] = rb(rb(b * static_cast<float>(A[i])) + rb(c * static_cast<float>(AA[i])));
+  auto b_ = [&](int64_t i, int64_t j) { return B[i * m + j]; };
+  const std::vector<double> XB = tall ? gemm(x_, b_, rows, m, m) : gemm(b_, x_, m, cols, m);
+  std::vector<double> want(rows * cols);
+  for (int64_t i = 0; i < rows * cols; i++) want[i] = rb(rb(a * static_cast<float>(X[i])) + XB[i]);
+
+  ops::polar_express(x, 1, true);
+  double largest = 0, worst = 0;
+  int64_t equal = 0;
+  for (int64_t i = 0; i < rows * cols; i++) {
+    largest = std::max(largest, std::abs(want[i]));
+    worst = std::max(worst, std::abs(x.data<float>()[i] - want[i]));
+    equal += x.data<float>()[i] == want[i];
+  }
+  EXPECT_LT(worst, largest / 128);
+  EXPECT_GE(equal, rows * cols * 99 / 100) << equal << " of " << rows * cols << " equal";
+}
+
 // The purpose: singular values pushed to 1. Polar Express's five steps map every singular value
 // in [0.001, 1/1.01] (the interval it is fitted on, after the 1.01 safety normalisation) into
 // [0.8589, 1.1411] (the scalar composition p5(...p1(s)), evaluated on a fine grid: see the commit),
