@@ -236,4 +236,28 @@ void newton_schulz(const std::vector<Tensor>& xs, int steps, bool bf16) {
   backend(xs[0].device()).newton_schulz(xs, steps, bf16);
 }
 
+void polar_express(const std::vector<Tensor>& xs, int steps, bool bf16) {
+  NANODDP_ASSERT(steps >= 0 && steps <= kPolarExpressSteps, "polar_express has {} coefficient triples, asked for {}",
+                 kPolarExpressSteps, steps);
+  if (xs.empty()) return;
+  for (const Tensor& x : xs) {
+    NANODDP_ASSERT(x.ndim() == 2 && x.dtype() == DType::F32, "polar_express takes f32 matrices");
+    same_shape(x, xs[0]);
+  }
+  OpTimer timer("polar_express", xs[0].device());
+  backend(xs[0].device()).polar_express(xs, steps, bf16);
+}
+
+void normuon_update(const Tensor& p, const Tensor& g, const Tensor& v, float lr, float weight_decay, float beta2) {
+  NANODDP_ASSERT(p.ndim() == 2 && p.dtype() == DType::F32 && g.dtype() == DType::F32 && v.dtype() == DType::F32,
+                 "normuon_update takes f32 matrices p, g and an f32 second moment v");
+  same_shape(p, g);
+  const int64_t rows = p.dim(0), cols = p.dim(1);
+  NANODDP_ASSERT(v.numel() == (rows >= cols ? rows : cols), "normuon_update: v has {} elements for a {} x {} matrix",
+                 v.numel(), rows, cols);
+  same_device(p, v);
+  OpTimer timer("normuon_update", p.device());
+  backend(p.device()).normuon_update(p, g, v, lr, weight_decay, beta2);
+}
+
 }  // namespace nanoddp::ops

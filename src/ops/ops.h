@@ -18,6 +18,17 @@
 
 namespace nanoddp::ops {
 
+// Polar Express's coefficients (a, b, c) per iteration, nanochat's list (Amsel et al. 2025, computed
+// for 5 iterations, safety factor 2e-2, cushion 2); polar_express uses the first `steps`.
+inline constexpr int kPolarExpressSteps = 5;
+inline constexpr float kPolarExpressCoeffs[kPolarExpressSteps][3] = {
+    {8.156554524902461f, -22.48329292557795f, 15.878769915207462f},
+    {4.042929935166739f, -2.808917465908714f, 0.5000178451051316f},
+    {3.8916678022926607f, -2.772484153217685f, 0.5060648178503393f},
+    {3.285753657755655f, -2.3681294933425376f, 0.46449024233003106f},
+    {2.3465413258596377f, -1.7097828382687081f, 0.42323551169305323f},
+};
+
 // Optimizer step hyper-parameters of adamw_update (defaults: nanochat's AdamW for embeddings).
 struct AdamWStep {
   float lr = 0, beta1 = 0.8f, beta2 = 0.95f, eps = 1e-10f, weight_decay = 0;
@@ -99,7 +110,17 @@ struct AdamWStep {
      order and arithmetic are fixed (Note [sampling on the device], ops/sample_math.h): every backend picks \
      the same ids from the same inputs. */                                                                    \
   X(sample_tokens, (const Tensor& ids, const Tensor& logits, const Tensor& uniforms, int64_t vocab, float softcap, \
-                    float temperature, int64_t top_k))
+                    float temperature, int64_t top_k))                                                        \
+  /* ---- Polar Express orthogonalisation (nanochat's 2026 Muon) of each x [rows, cols] of xs, f32 storage,  \
+     in place, as newton_schulz batches them: x /= (||x||_F * 1.01 + 1e-6), then for step s < `steps` (at     \
+     most 5) with (a, b, c) = kPolarExpressCoeffs[s]: wide (rows <= cols) A = x x^T, B = b A + c (A A),       \
+     x = a x + B x; tall A = x^T x, x = a x + x B. bf16 rounds every op's result as newton_schulz does. */   \
+  X(polar_express, (const std::vector<Tensor>& xs, int steps, bool bf16))                                   \
+  /* ---- NorMuon's variance reduction and cautious weight decay on f32 p, g [rows, cols] (g: the           \
+     orthogonalised update, read only) and v f32, the second moment per row [rows] when rows >= cols, else  \
+     per column [cols]. With u = mean of g^2 along the other dim: v = lerp(v, u, 1 - beta2); g' = g *        \
+     rsqrt(max(v, 1e-10)) rescaled so that ||g'||_F = ||g||_F; then p -= lr g' + lr wd p [g' p >= 0]. */      \
+  X(normuon_update, (const Tensor& p, const Tensor& g, const Tensor& v, float lr, float weight_decay, float beta2))
 
 #define NANODDP_OP_DECLARE(name, params) void name params;
 NANODDP_OPS(NANODDP_OP_DECLARE)
@@ -112,5 +133,7 @@ inline void matmul(const Tensor& out, const Tensor& a, bool trans_a, const Tenso
 
 // Newton-Schulz of one matrix.
 inline void newton_schulz(const Tensor& x, int steps, bool bf16) { newton_schulz(std::vector<Tensor>{x}, steps, bf16); }
+// Polar Express of one matrix.
+inline void polar_express(const Tensor& x, int steps, bool bf16) { polar_express(std::vector<Tensor>{x}, steps, bf16); }
 
 }  // namespace nanoddp::ops

@@ -1,4 +1,5 @@
-// Optimizer updates: AdamW and Muon's Nesterov momentum (elementwise), and Newton-Schulz.
+// Optimizer updates: AdamW and Muon's Nesterov momentum (elementwise), Newton-Schulz, and the
+// 2026 Muon's Polar Express and NorMuon update.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -131,6 +132,58 @@ void newton_schulz_impl(float* px, int64_t rows, int64_t cols, int steps) {
   for (int64_t i = 0; i < mn; i++) px[i] = load(X, i);
 }
 
+// Polar Express on buffers of T, with nanochat's rounding points (see newton_schulz_impl): unlike
+// Newton-Schulz, a tall matrix is not transposed but iterated from the right, X = a X + X B with
+// A = X^T X, as nanochat's tall branch does; and B = b A + c (A A) squares A before scaling it.
+// X [rows, cols] as stored; A, AA, B [m, m] and XB like X, m = min(rows, cols).
+template <typename T>
+void polar_express_impl(float* px, int64_t rows, int64_t cols, int steps) {
+  const bool tall = rows > cols;
+  const int64_t m = tall ? cols : rows, n = tall ? rows : cols;
+  const int64_t mn = m * n, mm = m * m;
+  thread_local std::vector<T> xs, as, aas, bs, xbs;  // reused across calls; they only grow
+  T *X = grown(xs, mn), *A = grown(as, mm), *AA = grown(aas, mm), *B = grown(bs, mm), *XB = grown(xbs, mn);
+
+  // X = px rounded to T, divided by round(round(||X|| * 1.01) + 1e-6): nanochat's safety margin keeps
+  // every singular value below 1 / 1.01, inside the interval the coefficients were fitted on.
+#pragma omp parallel for simd if (mn > kParallelGrain)
+  for (int64_t i = 0; i < mn; i++) store(X, i, px[i]);
+  const float norm = round_to<T>(static_cast<float>(std::sqrt(sum_squares(X, mn))));
+  const float denom = round_to<T>(round_to<T>(norm * 1.01f) + 1e-6f);
+#pragma omp parallel for simd if (mn > kParallelGrain)
+  for (int64_t i = 0; i < mn; i++) store(X, i, load(X, i) / denom);
+
+  for (int s = 0; s < steps; s++) {
+    const float a = kPolarExpressCoeffs[s][0], b = kPolarExpressCoeffs[s][1], c = kPolarExpressCoeffs[s][2];
+    if (tall)
+      ns_gemm(true, false, m, m, n, X, X, A);  // A = X^T X
+    else
+      ns_gemm(false, true, m, m, n, X, X, A);  // A = X X^T
+    ns_gemm(false, false, m, m, m, A, A, AA);
+#pragma omp parallel for simd if (mm > kParallelGrain)
+    for (int64_t i = 0; i < mm; i++) store(B, i, round_to<T>(b * load(A, i)) + round_to<T>(c * load(AA, i)));
+    if (tall)
+      ns_gemm(false, false, n, m, m, X, B, XB);  // X B
+    else
+      ns_gemm(false, false, m, n, m, B, X, XB);  // B X
+#pragma omp parallel for simd if (mn > kParallelGrain)
+    for (int64_t i = 0; i < mn; i++) store(X, i, round_to<T>(a * load(X, i)) + load(XB, i));
+  }
+#pragma omp parallel for simd if (mn > kParallelGrain)
+  for (int64_t i = 0; i < mn; i++) px[i] = load(X, i);
+}
+
+// one(x) for each x of xs: side by side, one matrix per thread, when there are several (see below).
+template <typename Fn>
+void each_matrix(const std::vector<Tensor>& xs, Fn&& one) {
+  const auto count = static_cast<int64_t>(xs.size());
+  if (count < 2 || cpu_threads() < 2) {
+    for (const Tensor& x : xs) one(x);
+    return;
+  }
+  parallel_each(count, [&](int64_t i) { one(xs[static_cast<size_t>(i)]); });
+}
+
 }  // namespace
 
 // nanochat runs Newton-Schulz on bf16 tensors. In bf16 mode each step rounds its result to bf16 as
@@ -151,12 +204,76 @@ void CpuBackend::newton_schulz(const std::vector<Tensor>& xs, int steps, bool bf
     else
       newton_schulz_impl<float>(x.data<float>(), x.dim(0), x.dim(1), steps);
   };
-  const auto count = static_cast<int64_t>(xs.size());
-  if (count < 2 || cpu_threads() < 2) {
-    for (const Tensor& x : xs) one(x);
-    return;
+  each_matrix(xs, one);
+}
+
+// nanochat's 2026 Muon orthogonalises with Polar Express in bf16 (f32 where it computes in f32);
+// the matrices of a shape run side by side as newton_schulz's do.
+void CpuBackend::polar_express(const std::vector<Tensor>& xs, int steps, bool bf16) {
+  each_matrix(xs, [&](const Tensor& x) {
+    if (bf16)
+      polar_express_impl<nanoddp::bf16>(x.data<float>(), x.dim(0), x.dim(1), steps);
+    else
+      polar_express_impl<float>(x.data<float>(), x.dim(0), x.dim(1), steps);
+  });
+}
+
+namespace {
+
+// NorMuon's factored second moment and rescale (ops.h): from u [k], the mean square of g along
+// the reduced dim (`red` elements), and v [k], scale [k] = rsqrt(max(v, 1e-10)) * ||g|| / ||g'||
+// where ||g||^2 = red sum(u) and ||g'||^2 = red sum(u rsqrt(..)^2), each clamped as nanochat does.
+// v is updated on the way. Sums in double, in index order.
+void normuon_scales(const float* u, float* v, float* scale, int64_t k, int64_t red, float beta2) {
+  double norm_sq = 0, new_sq = 0;
+  for (int64_t i = 0; i < k; i++) {
+    norm_sq += u[i];
+    v[i] = lerp(v[i], u[i], 1.f - beta2);
+    const float step = 1.f / std::sqrt(std::max(v[i], 1e-10f));
+    scale[i] = step;
+    new_sq += double(u[i] * float(red)) * double(step * step);
   }
-  parallel_each(count, [&](int64_t i) { one(xs[static_cast<size_t>(i)]); });
+  const float norm = static_cast<float>(std::sqrt(norm_sq * double(red)));
+  const float ratio = norm / std::max(static_cast<float>(std::sqrt(new_sq)), 1e-10f);
+  for (int64_t i = 0; i < k; i++) scale[i] *= ratio;
+}
+
+}  // namespace
+
+// NorMuon (Li et al. 2025) as nanochat's 2026 Muon applies it after orthogonalisation: each row
+// (or column, for a wide matrix) gets an Adam-like step size from its own mean square, and the
+// whole update is rescaled to keep the orthogonalised update's norm. Then the cautious update:
+// weight decay only where the scaled update and the parameter agree in sign (g' p >= 0).
+// p, g [rows, cols]; v [rows] when rows >= cols, else [cols].
+void CpuBackend::normuon_update(const Tensor& p, const Tensor& g, const Tensor& v, float lr, float weight_decay,
+                                float beta2) {
+  const int64_t rows = p.dim(0), cols = p.dim(1);
+  const bool per_row = rows >= cols;
+  const int64_t k = per_row ? rows : cols, red = per_row ? cols : rows;
+  float* pp = p.data<float>();
+  const float* pg = g.data<float>();
+  std::vector<double> acc(static_cast<size_t>(k), 0.0);  // sums of squares, [k]
+  std::vector<float> u(static_cast<size_t>(k)), scale(static_cast<size_t>(k));
+  if (per_row) {
+#pragma omp parallel for if (rows * cols > kParallelGrain)
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 0; c < cols; c++) acc[r] += double(pg[r * cols + c]) * pg[r * cols + c];
+  } else {
+    for (int64_t r = 0; r < rows; r++)
+#pragma omp simd
+      for (int64_t c = 0; c < cols; c++) acc[c] += double(pg[r * cols + c]) * pg[r * cols + c];
+  }
+  for (int64_t i = 0; i < k; i++) u[i] = static_cast<float>(acc[i] / double(red));
+  normuon_scales(u.data(), v.data<float>(), scale.data(), k, red, beta2);
+  const float lr_wd = lr * weight_decay;
+#pragma omp parallel for if (rows * cols > kParallelGrain)
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) {
+      const int64_t i = r * cols + c;
+      const float gi = pg[i] * scale[per_row ? r : c];
+      const float decay = gi * pp[i] >= 0.f ? lr_wd * pp[i] : 0.f;
+      pp[i] = pp[i] - (lr * gi + decay);
+    }
 }
 
 }  // namespace nanoddp::ops::cpu

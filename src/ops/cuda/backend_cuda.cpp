@@ -398,6 +398,62 @@ void CudaBackend::newton_schulz(const std::vector<Tensor>& xs, int steps, bool b
   }
 }
 
+// Polar Express (ops.h), on the stages and scratch layout of newton_schulz above, but with
+// nanochat's tall branch: a matrix with more rows than columns is kept as it is, [n, m], and
+// multiplied from the right (A = X^T X, X = a X + X B), so XB is [b, n, m] then. Per step:
+// A, AA = A A, B = round(c AA), B = round(round(b A) + B), XB, X = round(round(a X) + XB).
+void CudaBackend::polar_express(const std::vector<Tensor>& xs, int steps, bool bf16) {
+  cudaStream_t s = begin();
+  constexpr int64_t kMaxBatchElements = int64_t{1} << 25;  // as newton_schulz
+  const int64_t rows = xs[0].dim(0), cols = xs[0].dim(1);
+  const bool tall = rows > cols;
+  const int64_t m = tall ? cols : rows, n = tall ? rows : cols;
+  const auto total = static_cast<int64_t>(xs.size());
+  const int64_t fit = std::max<int64_t>(1, kMaxBatchElements / std::max<int64_t>(1, m * n));
+  const int64_t per = std::min<int64_t>({cuda::kNsMaxBatch, fit, total});
+  const DType t = bf16 ? DType::BF16 : DType::F32;
+  const Device dev = xs[0].device();
+  Tensor X = Tensor::empty({per, m, n}, t, dev), XB = Tensor::empty({per, m, n}, t, dev);
+  Tensor A = Tensor::empty({per, m, m}, t, dev), AA = Tensor::empty({per, m, m}, t, dev);
+  Tensor B = Tensor::empty({per, m, m}, t, dev);
+  Tensor norm = Tensor::empty({static_cast<int64_t>(cuda::ns_normalise_scratch_bytes(static_cast<int>(per)))},
+                              DType::U8, dev);
+  for (int64_t first = 0; first < total; first += per) {
+    const int64_t k = std::min(per, total - first);
+    cuda::NsMatrices ptrs{};
+    for (int64_t i = 0; i < k; i++) ptrs.p[i] = xs[static_cast<size_t>(first + i)].data<float>();
+    const int kb = static_cast<int>(k);
+    const cuda::GemmBatch xx{k, m * n, m * n, m * m}, mm{k, m * m, m * m, m * m};
+    const cuda::GemmBatch bx{k, m * m, m * n, m * n}, xb{k, m * n, m * m, m * n};
+    NANODDP_CUDA_CHECK(cuda::launch_ns_load(t, X.raw(), ptrs, kb, rows, cols, false, s));
+    NANODDP_CUDA_CHECK(cuda::launch_ns_normalise(t, X.raw(), kb, m * n, norm.raw(), s, 1.01f, 1e-6f));
+    for (int i = 0; i < steps; i++) {
+      const float a = kPolarExpressCoeffs[i][0], b = kPolarExpressCoeffs[i][1], c = kPolarExpressCoeffs[i][2];
+      if (tall)  // A = X^T X, X stored [n, m]
+        gemm_.run(s, m, m, n, 1.f, {X.raw(), t, m, true}, {X.raw(), t, m, false}, 0.f, A.raw(), t, m, xx);
+      else  // A = X X^T, X stored [m, n]
+        gemm_.run(s, m, m, n, 1.f, {X.raw(), t, n, false}, {X.raw(), t, n, true}, 0.f, A.raw(), t, m, xx);
+      gemm_.run(s, m, m, m, 1.f, {A.raw(), t, m, false}, {A.raw(), t, m, false}, 0.f, AA.raw(), t, m, mm);
+      NANODDP_CUDA_CHECK(cuda::launch_ns_scale(t, B.raw(), AA.raw(), k * m * m, c, s));
+      NANODDP_CUDA_CHECK(cuda::launch_ns_combine(t, B.raw(), A.raw(), B.raw(), k * m * m, b, s));
+      if (tall)  // X B: [n, m]
+        gemm_.run(s, n, m, m, 1.f, {X.raw(), t, m, false}, {B.raw(), t, m, false}, 0.f, XB.raw(), t, m, xb);
+      else  // B X: [m, n]
+        gemm_.run(s, m, n, m, 1.f, {B.raw(), t, m, false}, {X.raw(), t, n, false}, 0.f, XB.raw(), t, n, bx);
+      NANODDP_CUDA_CHECK(cuda::launch_ns_combine(t, X.raw(), X.raw(), XB.raw(), k * m * n, a, s));
+    }
+    NANODDP_CUDA_CHECK(cuda::launch_ns_store(t, ptrs, X.raw(), kb, rows, cols, false, s));
+  }
+}
+
+void CudaBackend::normuon_update(const Tensor& p, const Tensor& g, const Tensor& v, float lr, float weight_decay,
+                                 float beta2) {
+  cudaStream_t s = begin();
+  Tensor scratch = Tensor::empty({2 * v.numel()}, DType::F32, p.device());  // mean squares, scales
+  NANODDP_CUDA_CHECK(cuda::launch_normuon_update(p.data<float>(), g.data<float>(), v.data<float>(), p.dim(0),
+                                                 p.dim(1), lr, weight_decay, beta2, scratch.data<float>(), s));
+}
+
 }  // namespace
 
 // One backend per device, created on first use and never destroyed (like the device allocators:

@@ -90,10 +90,10 @@ __global__ void sum_squares_kernel(double* partial, const T* X, int64_t n) {
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-// Matrix blockIdx.x: denom[x] = round(round(sqrt(sum partial[x])) + 1e-7), as the CPU kernel
-// rounds it.
+// Matrix blockIdx.x: denom[x] = round(round(round(sqrt(sum partial[x])) * factor) + eps), as the CPU
+// kernels round it (with factor 1 the middle rounding changes nothing).
 template <typename T>
-__global__ void norm_kernel(float* denom, const double* partial) {
+__global__ void norm_kernel(float* denom, const double* partial, float factor, float eps) {
   __shared__ double scratch[32];
   partial += int64_t(blockIdx.x) * kNormBlocks;
   denom += blockIdx.x;
@@ -102,7 +102,7 @@ __global__ void norm_kernel(float* denom, const double* partial) {
   acc = block_sum(acc, scratch);
   if (threadIdx.x == 0) {
     const float norm = round_to<T>(static_cast<float>(sqrt(acc)));
-    *denom = round_to<T>(norm + 1e-7f);
+    *denom = round_to<T>(round_to<T>(norm * factor) + eps);
   }
 }
 
@@ -161,7 +161,8 @@ size_t divisors_offset(int batch) { return (size_t(batch) * kNormBlocks * sizeof
 
 size_t ns_normalise_scratch_bytes(int batch) { return divisors_offset(batch) + size_t(batch) * sizeof(float); }
 
-cudaError_t launch_ns_normalise(DType t, void* X, int batch, int64_t n, void* scratch, cudaStream_t stream) {
+cudaError_t launch_ns_normalise(DType t, void* X, int batch, int64_t n, void* scratch, cudaStream_t stream,
+                                float factor, float eps) {
   if (n == 0 || batch == 0) return cudaSuccess;
   double* partial = static_cast<double*>(scratch);
   float* denom = reinterpret_cast<float*>(static_cast<char*>(scratch) + divisors_offset(batch));
@@ -169,7 +170,7 @@ cudaError_t launch_ns_normalise(DType t, void* X, int batch, int64_t n, void* sc
     using T = std::remove_pointer_t<decltype(tag)>;
     const auto b = static_cast<unsigned>(batch);
     sum_squares_kernel<T><<<dim3(kNormBlocks, b), kThreads, 0, stream>>>(partial, static_cast<const T*>(X), n);
-    norm_kernel<T><<<b, kThreads, 0, stream>>>(denom, partial);
+    norm_kernel<T><<<b, kThreads, 0, stream>>>(denom, partial, factor, eps);
     divide_kernel<T><<<dim3(grid_for(n, kThreads), b), kThreads, 0, stream>>>(static_cast<T*>(X), n, denom);
   });
   return cudaGetLastError();

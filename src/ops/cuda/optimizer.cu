@@ -118,4 +118,85 @@ cudaError_t launch_sum_squares(float* out, const float* x, int64_t n, float* par
   return cudaGetLastError();
 }
 
+// NorMuon (ops.h normuon_update), in the CPU kernel's order of operations: mean squares along the
+// reduced dim summed in double, one block for the step sizes and the two norms (a fixed sum order,
+// so reproducible), then one thread per element for the cautious update.
+namespace {
+
+constexpr int kNorMuonThreads = 256;
+
+// u[r] = mean over columns of g[r, :]^2: a block per row.
+__global__ void normuon_row_squares_kernel(float* u, const float* g, int64_t rows, int64_t cols) {
+  __shared__ double scratch[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    double acc = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const double x = g[r * cols + c];
+      acc += x * x;
+    }
+    acc = block_sum(acc, scratch);
+    if (threadIdx.x == 0) u[r] = static_cast<float>(acc / double(cols));
+  }
+}
+
+// u[c] = mean over rows of g[:, c]^2: a thread per column, rows in order (coalesced across threads).
+__global__ void normuon_col_squares_kernel(float* u, const float* g, int64_t rows, int64_t cols) {
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x) {
+    double acc = 0;
+    for (int64_t r = 0; r < rows; r++) {
+      const double x = g[r * cols + c];
+      acc += x * x;
+    }
+    u[c] = static_cast<float>(acc / double(rows));
+  }
+}
+
+// One block: v = lerp(v, u, 1 - beta2); scale = rsqrt(max(v, 1e-10)) * ||g|| / max(||g'||, 1e-10).
+__global__ void normuon_scales_kernel(float* scale, const float* u, float* v, int64_t k, int64_t red, float beta2) {
+  __shared__ double scratch[32];
+  double norm_sq = 0, new_sq = 0;
+  for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
+    norm_sq += u[i];
+    const float vi = torch_lerp(v[i], u[i], __fsub_rn(1.f, beta2));
+    v[i] = vi;
+    const float step = __fdiv_rn(1.f, __fsqrt_rn(fmaxf(vi, 1e-10f)));
+    scale[i] = step;
+    new_sq += double(__fmul_rn(u[i], float(red))) * double(__fmul_rn(step, step));
+  }
+  norm_sq = block_sum(norm_sq, scratch);
+  new_sq = block_sum(new_sq, scratch);
+  const float norm = static_cast<float>(sqrt(norm_sq * double(red)));
+  const float ratio = __fdiv_rn(norm, fmaxf(static_cast<float>(sqrt(new_sq)), 1e-10f));
+  for (int64_t i = threadIdx.x; i < k; i += blockDim.x) scale[i] = __fmul_rn(scale[i], ratio);
+}
+
+// p -= lr g' + lr wd p [g' p >= 0], g' = g scale[row or column].
+__global__ void normuon_apply_kernel(float* p, const float* g, const float* scale, int64_t rows, int64_t cols,
+                                     bool per_row, float lr, float lr_wd) {
+  const int64_t n = rows * cols, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float gi = __fmul_rn(g[i], scale[per_row ? i / cols : i % cols]);
+    const float decay = __fmul_rn(gi, p[i]) >= 0.f ? __fmul_rn(lr_wd, p[i]) : 0.f;
+    p[i] = __fsub_rn(p[i], __fadd_rn(__fmul_rn(lr, gi), decay));
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_normuon_update(float* p, const float* g, float* v, int64_t rows, int64_t cols, float lr,
+                                  float weight_decay, float beta2, float* scratch, cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  const bool per_row = rows >= cols;
+  const int64_t k = per_row ? rows : cols, red = per_row ? cols : rows;
+  float *u = scratch, *scale = scratch + k;
+  if (per_row)
+    normuon_row_squares_kernel<<<grid_for(rows, 1), kNorMuonThreads, 0, stream>>>(u, g, rows, cols);
+  else
+    normuon_col_squares_kernel<<<grid_for(cols, kNorMuonThreads), kNorMuonThreads, 0, stream>>>(u, g, rows, cols);
+  normuon_scales_kernel<<<1, 1024, 0, stream>>>(scale, u, v, k, red, beta2);
+  normuon_apply_kernel<<<grid_for(rows * cols, kNorMuonThreads), kNorMuonThreads, 0, stream>>>(
+      p, g, scale, rows, cols, per_row, lr, lr * weight_decay);
+  return cudaGetLastError();
+}
+
 }  // namespace nanoddp::cuda

@@ -1,4 +1,5 @@
-// Optimizer updates on f32 buffers [n]: AdamW and Muon's Nesterov momentum (see ops.h).
+// Optimizer updates on f32 buffers [n]: AdamW and Muon's Nesterov momentum, and NorMuon's update of a
+// matrix (see ops.h).
 #pragma once
 
 #include "ops/cuda/types.cuh"
@@ -23,5 +24,10 @@ cudaError_t launch_muon_momentum(float* g, float* buf, int64_t n, float momentum
 // block adds them in double in a fixed order, so the result does not depend on scheduling.
 inline constexpr int kSumSquaresBlocks = 256;
 cudaError_t launch_sum_squares(float* out, const float* x, int64_t n, float* partials, cudaStream_t stream);
+
+// NorMuon's update (ops.h normuon_update): p, g [rows, cols]; v [k], k = rows when rows >= cols,
+// else cols; scratch: 2 k floats on the device (mean squares, then scales).
+cudaError_t launch_normuon_update(float* p, const float* g, float* v, int64_t rows, int64_t cols, float lr,
+                                  float weight_decay, float beta2, float* scratch, cudaStream_t stream);
 
 }  // namespace nanoddp::cuda

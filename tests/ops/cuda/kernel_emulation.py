@@ -19,6 +19,8 @@ that what can be verified without a GPU is verified in every build with CUDA:
  4. Newton-Schulz over a batch of matrices (CudaBackend::newton_schulz, newton_schulz.cu): the
     batched load/store (transposing or not), the per-matrix normalisation, and the strided-batch
     GEMMs through the same cuBLASLt mapping, each matrix against the definition in ops.h.
+ 6. Polar Express (CudaBackend::polar_express) the same way, both branches against nanochat's
+    iteration; and NorMuon's row/column indexing (optimizer.cu) against numpy's means.
 
 The emulation follows the kernels' code structure; a change to a kernel's tiling or fragment
 arithmetic must be mirrored here. Runs with Debian's python3-numpy (/usr/bin/python3).
@@ -521,6 +523,76 @@ def check_newton_schulz_batch():
             assert np.allclose(out.reshape(rows, cols), want, rtol=1e-9, atol=1e-12), ("ns batch", rows, cols, z)
 
 
+def check_polar_express_batch():
+    """CudaBackend::polar_express: matrices loaded as they are (a tall one stays [n, m]), the 1.01
+    normalisation, and the strided-batch GEMMs of both branches, against nanochat's iteration."""
+    rng = np.random.default_rng(4)
+    coeffs = [(8.156554524902461, -22.48329292557795, 15.878769915207462),
+              (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+              (3.8916678022926607, -2.772484153217685, 0.5060648178503393)]
+
+    def definition(x):  # nanochat/optim.py, in f64
+        X = x / (np.linalg.norm(x) * 1.01 + 1e-6)
+        for a, b, c in coeffs:
+            if x.shape[0] > x.shape[1]:
+                A = X.T @ X
+                X = a * X + X @ (b * A + c * (A @ A))
+            else:
+                A = X @ X.T
+                X = a * X + (b * A + c * (A @ A)) @ X
+        return X
+
+    for rows, cols, count in [(3, 5, 3), (6, 4, 4), (4, 4, 2)]:
+        xs = [rng.standard_normal((rows, cols)) * (1 + 9 * i) for i in range(count)]
+        tall = rows > cols
+        m, n = (cols, rows) if tall else (rows, cols)
+        X = np.concatenate([x.reshape(-1) for x in xs])  # launch_ns_load, not transposing
+        XB = np.full(count * m * n, np.nan)
+        A, AA, B = (np.full(count * m * m, np.nan) for _ in range(3))
+        for y in range(count):  # launch_ns_normalise with factor 1.01, eps 1e-6
+            seg = X[y * m * n:(y + 1) * m * n]
+            seg /= math.sqrt((seg * seg).sum()) * 1.01 + 1e-6
+        for a, b, c in coeffs:  # the backend's loop, with its GemmBatch strides
+            if tall:
+                lt_gemm(m, m, n, X, m, True, X, m, False, A, m, count, m * n, m * n, m * m)
+            else:
+                lt_gemm(m, m, n, X, n, False, X, n, True, A, m, count, m * n, m * n, m * m)
+            lt_gemm(m, m, m, A, m, False, A, m, False, AA, m, count, m * m, m * m, m * m)
+            B[:] = b * A + c * AA
+            if tall:
+                lt_gemm(n, m, m, X, m, False, B, m, False, XB, m, count, m * n, m * m, m * n)
+            else:
+                lt_gemm(m, n, m, B, m, False, X, n, False, XB, n, count, m * m, m * n, m * n)
+            X[:] = a * X + XB
+        for z in range(count):
+            got = X[z * m * n:(z + 1) * m * n].reshape(rows, cols)
+            assert np.allclose(got, definition(xs[z]), rtol=1e-9, atol=1e-12), ("polar batch", rows, cols, z)
+
+
+def check_normuon_indexing():
+    """optimizer.cu's NorMuon kernels: the row or column each element's scale comes from, and the
+    mean squares of the row (block per row) and column (thread per column) kernels."""
+    rng = np.random.default_rng(5)
+    for rows, cols in [(5, 3), (4, 4), (3, 7)]:
+        g = rng.standard_normal(rows * cols)
+        per_row = rows >= cols
+        k = rows if per_row else cols
+        u = np.zeros(k)
+        if per_row:  # normuon_row_squares_kernel: row r reads g[r * cols + c]
+            for r in range(rows):
+                u[r] = sum(g[r * cols + c] ** 2 for c in range(cols)) / cols
+        else:  # normuon_col_squares_kernel: column c reads g[r * cols + c]
+            for c in range(cols):
+                u[c] = sum(g[r * cols + c] ** 2 for r in range(rows)) / rows
+        G = g.reshape(rows, cols)
+        want = (G ** 2).mean(axis=1 if per_row else 0)
+        assert np.allclose(u, want), ("normuon mean squares", rows, cols)
+        scale = rng.standard_normal(k)
+        got = np.array([g[i] * scale[i // cols if per_row else i % cols] for i in range(rows * cols)])
+        want = G * (scale[:, None] if per_row else scale[None, :])
+        assert np.allclose(got.reshape(rows, cols), want), ("normuon scale index", rows, cols)
+
+
 def check_embedding_chunks():
     chunk = 64
     random.seed(1)
@@ -644,7 +716,7 @@ def check_sample_top_k():
 
 if __name__ == "__main__":
     checks = [check_attention, check_16bit_error_against_test_tolerances, check_gemm_mapping, check_newton_schulz_batch,
-              check_embedding_chunks, check_sample_top_k]
+              check_polar_express_batch, check_normuon_indexing, check_embedding_chunks, check_sample_top_k]
     for check in checks:
         check()
         print(check.__name__, "ok", flush=True)

@@ -543,6 +543,74 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaNewtonSchulz,
                                            std::pair<int64_t, int64_t>{256, 768},
                                            std::pair<int64_t, int64_t>{768, 256}));
 
+// ---- nanochat's 2026 Muon: Polar Express and NorMuon against the CPU kernels -------------------
+
+class CudaPolarExpress : public ::testing::TestWithParam<std::pair<int64_t, int64_t>> {};
+
+// 37 matrices of one shape (a full batch of 32 and a partial one), different norms, each against
+// the CPU kernel on its own, and the batch reproducible bit for bit. f32: 1e-3 as Newton-Schulz's
+// f32 above (GEMM summation orders differ; the CPU kernel is 5e-6 from exact arithmetic).
+// bf16: two bf16 runs of the same arithmetic whose GEMMs sum in different orders, each a few
+// percent from exact (the CPU's: 6-8% of the largest entry, 5-7% in the Frobenius norm), so their
+// distance is at most about the sum: 0.25 and 0.2, the CPU test's bounds against exact arithmetic.
+TEST_P(CudaPolarExpress, ManyMatricesAtOnceMatchTheCpuEachOnItsOwn) {
+  NANODDP_REQUIRE_GPU();
+  auto [rows, cols] = GetParam();
+  const int count = 37;
+  for (bool bf16 : {false, true}) {
+    std::vector<Tensor> cpu, g1, g2;
+    for (int i = 0; i < count; i++) {
+      Tensor x = randn({rows, cols}, 90 + static_cast<uint64_t>(i));
+      if (i % 7 == 3) ops::scale(x, 25.f);
+      cpu.push_back(x.copy_to(Device::cpu()));
+      g1.push_back(x.copy_to(testing::gpu()));
+      g2.push_back(x.copy_to(testing::gpu()));
+    }
+    ops::polar_express(g1, 5, bf16);
+    ops::polar_express(g2, 5, bf16);
+    for (int i = 0; i < count; i++) {
+      ops::polar_express(cpu[i], 5, bf16);
+      EXPECT_EQ(bytes_of(g1[i]), bytes_of(g2[i])) << "run-to-run, matrix " << i << ", bf16 " << bf16;
+      if (bf16) {
+        EXPECT_LT(err(g1[i], cpu[i]), 0.25) << "matrix " << i;
+        EXPECT_LT(rel_l2(to_double(g1[i]), to_double(cpu[i])), 0.2) << "matrix " << i;
+      } else {
+        EXPECT_LT(err(g1[i], cpu[i]), 1e-3) << "matrix " << i;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaPolarExpress,
+                         ::testing::Values(std::pair<int64_t, int64_t>{32, 32}, std::pair<int64_t, int64_t>{16, 48},
+                                           std::pair<int64_t, int64_t>{64, 24},
+                                           std::pair<int64_t, int64_t>{256, 768},
+                                           std::pair<int64_t, int64_t>{768, 256}));
+
+// Three steps of NorMuon on the GPU and the CPU from the same state: p and the second moment v
+// within 1e-5 of the largest entry (both compute in f32 with double sums, in different orders, and
+// the CPU may contract a multiply-add; a few f32 roundings of values of order 1), and the GPU's
+// result the same bits run to run. Tall (per-row moment), square, and wide (per-column).
+TEST(CudaNorMuon, ThreeStepsMatchTheCpuAndAreReproducible) {
+  NANODDP_REQUIRE_GPU();
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{768, 256}, {64, 64}, {96, 1000}}) {
+    const int64_t k = rows >= cols ? rows : cols;
+    Tensor p = randn({rows, cols}, 80), v = Tensor::zeros({k}, DType::F32);
+    Tensor gp = p.copy_to(testing::gpu()), gv = v.copy_to(testing::gpu());
+    Tensor gp2 = p.copy_to(testing::gpu()), gv2 = v.copy_to(testing::gpu());
+    for (uint64_t step = 0; step < 3; step++) {
+      Tensor g = randn({rows, cols}, 81 + step), gg = g.copy_to(testing::gpu());
+      ops::normuon_update(p, g, v, 0.02f, 0.2f, 0.9f);
+      ops::normuon_update(gp, gg, gv, 0.02f, 0.2f, 0.9f);
+      ops::normuon_update(gp2, gg, gv2, 0.02f, 0.2f, 0.9f);
+    }
+    EXPECT_LT(err(gp, p), 1e-5) << rows << "x" << cols;
+    EXPECT_LT(err(gv, v), 1e-5) << rows << "x" << cols;
+    EXPECT_EQ(bytes_of(gp), bytes_of(gp2)) << rows << "x" << cols;
+    EXPECT_EQ(bytes_of(gv), bytes_of(gv2)) << rows << "x" << cols;
+  }
+}
+
 // ---- the op profiler's device timing (ops/profile.h) ---------------------------------------------
 // An op's time is the device time between CUDA events around it: a large GEMM's is close to the
 // host's wall time around it with synchronisations on both sides (it dominates that interval), and
