@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/option_flags.h"
 #include "cli/rank_setup.h"
+#include "cli/stop_signal.h"
 #include "cli/text_stream.h"
 #include "core/error.h"
 #include "data/conversation.h"
@@ -102,8 +103,11 @@ void add_chat_command(CLI::App& root) {
       so.also_stop = tok->bos_id();
       if (!once) fmt::print("assistant> ");
       TextStream reply(*tok);
+      // Only while a reply is generated: reading the next line, a signal ends the chat as usual.
+      const StopOnSignal stop;
       const auto out = model::generate(*model, prompt, so, [&](int32_t id) {
         if (!so.stops(id)) reply.add(id);
+        StopOnSignal::stop_if_signalled("chat", fmt::format("in the middle of a reply ({} tokens)", reply.ids().size()));
       });
       const std::string text = reply.finish();
       // Ended neither by the model nor by --max_tokens: the context is full, as sample says too.

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/option_flags.h"
 #include "cli/rank_setup.h"
+#include "cli/stop_signal.h"
 #include "cli/text_stream.h"
 #include "core/error.h"
 #include "model/generate.h"
@@ -76,8 +77,11 @@ void add_sample_command(CLI::App& root) {
     so.stop_token = tokenizer->bos_id();
     TextStream generated(*tokenizer);
     fmt::print("{}", args->prompt);
+    const StopOnSignal stop;
+    int64_t count = 0;
     const auto out = model::generate(*model, prompt, so, [&](int32_t id) {
       if (!so.stops(id)) generated.add(id);
+      StopOnSignal::stop_if_signalled("sample", fmt::format("after {} tokens", ++count));
     });
     generated.finish();
     // Ended neither by BOS nor by --max_tokens: the model's context is full. Say so, on stderr.

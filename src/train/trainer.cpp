@@ -179,10 +179,16 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
   } else if (o.num_epochs > 0) {
     p.num_iterations = -1;  // the trainer counts the epoch's tokens once its loader exists
   } else if (o.target_flops > 0) {
-    p.num_iterations = std::llround(o.target_flops / (p.config.flops_per_token(o.max_seq_len) * total));
+    const double steps = o.target_flops / (p.config.flops_per_token(o.max_seq_len) * static_cast<double>(total));
+    check_budget_steps(steps, fmt::format("--target_flops {:g}", o.target_flops));
+    p.num_iterations = std::llround(steps);
   } else {
-    p.num_iterations = static_cast<int64_t>(o.target_param_data_ratio * p.config.num_params()) / total;
+    const double steps =
+        o.target_param_data_ratio * static_cast<double>(p.config.num_params()) / static_cast<double>(total);
+    check_budget_steps(steps, fmt::format("--target_param_data_ratio {:g}", o.target_param_data_ratio));
+    p.num_iterations = static_cast<int64_t>(steps);
   }
+  check_run_tokens(p.num_iterations, total);
   if (p.num_iterations < 1 && o.num_epochs <= 0) {
     // Say why: the budget given is smaller than one step.
     const double step_flops = p.config.flops_per_token(o.max_seq_len) * static_cast<double>(total);
@@ -338,9 +344,13 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
     }
     questions_ = std::make_unique<QuestionSource>(std::move(questions), group.rank(), group.size(), opts.shuffle,
                                                   opts.seed, opts.examples_per_step);
-    if (plan_.num_iterations < 0)
-      plan_.num_iterations = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
-          opts.num_epochs * static_cast<double>(questions_->size()) / static_cast<double>(opts.examples_per_step))));
+    if (plan_.num_iterations < 0) {
+      const double steps = opts.num_epochs * static_cast<double>(questions_->size()) /
+                           static_cast<double>(opts.examples_per_step);
+      check_budget_steps(steps, fmt::format("--num_epochs {:g} over {} questions", opts.num_epochs,
+                                            questions_->size()));
+      plan_.num_iterations = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(steps)));
+    }
   } else {
     // Evaluation reads rows in order, not steps.
     data::LoaderOptions val = lo;
@@ -365,7 +375,10 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
   if (plan_.num_iterations < 0) {
     const double steps = opts.num_epochs * static_cast<double>(loader_->tokens_per_epoch()) /
                          static_cast<double>(plan_.tokens_per_step);
+    check_budget_steps(steps, fmt::format("--num_epochs {:g} over {} tokens", opts.num_epochs,
+                                          loader_->tokens_per_epoch()));
     plan_.num_iterations = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(steps)));
+    check_run_tokens(plan_.num_iterations, plan_.tokens_per_step);
   }
   inputs_ = Tensor::empty({opts.device_batch_size, opts.max_seq_len}, DType::I32);
   targets_ = Tensor::empty({opts.device_batch_size, opts.max_seq_len}, DType::I32);
