@@ -107,7 +107,8 @@ void add_chat_command(CLI::App& root) {
       const StopOnSignal stop;
       const auto out = model::generate(*model, prompt, so, [&](int32_t id) {
         if (!so.stops(id)) reply.add(id);
-        StopOnSignal::stop_if_signalled("chat", fmt::format("in the middle of a reply ({} tokens)", reply.ids().size()));
+        if (StopOnSignal::received() != 0)
+          StopOnSignal::stop("chat", fmt::format("in the middle of a reply ({} tokens)", reply.ids().size()));
       });
       const std::string text = reply.finish();
       // Ended neither by the model nor by --max_tokens: the context is full, as sample says too.

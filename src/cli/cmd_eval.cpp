@@ -125,7 +125,8 @@ void add_eval_command(CLI::App& root) {
         so.stop_token = end;
         so.also_stop = tok->bos_id();
         auto ids = model::generate(*model, prompt, so, [&](int32_t) {
-          StopOnSignal::stop_if_signalled("eval", fmt::format("after {} answers", static_cast<int64_t>(sums[1])));
+          if (StopOnSignal::received() != 0)
+            StopOnSignal::stop("eval", fmt::format("after {} answers", static_cast<int64_t>(sums[1])));
         });
         if (!ids.empty() && so.stops(ids.back())) ids.pop_back();
         const bool correct = data::answer_is_correct(tok->decode(ids), questions[i].answer);

@@ -81,7 +81,8 @@ void add_sample_command(CLI::App& root) {
     int64_t count = 0;
     const auto out = model::generate(*model, prompt, so, [&](int32_t id) {
       if (!so.stops(id)) generated.add(id);
-      StopOnSignal::stop_if_signalled("sample", fmt::format("after {} tokens", ++count));
+      count++;
+      if (StopOnSignal::received() != 0) StopOnSignal::stop("sample", fmt::format("after {} tokens", count));
     });
     generated.finish();
     // Ended neither by BOS nor by --max_tokens: the model's context is full. Say so, on stderr.

@@ -73,9 +73,8 @@ StopOnSignal::~StopOnSignal() {
 
 int StopOnSignal::received() { return g_signal; }
 
-void StopOnSignal::stop_if_signalled(const std::string& command, const std::string& done) {
+void StopOnSignal::stop(const std::string& command, const std::string& done) {
   const int sig = g_signal;
-  if (sig == 0) return;
   std::fflush(stdout);
   fmt::print(stderr, "nanoddp {}: stopped by {} {}\n", command, signal_name(sig), done);
   std::fflush(stderr);

@@ -23,12 +23,12 @@ class StopOnSignal {
   StopOnSignal(const StopOnSignal&) = delete;
   StopOnSignal& operator=(const StopOnSignal&) = delete;
 
-  // The first signal received since construction, 0 if none.
+  // The first signal received since construction, 0 if none. Cheap: ask it after every token.
   static int received();
-  // If a signal came: prints "nanoddp COMMAND: stopped by SIGTERM DONE" on stderr and throws
+  // After a signal: prints "nanoddp COMMAND: stopped by SIGTERM DONE" on stderr and throws
   // CLI::RuntimeError(128 + signal), which main() turns into that exit status. `done` says how far
-  // it got ("after 12 tokens"). Call it between tokens.
-  static void stop_if_signalled(const std::string& command, const std::string& done);
+  // it got ("after 12 tokens").
+  [[noreturn]] static void stop(const std::string& command, const std::string& done);
 
  private:
   struct sigaction old_[3] {};

@@ -60,12 +60,14 @@ struct Outcome {
   std::string err;
 };
 
-// "@OUT" in a base command line becomes a path no run has used; "@DIR" the shared inputs' folder.
+// "@OUT" in a base command line becomes a path no run has used, "@PORT" a free port, and "@DIR" the
+// shared inputs' folder.
 Outcome run(const std::vector<std::string>& args, const fs::path& dir, std::atomic<int>& counter) {
   std::vector<std::string> argv{testing::nanoddp_binary()};
   for (const auto& a : args) {
     std::string s = a;
     if (s == "@OUT") s = (dir / ("out" + std::to_string(counter++))).string();
+    if (s == "@PORT") s = std::to_string(testing::free_port());
     if (s.starts_with("@DIR/")) s = (dir / s.substr(5)).string();
     argv.push_back(s);
   }
@@ -172,7 +174,9 @@ const std::map<std::string, std::vector<std::string>> kBase = {
                 "1", "--max_seq_len", "16"}},
     {"env", {"env", "--json"}},
     {"serve", {"serve", "--checkpoint", "@DIR/base", "--port", "0"}},
-    {"run", {"run", "--nproc_per_node", "1", "--standalone", "--", "/bin/true"}},
+    // Not --standalone, which ignores --master_port.
+    {"run", {"run", "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", "@PORT", "--",
+             "/bin/true"}},
 };
 
 // The edge values (by their names in kEdgeValues) a flag accepts, and why; "COMMAND --flag" keys
@@ -234,6 +238,10 @@ const std::map<std::string, std::set<std::string>> kAccepted = {
     // serve: 0 is any free port; a body limit above any body.
     {"--port", {"0"}},
     {"--max_request_bytes", {"2^63-1"}},
+    // run: no restarts; the first node; SIGKILL at once when stopping workers.
+    {"--max_restarts", {"0"}},
+    {"--node_rank", {"0"}},
+    {"--stop_timeout", {"0"}},
 };
 
 class FlagFuzz : public ::testing::Test {
