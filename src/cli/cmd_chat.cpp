@@ -10,6 +10,7 @@
 #include "cli/chat_prompt.h"
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/path_checks.h"
 #include "cli/rank_setup.h"
 #include "cli/stop_signal.h"
 #include "cli/text_stream.h"
@@ -56,6 +57,7 @@ void add_chat_command(CLI::App& root) {
   cmd->callback([args] {
     const ChatArgs& a = *args;
     check_sampling_flags(a.max_tokens, a.temperature, a.top_k);
+    check_input_path("--checkpoint", a.checkpoint, PathKind::Directory);
     const std::string dir = train::resolve_checkpoint(a.checkpoint);
     auto model = train::load_model(dir, single_process_device(a.device), a.dtype);
     auto tok = train::load_checkpoint_tokenizer(dir, a.data);

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/path_checks.h"
 #include "cli/rank_setup.h"
 #include "cli/stop_signal.h"
 #include "comm/consistency.h"
@@ -83,6 +84,7 @@ void add_eval_command(CLI::App& root) {
     const RankSetup rank = join_process_group(a.device, a.backend, a.timeout);
     const Device device = rank.device;
     dist::ProcessGroup& group = *rank.context->group;
+    check_input_path("--checkpoint", a.checkpoint, PathKind::Directory);
     const std::string dir = train::resolve_checkpoint(a.checkpoint);
     // Every rank must evaluate the same thing: a rank started with another flag or checkpoint would
     // add its counts to a different experiment's (as train checks its ranks before computing).

@@ -24,6 +24,7 @@ void add_export_commands(CLI::App& root) {
   exp->add_option("--out", *file, "The .safetensors file to write")->required();
   exp->callback([checkpoint, file] {
     check_output_path("--out", *file, PathKind::File);
+    check_input_path("--checkpoint", *checkpoint, PathKind::Directory);
     const std::string dir = train::resolve_checkpoint(*checkpoint);
     train::export_safetensors(dir, *file);
     fmt::print("exported {} to {}\n", dir, *file);

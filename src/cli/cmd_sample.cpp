@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/path_checks.h"
 #include "cli/rank_setup.h"
 #include "cli/stop_signal.h"
 #include "cli/text_stream.h"
@@ -58,6 +59,7 @@ void add_sample_command(CLI::App& root) {
   add_option_flags(*cmd, *args);
   cmd->callback([args] {
     check_sampling_flags(args->max_tokens, args->temperature, args->top_k);
+    check_input_path("--checkpoint", args->checkpoint, PathKind::Directory);
     const std::string dir = train::resolve_checkpoint(args->checkpoint);
     auto model = train::load_model(dir, single_process_device(args->device), args->dtype);
     auto tokenizer = train::load_checkpoint_tokenizer(dir, args->data);

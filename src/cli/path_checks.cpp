@@ -81,14 +81,19 @@ void check_output_path(const std::string& flag, const std::string& path, PathKin
                 flag, path, parent.string(), std::strerror(errno), flag);
 }
 
-void check_input_path(const std::string& flag, const std::string& path, PathKind kind) {
+void check_input_exists(const std::string& flag, const std::string& path) {
   check_length(flag, path);
   std::error_code ec;
+  NANODDP_CHECK(fs::exists(path, ec), "{} {} does not exist{}", flag, path, ec ? " (" + ec.message() + ")" : "");
+  NANODDP_CHECK(::access(path.c_str(), R_OK) == 0, "{} {}: cannot read it: {}", flag, path, std::strerror(errno));
+}
+
+void check_input_path(const std::string& flag, const std::string& path, PathKind kind) {
+  check_input_exists(flag, path);
+  std::error_code ec;
   const fs::path p(path);
-  NANODDP_CHECK(fs::exists(p, ec), "{} {} does not exist{}", flag, path, ec ? " (" + ec.message() + ")" : "");
   const bool right = kind == PathKind::File ? fs::is_regular_file(p, ec) : fs::is_directory(p, ec);
   NANODDP_CHECK(right, "{} {} is {}, not {}", flag, path, what_is(p), kind_name(kind));
-  NANODDP_CHECK(::access(p.c_str(), R_OK) == 0, "{} {}: cannot read it: {}", flag, path, std::strerror(errno));
 }
 
 }  // namespace nanoddp::cli

@@ -18,5 +18,7 @@ void check_output_path(const std::string& flag, const std::string& path, PathKin
 
 // A path a command will read: it must exist, be of `kind` and be readable.
 void check_input_path(const std::string& flag, const std::string& path, PathKind kind);
+// The same for a path that may be a file or a directory.
+void check_input_exists(const std::string& flag, const std::string& path);
 
 }  // namespace nanoddp::cli

@@ -161,6 +161,9 @@ TEST_F(Limits, OverflowsAreTooLargeWithTheirBound) {
                                                 "1099511627776", "--device_batch_size", "16"},
                {"too large", "2^62"});
   expect_error(train + std::vector<std::string>{"--timeout", "1e300"}, {"--timeout", "too large"});
+  // Was: a NaN loss at step 1, naming no flag.
+  expect_error(train + std::vector<std::string>{"--matrix_lr", "1e300"}, {"--matrix_lr", "too large", "1000"});
+  expect_error(train + std::vector<std::string>{"--loss_scale_init", "1e300"}, {"--loss_scale_init", "too large"});
   const std::string run = checkpoint("model", data, 64);
   expect_success({"task", "--count", "4", "--format", "questions", "--out", path("q.jsonl")});
   const std::vector<std::string> rl = {"rl", "--source", run, "--task", path("q.jsonl"), "--out", path("rl")};
@@ -170,6 +173,10 @@ TEST_F(Limits, OverflowsAreTooLargeWithTheirBound) {
   const std::vector<std::string> eval = {"eval", "--checkpoint", run, "--task", path("q.jsonl")};
   expect_error(eval + std::vector<std::string>{"--num_samples", k2to63m1}, {"--num_samples", "too large", "65536"});
   expect_error(eval + std::vector<std::string>{"--num_samples", k2to63}, {"--num_samples", "too large"});
+  expect_error(eval + std::vector<std::string>{"--timeout", "1e300"}, {"--timeout", "1e9"});
+  expect_error({"env", "--timeout", "1e300"}, {"--timeout", "too large"});
+  expect_error({"import", "--input", path("model.safetensors"), "--out", path("imported"), "--max_seq_len", "0"},
+               {"--max_seq_len", "between 1 and"});
 }
 
 // Paths that cannot be written were reported as "filesystem error: ..." without the flag.
@@ -192,6 +199,10 @@ TEST_F(Limits, BadPathsNameTheFlagThePathAndTheProblem) {
                fs_error);
   expect_error({"import", "--input", path("missing.safetensors"), "--out", path("imported")},
                {"--input", "missing.safetensors", "does not exist"});
+  expect_error({"sample", "--checkpoint", path("missing")}, {"--checkpoint", path("missing"), "does not exist"});
+  expect_error({"sample", "--checkpoint", path("file.txt")}, {"--checkpoint", "is a file, not a directory"});
+  expect_error({"data", "prepare", "--input", path("missing.jsonl"), "--out", path("d2")},
+               {"--input", "missing.jsonl", "does not exist"});
 }
 
 // A dataset whose tokenizer file is gone was said to name an "unknown tokenizer"; a questions file
