@@ -58,7 +58,8 @@ class Limits : public ::testing::Test {
     for (std::string line; std::getline(in, line);) lines += line.find("error") != std::string::npos;
     EXPECT_EQ(lines, 1) << o.err;
     for (const auto& w : wants) EXPECT_NE(o.err.find(w), std::string::npos) << "wanted '" << w << "' in:\n" << o.err;
-    for (const auto& w : not_wants) EXPECT_EQ(o.err.find(w), std::string::npos) << "did not want '" << w << "':\n" << o.err;
+    for (const auto& w : not_wants)
+      EXPECT_EQ(o.err.find(w), std::string::npos) << "did not want '" << w << "':\n" << o.err;
   }
 
   void expect_success(const std::vector<std::string>& args) {

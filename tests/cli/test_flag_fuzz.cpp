@@ -293,7 +293,8 @@ std::string judge(const Flag& f, const std::string& value, const Outcome& o) {
   std::istringstream in(o.err);
   for (std::string line; std::getline(in, line);)
     if (line.find("error") != std::string::npos) lines.push_back(line);
-  if (lines.size() != 1) return fmt::format("{}: exit {} with {} error lines:\n{}", what, o.status, lines.size(), o.err);
+  if (lines.size() != 1)
+    return fmt::format("{}: exit {} with {} error lines:\n{}", what, o.status, lines.size(), o.err);
   const bool named = std::any_of(f.names.begin(), f.names.end(), [&](const std::string& n) {
     return lines[0].find(n) != std::string::npos;
   });
