@@ -61,6 +61,22 @@ struct EvalArgs {
   }
 };
 
+// Before the rendezvous, identically on every rank.
+void check_eval_flags(const EvalArgs& a) {
+  NANODDP_CHECK(!a.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
+  // Checked even for a questions file, which ignores it: as many as a bundled task can make.
+  NANODDP_CHECK(a.count >= 1 && a.count <= (int64_t{1} << 24), "--count must be between 1 and {} (got {})",
+                int64_t{1} << 24, a.count);
+  NANODDP_CHECK(a.num_samples >= 1, "--num_samples must be at least 1 (got {})", a.num_samples);
+  NANODDP_CHECK(a.num_samples <= kMaxEvalSamples, "--num_samples {} is too large: at most {} answers per problem",
+                a.num_samples, kMaxEvalSamples);
+  check_sampling_flags(a.max_tokens, a.temperature, a.top_k);
+  // As train's --timeout: longer waits overflow the clocks' integer nanoseconds.
+  NANODDP_CHECK(std::isfinite(a.timeout) && a.timeout > 0 && a.timeout <= 1e9, "--timeout must be a positive number "
+                "of seconds, at most 1e9 (got {})", a.timeout);
+  train::activation_dtype(a.dtype, Device::cpu());  // the name's check
+}
+
 }  // namespace
 
 void add_eval_command(CLI::App& root) {
@@ -69,18 +85,7 @@ void add_eval_command(CLI::App& root) {
   add_option_flags(*cmd, *args);
   cmd->callback([args] {
     const EvalArgs& a = *args;
-    NANODDP_CHECK(!a.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
-    // Checked even for a questions file, which ignores it: as many as a bundled task can make.
-    NANODDP_CHECK(a.count >= 1 && a.count <= (int64_t{1} << 24), "--count must be between 1 and {} (got {})",
-                  int64_t{1} << 24, a.count);
-    NANODDP_CHECK(a.num_samples >= 1, "--num_samples must be at least 1 (got {})", a.num_samples);
-    NANODDP_CHECK(a.num_samples <= kMaxEvalSamples, "--num_samples {} is too large: at most {} answers per problem",
-                  a.num_samples, kMaxEvalSamples);
-    check_sampling_flags(a.max_tokens, a.temperature, a.top_k);
-    // As train's --timeout: longer waits overflow the clocks' integer nanoseconds.
-    NANODDP_CHECK(std::isfinite(a.timeout) && a.timeout > 0 && a.timeout <= 1e9, "--timeout must be a positive number "
-                  "of seconds, at most 1e9 (got {})", a.timeout);
-    train::activation_dtype(a.dtype, Device::cpu());  // a bad --dtype fails before the rendezvous
+    check_eval_flags(a);
     const RankSetup rank = join_process_group(a.device, a.backend, a.timeout);
     const Device device = rank.device;
     dist::ProcessGroup& group = *rank.context->group;
