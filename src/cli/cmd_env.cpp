@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/env_table.h"
+#include "cli/number_flags.h"
 #include "cli/rank_setup.h"
 #include "comm/consistency.h"
 #include "core/device.h"
@@ -174,10 +175,12 @@ void add_env_command(CLI::App& root) {
   cmd->add_option("--backend", *backend, "under a launcher: auto, gloo, mpi or nccl")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "gloo", "mpi", "nccl"}));
-  cmd->add_option("--timeout", *timeout, "seconds to wait for the other ranks")->capture_default_str();
+  add_number_option(*cmd, "--timeout", *timeout, "seconds to wait for the other ranks")->capture_default_str();
   cmd->add_flag("--json", *json, "print JSON instead of the table");
   cmd->callback([=] {
     NANODDP_CHECK(*timeout > 0, "--timeout {} must be positive (seconds)", *timeout);
+    // As train's --timeout: longer waits overflow the clocks' integer nanoseconds.
+    NANODDP_CHECK(*timeout <= 1e9, "--timeout {} is too large: at most 1e9 seconds", *timeout);
     const dist::DistEnv env = dist::discover_environment();
     const Fields fields = describe_machine();
     int failures = 0;

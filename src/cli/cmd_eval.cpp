@@ -3,9 +3,13 @@
 // over ranks, so any world size gives the same numbers. The last line printed is JSON.
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/path_checks.h"
 #include "cli/rank_setup.h"
+#include "cli/stop_signal.h"
 #include "comm/consistency.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -20,6 +24,11 @@
 namespace nanoddp::cli {
 
 namespace {
+
+// Answers per problem (nanochat's pass@k evaluations use a handful) and in all: beyond these a
+// value is a typo, and the loop over them would run for years.
+constexpr int64_t kMaxEvalSamples = int64_t{1} << 16;
+constexpr int64_t kMaxEvalAnswers = int64_t{1} << 32;
 
 struct EvalArgs {
   std::string checkpoint = "out";
@@ -53,6 +62,22 @@ struct EvalArgs {
   }
 };
 
+// Before the rendezvous, identically on every rank.
+void check_eval_flags(const EvalArgs& a) {
+  NANODDP_CHECK(!a.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
+  // Checked even for a questions file, which ignores it: as many as a bundled task can make.
+  NANODDP_CHECK(a.count >= 1 && a.count <= (int64_t{1} << 24), "--count must be between 1 and {} (got {})",
+                int64_t{1} << 24, a.count);
+  NANODDP_CHECK(a.num_samples >= 1, "--num_samples must be at least 1 (got {})", a.num_samples);
+  NANODDP_CHECK(a.num_samples <= kMaxEvalSamples, "--num_samples {} is too large: at most {} answers per problem",
+                a.num_samples, kMaxEvalSamples);
+  check_sampling_flags(a.max_tokens, a.temperature, a.top_k);
+  // As train's --timeout: longer waits overflow the clocks' integer nanoseconds.
+  NANODDP_CHECK(std::isfinite(a.timeout) && a.timeout > 0 && a.timeout <= 1e9, "--timeout must be a positive number "
+                "of seconds, at most 1e9 (got {})", a.timeout);
+  train::activation_dtype(a.dtype, Device::cpu());  // the name's check
+}
+
 }  // namespace
 
 void add_eval_command(CLI::App& root) {
@@ -61,13 +86,11 @@ void add_eval_command(CLI::App& root) {
   add_option_flags(*cmd, *args);
   cmd->callback([args] {
     const EvalArgs& a = *args;
-    NANODDP_CHECK(!a.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
-    NANODDP_CHECK(a.num_samples >= 1, "--num_samples must be at least 1 (got {})", a.num_samples);
-    check_sampling_flags(a.max_tokens, a.temperature, a.top_k);
-    train::activation_dtype(a.dtype, Device::cpu());  // a bad --dtype fails before the rendezvous
+    check_eval_flags(a);
     const RankSetup rank = join_process_group(a.device, a.backend, a.timeout);
     const Device device = rank.device;
     dist::ProcessGroup& group = *rank.context->group;
+    check_input_path("--checkpoint", a.checkpoint, PathKind::Directory);
     const std::string dir = train::resolve_checkpoint(a.checkpoint);
     // Every rank must evaluate the same thing: a rank started with another flag or checkpoint would
     // add its counts to a different experiment's (as train checks its ranks before computing).
@@ -85,6 +108,11 @@ void add_eval_command(CLI::App& root) {
     auto tok = train::load_checkpoint_tokenizer(dir, "");
     const auto questions = data::load_questions(a.task, a.count, a.task_seed);
     const int32_t end = tok->special_id("<|assistant_end|>");
+    // Checked before any answer is sampled: the loop below runs problems x num_samples times.
+    const int64_t problems = static_cast<int64_t>(questions.size());
+    NANODDP_CHECK(problems <= kMaxEvalAnswers / a.num_samples, "--num_samples {} x {} problems of {} is too large: an "
+                  "evaluation samples at most {} answers", a.num_samples, problems, a.task, kMaxEvalAnswers);
+    const StopOnSignal stop;
     // sums: correct answers, answers, problems with at least one correct answer (pass@k, k =
     // num_samples: what nanochat's chat_eval calls a problem's pass)
     std::vector<double> sums{0, 0, 0};
@@ -104,7 +132,10 @@ void add_eval_command(CLI::App& root) {
         so.seed = a.seed ^ (0x9E3779B97F4A7C15ull * (i * static_cast<uint64_t>(a.num_samples) + k + 1));
         so.stop_token = end;
         so.also_stop = tok->bos_id();
-        auto ids = model::generate(*model, prompt, so);
+        auto ids = model::generate(*model, prompt, so, [&](int32_t) {
+          if (StopOnSignal::received() != 0)
+            StopOnSignal::stop("eval", fmt::format("after {} answers", static_cast<int64_t>(sums[1])));
+        });
         if (!ids.empty() && so.stops(ids.back())) ids.pop_back();
         const bool correct = data::answer_is_correct(tok->decode(ids), questions[i].answer);
         sums[0] += correct ? 1 : 0;

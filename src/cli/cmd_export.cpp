@@ -1,8 +1,13 @@
 // nanoddp export / import: checkpoints to and from safetensors files under nanochat's names.
 #include <fmt/format.h>
 
+#include <cstdint>
+
 #include "cli/commands.h"
+#include "cli/number_flags.h"
 #include "cli/option_flags.h"
+#include "cli/path_checks.h"
+#include "core/error.h"
 #include "train/checkpoint.h"
 #include "train/model_io.h"
 
@@ -18,6 +23,8 @@ void add_export_commands(CLI::App& root) {
       ->capture_default_str();
   exp->add_option("--out", *file, "The .safetensors file to write")->required();
   exp->callback([checkpoint, file] {
+    check_output_path("--out", *file, PathKind::File);
+    check_input_path("--checkpoint", *checkpoint, PathKind::Directory);
     const std::string dir = train::resolve_checkpoint(*checkpoint);
     train::export_safetensors(dir, *file);
     fmt::print("exported {} to {}\n", dir, *file);
@@ -29,13 +36,24 @@ void add_export_commands(CLI::App& root) {
   imp->add_option("--input", opts->input, "The .safetensors file to read")->required();
   imp->add_option("--out", opts->out, "Run directory to create the checkpoint in")->required();
   imp->add_option("--data", opts->data, "Dataset directory whose tokenizer goes with these weights");
-  imp->add_option(flag_names("vocab_size"), opts->vocab_size,
-                  "True vocabulary size (files without nanoddp metadata; default: --data's)");
-  imp->add_option(flag_names("n_head"), opts->n_head, "Attention heads (files without nanoddp metadata)");
-  imp->add_option(flag_names("max_seq_len"), opts->max_seq_len, "Context length (files without nanoddp metadata)")
-      ->capture_default_str();
+  add_number_option(*imp, flag_names("vocab_size"), opts->vocab_size,
+                    "True vocabulary size (files without nanoddp metadata; default: --data's)");
+  add_number_option(*imp, flag_names("n_head"), opts->n_head, "Attention heads (files without nanoddp metadata)");
+  add_number_option(*imp, flag_names("max_seq_len"), opts->max_seq_len,
+                    "Context length (files without nanoddp metadata)")->capture_default_str();
   imp->add_flag("--overwrite", opts->overwrite, "Move a run already in --out aside (OUT.previous-<id>), never deleting it");
-  imp->callback([opts] { fmt::print("imported {} as {}\n", opts->input, train::import_safetensors(*opts)); });
+  imp->callback([opts] {
+    // Token ids are int32; sizes as train's --max_seq_len and model width allow.
+    NANODDP_CHECK(opts->vocab_size >= 0 && opts->vocab_size <= INT32_MAX, "--vocab_size must be 0 (--data's) or "
+                  "between 1 and {} (got {})", INT32_MAX, opts->vocab_size);
+    NANODDP_CHECK(opts->n_head >= 0 && opts->n_head <= (1 << 20), "--n_head must be 0 (nanochat's rule) or between 1 "
+                  "and {} (got {})", 1 << 20, opts->n_head);
+    NANODDP_CHECK(opts->max_seq_len >= 1 && opts->max_seq_len <= (1 << 20), "--max_seq_len must be between 1 and {} "
+                  "(got {})", 1 << 20, opts->max_seq_len);
+    check_input_path("--input", opts->input, PathKind::File);
+    check_output_path("--out", opts->out, PathKind::Directory);
+    fmt::print("imported {} as {}\n", opts->input, train::import_safetensors(*opts));
+  });
 }
 
 }  // namespace nanoddp::cli

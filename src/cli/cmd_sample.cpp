@@ -6,7 +6,9 @@
 
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/path_checks.h"
 #include "cli/rank_setup.h"
+#include "cli/stop_signal.h"
 #include "cli/text_stream.h"
 #include "core/error.h"
 #include "model/generate.h"
@@ -57,6 +59,7 @@ void add_sample_command(CLI::App& root) {
   add_option_flags(*cmd, *args);
   cmd->callback([args] {
     check_sampling_flags(args->max_tokens, args->temperature, args->top_k);
+    check_input_path("--checkpoint", args->checkpoint, PathKind::Directory);
     const std::string dir = train::resolve_checkpoint(args->checkpoint);
     auto model = train::load_model(dir, single_process_device(args->device), args->dtype);
     auto tokenizer = train::load_checkpoint_tokenizer(dir, args->data);
@@ -74,8 +77,12 @@ void add_sample_command(CLI::App& root) {
     so.stop_token = tokenizer->bos_id();
     TextStream generated(*tokenizer);
     fmt::print("{}", args->prompt);
+    const StopOnSignal stop;
+    int64_t count = 0;
     const auto out = model::generate(*model, prompt, so, [&](int32_t id) {
       if (!so.stops(id)) generated.add(id);
+      count++;
+      if (StopOnSignal::received() != 0) StopOnSignal::stop("sample", fmt::format("after {} tokens", count));
     });
     generated.finish();
     // Ended neither by BOS nor by --max_tokens: the model's context is full. Say so, on stderr.

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/path_checks.h"
 #include "core/error.h"
 #include "model/config.h"
 #include "train/checkpoint.h"
@@ -33,6 +34,7 @@ struct SftInputs {
 // The model (depth, widths, context), the dataset (for its tokenizer) and the weights of `source`:
 // what sft and rl start from, whatever shape flags were given.
 void take_source_model(train::TrainOptions& o, const std::string& source) {
+  check_input_path("--source", source, PathKind::Directory);
   const std::string dir = train::resolve_checkpoint(source);
   const nlohmann::json meta = train::read_checkpoint_meta(dir);
   NANODDP_CHECK(meta.contains("data_dir"), "--source {}: its meta.json names no dataset (for the tokenizer); start "

@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/path_checks.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "data/tasks.h"
@@ -38,6 +39,7 @@ void add_task_command(CLI::App& root) {
   add_option_flags(*cmd, *args);
   cmd->callback([args] {
     NANODDP_CHECK(!args->out.empty(), "--out is required: the JSONL file to write");
+    check_output_path("--out", args->out, PathKind::File);
     NANODDP_CHECK(args->format == "conversations" || args->format == "questions", "--format must be conversations "
                   "or questions (got '{}')", args->format);
     const auto items = data::make_task(args->name, args->count, args->seed, args->words);

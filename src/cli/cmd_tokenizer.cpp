@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/path_checks.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "data/bpe_trainer.h"
@@ -23,19 +24,6 @@
 namespace nanoddp::cli {
 
 namespace {
-
-// The whole file as bytes (binary mode: tokenizers work on exact bytes).
-// Before the work that leads to writing `path`: a directory there, or a parent that is missing or
-// not a directory, would otherwise fail only at the end.
-void check_output_file(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  NANODDP_CHECK(!path.empty(), "--out is empty; give the file to write");
-  NANODDP_CHECK(!fs::is_directory(path, ec), "--out {} is a directory; remove it or choose a file name", path);
-  const fs::path parent = fs::absolute(path).parent_path();
-  NANODDP_CHECK(fs::is_directory(parent, ec), "--out {}: {} is not a directory{}; create it or choose another --out",
-                path, parent.string(), ec ? " (" + ec.message() + ")" : "");
-}
 
 // Checked: a full disk or a closed pipe must fail the command, not cut its output short silently.
 void write_stdout(std::string_view bytes) {
@@ -55,7 +43,7 @@ void add_train(CLI::App& parent) {
     // 0 means "no limit" or "all cores"; a negative value is a typo, not a wish for either.
     NANODDP_CHECK(opts->threads >= 0 && opts->max_chars >= 0 && opts->doc_cap >= 0, "--threads, --max_chars and "
                   "--doc_cap must be 0 or positive (got {}, {}, {})", opts->threads, opts->max_chars, opts->doc_cap);
-    check_output_file(*out);
+    check_output_path("--out", *out, PathKind::File);
     data::BpeTrainStats st;
     data::BpeVocab vocab = data::train_bpe(*opts, &st);
     // As if loaded from the file: name records where a vocabulary came from (data/bpe_tokenizer.h).

@@ -2,6 +2,7 @@
 // `nanoddp run`, torchrun-style environments, mpirun and srun (see comm/init.h).
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "cli/path_checks.h"
 #include "cli/rank_setup.h"
 #include "train/trainer.h"
 #include "train/validate.h"
@@ -11,6 +12,7 @@ namespace nanoddp::cli {
 void run_train_command(const train::TrainOptions& opts) {
   // Bad flag values fail here, before any rendezvous, identically on every rank.
   train::validate_options(opts);
+  check_output_path("--out", opts.out, PathKind::Directory);
   const RankSetup rank = join_process_group(opts.device, opts.backend, opts.timeout);
   const train::TrainResult r = train::run_training(opts, *rank.context->group, rank.device);
   // Stopped by SIGTERM/SIGINT after saving: exit as a process killed by it would (128 + signal),

@@ -8,6 +8,8 @@
 #include <string>
 #include <type_traits>
 
+#include "cli/number_flags.h"
+
 namespace nanoddp::cli {
 
 // "--a_b,--a-b": CLI11 takes a comma-separated list of names; a name without '_' gets one.
@@ -41,13 +43,8 @@ void add_option_flags(CLI::App& app, Options& opts) {
     } else {
       auto* o = app.add_option(flag_names(name), field, help)->capture_default_str()->multi_option_policy(
           CLI::MultiOptionPolicy::TakeLast);
-      // CLI11 2.1 reads "-1" into an unsigned field as 2^64 - 1.
-      if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>)
-        o->check(CLI::Validator(
-            [](std::string& v) {
-              return v.find('-') == std::string::npos ? std::string() : "must be a whole number >= 0 (got " + v + ")";
-            },
-            "UINT"));
+      // Numbers are read strictly: no empty value, no saturation, no nan or inf (number_flags.h).
+      if constexpr (std::is_arithmetic_v<T>) o->transform(number_validator<T>());
     }
   });
 }

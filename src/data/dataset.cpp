@@ -98,6 +98,9 @@ void write_dataset_meta(const DatasetMeta& m) {
 std::unique_ptr<Tokenizer> load_dataset_tokenizer(const std::string& dir) {
   const DatasetMeta m = read_dataset_meta(dir);
   const std::string spec = is_builtin(m.tokenizer) ? m.tokenizer : (fs::path(dir) / m.tokenizer).string();
+  // A trained tokenizer is a file of the dataset: its absence is a damaged dataset, not an unknown name.
+  NANODDP_CHECK(is_builtin(m.tokenizer) || fs::is_regular_file(spec), "dataset {}: its tokenizer file {} (named in "
+                "{}/meta.json) is missing; copy it back or prepare the dataset again", dir, spec, dir);
   auto tok = load_tokenizer(spec);
   NANODDP_CHECK(tok->vocab_size() == m.vocab_size && tok->bos_id() == m.bos_id, "tokenizer {} has vocab_size {} and "
                 "bos_id {}, but {}/meta.json says {} and {}; the dataset and its tokenizer do not belong together",

@@ -135,8 +135,8 @@ bool answer_is_correct(const std::string& completion, const std::string& answer)
 
 std::vector<Question> load_questions(const std::string& file_or_name, int64_t count, uint64_t seed) {
   if (std::filesystem::exists(file_or_name)) return read_questions(file_or_name);
-  NANODDP_CHECK(file_or_name.find('/') == std::string::npos && !file_or_name.ends_with(".jsonl") &&
-                    !file_or_name.ends_with(".json"),
+  // A bundled task's name has neither a '/' nor a '.': anything with one was meant as a file.
+  NANODDP_CHECK(file_or_name.find_first_of("/.") == std::string::npos,
                 "the questions file {} does not exist: check the path (or name a built-in task: spelling, letters or "
                 "arithmetic)", file_or_name);
   std::vector<Question> out;

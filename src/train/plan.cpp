@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "train/schedule.h"
 
 namespace nanoddp::train {
 
@@ -43,10 +44,16 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
   } else if (o.num_epochs > 0) {
     p.num_iterations = -1;  // the trainer counts the epoch's tokens once its loader exists
   } else if (o.target_flops > 0) {
-    p.num_iterations = std::llround(o.target_flops / (p.config.flops_per_token(o.max_seq_len) * total));
+    const double steps = o.target_flops / (p.config.flops_per_token(o.max_seq_len) * static_cast<double>(total));
+    check_budget_steps(steps, fmt::format("--target_flops {:g}", o.target_flops));
+    p.num_iterations = std::llround(steps);
   } else {
-    p.num_iterations = static_cast<int64_t>(o.target_param_data_ratio * p.config.num_params()) / total;
+    const double steps =
+        o.target_param_data_ratio * static_cast<double>(p.config.num_params()) / static_cast<double>(total);
+    check_budget_steps(steps, fmt::format("--target_param_data_ratio {:g}", o.target_param_data_ratio));
+    p.num_iterations = static_cast<int64_t>(steps);
   }
+  check_run_tokens(p.num_iterations, total);
   if (p.num_iterations < 1 && o.num_epochs <= 0) {
     // Say why: the budget given is smaller than one step.
     const double step_flops = p.config.flops_per_token(o.max_seq_len) * static_cast<double>(total);

@@ -9,6 +9,7 @@
 #include "data/tasks.h"
 #include "train/rl.h"
 #include "train/stage.h"
+#include "train/schedule.h"
 
 namespace nanoddp::train {
 
@@ -35,8 +36,10 @@ class PolicyStage final : public Stage {
     identity["task"] = {{"task", ctx_.opts.task}, {"questions", questions_->size()}};
   }
   int64_t steps_for_epochs(double num_epochs) const override {
-    return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(num_epochs * static_cast<double>(questions_->size()) /
-                                                               static_cast<double>(ctx_.opts.examples_per_step))));
+    const double steps =
+        num_epochs * static_cast<double>(questions_->size()) / static_cast<double>(ctx_.opts.examples_per_step);
+    check_budget_steps(steps, fmt::format("--num_epochs {:g} over {} questions", num_epochs, questions_->size()));
+    return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(steps)));
   }
 
  private:

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
+
 namespace nanoddp::train {
 
 double lr_multiplier(int64_t it, int64_t n, double warmup_ratio, double warmdown_ratio, double final_lr_frac) {
@@ -14,6 +16,18 @@ double lr_multiplier(int64_t it, int64_t n, double warmup_ratio, double warmdown
   // above final_lr_frac.
   const double progress = static_cast<double>(n - it) / warmdown;
   return progress + (1.0 - progress) * final_lr_frac;
+}
+
+void check_budget_steps(double steps, const std::string& what) {
+  NANODDP_CHECK(!std::isnan(steps), "{} gives no number of steps", what);
+  NANODDP_CHECK(steps <= static_cast<double>(kMaxSteps), "{} is too large: it makes {:.3g} optimizer steps, and a "
+                "run has at most {} (2^40)", what, steps, kMaxSteps);
+}
+
+void check_run_tokens(int64_t steps, int64_t tokens_per_step) {
+  NANODDP_CHECK(tokens_per_step <= 0 || steps <= kMaxRunTokens / tokens_per_step, "{} steps x {} tokens per step is "
+                "too large: a run trains on at most {} (2^62) tokens; lower --num_iterations or the batch", steps,
+                tokens_per_step, kMaxRunTokens);
 }
 
 double muon_momentum(int64_t it) {

@@ -10,6 +10,7 @@
 #include "data/conversation_loader.h"
 #include "ops/backend.h"
 #include "train/stage.h"
+#include "train/schedule.h"
 
 namespace nanoddp::train {
 
@@ -46,7 +47,10 @@ class TokenStage final : public Stage {
   int64_t steps_for_epochs(double num_epochs) const override {
     const double steps = num_epochs * static_cast<double>(loader_->tokens_per_epoch()) /
                          static_cast<double>(ctx_.plan.tokens_per_step);
-    return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(steps)));
+    check_budget_steps(steps, fmt::format("--num_epochs {:g} over {} tokens", num_epochs, loader_->tokens_per_epoch()));
+    const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(steps)));
+    check_run_tokens(n, ctx_.plan.tokens_per_step);
+    return n;
   }
   std::optional<EvalResult> evaluate() override;
 

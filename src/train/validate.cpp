@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "train/schedule.h"
 
 namespace nanoddp::train {
 
@@ -18,6 +19,25 @@ namespace {
 constexpr int64_t kMaxDepth = 1000;
 constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
 constexpr int64_t kMaxDeviceBatch = int64_t{1} << 24;
+// The model's width depth x aspect_ratio (nanochat's d20 is 1280), and so any head size or head count.
+constexpr int64_t kMaxModelDim = int64_t{1} << 20;
+// Tokens per optimizer step (nanochat's is 2^19) and per evaluation (its 20 x 2^19).
+constexpr int64_t kMaxBatchTokens = int64_t{1} << 40;
+// 1 TiB: a bucket of gradients is a buffer; its size in bytes must fit an int64 with room to spare.
+constexpr double kMaxBucketMb = 1 << 20;
+// Seconds, about 31 years: a wait longer than this is a typo, and longer ones overflow the clocks'
+// integer nanoseconds.
+constexpr double kMaxTimeoutSeconds = 1e9;
+constexpr double kMaxLearningRate = 1000;
+constexpr int64_t kMaxTaskItems = int64_t{1} << 24;
+// RL: completions per question and per step (nanochat's chat_rl: 16 x 16).
+constexpr int64_t kMaxRlSamples = int64_t{1} << 16;
+constexpr int64_t kMaxRlSamplesPerStep = int64_t{1} << 24;
+
+// A whole-number flag with an upper bound: "too large" and the bound, not a wrapped product later.
+void at_most(int64_t v, int64_t bound, const char* flag, const char* what) {
+  NANODDP_CHECK(v <= bound, "--{} {} is too large: {} is at most {}", flag, v, what, bound);
+}
 
 void positive(int64_t v, const char* flag) { NANODDP_CHECK(v >= 1, "--{} must be at least 1 (got {})", flag, v); }
 
@@ -28,6 +48,22 @@ void minus_one_or_positive(int64_t v, const char* flag, const char* meaning) {
 
 void finite_non_negative(double v, const char* flag) {
   NANODDP_CHECK(std::isfinite(v) && v >= 0, "--{} must be a finite number >= 0 (got {})", flag, v);
+}
+
+// Learning rates, and the factors that multiply them, as f32 numbers: 0 or more, and at most 1000,
+// 5000 times nanochat's largest rate (0.2). A larger one is a typo: its first update sends the
+// weights to inf or NaN, and the run fails on a NaN loss without naming the flag.
+void learning_rate_factor(double v, const char* flag) {
+  finite_non_negative(v, flag);
+  NANODDP_CHECK(v <= kMaxLearningRate, "--{} {} is too large: at most {:g}", flag, v, kMaxLearningRate);
+}
+
+// In MiB, converted to whole bytes by the reducer: at least one byte, and not so large that the
+// conversion overflows (which read as a size of 0, "must be positive").
+void bucket_size(double mb, const char* flag) {
+  NANODDP_CHECK(std::isfinite(mb) && mb * 1048576 >= 1, "--{} must be positive, at least one byte (got {} MiB)", flag,
+                mb);
+  NANODDP_CHECK(mb <= kMaxBucketMb, "--{} {} is too large: at most {:g} MiB", flag, mb, kMaxBucketMb);
 }
 
 void fraction(double v, const char* flag) {
@@ -41,6 +77,11 @@ void validate_options(const TrainOptions& o) {
   NANODDP_CHECK(o.max_seq_len >= 1 && o.max_seq_len <= kMaxSeqLen, "--max_seq_len must be between 1 and {} (got {})",
                 kMaxSeqLen, o.max_seq_len);
   positive(o.aspect_ratio, "aspect_ratio");
+  // Divided, not multiplied: depth x aspect_ratio itself can overflow (it showed n_embd=-2).
+  NANODDP_CHECK(o.aspect_ratio <= kMaxModelDim / o.depth, "--aspect_ratio {} is too large: the model's width "
+                "depth x aspect_ratio ({} x {}) is at most {}", o.aspect_ratio, o.depth, o.aspect_ratio, kMaxModelDim);
+  at_most(o.head_dim, kMaxModelDim, "head_dim", "the attention head size");
+  at_most(o.n_kv_head, kMaxModelDim, "n_kv_head", "the number of key/value heads");
   NANODDP_CHECK(o.head_dim >= 2 && o.head_dim % 2 == 0, "--head_dim must be even and at least 2 (got {}): rotary "
                 "embeddings rotate pairs of dimensions", o.head_dim);
   NANODDP_CHECK(o.n_kv_head >= 0, "--n_kv_head must be 0 (= n_head) or positive (got {})", o.n_kv_head);
@@ -50,7 +91,9 @@ void validate_options(const TrainOptions& o) {
   NANODDP_CHECK(o.device_batch_size >= 1 && o.device_batch_size <= kMaxDeviceBatch,
                 "--device_batch_size must be between 1 and {} (got {})", kMaxDeviceBatch, o.device_batch_size);
   minus_one_or_positive(o.total_batch_size, "total_batch_size", "one micro-step per step");
+  at_most(o.total_batch_size, kMaxBatchTokens, "total_batch_size", "the tokens of one step");
   minus_one_or_positive(o.num_iterations, "num_iterations", "from --target_flops or --target_param_data_ratio");
+  at_most(o.num_iterations, kMaxSteps, "num_iterations", "the number of optimizer steps");
   NANODDP_CHECK(o.num_epochs == -1 || (std::isfinite(o.num_epochs) && o.num_epochs > 0),
                 "--num_epochs must be -1 (off) or a positive number (got {})", o.num_epochs);
   NANODDP_CHECK(o.mask == "assistant" || o.mask == "all", "--mask must be assistant or all (got '{}')", o.mask);
@@ -59,10 +102,18 @@ void validate_options(const TrainOptions& o) {
   if (o.stage == "rl") {
     NANODDP_CHECK(!o.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
     positive(o.task_count, "task_count");
+    // Checked even for a questions file, which ignores it: as many as data/tasks.cpp can make.
+    at_most(o.task_count, kMaxTaskItems, "task_count", "the number of a bundled task's problems");
     NANODDP_CHECK(o.num_samples >= 2, "--num_samples must be at least 2 (got {}): RL learns from how an example's "
                   "samples differ from their mean reward, and a single sample never does", o.num_samples);
+    at_most(o.num_samples, kMaxRlSamples, "num_samples", "the completions per question");
     positive(o.examples_per_step, "examples_per_step");
+    NANODDP_CHECK(o.examples_per_step <= kMaxRlSamplesPerStep / o.num_samples, "--examples_per_step {} is too large: "
+                  "the completions sampled per step, examples_per_step x num_samples ({} x {}), are at most {}",
+                  o.examples_per_step, o.examples_per_step, o.num_samples, kMaxRlSamplesPerStep);
     positive(o.max_new_tokens, "max_new_tokens");
+    // A completion ends where the context does: longer is a typo, not a request.
+    at_most(o.max_new_tokens, kMaxSeqLen, "max_new_tokens", "a completion's length in tokens");
     NANODDP_CHECK(std::isfinite(o.temperature) && o.temperature > 0, "--temperature must be positive (got {}): RL "
                   "learns from differences between samples, and greedy samples do not differ", o.temperature);
     NANODDP_CHECK(o.top_k == 0 || o.top_k >= 2, "--top_k must be 0 (all tokens) or at least 2 (got {}): RL "
@@ -79,17 +130,22 @@ void validate_options(const TrainOptions& o) {
   activation_dtype(o.dtype, Device::cpu());  // the name's check
   NANODDP_CHECK(std::isfinite(o.loss_scale_init) && o.loss_scale_init >= 1, "--loss_scale_init must be a finite "
                 "number of at least 1 (got {})", o.loss_scale_init);
+  // The scale multiplies an f32 loss and doubles from here: above 2^64 the first scaled gradient
+  // overflows f32 (max ~2^128), and the halving that follows would take ~64 skipped steps.
+  NANODDP_CHECK(o.loss_scale_init <= 0x1p64, "--loss_scale_init {} is too large: at most 2^64 = {:g}",
+                o.loss_scale_init, 0x1p64);
   NANODDP_CHECK(o.loss_scale_growth_interval >= 1, "--loss_scale_growth_interval must be at least 1 (got {})",
                 o.loss_scale_growth_interval);
   NANODDP_CHECK(o.zero >= 0 && o.zero <= 2, "--zero must be 0, 1 or 2 (got {})", o.zero);
-  finite_non_negative(o.embedding_lr, "embedding_lr");
-  finite_non_negative(o.unembedding_lr, "unembedding_lr");
-  finite_non_negative(o.matrix_lr, "matrix_lr");
-  finite_non_negative(o.adamw_matrix_lr, "adamw_matrix_lr");
-  finite_non_negative(o.weight_decay, "weight_decay");
+  learning_rate_factor(o.embedding_lr, "embedding_lr");
+  learning_rate_factor(o.unembedding_lr, "unembedding_lr");
+  learning_rate_factor(o.matrix_lr, "matrix_lr");
+  learning_rate_factor(o.adamw_matrix_lr, "adamw_matrix_lr");
+  learning_rate_factor(o.weight_decay, "weight_decay");
   finite_non_negative(o.grad_clip, "grad_clip");
   NANODDP_CHECK(std::isfinite(o.init_lr_frac) && o.init_lr_frac > 0, "--init_lr_frac must be positive (got {})",
                 o.init_lr_frac);
+  learning_rate_factor(o.init_lr_frac, "init_lr_frac");
   NANODDP_CHECK(o.sample_every == -1 || o.sample_every >= 1, "--sample_every must be -1 (only at the end) or at "
                 "least 1 (got {})", o.sample_every);
   fraction(o.warmup_ratio, "warmup_ratio");
@@ -97,21 +153,24 @@ void validate_options(const TrainOptions& o) {
   fraction(o.final_lr_frac, "final_lr_frac");
   NANODDP_CHECK(o.warmup_ratio + o.warmdown_ratio <= 1, "--warmup_ratio + --warmdown_ratio must be at most 1 (got "
                 "{} + {})", o.warmup_ratio, o.warmdown_ratio);
-  NANODDP_CHECK(std::isfinite(o.bucket_cap_mb) && o.bucket_cap_mb > 0, "--bucket_cap_mb must be positive (got {})",
-                o.bucket_cap_mb);
-  NANODDP_CHECK(std::isfinite(o.first_bucket_mb) && o.first_bucket_mb > 0,
-                "--first_bucket_mb must be positive (got {})", o.first_bucket_mb);
+  bucket_size(o.bucket_cap_mb, "bucket_cap_mb");
+  bucket_size(o.first_bucket_mb, "first_bucket_mb");
   NANODDP_CHECK(o.eval_every >= -1, "--eval_every must be -1 (only at the end) or at least 0 (got {})", o.eval_every);
   positive(o.eval_tokens, "eval_tokens");
+  at_most(o.eval_tokens, kMaxBatchTokens, "eval_tokens", "the tokens of one evaluation");
   NANODDP_CHECK(o.save_every >= -1, "--save_every must be -1 (only at the end) or at least 0 (got {})",
                 o.save_every);
   finite_non_negative(o.save_minutes, "save_minutes");
   NANODDP_CHECK(o.keep_last >= 1, "--keep_last must be at least 1 (got {}): the newest checkpoint is always kept",
                 o.keep_last);
   minus_one_or_positive(o.stop_at, "stop_at", "off");
+  at_most(o.stop_at, kMaxSteps, "stop_at", "a step number");
   NANODDP_CHECK(o.sample_tokens >= 0, "--sample_tokens must be 0 (no sample) or positive (got {})", o.sample_tokens);
+  at_most(o.sample_tokens, kMaxSeqLen, "sample_tokens", "a sample's length in tokens");
   NANODDP_CHECK(std::isfinite(o.timeout) && o.timeout > 0, "--timeout must be a positive number of seconds (got {})",
                 o.timeout);
+  NANODDP_CHECK(o.timeout <= kMaxTimeoutSeconds, "--timeout {} is too large: at most {:g} seconds", o.timeout,
+                kMaxTimeoutSeconds);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   NANODDP_CHECK(o.threads >= 0 && o.threads <= cores, "--threads must be between 0 (all cores) and {}, the cores "
                 "of this machine (got {})", cores, o.threads);

@@ -1,0 +1,24 @@
+// Checks of the paths a command is given, before any work: each problem is one error that names
+// the flag, the path and what is wrong with it ("--out /proc/run: cannot create anything under /proc
+// ..."), where the library's own error would say only "filesystem error: cannot create directories:
+// No such file or directory [/proc/run]", late, after the work it was meant to save. Nothing is
+// created or changed on disk by the checks.
+#pragma once
+
+#include <string>
+
+namespace nanoddp::cli {
+
+enum class PathKind { File, Directory };
+
+// A path a command will write: a file, or a directory it creates if missing. Refused: an empty or
+// too long path; a path that exists and is not of `kind`; a missing parent whose nearest existing
+// ancestor is not a directory, not writable or on a pseudo file system (/proc, /sys).
+void check_output_path(const std::string& flag, const std::string& path, PathKind kind);
+
+// A path a command will read: it must exist, be of `kind` and be readable.
+void check_input_path(const std::string& flag, const std::string& path, PathKind kind);
+// The same for a path that may be a file or a directory.
+void check_input_exists(const std::string& flag, const std::string& path);
+
+}  // namespace nanoddp::cli
