@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <iostream>
 
@@ -46,6 +47,16 @@ struct ChatArgs {
   }
 };
 
+// nanochat's words typed alone at the prompt, in any case and with spaces around: "quit" and "exit"
+// end the chat, "clear" starts a new conversation. "" for anything else.
+std::string typed_command(const std::string& line) {
+  const size_t first = line.find_first_not_of(" \t\r"), last = line.find_last_not_of(" \t\r");
+  if (first == std::string::npos) return "";
+  std::string word = line.substr(first, last - first + 1);
+  std::transform(word.begin(), word.end(), word.begin(), [](unsigned char c) { return std::tolower(c); });
+  return word == "quit" || word == "exit" || word == "clear" ? word : "";
+}
+
 }  // namespace
 
 void add_chat_command(CLI::App& root) {
@@ -67,14 +78,23 @@ void add_chat_command(CLI::App& root) {
     conv.where = "the chat";
     const bool once = !a.prompt.empty();
     uint64_t turn = 0;
-    if (!once) fmt::print("nanoddp chat with {} ('quit' or Ctrl-D ends it)\n", dir);
+    if (!once) fmt::print("nanoddp chat with {} ('quit' or Ctrl-D ends it, 'clear' starts a new conversation)\n", dir);
     for (;;) {
       std::string line = a.prompt;
       if (!once) {
         fmt::print("\nuser> ");
         std::fflush(stdout);
-        if (!std::getline(std::cin, line) || line == "quit" || line == "exit") break;
+        if (!std::getline(std::cin, line)) break;
+        const std::string typed = typed_command(line);
+        if (typed == "quit" || typed == "exit") break;
         if (line.find_first_not_of(" \t") == std::string::npos) continue;
+        // A new conversation, the same as a new chat: turn numbers (and so the seeds) start again.
+        if (typed == "clear") {
+          conv.messages.clear();
+          turn = 0;
+          fmt::print("(conversation cleared: the next message starts a new one)\n");
+          continue;
+        }
       }
       // Room for the reply within the model's context: the oldest turns are forgotten when it is full.
       // A message too long for the context is refused and the chat goes on (--prompt: an error).

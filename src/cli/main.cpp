@@ -4,8 +4,10 @@
 // Errors a user can act on are nanoddp::Error, thrown where the cause is known; anything else that
 // reaches main() is still reported in one line (see report_unexpected) instead of aborting.
 #include <cxxabi.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,8 +17,10 @@
 #include <string>
 #include <system_error>
 #include <typeinfo>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/nanochat_names.h"
 #include "cli/suggest.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -94,17 +98,49 @@ std::string flag_suggestions(const CLI::App* app) {
       {"--core_metric_max_per_task", "nanochat's CORE evaluation is not in nanoddp: evaluate with `nanoddp eval`"},
       {"--model_tag", "checkpoints go to --out (a run folder), not to a tagged folder in a base directory"},
       {"--dry_run", "nanoddp logs nothing to wandb; for a throwaway run give a scratch --out"},
-      {"--run", "nanoddp logs nothing to wandb; the run's name is its --out folder (run.json holds its id)"}};
+      {"--run", "nanoddp logs nothing to wandb; the run's name is its --out folder (run.json holds its id)"},
+      {"--fp8", "FP8 training is not in nanoddp: --dtype bf16 is its fastest precision"},
+      {"--fp8_recipe", "FP8 training is not in nanoddp: --dtype bf16 is its fastest precision"}};
+  // Other trainers' names (PyTorch examples, nanoGPT) for what our flags say in more words.
+  static const std::map<std::string, std::string> elsewhere = {
+      {"--epochs", "is --num_epochs here (passes over the training split)"},
+      {"--batch_size", "is two flags here: --device_batch_size (rows of --max_seq_len tokens per rank in one "
+                       "micro-step) and --total_batch_size (tokens per optimizer step over all ranks)"},
+      {"--lr", "is three flags here: --matrix_lr (Muon, the blocks' matrices), --embedding_lr and --unembedding_lr "
+               "(AdamW); --init_lr_frac scales them all"}};
   std::string out;
-  for (const auto& name : unknown) {
+  for (const auto& given : unknown) {
+    // nanochat and argparse users write --model-tag for --model_tag.
+    std::string name = "--" + given.substr(2);
+    std::replace(name.begin() + 2, name.end(), '-', '_');
     if (auto it = nanochat.find(name); it != nanochat.end()) {
-      out += fmt::format("; {} is nanochat's: {}", name, it->second);
+      out += fmt::format("; {} is nanochat's: {}", given, it->second);
       continue;
     }
-    const std::string near = nanoddp::cli::nearest_choice(name, flags);
-    if (!near.empty() && near != name) out += fmt::format("; did you mean {} (for {})?", near, name);
+    if (auto it = elsewhere.find(name); it != elsewhere.end()) {
+      out += fmt::format("; {} {}", given, it->second);
+      continue;
+    }
+    const std::string near = nanoddp::cli::nearest_choice(given, flags);
+    if (!near.empty() && near != given) out += fmt::format("; did you mean {} (for {})?", near, given);
   }
   return out;
+}
+
+// CLI11 (2.1) lists the words it did not expect in reverse ("8 --batch_size 5 --epochs"); this is
+// the same message in the order they were given, from the first command of the chain that kept
+// any (as CLI11 checks them: the root first, then each parsed subcommand).
+std::string extras_in_order(const CLI::App* app) {
+  while (app->get_parent() != nullptr) app = app->get_parent();
+  for (const CLI::App* a = app; a != nullptr;) {
+    const auto extra = a->remaining(false);
+    if (!extra.empty())
+      return fmt::format("The following argument{} not expected: {}", extra.size() > 1 ? "s were" : " was",
+                         fmt::join(extra, " "));
+    const auto parsed = a->get_subcommands();
+    a = parsed.empty() ? nullptr : parsed.front();
+  }
+  return "";
 }
 
 // `nanoddp trian ...`: CLI11 alone would say "A subcommand is required". Returns the error line for
@@ -119,6 +155,24 @@ std::string unknown_command(const CLI::App& app, int argc, char** argv) {
   const std::string near = nanoddp::cli::nearest_choice(argv[1], names);
   return fmt::format("unknown command '{}'{}; `nanoddp --help` lists the commands", argv[1],
                      near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near));
+}
+
+// `nanoddp chat_cli -p hi` or `nanoddp -m scripts.chat_cli -p hi`: nanochat's names in `words` (the
+// whole argv) rewritten to ours (nanochat_names.h). False after the error line for a script or flag
+// that has no equivalent here.
+bool translate_nanochat(std::vector<std::string>& words) {
+  try {
+    std::string note;
+    if (auto ours = nanoddp::cli::translate_nanochat_command({words.begin() + 1, words.end()}, &note)) {
+      words.resize(1);
+      words.insert(words.end(), ours->begin(), ours->end());
+    }
+    if (!note.empty()) std::fprintf(stderr, "nanoddp: %s\n", note.c_str());
+    return true;
+  } catch (const nanoddp::Error& e) {
+    report(e.what());
+    return false;
+  }
 }
 
 // Every single-valued option takes its last value when given twice, as the typed option structs'
@@ -142,6 +196,10 @@ int main(int argc, char** argv) {
     // (instead of CLI11's second line, "Run with --help for more information.").
     std::string message = e.what();
     message = message.substr(0, message.find('\n'));
+    // (CLI11 names an ExtrasError after the command, so its type tells it apart.)
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+      if (std::string ordered = extras_in_order(a); !ordered.empty()) message = ordered;
+    }
     std::string command = "nanoddp";
     for (const CLI::App* sub = a; sub != nullptr;) {
       const auto parsed = sub->get_subcommands();
@@ -169,6 +227,16 @@ int main(int argc, char** argv) {
   add_data_command(app);
   add_run_command(app);
   take_last_everywhere(&app);
+  app.footer(fmt::format("nanochat's script names ({}) run the nanoddp command that does their job, also as "
+                         "`nanoddp -m scripts.NAME` and under `nanoddp run`; the README has the table.\n",
+                         nanochat_script_list()));
+  // nanochat's names rewritten to ours; `words` owns the strings `args` points into.
+  std::vector<std::string> words(argv, argv + argc);
+  if (!translate_nanochat(words)) return 2;
+  std::vector<char*> args;
+  for (auto& w : words) args.push_back(w.data());
+  argc = static_cast<int>(args.size());
+  argv = args.data();
   if (const std::string bad = unknown_command(app, argc, argv); !bad.empty()) {
     report(bad);
     return 2;
