@@ -99,6 +99,17 @@ std::string flag_suggestions(const CLI::App* app) {
       {"--model_tag", "checkpoints go to --out (a run folder), not to a tagged folder in a base directory"},
       {"--dry_run", "nanoddp logs nothing to wandb; for a throwaway run give a scratch --out"},
       {"--run", "nanoddp logs nothing to wandb; the run's name is its --out folder (run.json holds its id)"},
+      {"--model_step", "checkpoints are folders: give OUT/checkpoints/step_NNNNNN (or a run's --out) as --source"},
+      {"--warmup_steps", "warmup is --warmup_ratio here, a fraction of the iterations (40 steps of 2000 is 0.02)"},
+      {"--scalar_lr", "nanoddp's model is nanochat's classic one, without the per-layer scalars this rate is for"},
+      {"--chatcore_every", "ChatCORE is not in nanoddp: score a checkpoint with `nanoddp eval --task ...`"},
+      {"--chatcore_max_cat", "ChatCORE is not in nanoddp: score a checkpoint with `nanoddp eval --task ...`"},
+      {"--chatcore_max_sample", "ChatCORE is not in nanoddp: score a checkpoint with `nanoddp eval --task ...`"},
+      {"--eval_examples", "rl scores no pass@k while it trains: score its checkpoints with `nanoddp eval --task ... "
+                          "--num_samples K`"},
+      {"--load_optimizer", "sft starts from --source's weights with a fresh optimizer (nanochat's --load-optimizer=0)"},
+      {"--mmlu_epochs", "the SFT mixture is the --data files you give (MMLU and GSM8K are not bundled)"},
+      {"--gsm8k_epochs", "the SFT mixture is the --data files you give (MMLU and GSM8K are not bundled)"},
       {"--fp8", "FP8 training is not in nanoddp: --dtype bf16 is its fastest precision"},
       {"--fp8_recipe", "FP8 training is not in nanoddp: --dtype bf16 is its fastest precision"}};
   // Other trainers' names (PyTorch examples, nanoGPT) for what our flags say in more words.

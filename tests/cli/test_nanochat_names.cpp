@@ -240,6 +240,24 @@ TEST(NanochatNames, OtherTrainersFlagsPointAtOurs) {
     EXPECT_NE(o.err.find(w), std::string::npos) << "wanted '" << w << "' in " << o.err;
 }
 
+// nanochat's flags that have no equivalent, as its scripts spell them, each with what to do here.
+TEST(NanochatNames, NanochatFlagsWithoutEquivalentSayWhatToDo) {
+  const std::vector<std::pair<std::string, std::string>> flags = {
+      {"base_train", "--run=d20"},           {"base_train", "--fp8"},
+      {"base_train", "--warmup-steps=40"},   {"base_train", "--scalar-lr=0.5"},
+      {"base_train", "--core-metric-every=-1"}, {"base_train", "--model-tag=d20"},
+      {"chat_sft", "--load-optimizer=0"},    {"chat_sft", "--chatcore-every=200"},
+      {"chat_sft", "--mmlu-epochs=3"},       {"chat_sft", "--gsm8k-epochs=4"},
+      {"chat_rl", "--eval-examples=400"}};
+  for (const auto& [script, flag] : flags) {
+    SCOPED_TRACE(script + " " + flag);
+    const Outcome o = nanoddp({"-m", "scripts." + script, "--data", "d", "--source", "s", flag});
+    EXPECT_EQ(o.status, 2) << o.err;
+    const std::string name = flag.substr(0, flag.find('='));
+    EXPECT_NE(o.err.find("; " + name + " is nanochat's: "), std::string::npos) << o.err;
+  }
+}
+
 // A real run through nanochat's name under the launcher trains the same model as our own name.
 TEST(NanochatNames, TorchrunLineTrainsTheSameModel) {
   ScratchDir dir("nanochat_names_" + test_name());
