@@ -297,6 +297,14 @@ TEST(NanochatNames, RunKeepsPythonForTheUsersOwnModules) {
   const Outcome ours = nanoddp({"run", "--nproc_per_node=1", "-m", "scripts.base_train", "--", "--help"}, dir.str());
   ASSERT_EQ(ours.status, 0) << ours.err;
   EXPECT_NE(ours.err.find("the workers run `nanoddp train --help`"), std::string::npos) << ours.err;
+  // `python -m scripts.NAME` (torchrun --no-python's form) and the bare name do the same.
+  const Outcome python = nanoddp({"run", "--no_python", "python3", "-m", "scripts.chat_cli", "-p", "hi", "--help"},
+                                 dir.str());
+  ASSERT_EQ(python.status, 0) << python.err;
+  EXPECT_NE(python.err.find("the workers run `nanoddp chat --prompt hi --help`"), std::string::npos) << python.err;
+  const Outcome bare = nanoddp({"run", "chat_rl", "--help"}, dir.str());
+  ASSERT_EQ(bare.status, 0) << bare.err;
+  EXPECT_NE(bare.out.find("Usage: nanoddp rl [OPTIONS]"), std::string::npos) << bare.out;
 }
 
 // `clear` starts a new conversation, as in chat_cli: the reply after it is the first reply again
