@@ -155,7 +155,8 @@ std::string extras_in_order(const CLI::App* app) {
 }
 
 // `nanoddp trian ...`: CLI11 alone would say "A subcommand is required". Returns the error line for
-// a first argument that is neither a flag nor a command, else "".
+// a first argument that is neither a flag nor a command, else "", with the nearest of our commands
+// and nanochat's script names (translate_nanochat has taken the exact ones already).
 std::string unknown_command(const CLI::App& app, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return "";
   std::vector<std::string> names;
@@ -163,6 +164,7 @@ std::string unknown_command(const CLI::App& app, int argc, char** argv) {
     if (sub->check_name(argv[1])) return "";
     names.push_back(sub->get_name());
   }
+  for (const auto& name : nanoddp::cli::nanochat_script_names()) names.push_back(name);
   const std::string near = nanoddp::cli::nearest_choice(argv[1], names);
   return fmt::format("unknown command '{}'{}; `nanoddp --help` lists the commands", argv[1],
                      near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near));

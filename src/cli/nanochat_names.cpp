@@ -129,9 +129,15 @@ std::string spellings(const FlagRule& r) {
 
 bool is_nanochat_script(const std::string& word) { return find_script(word) != nullptr; }
 
+std::vector<std::string> nanochat_script_names() {
+  std::vector<std::string> names;
+  for (const Script& s : scripts()) names.push_back(s.name);
+  return names;
+}
+
 std::string nanochat_script_list() {
   std::string out;
-  for (const Script& s : scripts()) out += (out.empty() ? "" : ", ") + s.name;
+  for (const auto& name : nanochat_script_names()) out += (out.empty() ? "" : ", ") + name;
   return out;
 }
 

@@ -26,7 +26,8 @@ bool is_nanochat_script(const std::string& word);
 std::optional<std::vector<std::string>> translate_nanochat_command(const std::vector<std::string>& args,
                                                                    std::string* note);
 
-// nanochat's script names, for help texts: "base_train, chat_sft, ...".
+// nanochat's script names, for help texts ("base_train, chat_sft, ...") and suggestions.
 std::string nanochat_script_list();
+std::vector<std::string> nanochat_script_names();
 
 }  // namespace nanoddp::cli

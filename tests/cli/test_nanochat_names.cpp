@@ -217,6 +217,8 @@ TEST(NanochatNames, FlagsWithoutEquivalentPointAtOurs) {
       {{"base_loss"}, {"merged base_loss into base_eval", "bits per byte"}},
       {{"-m", "scripts.tok_eval"}, {"nanoddp has no tok_eval", "characters per token"}},
       {{"-m", "mypackage.train"}, {"'mypackage.train' is not one of them", "nanoddp run -m mypackage.train"}},
+      // A misspelt script name is suggested like a misspelt command.
+      {{"chat_clj", "-p", "hi"}, {"unknown command 'chat_clj' (did you mean 'chat_cli'?)"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.args.front() + " " + c.args.back());
