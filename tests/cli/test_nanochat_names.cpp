@@ -121,8 +121,20 @@ std::string sorted_lines(const std::string& text) {
   return out;
 }
 
+// Every flag of our command line is one the command takes (--help alone would not say: it wins over
+// any other error). Run for real in an empty folder, where it can only fail on what is missing (a
+// dataset, a checkpoint, --source): no flag may be the complaint.
+void expect_flags_known(const std::vector<std::string>& ours) {
+  ScratchDir empty("nanochat_names_empty");
+  const Outcome o = nanoddp(ours, empty.str());
+  EXPECT_TRUE(o.status == 1 || o.status == 2) << o.status << " " << o.err;
+  for (const char* complaint : {"not expected", "did you mean", "nanochat's"})
+    EXPECT_EQ(o.err.find(complaint), std::string::npos) << o.err;
+}
+
 // A row runs as written: its words translate to exactly the right column (what `nanoddp run`
-// launches is the line it prints), and both lines reach the same command, whose --help they print.
+// launches is the line it prints), both lines reach the same command, whose --help they print, and
+// that command takes every flag of the line.
 void check_row(const Row& row) {
   SCOPED_TRACE(row.nanochat);
   const std::vector<std::string> given = as_nanoddp(row.nanochat);
@@ -151,6 +163,7 @@ void check_row(const Row& row) {
     const Outcome want = nanoddp(with_help(ours));
     ASSERT_EQ(want.status, 0) << want.err;
     EXPECT_EQ(sorted_lines(o.out), sorted_lines(want.out));
+    expect_flags_known({ours.begin() + flags, ours.end()});
     return;
   }
   std::string note;
@@ -162,6 +175,7 @@ void check_row(const Row& row) {
   ASSERT_EQ(want.status, 0) << want.err;
   EXPECT_FALSE(want.out.empty());
   EXPECT_EQ(o.out, want.out);
+  expect_flags_known(ours);
 }
 
 TEST(NanochatNames, ReadmeTableRowsRunAsWritten) {
