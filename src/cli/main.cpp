@@ -241,8 +241,8 @@ int main(int argc, char** argv) {
   add_run_command(app);
   take_last_everywhere(&app);
   app.footer(fmt::format("nanochat's script names ({}) run the nanoddp command that does their job, also as "
-                         "`nanoddp -m scripts.NAME` and under `nanoddp run` (README: \"Coming from nanochat or torchrun\").\n",
-                         nanochat_script_list()));
+                         "`nanoddp -m scripts.NAME` and under `nanoddp run` (README: \"Coming from nanochat or "
+                         "torchrun\").\n", nanochat_script_list()));
   // nanochat's names rewritten to ours; `words` owns the strings `args` points into.
   std::vector<std::string> words(argv, argv + argc);
   if (!translate_nanochat(words)) return 2;

@@ -42,6 +42,9 @@ const std::vector<FlagRule> kInference = {{{"-i", "--source"}, "--checkpoint", "
                                           {{"-k"}, "--top_k", ""},
                                           {{"-g", "--model-tag"}, "", kCheckpointIsAFolder},
                                           {{"-s", "--step"}, "", kCheckpointIsAFolder}};
+const std::string kNoEvalBatch =
+    "nanoddp eval has no batch size: it answers one problem at a time on each rank; spread the problems over "
+    "ranks with `nanoddp run --nproc_per_node N eval`";
 const std::vector<FlagRule> kFineTune = {{{"--model-tag"}, "", kSourceIsAFolder},
                                          {{"--model-step"}, "", kSourceIsAFolder}};
 
@@ -67,9 +70,7 @@ const std::vector<Script>& scripts() {
                                                     {{"-m", "--max-new-tokens"}, "--max_tokens", ""},
                                                     {{"-n"}, "--num_samples", ""},
                                                     {{"-x", "--max-problems"}, "--count", ""},
-                                                    {{"-b", "--batch-size"}, "", "nanoddp eval has no batch size: "
-                                                     "it answers one problem at a time on each rank; spread the "
-                                                     "problems over ranks with `nanoddp run --nproc_per_node N eval`"}})},
+                                                    {{"-b", "--batch-size"}, "", kNoEvalBatch}})},
       {"chat_cli", {"chat"}, "", with(kInference, {{{"-p"}, "--prompt", ""}})},
       {"chat_web", {"serve"}, "", with(kInference, {{{"-p"}, "--port", ""},
                                                     {{"-m"}, "--max_tokens", ""},
