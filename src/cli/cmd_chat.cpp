@@ -1,11 +1,15 @@
 // nanoddp chat: talk to an SFT checkpoint in the terminal (nanochat's chat_cli): each turn renders
 // the whole conversation so far with nanochat's special tokens and samples the assistant's reply
 // until <|assistant_end|>, printing it as it comes. --prompt TEXT answers once and exits (scripts).
+// Typed alone, as in chat_cli: 'clear' starts a new conversation, 'quit' or 'exit' ends the chat.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include "cli/chat_prompt.h"
 #include "cli/commands.h"
@@ -48,6 +52,37 @@ struct ChatArgs {
   }
 };
 
+// nanochat's words typed alone at the prompt, in any case and with spaces around: "quit" and "exit"
+// end the chat, "clear" starts a new conversation. "" for anything else.
+std::string typed_command(const std::string& line) {
+  const size_t first = line.find_first_not_of(" \t\r"), last = line.find_last_not_of(" \t\r");
+  if (first == std::string::npos) return "";
+  std::string word = line.substr(first, last - first + 1);
+  std::transform(word.begin(), word.end(), word.begin(), [](unsigned char c) { return std::tolower(c); });
+  return word == "quit" || word == "exit" || word == "clear" ? word : "";
+}
+
+// The next message typed at the prompt; nullopt when the chat ends (quit, exit, Ctrl-D). "clear"
+// starts a new conversation: `conv` is emptied and `turn` restarts, so that the seeds of its replies
+// start again too, as in a new chat.
+std::optional<std::string> next_message(data::Conversation& conv, uint64_t& turn) {
+  for (;;) {
+    fmt::print("\nuser> ");
+    std::fflush(stdout);
+    std::string line;
+    if (!std::getline(std::cin, line)) return std::nullopt;
+    const std::string typed = typed_command(line);
+    if (typed == "quit" || typed == "exit") return std::nullopt;
+    if (typed == "clear") {
+      conv.messages.clear();
+      turn = 0;
+      fmt::print("(conversation cleared: the next message starts a new one)\n");
+    } else if (line.find_first_not_of(" \t") != std::string::npos) {
+      return line;
+    }
+  }
+}
+
 }  // namespace
 
 void add_chat_command(CLI::App& root) {
@@ -70,14 +105,13 @@ void add_chat_command(CLI::App& root) {
     conv.where = "the chat";
     const bool once = !a.prompt.empty();
     uint64_t turn = 0;
-    if (!once) fmt::print("nanoddp chat with {} ('quit' or Ctrl-D ends it)\n", dir);
+    if (!once) fmt::print("nanoddp chat with {} ('quit' or Ctrl-D ends it, 'clear' starts a new conversation)\n", dir);
     for (;;) {
       std::string line = a.prompt;
       if (!once) {
-        fmt::print("\nuser> ");
-        std::fflush(stdout);
-        if (!std::getline(std::cin, line) || line == "quit" || line == "exit") break;
-        if (line.find_first_not_of(" \t") == std::string::npos) continue;
+        std::optional<std::string> typed = next_message(conv, turn);
+        if (!typed) break;
+        line = std::move(*typed);
       }
       // Room for the reply within the model's context: the oldest turns are forgotten when it is full.
       // A message too long for the context is refused and the chat goes on (--prompt: an error).

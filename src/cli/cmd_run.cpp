@@ -2,6 +2,7 @@
 // Parsing stops at the first positional argument: it and everything after it are the workers'
 // command line. A command that names a nanoddp subcommand (train, sample, ...) runs this same
 // executable; anything else runs as a program found by path or on PATH (torchrun --no-python).
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/nanochat_names.h"
 #include "cli/option_flags.h"
 #include "core/error.h"
 #include "launch/launcher.h"
@@ -51,6 +53,27 @@ dist::WorkerProgram python_program(const std::string& what, const dist::LaunchOp
   return {py, args};
 }
 
+// nanochat's scripts as torchrun runs them (`-m scripts.base_train -- ARGS`, `python -m
+// scripts.base_train ARGS` with --no_python) or by name (`base_train ARGS`) become the nanoddp command
+// that does their job, unless scripts/<name>.py is in the working directory (a nanochat checkout:
+// Python runs it there, as under torchrun). Returns whether `words` was rewritten.
+bool translate_nanochat_script(std::vector<std::string>& words, bool module) {
+  const bool python = words.size() >= 3 && (words[0] == "python" || words[0] == "python3") && words[1] == "-m";
+  const size_t at = python ? 2 : 0;
+  if (words.size() <= at || !is_nanochat_script(words[at])) return false;
+  const std::string name = words[at].starts_with("scripts.") ? words[at].substr(8) : words[at];
+  const bool as_module = module || python || name != words[at];
+  std::error_code ec;
+  if (as_module && std::filesystem::is_regular_file("scripts/" + name + ".py", ec)) return false;
+  std::string note;
+  words = *translate_nanochat_command({words.begin() + at, words.end()}, &note);
+  if (as_module)
+    fmt::print(stderr, "nanoddp run: scripts.{} is nanochat's script, and scripts/{}.py is not in this directory: "
+               "the workers run `nanoddp {}`\n", name, name, fmt::join(words, " "));
+  if (!note.empty()) fmt::print(stderr, "nanoddp run: {}\n", note);
+  return true;
+}
+
 // The workers' program from the words after the flags. Like torchrun: a .py script (or any file
 // with --run_path) runs under python3, -m runs a module, --no_python runs the word as a program;
 // otherwise a nanoddp subcommand runs this executable and anything else is a program on PATH.
@@ -65,6 +88,10 @@ dist::WorkerProgram worker_program(const CLI::App& root, std::vector<std::string
   NANODDP_CHECK(first != "run", "nanoddp run cannot launch workers that run `nanoddp run` themselves");
   NANODDP_CHECK(int(o.module) + int(o.no_python) + int(o.run_path) <= 1, "--module, --no_python and --run_path each "
                 "say how to run the command; give one of them");
+  if (translate_nanochat_script(words, o.module)) {
+    words.insert(words.begin(), "nanoddp");  // the worker's argv[0]
+    return {this_executable(), words};
+  }
   if (o.module) {
     words.insert(words.begin(), "-m");
     return python_program("-m " + first, o, words);

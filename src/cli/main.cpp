@@ -4,8 +4,10 @@
 // Errors a user can act on are nanoddp::Error, thrown where the cause is known; anything else that
 // reaches main() is still reported in one line (see report_unexpected) instead of aborting.
 #include <cxxabi.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,8 +17,10 @@
 #include <string>
 #include <system_error>
 #include <typeinfo>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/nanochat_names.h"
 #include "cli/suggest.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -94,21 +98,65 @@ std::string flag_suggestions(const CLI::App* app) {
       {"--core_metric_max_per_task", "nanochat's CORE evaluation is not in nanoddp: evaluate with `nanoddp eval`"},
       {"--model_tag", "checkpoints go to --out (a run folder), not to a tagged folder in a base directory"},
       {"--dry_run", "nanoddp logs nothing to wandb; for a throwaway run give a scratch --out"},
-      {"--run", "nanoddp logs nothing to wandb; the run's name is its --out folder (run.json holds its id)"}};
+      {"--run", "nanoddp logs nothing to wandb; the run's name is its --out folder (run.json holds its id)"},
+      {"--model_step", "checkpoints are folders: give OUT/checkpoints/step_NNNNNN (or a run's --out) as --source"},
+      {"--warmup_steps", "warmup is --warmup_ratio here, a fraction of the iterations (40 steps of 2000 is 0.02)"},
+      {"--scalar_lr", "nanoddp's model is nanochat's classic one, without the per-layer scalars this rate is for"},
+      {"--chatcore_every", "ChatCORE is not in nanoddp: score a checkpoint with `nanoddp eval --task ...`"},
+      {"--chatcore_max_cat", "ChatCORE is not in nanoddp: score a checkpoint with `nanoddp eval --task ...`"},
+      {"--chatcore_max_sample", "ChatCORE is not in nanoddp: score a checkpoint with `nanoddp eval --task ...`"},
+      {"--eval_examples", "rl scores no pass@k while it trains: score its checkpoints with `nanoddp eval --task ... "
+                          "--num_samples K`"},
+      {"--load_optimizer", "sft starts from --source's weights with a fresh optimizer (nanochat's --load-optimizer=0)"},
+      {"--mmlu_epochs", "the SFT mixture is the --data files you give (MMLU and GSM8K are not bundled)"},
+      {"--gsm8k_epochs", "the SFT mixture is the --data files you give (MMLU and GSM8K are not bundled)"},
+      {"--fp8", "FP8 training is not in nanoddp: --dtype bf16 is its fastest precision"},
+      {"--fp8_recipe", "FP8 training is not in nanoddp: --dtype bf16 is its fastest precision"}};
+  // Other trainers' names (PyTorch examples, nanoGPT) for what our flags say in more words.
+  static const std::map<std::string, std::string> elsewhere = {
+      {"--epochs", "is --num_epochs here (passes over the training split)"},
+      {"--batch_size", "is two flags here: --device_batch_size (rows of --max_seq_len tokens per rank in one "
+                       "micro-step) and --total_batch_size (tokens per optimizer step over all ranks)"},
+      {"--lr", "is three flags here: --matrix_lr (Muon, the blocks' matrices), --embedding_lr and --unembedding_lr "
+               "(AdamW); --init_lr_frac scales them all"}};
   std::string out;
-  for (const auto& name : unknown) {
+  for (const auto& given : unknown) {
+    // nanochat and argparse users write --model-tag for --model_tag.
+    std::string name = "--" + given.substr(2);
+    std::replace(name.begin() + 2, name.end(), '-', '_');
     if (auto it = nanochat.find(name); it != nanochat.end()) {
-      out += fmt::format("; {} is nanochat's: {}", name, it->second);
+      out += fmt::format("; {} is nanochat's: {}", given, it->second);
       continue;
     }
-    const std::string near = nanoddp::cli::nearest_choice(name, flags);
-    if (!near.empty() && near != name) out += fmt::format("; did you mean {} (for {})?", near, name);
+    if (auto it = elsewhere.find(name); it != elsewhere.end()) {
+      out += fmt::format("; {} {}", given, it->second);
+      continue;
+    }
+    const std::string near = nanoddp::cli::nearest_choice(given, flags);
+    if (!near.empty() && near != given) out += fmt::format("; did you mean {} (for {})?", near, given);
   }
   return out;
 }
 
+// CLI11 (2.1) lists the words it did not expect in reverse ("8 --batch_size 5 --epochs"); this is
+// the same message in the order they were given, from the first command of the chain that kept
+// any (as CLI11 checks them: the root first, then each parsed subcommand).
+std::string extras_in_order(const CLI::App* app) {
+  while (app->get_parent() != nullptr) app = app->get_parent();
+  for (const CLI::App* a = app; a != nullptr;) {
+    const auto extra = a->remaining(false);
+    if (!extra.empty())
+      return fmt::format("The following argument{} not expected: {}", extra.size() > 1 ? "s were" : " was",
+                         fmt::join(extra, " "));
+    const auto parsed = a->get_subcommands();
+    a = parsed.empty() ? nullptr : parsed.front();
+  }
+  return "";
+}
+
 // `nanoddp trian ...`: CLI11 alone would say "A subcommand is required". Returns the error line for
-// a first argument that is neither a flag nor a command, else "".
+// a first argument that is neither a flag nor a command, else "", with the nearest of our commands
+// and nanochat's script names (translate_nanochat has taken the exact ones already).
 std::string unknown_command(const CLI::App& app, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return "";
   std::vector<std::string> names;
@@ -116,9 +164,28 @@ std::string unknown_command(const CLI::App& app, int argc, char** argv) {
     if (sub->check_name(argv[1])) return "";
     names.push_back(sub->get_name());
   }
+  for (const auto& name : nanoddp::cli::nanochat_script_names()) names.push_back(name);
   const std::string near = nanoddp::cli::nearest_choice(argv[1], names);
   return fmt::format("unknown command '{}'{}; `nanoddp --help` lists the commands", argv[1],
                      near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near));
+}
+
+// `nanoddp chat_cli -p hi` or `nanoddp -m scripts.chat_cli -p hi`: nanochat's names in `words` (the
+// whole argv) rewritten to ours (nanochat_names.h). False after the error line for a script or flag
+// that has no equivalent here.
+bool translate_nanochat(std::vector<std::string>& words) {
+  try {
+    std::string note;
+    if (auto ours = nanoddp::cli::translate_nanochat_command({words.begin() + 1, words.end()}, &note)) {
+      words.resize(1);
+      words.insert(words.end(), ours->begin(), ours->end());
+    }
+    if (!note.empty()) std::fprintf(stderr, "nanoddp: %s\n", note.c_str());
+    return true;
+  } catch (const nanoddp::Error& e) {
+    report(e.what());
+    return false;
+  }
 }
 
 // Every single-valued option takes its last value when given twice, as the typed option structs'
@@ -142,6 +209,10 @@ int main(int argc, char** argv) {
     // (instead of CLI11's second line, "Run with --help for more information.").
     std::string message = e.what();
     message = message.substr(0, message.find('\n'));
+    // (CLI11 names an ExtrasError after the command, so its type tells it apart.)
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+      if (std::string ordered = extras_in_order(a); !ordered.empty()) message = ordered;
+    }
     std::string command = "nanoddp";
     for (const CLI::App* sub = a; sub != nullptr;) {
       const auto parsed = sub->get_subcommands();
@@ -169,6 +240,16 @@ int main(int argc, char** argv) {
   add_data_command(app);
   add_run_command(app);
   take_last_everywhere(&app);
+  app.footer(fmt::format("nanochat's script names ({}) run the nanoddp command that does their job, also as "
+                         "`nanoddp -m scripts.NAME` and under `nanoddp run` (README: \"Coming from nanochat or "
+                         "torchrun\").\n", nanochat_script_list()));
+  // nanochat's names rewritten to ours; `words` owns the strings `args` points into.
+  std::vector<std::string> words(argv, argv + argc);
+  if (!translate_nanochat(words)) return 2;
+  std::vector<char*> args;
+  for (auto& w : words) args.push_back(w.data());
+  argc = static_cast<int>(args.size());
+  argv = args.data();
   if (const std::string bad = unknown_command(app, argc, argv); !bad.empty()) {
     report(bad);
     return 2;
