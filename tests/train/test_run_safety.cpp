@@ -495,6 +495,21 @@ TEST(RunFolder, ASecondWriterIsRefusedNamingTheHolderAndAKilledOneBlocksNothing)
   EXPECT_EQ(train_single(second).last_step, second.stop_at);
 }
 
+// A start that fails its checks leaves no folder behind. Was (with the run lock): a mistyped --out
+// given --resume latest failed, as it should, but left that folder behind holding run.lock. A
+// folder that existed before is kept, lock file and all.
+TEST(RunFolder, AFailedStartLeavesNoFolderItMade) {
+  testing::ScratchDir root("failed_start");
+  auto o = tiny(root.str("typo"));
+  o.resume = "latest";
+  NANODDP_EXPECT_ERROR(train_single(o), "--resume latest: no complete checkpoint");
+  EXPECT_FALSE(fs::exists(root.str("typo"))) << "the failed start left its --out behind";
+  fs::create_directories(root.str("mine"));
+  o.out = root.str("mine");
+  NANODDP_EXPECT_ERROR(train_single(o), "--resume latest: no complete checkpoint");
+  EXPECT_TRUE(fs::exists(root.str("mine"))) << "a folder the user made was removed";
+}
+
 // The staging folder of a save that a kill or a full disk interrupted is removed when the run
 // starts again; a user's files that merely look alike are not.
 TEST(RunFolder, StartUpRemovesInterruptedSavesAndNothingElse) {
