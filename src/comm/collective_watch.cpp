@@ -1,6 +1,7 @@
 #include "comm/collective_watch.h"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <csignal>
 #include <cstdio>
@@ -15,8 +16,11 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// The last stop signal this process received (0: none).
-volatile std::sig_atomic_t g_stop_signal = 0;
+// The last stop signal this process received (0: none). A lock-free atomic: a signal handler stores
+// it and the heartbeat thread reads it (a volatile sig_atomic_t is safe in the handler but not
+// between threads).
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
@@ -51,7 +55,7 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 }  // namespace
 
-void note_stop_signal(int sig) noexcept { g_stop_signal = sig; }
+void note_stop_signal(int sig) noexcept { g_stop_signal.store(sig, std::memory_order_relaxed); }
 
 CollectiveWatch::CollectiveWatch(std::shared_ptr<Store> store, int rank, int size, milliseconds collective_timeout,
                                  Departures departures, Abandon abandon)
@@ -147,7 +151,7 @@ void CollectiveWatch::check_blocked(uint64_t seq) {
   const bool read_peers = Clock::now() - last_peer_read_ >= interval_;
   if (read_peers) last_peer_read_ = Clock::now();
   std::string why = known_departure(seq, read_peers);
-  const int sig = g_stop_signal;
+  const int sig = g_stop_signal.load(std::memory_order_relaxed);
   if (why.empty() && sig != 0) {
     if (!told_signal_) {
       told_signal_ = true;

@@ -54,8 +54,8 @@ inline std::chrono::milliseconds heartbeat_interval_for(std::chrono::millisecond
   return std::clamp(collective_timeout / 10, milliseconds(20), milliseconds(2000));
 }
 
-// Records a stop signal for the watches of this process (Note [known departures]). Safe to call
-// from a signal handler.
+// Records a stop signal for the watches of this process (Note [known departures]); 0 forgets it (a
+// new run's handler starts with none). Safe to call from a signal handler.
 void note_stop_signal(int sig) noexcept;
 
 // What the job's launcher reports about a worker that failed: one sentence naming the rank ("rank 1

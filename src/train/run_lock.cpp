@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,10 +26,10 @@ std::string read_holder(int fd) {
 
 }  // namespace
 
-RunLock::RunLock(const std::string& out) {
+RunLock::RunLock(const std::string& out) : out_(out) {
   const std::string path = (std::filesystem::path(out) / "run.lock").string();
   std::error_code ec;
-  std::filesystem::create_directories(out, ec);
+  created_ = std::filesystem::create_directories(out, ec);
   NANODDP_CHECK(!ec, "--out {}: cannot create the folder ({}): choose a writable --out", out, ec.message());
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   NANODDP_CHECK(fd_ >= 0, "--out {}: cannot open {} ({}): choose a writable --out", out, path, std::strerror(errno));
@@ -49,8 +50,21 @@ RunLock::RunLock(const std::string& out) {
   (void)named;  // best effort: the lock holds whether or not its holder is named
 }
 
+// Unlinked while still held, so that no other run can take the lock on this file in between; only
+// when OUT/run.lock is still this lock's file (--overwrite may have moved it aside with the folder).
 RunLock::~RunLock() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ < 0) return;
+  namespace fs = std::filesystem;
+  const fs::path path = fs::path(out_) / "run.lock";
+  struct stat mine {}, there {};
+  std::error_code ec;
+  if (created_ && ::fstat(fd_, &mine) == 0 && ::stat(path.c_str(), &there) == 0 && mine.st_dev == there.st_dev &&
+      mine.st_ino == there.st_ino) {
+    int entries = 0;
+    for (fs::directory_iterator it(out_, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) entries++;
+    if (!ec && entries == 1 && ::unlink(path.c_str()) == 0) ::rmdir(out_.c_str());  // fails if a file came meanwhile
+  }
+  ::close(fd_);
 }
 
 }  // namespace nanoddp::train

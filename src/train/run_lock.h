@@ -4,7 +4,9 @@
 // it looks at the folder until it ends: the kernel releases it when the process ends, however it
 // ends (kill -9 included), so a killed run never blocks the next one. The file names its holder
 // ("pid 1234 on host node7") for the message the second writer gets. Only rank 0 writes into the
-// folder, so only rank 0 takes the lock (train/run_checkpoints.h tells the other ranks).
+// folder, so only rank 0 takes the lock (train/run_checkpoints.h tells the other ranks). A lock that
+// created OUT removes it again if the run put nothing else there (a start that failed its checks,
+// a mistyped --out with --resume latest): a failed start leaves no folder behind.
 #pragma once
 
 #include <string>
@@ -16,12 +18,14 @@ class RunLock {
   // Creates OUT if needed and takes the lock on OUT/run.lock, or throws nanoddp::Error naming the
   // holder's pid and host (or why the file cannot be made).
   explicit RunLock(const std::string& out);
-  ~RunLock();  // closes the file, which releases the lock
+  ~RunLock();  // closes the file, which releases the lock (removing OUT if it made it and OUT holds nothing else)
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;
 
  private:
   int fd_ = -1;
+  std::string out_;
+  bool created_ = false;  // OUT did not exist before this lock
 };
 
 }  // namespace nanoddp::train

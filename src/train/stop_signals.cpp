@@ -57,6 +57,9 @@ struct sigaction g_old[std::size(kStopSignals)];
 
 StopSignals::StopSignals() {
   g_stop_signal = 0;
+  // The collective watches forget an earlier run's signal too: they would take it for this run's,
+  // and give up on a peer whose heartbeat paused (Note [known departures] in comm/collective_watch.h).
+  dist::note_stop_signal(0);
   ops::on_every_cpu_thread(use_alternate_signal_stack);
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;

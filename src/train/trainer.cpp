@@ -16,6 +16,7 @@
 #include "data/tokenizer_file.h"
 #include "ddp/optimizer.h"
 #include "ddp/reducer.h"
+#include "model/generate.h"
 #include "model/gpt.h"
 #include "ops/backend.h"
 #include "ops/profile.h"

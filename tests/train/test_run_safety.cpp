@@ -11,17 +11,21 @@
 #include <functional>
 #include <fstream>
 #include <limits>
+#include <thread>
 
 #include <fmt/format.h>
 
+#include "comm/collective_watch.h"
 #include "core/safetensors.h"
 #include "data/conversation_loader.h"
 #include "data/dataset.h"
 #include "data/prepare.h"
+#include "rendezvous/hash_store.h"
 #include "run_outputs.h"
 #include "subprocess.h"
 #include "train/checkpoint.h"
 #include "train/run_folder.h"
+#include "train/stop_signals.h"
 #include "train/validate.h"
 #include "train_test_util.h"
 
@@ -468,6 +472,27 @@ TEST_P(Signals, SaveAtTheNextStepAndExitWith128PlusTheSignal) {
 INSTANTIATE_TEST_SUITE_P(StopSignals, Signals, ::testing::Values(SIGTERM, SIGHUP),
                          [](const auto& info) { return info.param == SIGTERM ? "sigterm" : "sighup"; });
 
+// A stop signal of an earlier run (a library caller that trains again in the same process) is not
+// taken for the next run's: its collective watches wait for a peer behind them whose heartbeat
+// paused, as they do without a signal. Was: the watches kept the old signal and gave that peer up
+// after two heartbeat intervals.
+TEST(StopSignal, AnEarlierRunsSignalIsForgottenByTheCollectiveWatches) {
+  dist::note_stop_signal(SIGTERM);  // what the earlier run's handler recorded
+  { train::StopSignals next_run; }
+  auto store = std::make_shared<dist::HashStore>();
+  store->set_string("progress/1", "1 5");  // rank 1: behind collective #2, its beat not advancing
+  std::atomic<uint64_t> abandoned{0};
+  dist::CollectiveWatch watch(store, 0, 2, std::chrono::milliseconds(1000),  // a heartbeat every 100 ms
+                              {}, [&](uint64_t seq, const std::string&) { abandoned = seq; });
+  watch.issued(1);
+  watch.finished(1);
+  watch.issued(2);
+  // Blocked after kBlockedAfter; with a signal, given up two intervals (200 ms) later. Waiting six
+  // times as long leaves room for a loaded machine.
+  std::this_thread::sleep_for(dist::CollectiveWatch::kBlockedAfter * 6);
+  EXPECT_EQ(abandoned.load(), 0u) << "the earlier run's signal gave up a peer of this one";
+}
+
 // One writer per run folder. Was: two concurrent `--resume latest` into one --out both ran to exit
 // 0, one's checkpoints replaced by the other's. The second writer now gets one line naming the
 // holder; the lock dies with its holder (kill -9 included), so the next run takes the folder.
@@ -493,6 +518,21 @@ TEST(RunFolder, ASecondWriterIsRefusedNamingTheHolderAndAKilledOneBlocksNothing)
   ASSERT_TRUE(first.wait_exit(std::chrono::seconds(60)).has_value());
   second.stop_at = *train::latest_checkpoint(out.str()) + 1;
   EXPECT_EQ(train_single(second).last_step, second.stop_at);
+}
+
+// A start that fails its checks leaves no folder behind. Was (with the run lock): a mistyped --out
+// given --resume latest failed, as it should, but left that folder behind holding run.lock. A
+// folder that existed before is kept, lock file and all.
+TEST(RunFolder, AFailedStartLeavesNoFolderItMade) {
+  testing::ScratchDir root("failed_start");
+  auto o = tiny(root.str("typo"));
+  o.resume = "latest";
+  NANODDP_EXPECT_ERROR(train_single(o), "--resume latest: no complete checkpoint");
+  EXPECT_FALSE(fs::exists(root.str("typo"))) << "the failed start left its --out behind";
+  fs::create_directories(root.str("mine"));
+  o.out = root.str("mine");
+  NANODDP_EXPECT_ERROR(train_single(o), "--resume latest: no complete checkpoint");
+  EXPECT_TRUE(fs::exists(root.str("mine"))) << "a folder the user made was removed";
 }
 
 // The staging folder of a save that a kill or a full disk interrupted is removed when the run
