@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU bring-up of issue 10, shaped to the device tool's calls: a command runs at most 10
+# The GPU bring-up, shaped to the device tool's calls: a command runs at most 10
 # minutes, at most 8 files come back from $OUT, and the machine stays warm 30 s after a call before
 # it is given back and the next call starts bare. On a bare H100/H200 (CUDA toolkit, PyTorch, cmake,
 # ninja; none of Debian's -dev packages) it configures against the bundle of scripts/gpu_deps.sh

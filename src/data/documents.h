@@ -44,8 +44,6 @@ class DocumentReader {
   bool next(std::string& text);
 
   const std::vector<std::string>& files() const { return files_; }
-  // Files the directory walks left out as not text (Note [not text]).
-  int64_t skipped_files() const { return skipped_files_; }
   // "FILE", "FILE:LINE" or "FILE row N" (parquet) of the document last returned.
   std::string where() const;
 
@@ -62,7 +60,7 @@ class DocumentReader {
   int64_t rows_before_ = 0;                       // rows of the file before rows_
 
   std::vector<std::string> files_;
-  int64_t skipped_files_ = 0;
+  int64_t skipped_files_ = 0;  // files the directory walks left out as not text (Note [not text])
   TextSplit split_ = TextSplit::kFile;
   size_t file_index_ = 0;     // files_[file_index_ - 1] is open (or done)
   std::ifstream in_;

@@ -44,7 +44,7 @@ struct TrainOptions {
   double first_bucket_mb = 1;
   // data and output
   std::string data = "data";
-  // Chat stages (issue 12): conversations instead of token shards.
+  // Chat stages (SFT and RL): conversations instead of token shards.
   std::string conversations = "";
   std::string val_conversations = "";
   std::string mask = "assistant";

@@ -469,7 +469,7 @@ TEST(Resharding, OneRankResumedOnThreeContinuesLikeTheStraightRun) {
   std::printf("largest relative loss difference after the resume: %.3g\n", worst);
 }
 
-// SFT (issue 12): conversations packed into rows and strided by rank train exactly as token shards
+// SFT: conversations packed into rows and strided by rank train exactly as token shards
 // do: 2 ranks equal 1 rank with 2 accumulation steps, bit for bit.
 TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationStepsAndEvalCountsAlike) {
   ScratchDir base("sft_base"), one("sft_one"), two("sft_two"), tasks("sft_tasks");
@@ -561,7 +561,7 @@ TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationStepsAndEvalCountsAlike) {
       << "only the long message is refused: " << talk.out();
 }
 
-// --trace (issue 13 item 4): one Chrome-format file with both ranks, each with its compute phases
+// --trace: one Chrome-format file with both ranks, each with its compute phases
 // and its collectives on one time axis; the console ends with the run's summary.
 TEST(Observability, TwoRankTraceHoldsBothRanksPhasesAndCollectives) {
   ScratchDir out("trace_two");

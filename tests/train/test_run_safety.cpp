@@ -1,4 +1,4 @@
-// A run never loses work or lies (issue 11): a run folder belongs to one run, flags are checked
+// A run never loses work or lies: a run folder belongs to one run, flags are checked
 // before anything runs, a non-finite loss stops the run before a checkpoint, a resume that does not
 // fit the run is refused, SIGTERM saves before exiting, and --init_from starts from weights.
 #include <gtest/gtest.h>
