@@ -5,12 +5,13 @@
 // ends the process at once.
 //
 // The handler runs on an alternate signal stack on every thread that runs GEMMs, for the reason
-// train/trainer.cpp's Note [signals and oneDNN's JIT GEMMs] gives: oneDNN's JIT kernels point the
+// train/stop_signals.cpp's Note [signals and oneDNN's JIT GEMMs] gives: oneDNN's JIT kernels point the
 // stack pointer into heap memory while they run.
 #pragma once
 
-#include <csignal>
 #include <string>
+
+#include "train/stop_signals.h"
 
 namespace nanoddp::cli {
 
@@ -18,10 +19,7 @@ namespace nanoddp::cli {
 // time per process.
 class StopOnSignal {
  public:
-  StopOnSignal();
-  ~StopOnSignal();
-  StopOnSignal(const StopOnSignal&) = delete;
-  StopOnSignal& operator=(const StopOnSignal&) = delete;
+  StopOnSignal() = default;
 
   // The first signal received since construction, 0 if none. Cheap: ask it after every token.
   static int received();
@@ -31,7 +29,7 @@ class StopOnSignal {
   [[noreturn]] static void stop(const std::string& command, const std::string& done);
 
  private:
-  struct sigaction old_[3] {};
+  train::StopSignals signals_;
 };
 
 }  // namespace nanoddp::cli
