@@ -39,8 +39,28 @@ std::string task_item_question_json(const TaskItem& item);
 // file, else `count` items of the bundled task of that name drawn with `seed`.
 std::vector<Question> load_questions(const std::string& file_or_name, int64_t count, uint64_t seed);
 
-// The reward rule of RL and evaluation: 1 when the completion's final answer (the text after its
-// last "####", trimmed; else the whole completion) equals `answer`, numbers compared as numbers.
-bool answer_is_correct(const std::string& completion, const std::string& answer);
+// The reward rules of RL and evaluation (--reward): 1 when the completion reaches the reference
+// answer, else 0.
+//   gsm8k:    GSM8K's convention: the completion's final answer (the text after its last "####" up to
+//             the line's end, trimmed; without "####" the whole trimmed completion) equals the
+//             answer's (its own text after "####" when it holds one: a GSM8K solution);
+//   contains: the completion contains the answer as a whole word or number, not as part of a
+//             longer one ("12" is not in "123", "a12", "12.5", "-12" or "1,120");
+//   exact:    the whole trimmed completion equals the trimmed answer, character for character;
+//   auto:     gsm8k for an answer holding "####", contains otherwise (resolve_reward_rule decides
+//             it per task first: gsm8k for the bundled tasks, whose solutions end in "#### N").
+// Numbers written as plain decimals compare as exact decimals under gsm8k and contains: "14.0" is
+// 14, "1,000" is 1000, digit by digit (no rounding through a double). An empty answer never matches.
+enum class RewardRule { Auto, Gsm8k, Contains, Exact };
+
+// "auto", "gsm8k", "contains" or "exact"; anything else throws nanoddp::Error naming the choices.
+RewardRule parse_reward_rule(const std::string& name);
+const char* reward_rule_name(RewardRule rule);
+// The rule a run uses for `task` (a questions file or a bundled task's name): `asked` unless Auto;
+// Auto is gsm8k for a bundled task and stays Auto (decided per answer) for a file.
+RewardRule resolve_reward_rule(RewardRule asked, const std::string& task);
+
+bool answer_is_correct(const std::string& completion, const std::string& answer,
+                       RewardRule rule = RewardRule::Gsm8k);
 
 }  // namespace nanoddp::data
