@@ -7,9 +7,10 @@
 // Rates use the nominal FLOPs of causal attention: forward 2 B H T^2 D (half of Q K^T and P V),
 // backward 2.5x that (five products instead of two); our flash backward recomputes S and dP in its
 // dq kernel (Note [deterministic attention backward] in ops/cuda/attention_flash.cu), so its own
-// arithmetic is 3.5x the forward's.
+// arithmetic is 3.5x the forward's. With --window w (a sliding window, ops.h) the count is of the
+// query-key pairs in the band instead: T (w + 1) - w (w + 1) / 2 for T^2 / 2.
 //   NANODDP_CUDA_ATTENTION=flash build/bench/bench_attention_gpu [--batch 16 --seq 2048 --heads 10
-//       --kv_heads 10 --head_dim 128]
+//       --kv_heads 10 --head_dim 128 --window 0]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -31,7 +32,7 @@ namespace {
 using namespace nanoddp;
 
 struct Args {
-  int batch = 16, seq = 2048, heads = 10, kv_heads = 10, head_dim = 128, reps = 20, warmup = 3;
+  int batch = 16, seq = 2048, heads = 10, kv_heads = 10, head_dim = 128, reps = 20, warmup = 3, window = 0;
 };
 
 // Normal values (not zeros: METHOD.md), cast to bf16 on the GPU.
@@ -73,6 +74,8 @@ int main(int argc, char** argv) {
   app.add_option("--head_dim", a.head_dim)->check(CLI::PositiveNumber);
   app.add_option("--reps", a.reps, "Timed calls of each (the median is reported)")->check(CLI::Range(1, 10000));
   app.add_option("--warmup", a.warmup, "Untimed calls first")->check(CLI::Range(0, 1000));
+  app.add_option("--window", a.window, "Sliding window: keys before each query it sees (0: full causal)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     NANODDP_CHECK(cuda_device_count() > 0, "no GPU visible: this benchmark needs one");
@@ -86,12 +89,14 @@ int main(int argc, char** argv) {
     Tensor dq = Tensor::empty(q.shape(), DType::BF16, dev), dk = Tensor::empty(k.shape(), DType::BF16, dev),
            dv = Tensor::empty(v.shape(), DType::BF16, dev);
     const float scale = 1.f / std::sqrt(float(d));
-    auto forward = [&] { ops::attention_forward(out, lse, q, k, v, t, scale); };
-    auto backward = [&] { ops::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale); };
+    auto forward = [&] { ops::attention_forward(out, lse, q, k, v, t, scale, a.window); };
+    auto backward = [&] { ops::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, a.window); };
     const double fwd = median_seconds(be, a.warmup, a.reps, forward);
     forward();  // out and lse of these inputs for the backward
     const double bwd = median_seconds(be, a.warmup, a.reps, backward);
-    const double fwd_flops = 2.0 * double(b) * h * double(t) * t * d;
+    const double w = a.window > 0 && a.window < t - 1 ? a.window : 0;
+    const double pairs = w > 0 ? double(t) * (w + 1) - w * (w + 1) / 2 : double(t) * t / 2;
+    const double fwd_flops = 4.0 * double(b) * h * pairs * d;
     // Peak device memory over both, inputs included: the route's workspace shows as the difference
     // between routes (cuDNN's deterministic backward holds a large one).
     const double peak_gib = allocator_for(dev).stats().peak_live_bytes / double(1 << 30);
@@ -104,6 +109,7 @@ int main(int argc, char** argv) {
                      {"heads", h},
                      {"kv_heads", hk},
                      {"head_dim", d},
+                     {"window", a.window},
                      {"fwd_ms", 1e3 * fwd},
                      {"bwd_ms", 1e3 * bwd},
                      {"fwd_tflops", fwd_flops / fwd / 1e12},

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every figure issue 14 (--dtype on the CPU) asks for, on whatever CPU this is, in one run, so that
+# Every figure docs/benchmarks.md gives for --dtype on the CPU, on whatever CPU this is, in one run, so that
 # a machine of the kind not yet measured (Intel Sapphire Rapids: AMX, AVX512-FP16) is measured in one
 # command:
 #   bench/cpu_dtype_bench.sh [build dir] [log dir]

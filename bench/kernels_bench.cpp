@@ -81,14 +81,31 @@ void BM_attention(benchmark::State& state) {
   Tensor out = Tensor::empty(q.shape(), act), lse = Tensor::empty({b, h, t}, DType::F32);
   Tensor dq = Tensor::empty(q.shape(), act), dk = Tensor::empty(q.shape(), act), dv = Tensor::empty(q.shape(), act);
   const float scale = 1.f / std::sqrt(float(d));
-  ops::attention_forward(out, lse, q, k, v, t, scale);
+  ops::attention_forward(out, lse, q, k, v, t, scale, 0);
   for (auto _ : state) {
     if (backward)
-      ops::attention_backward(dq, dk, dv, out, q, k, v, out, lse, scale);
+      ops::attention_backward(dq, dk, dv, out, q, k, v, out, lse, scale, 0);
     else
-      ops::attention_forward(out, lse, q, k, v, t, scale);
+      ops::attention_forward(out, lse, q, k, v, t, scale, 0);
   }
   state.SetLabel(std::string(backward ? "backward " : "forward ") + std::string(dtype_name(act)));
+}
+
+// Sliding-window attention at nanochat's sequence length 1024 in f32, forward and backward: its
+// short window there, ceil(1024 / 4 / 128) * 128 = 256 keys back, against full causal (window 0).
+// Args: window.
+void BM_attention_window(benchmark::State& state) {
+  const int64_t window = state.range(0), b = 2, t = 1024, h = 2, d = 128;
+  Tensor q = gaussian({b, t, h, d}, 4), k = gaussian({b, t, h, d}, 5), v = gaussian({b, t, h, d}, 6);
+  Tensor out = Tensor::empty(q.shape(), DType::F32), lse = Tensor::empty({b, h, t}, DType::F32);
+  Tensor dq = Tensor::empty(q.shape(), DType::F32), dk = Tensor::empty(q.shape(), DType::F32),
+         dv = Tensor::empty(q.shape(), DType::F32);
+  const float scale = 1.f / std::sqrt(float(d));
+  for (auto _ : state) {
+    ops::attention_forward(out, lse, q, k, v, t, scale, window);
+    ops::attention_backward(dq, dk, dv, out, q, k, v, out, lse, scale, window);
+  }
+  state.SetLabel(window > 0 ? "forward + backward, window " + std::to_string(window) : "forward + backward, full");
 }
 
 void BM_adamw(benchmark::State& state) {
@@ -122,6 +139,7 @@ BENCHMARK(BM_relu2_forward)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_rmsnorm_forward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_rmsnorm_backward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_attention)->Args({0, 0})->Args({1, 0})->Args({0, 1})->Args({1, 1})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_attention_window)->Arg(0)->Arg(256)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_adamw)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_newton_schulz)->Args({256, 256, 1})->Args({1024, 256, 1})->Args({256, 1024, 1})->Args({256, 256, 0})
     ->Unit(benchmark::kMillisecond);

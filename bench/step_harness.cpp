@@ -49,7 +49,7 @@ double StepBench::step(double* exposed) {
     synchronize();
     *exposed += wait.seconds();
   }
-  // fp16: the trainer's dynamic loss scaling (Note [dynamic loss scaling] in train/trainer.cpp), so
+  // fp16: the trainer's dynamic loss scaling (Note [dynamic loss scaling] in train/loss_scaler.h), so
   // that its cost is timed too: unscale and check (an all-reduce of the overflow flag), and on an
   // overflow skip the step and halve the scale. The growth after 2000 good steps is left out: no
   // benchmark runs that long.

@@ -33,7 +33,7 @@ from torch_muon import LoopMuon, StackedMuon, compiled_newton_schulz  # noqa: E4
 MUONS = {"stacked": StackedMuon, "loop": LoopMuon}
 
 
-# The attention backends compared (issue 10 C: PyTorch's faster one is the baseline). sdpa_kernel
+# The attention backends compared (PyTorch's faster one is the baseline, its best case). sdpa_kernel
 # with a single backend makes a call that backend cannot run an error, not a silent fall-back.
 SDPA_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 

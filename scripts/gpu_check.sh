@@ -250,6 +250,10 @@ if ((!prebuilt)); then
   targets=(nanoddp test_cuda_ops test_cuda_model test_cudnn_attention test_cudnn_library bench_train_gpu
            bench_attention_gpu bench_allreduce)
   grep -qs test_comm_nccl "$build/tests/comm/CTestTestfile.cmake" && targets+=(test_comm_nccl)  # where NCCL was found
+  # Several ranks on one GPU over Gloo, where the build has Gloo (GPU_CHECK_CMAKE_ARGS=-DNANODDP_GLOO=ON
+  # with Gloo installed; the bundled build leaves it out).
+  grep -qs test_comm_gloo_cuda "$build/tests/comm/CTestTestfile.cmake" && targets+=(test_comm_gloo_cuda)
+  grep -qs test_ddp_gloo_cuda "$build/tests/ddp/CTestTestfile.cmake" && targets+=(test_ddp_gloo_cuda)
   stage build always 30 "$budget" cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" || finish
 fi
 bin=$build/nanoddp

@@ -21,9 +21,10 @@ done
 # libclang-rt-dev, which clang only recommends.
 # chromium and chromium-driver run the browser test of `nanoddp serve`'s page (tests/cli/serve_browser.py).
 # libzstd-dev and libsnappy-dev decompress the pages of parquet files (data prepare reads nanochat's shards).
+# clang-format checks the layout of the files in tests/format_allowlist.txt (tests/check_format.sh).
 packages=(
   build-essential cmake pkg-config git ca-certificates
-  clang libclang-rt-dev
+  clang libclang-rt-dev clang-format
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev libomp-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev

@@ -5,6 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NANODDP_BUILD_DIR="${NANODDP_BUILD_DIR:-build}"
+# Warnings are errors in this build (NANODDP_WERROR, cmake/NanoddpWarnings.cmake), so one that
+# reaches CI fails it. A later -DNANODDP_WERROR=OFF in NANODDP_CMAKE_ARGS overrides it. The option
+# stays in the build folder's cache: a folder that scripts/main_job.sh configured without it is
+# compiled again once, and scripts/main_job.sh keeps it on afterwards.
+export NANODDP_CMAKE_ARGS="-DNANODDP_WERROR=ON ${NANODDP_CMAKE_ARGS:-}"
 scripts/setup.sh
 export NANODDP_REQUIRE_REFERENCES=1
 cd "$NANODDP_BUILD_DIR"

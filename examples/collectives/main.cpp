@@ -4,11 +4,10 @@
 //   all_reduce SUM then divide by the world size (a mean, as DDP averages gradients by hand),
 //   broadcast from rank 0, and all_gather of every rank's value.
 #include <fmt/format.h>
+#include <nanoddp/distributed.h>
+#include <nanoddp/tensor.h>
 
 #include <cstdio>
-
-#include "comm/init.h"
-#include "core/error.h"
 
 int main() {
   using namespace nanoddp;

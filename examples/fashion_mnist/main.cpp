@@ -1,5 +1,6 @@
 // The DDP guide's first example, with nanoddp as the library: an MLP (784 -> 256 -> ReLU -> 10) on
-// Fashion-MNIST, cross-entropy, Adam, a DistributedSampler per rank, rank 0 printing and saving.
+// Fashion-MNIST, cross-entropy, Adam, a DistributedSampler per rank, rank 0 printing and saving a
+// checkpoint that --resume continues from.
 // Runs alone, under `nanoddp run --nproc_per_node N`, torchrun-style variables, mpirun or srun:
 //   build/examples/fashion_mnist --epochs 2
 //   build/nanoddp run --standalone --nproc_per_node 2 build/examples/fashion_mnist --epochs 2
@@ -9,23 +10,20 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include <nanoddp/checkpoint.h>
+#include <nanoddp/ddp.h>
+#include <nanoddp/distributed.h>
+#include <nanoddp/distributed_sampler.h>
+#include <nanoddp/ops.h>
+#include <nanoddp/optimizer.h>
+#include <nanoddp/tensor.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-
-#include "comm/consistency.h"
-#include "comm/init.h"
-#include "core/error.h"
-#include "core/log.h"
-#include "core/rng.h"
-#include "core/safetensors.h"
-#include "core/timer.h"
-#include "data/distributed_sampler.h"
-#include "ddp/optimizer.h"
-#include "ddp/reducer.h"
-#include "ops/backend.h"
-#include "ops/ops.h"
 
 namespace {
 
@@ -161,6 +159,42 @@ Tensor gather_images(const Split& s, const std::vector<int64_t>& idx) {
   return x;
 }
 
+// The checkpoint, as docs/library.md's "Checkpoints for your own model" writes it: rank 0 saves the
+// weights (the epochs done in the metadata) and, beside them, the optimizer state, which is the
+// same on every rank (replicated, zero 0). Then every rank waits, so none reads a half-written file.
+std::string optimizer_path(const std::string& weights) {
+  return std::filesystem::path(weights).replace_extension(".optimizer.safetensors").string();
+}
+
+void save_checkpoint(const std::string& path, int epochs_done, Mlp& model, const ddp::Optimizer& optimizer,
+                     dist::ProcessGroup& group) {
+  if (group.rank() == 0) {
+    SafetensorsWriter w;
+    for (const auto& p : model.parameters()) w.add(p.name, p.data);
+    w.set_metadata("epochs_done", std::to_string(epochs_done));
+    w.write(path);
+    SafetensorsWriter state;
+    for (const auto& [name, t] : optimizer.state()) state.add(name, t);
+    state.write(optimizer_path(path));
+  }
+  group.barrier()->wait();
+}
+
+// Every rank reads the same files into the model (through parameters(): the Reducer has moved
+// them into its buckets) and the optimizer; returns the epochs done.
+int load_checkpoint(const std::string& path, Mlp& model, ddp::Optimizer& optimizer) {
+  SafetensorsFile weights(path);
+  const auto done = weights.metadata().find("epochs_done");
+  NANODDP_CHECK(done != weights.metadata().end(), "{} has no epochs_done: give --resume a file this example's --out "
+                "wrote", path);
+  for (auto& p : model.parameters()) weights.read_into(p.name, p.data);
+  model.refresh_compute_weights();
+  SafetensorsFile state(optimizer_path(path));
+  NANODDP_CHECK(optimizer.state_matches(state), "{} does not hold this optimizer's state", state.path());
+  optimizer.load_state(state);
+  return std::stoi(done->second);
+}
+
 struct Args {
   int epochs = 2;
   int64_t batch_size = 64;  // per rank, as in the guide
@@ -170,6 +204,7 @@ struct Args {
   uint64_t seed = 0;
   int threads = 1;
   std::string backend = "auto";
+  std::string resume;  // a checkpoint --out wrote: continue after its epochs
 };
 
 int run(const Args& a) {
@@ -195,11 +230,13 @@ int run(const Args& a) {
   oc.adam_beta2 = 0.999;
   oc.adam_eps = 1e-8;
   ddp::Optimizer optimizer(model, reducer, oc);
+  const int first_epoch = a.resume.empty() ? 0 : load_checkpoint(a.resume, model, optimizer);
+  NANODDP_CHECK(first_epoch < a.epochs, "{} has {} epochs done: give --epochs more than that", a.resume, first_epoch);
 
   data::DistributedSampler sampler(train.size(), group.size(), group.rank(), true, a.seed, false);
   double train_seconds = 0, samples = 0;  // training steps only (for bench/fashion_mnist_bench.sh)
-  for (int epoch = 0; epoch < a.epochs; epoch++) {
-    Stopwatch epoch_time;
+  for (int epoch = first_epoch; epoch < a.epochs; epoch++) {
+    const auto epoch_start = std::chrono::steady_clock::now();
     sampler.set_epoch(epoch);
     const auto idx = sampler.indices();
     std::vector<double> loss{0, 0};  // sum of batch losses, batches
@@ -213,7 +250,7 @@ int run(const Args& a) {
       reducer.finish();
       optimizer.step(1.0, 0.0);
     }
-    train_seconds += epoch_time.seconds();
+    train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
     samples += static_cast<double>(idx.size()) * group.size();
     dist::allreduce_scalars(group, loss, dist::ReduceOp::Sum);
     // Test accuracy, test images strided by rank and the counts summed.
@@ -228,11 +265,7 @@ int run(const Args& a) {
     log::print0("epoch {} | train loss {:.4f} | test accuracy {:.4f}", epoch + 1, loss[0] / loss[1],
                 correct[0] / correct[1]);
     if (epoch + 1 == a.epochs) {
-      if (group.rank() == 0) {
-        SafetensorsWriter w;
-        for (const auto& p : model.parameters()) w.add(p.name, p.data);
-        w.write(a.out);
-      }
+      save_checkpoint(a.out, a.epochs, model, optimizer, group);
       log::print0("{}", nlohmann::json{{"test_accuracy", correct[0] / correct[1]}, {"train_loss", loss[0] / loss[1]},
                                        {"epochs", a.epochs}, {"world_size", group.size()}, {"saved", a.out},
                                        {"samples_per_s", samples / train_seconds}}
@@ -255,6 +288,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", a.seed, "Seed of the weights and the shuffle")->capture_default_str();
   app.add_option("--threads", a.threads, "CPU threads per rank")->capture_default_str();
   app.add_option("--backend", a.backend, "auto, gloo or mpi")->capture_default_str();
+  app.add_option("--resume", a.resume, "Continue from a checkpoint --out wrote (its optimizer state beside it)");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(a);

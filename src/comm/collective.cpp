@@ -24,35 +24,22 @@ std::string CollectiveInfo::describe() const {
   return fmt::format("{} #{} of {} ({}, {})", name, seq, format_bytes(bytes), dtype_name(dtype), op);
 }
 
-bool is_reducible(DType dtype) {
-  return dtype == DType::F32 || dtype == DType::F64 || dtype == DType::I32 || dtype == DType::I64;
+bool is_reducible(DType dtype) { return kHostReducible.contains(dtype); }
+
+std::string host_refusal(const char* collective, const char* backend, DType dtype) {
+  return fmt::format("{} of {} tensors is not supported by the {} backend (it reduces f32, f64, i32 and i64): reduce "
+                     "a copy in f32{}",
+                     collective, dtype_name(dtype), backend, dtype == DType::BF16 ? " (or use the nccl backend)" : "");
 }
 
-void check_reducible(const char* collective, const char* backend, DType dtype) {
-  NANODDP_CHECK(is_reducible(dtype),
-                "{} of {} tensors is not supported by the {} backend (it reduces f32, f64, i32 and i64): reduce a "
-                "copy in f32{}",
-                collective, dtype_name(dtype), backend, dtype == DType::BF16 ? " (or use the nccl backend)" : "");
-}
-
-void check_reduce_scatter_shapes(const Tensor& out, const Tensor& in, int world_size) {
-  NANODDP_CHECK(out.dtype() == in.dtype(), "reduce_scatter: output is {} but input is {}: use the same dtype",
-                dtype_name(out.dtype()), dtype_name(in.dtype()));
-  NANODDP_CHECK(in.numel() == out.numel() * world_size,
-                "reduce_scatter: input has {} elements but must have world size ({}) x output ({}) = {}", in.numel(),
-                world_size, out.numel(), out.numel() * world_size);
-}
-
-void check_all_gather_shapes(const Tensor& out, const Tensor& in, int world_size) {
-  NANODDP_CHECK(out.dtype() == in.dtype(), "all_gather: output is {} but input is {}: use the same dtype",
-                dtype_name(out.dtype()), dtype_name(in.dtype()));
-  NANODDP_CHECK(out.numel() == in.numel() * world_size,
-                "all_gather: output has {} elements but must have world size ({}) x input ({}) = {}", out.numel(),
-                world_size, in.numel(), in.numel() * world_size);
-}
-
-void check_root(int root, int world_size) {
-  NANODDP_CHECK(root >= 0 && root < world_size, "broadcast: root rank {} is not in [0, {})", root, world_size);
+CollectiveSupport host_support(TensorPlace place) {
+  CollectiveSupport s;
+  s.place = place;
+  s.reduces = kHostReducible;
+  s.averages = kHostReducible;
+  s.averages_by_division = true;
+  s.refuse_dtype = host_refusal;
+  return s;
 }
 
 void divide_in_place(void* data, size_t n, DType dtype, int divisor) {

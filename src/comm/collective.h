@@ -1,6 +1,6 @@
-// Helpers every process-group backend shares: describing a collective for error messages, checking
-// its arguments, and the element-wise pieces backends add around a library call (Avg = Sum, then
-// divide by the world size, since Gloo and MPI have no average).
+// Helpers the process-group backends share: describing a collective for error messages, what the
+// host backends (Gloo, MPI) reduce, and the element-wise pieces they add around a library call
+// (Avg = Sum, then divide by the world size, since Gloo and MPI have no average).
 #pragma once
 
 #include <cstdint>
@@ -26,16 +26,14 @@ struct CollectiveInfo {
   std::string describe() const;
 };
 
-// Whether the element-wise reductions below (and the CPU backends) handle `dtype`: f32, f64, i32,
-// i64. bf16 and the unsigned types are refused with a clear error (reduce in f32 instead).
+// The dtypes the element-wise reductions below (and the host backends) handle: f32, f64, i32, i64.
+// bf16 and the unsigned types are refused with a clear error (reduce in f32 instead).
+inline constexpr DTypeSet kHostReducible{DType::F32, DType::F64, DType::I32, DType::I64};
 bool is_reducible(DType dtype);
-void check_reducible(const char* collective, const char* backend, DType dtype);
-
-// Argument checks shared by every backend; throw nanoddp::Error naming the collective and the
-// mismatch.
-void check_reduce_scatter_shapes(const Tensor& out, const Tensor& in, int world_size);
-void check_all_gather_shapes(const Tensor& out, const Tensor& in, int world_size);
-void check_root(int root, int world_size);
+// The host backends' refusal of another dtype (CollectiveSupport::refuse_dtype).
+std::string host_refusal(const char* collective, const char* backend, DType dtype);
+// What Gloo and MPI support: host reductions, Avg by division, tensors in `place`.
+CollectiveSupport host_support(TensorPlace place);
 
 // data[i] /= divisor for n elements of `dtype` (integers: truncated toward zero, as C++ divides).
 void divide_in_place(void* data, size_t n, DType dtype, int divisor);

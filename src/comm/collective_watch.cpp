@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <csignal>
+#include <cstdio>
 #include <vector>
 
 #include "core/error.h"
@@ -9,14 +11,24 @@
 namespace nanoddp::dist {
 
 using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// The last stop signal this process received (0: none).
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
 std::string progress_key(int rank) { return "progress/" + std::to_string(rank); }
 
+// "<issued> <beat>", and " left" once the rank's group was destroyed.
 struct Progress {
   bool present = false;
   uint64_t issued = 0, beat = 0;
+  bool left = false;
 };
 
 Progress parse_progress(const Bytes& value) {
@@ -27,6 +39,7 @@ Progress parse_progress(const Bytes& value) {
   if (ec1 != std::errc() || mid == e) return p;
   auto [end, ec2] = std::from_chars(mid + 1, e, p.beat);
   p.present = ec2 == std::errc();
+  p.left = std::string_view(end, size_t(e - end)) == " left";
   return p;
 }
 
@@ -38,11 +51,17 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 }  // namespace
 
-CollectiveWatch::CollectiveWatch(std::shared_ptr<Store> store, int rank, int size, milliseconds collective_timeout)
+void note_stop_signal(int sig) noexcept { g_stop_signal = sig; }
+
+CollectiveWatch::CollectiveWatch(std::shared_ptr<Store> store, int rank, int size, milliseconds collective_timeout,
+                                 Departures departures, Abandon abandon)
     : store_(std::move(store)),
       rank_(rank),
       size_(size),
-      interval_(heartbeat_interval_for(collective_timeout)) {
+      interval_(heartbeat_interval_for(collective_timeout)),
+      departures_(std::move(departures)),
+      abandon_(std::move(abandon)),
+      peer_beats_(size_t(size)) {
   publish();
   thread_ = std::thread([this] { heartbeat_loop(); });
 }
@@ -54,16 +73,94 @@ CollectiveWatch::~CollectiveWatch() {
   }
   stop_cv_.notify_all();
   thread_.join();
+  // Peers blocked on this rank stop waiting (Note [known departures]); not when the heartbeats
+  // found the store gone, which would only hold up this rank's exit.
+  if (!store_lost_) publish(true);
 }
 
-bool CollectiveWatch::publish() {
-  std::string value = fmt::format("{} {}", issued_.load(std::memory_order_relaxed), ++beat_);
+void CollectiveWatch::issued(uint64_t seq) {
+  // The first collective pending: its wait starts now (later ones wait behind it).
+  if (finished_.load(std::memory_order_relaxed) + 1 == seq)
+    last_progress_ns_.store(now_ns(), std::memory_order_relaxed);
+  issued_.store(seq, std::memory_order_relaxed);
+}
+
+void CollectiveWatch::finished(uint64_t seq) {
+  last_progress_ns_.store(now_ns(), std::memory_order_relaxed);
+  finished_.store(seq, std::memory_order_relaxed);
+}
+
+bool CollectiveWatch::publish(bool left) {
+  std::string value = fmt::format("{} {}{}", issued_.load(std::memory_order_relaxed), ++beat_, left ? " left" : "");
   try {
     store_->set(progress_key(rank_), Bytes(value.begin(), value.end()));
     return true;
   } catch (const Error&) {
     return false;
   }
+}
+
+uint64_t CollectiveWatch::blocked_collective() const {
+  const uint64_t done = finished_.load(std::memory_order_relaxed), issued = issued_.load(std::memory_order_relaxed);
+  if (issued <= done) return 0;
+  const int64_t idle_ns = now_ns() - last_progress_ns_.load(std::memory_order_relaxed);
+  return idle_ns >= std::chrono::nanoseconds(kBlockedAfter).count() ? done + 1 : 0;
+}
+
+std::string CollectiveWatch::known_departure(uint64_t seq, bool read_peers) {
+  if (departures_) {
+    std::string launcher = departures_();
+    if (!launcher.empty()) return fmt::format("{}, as the launcher reports: see its output", launcher);
+  }
+  for (int r = 0; r < size_ && read_peers; r++) {
+    if (r == rank_ || !store_->check({progress_key(r)})) continue;
+    Progress p = parse_progress(store_->get(progress_key(r)));
+    if (p.present && p.left && p.issued < seq)
+      return fmt::format("rank {} left the job after its collective #{} without reaching it: see its output", r,
+                         p.issued);
+  }
+  return "";
+}
+
+// The beats of peers that had not reached `seq`, watched since the stop signal: those that have not
+// changed for two intervals are gone or frozen.
+std::string CollectiveWatch::stopped_peers_after_signal(uint64_t seq) {
+  std::vector<int> stopped;
+  for (int r = 0; r < size_; r++) {
+    if (r == rank_ || !store_->check({progress_key(r)})) continue;
+    Progress p = parse_progress(store_->get(progress_key(r)));
+    PeerBeat& b = peer_beats_[size_t(r)];
+    if (!p.present || p.issued >= seq) continue;
+    if (!b.seen || b.beat != p.beat) b = {p.beat, Clock::now(), true};
+    if (Clock::now() - b.since >= 2 * interval_) stopped.push_back(r);
+  }
+  if (stopped.empty()) return "";
+  bool one = stopped.size() == 1;
+  return fmt::format("{} {} had not reached it and stopped sending heartbeats: {} gone or frozen; see {} output",
+                     one ? "rank" : "ranks", rank_list(stopped), one ? "it is" : "they are", one ? "its" : "their");
+}
+
+void CollectiveWatch::check_blocked(uint64_t seq) {
+  if (!abandon_ || seq == abandoned_) return;
+  // The launcher's report is one request, read every poll; the peers' marks, one request per
+  // rank, once a heartbeat interval.
+  const bool read_peers = Clock::now() - last_peer_read_ >= interval_;
+  if (read_peers) last_peer_read_ = Clock::now();
+  std::string why = known_departure(seq, read_peers);
+  const int sig = g_stop_signal;
+  if (why.empty() && sig != 0) {
+    if (!told_signal_) {
+      told_signal_ = true;
+      std::fprintf(stderr, "nanoddp: [rank %d] received signal %d while collective #%llu waits for the other ranks; "
+                   "it goes on while they are alive (they got the signal too)\n", rank_, sig,
+                   static_cast<unsigned long long>(seq));
+      std::fflush(stderr);
+    }
+    why = stopped_peers_after_signal(seq);
+  }
+  if (why.empty()) return;
+  abandoned_ = seq;
+  abandon_(seq, why);
 }
 
 void CollectiveWatch::heartbeat_loop() {
@@ -75,16 +172,40 @@ void CollectiveWatch::heartbeat_loop() {
   // a healthy rank whose beat stopped would be named as frozen by the others' diagnoses.
   constexpr int kTimeoutsToGiveUp = 3;
   int timeouts = 0;
+  auto next_beat = Clock::now() + interval_;
   for (;;) {
-    stop_cv_.wait_for(lock, interval_, [&] { return stopping_; });
+    // Between beats, a blocked collective is looked at every kPollEvery (Note [known departures]).
+    const auto until = abandon_ ? std::min(next_beat, Clock::now() + kPollEvery) : next_beat;
+    stop_cv_.wait_until(lock, until, [&] { return stopping_; });
     if (stopping_) return;
-    const auto start = std::chrono::steady_clock::now();
+    if (uint64_t seq = blocked_collective(); seq != 0) {
+      try {
+        check_blocked(seq);
+      } catch (const Error&) {
+        // The store is unreachable: the beat below finds out, and the collective's own timeout holds.
+      }
+    }
+    if (Clock::now() < next_beat) continue;
+    next_beat = Clock::now() + interval_;
+    const auto start = Clock::now();
     if (publish()) {
       timeouts = 0;
       continue;
     }
-    const bool timed_out = std::chrono::steady_clock::now() - start >= interval_;
-    if (!timed_out || ++timeouts == kTimeoutsToGiveUp) return;
+    const bool timed_out = Clock::now() - start >= interval_;
+    if (!timed_out || ++timeouts == kTimeoutsToGiveUp) {
+      store_lost_ = true;
+      return;
+    }
+  }
+}
+
+std::string CollectiveWatch::sleep_watching(milliseconds d, uint64_t seq) {
+  const auto until = Clock::now() + d;
+  for (;;) {
+    std::string why = known_departure(seq);
+    if (!why.empty() || Clock::now() >= until) return why;
+    std::this_thread::sleep_for(std::min<Clock::duration>(kPollEvery, until - Clock::now()));
   }
 }
 
@@ -97,10 +218,11 @@ std::string CollectiveWatch::diagnose(uint64_t seq) {
     }
   };
   try {
-    std::this_thread::sleep_for(interval_ + interval_ / 2);  // every live rank publishes meanwhile
+    // Every live rank publishes meanwhile; a departure the store knows of answers at once.
+    if (std::string why = sleep_watching(interval_ + interval_ / 2, seq); !why.empty()) return why;
     read_all(first);
     // Watch every rank's beat for a few intervals: stopped = gone or frozen, advancing = alive.
-    std::this_thread::sleep_for(interval_ * 3);
+    if (std::string why = sleep_watching(interval_ * 3, seq); !why.empty()) return why;
     read_all(second);
   } catch (const Error& e) {
     return fmt::format("could not read the other ranks' progress from the rendezvous store ({}): the process hosting "

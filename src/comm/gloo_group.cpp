@@ -13,11 +13,15 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
+#include <deque>
+#include <mutex>
 
 #include "core/error.h"
 #include "core/trace.h"
 #include "comm/collective.h"
 #include "comm/collective_watch.h"
+#include "comm/host_staging.h"
 #include "rendezvous/net.h"
 #include "rendezvous/prefix_store.h"
 #include "comm/work.h"
@@ -131,15 +135,25 @@ struct GlooGroup::State {
   std::unique_ptr<CollectiveWatch> watch;
   std::atomic<uint64_t> seq{0};  // collectives issued so far
 
+  // The collectives issued and not finished, oldest first (for the line of an abandoned one).
+  std::mutex pending_mu;
+  std::deque<CollectiveInfo> pending;
+
   // Used on the worker thread only.
   std::string failure;  // the first failure; later collectives refuse to run
   Tensor ring_scratch;  // [2, n] bytes of the largest ring reduce_scatter so far
+  HostStaging staging;  // host copies of device tensors (Note [staging])
 
   WorkQueue queue{true};  // Note [caller runs] in comm/work.h; declared last: destroyed first
+
+  void abandon(uint64_t seq, const std::string& why, int rank);
 };
 
 GlooGroup::GlooGroup(std::shared_ptr<Store> store, int rank, int size, GlooGroupOptions options)
-    : ProcessGroup(rank, size), options_(std::move(options)), state_(std::make_unique<State>()) {
+    : ProcessGroup(rank, size),
+      options_(std::move(options)),
+      support_(host_support(options_.device.is_cpu() ? TensorPlace::Host : TensorPlace::HostOrGroupDevice)),
+      state_(std::make_unique<State>()) {
   NANODDP_CHECK(size >= 1 && rank >= 0 && rank < size, "gloo: rank {} is not in [0, {})", rank, size);
   // Gloo writes to its sockets without MSG_NOSIGNAL: when a peer dies, the next write would kill
   // this rank with SIGPIPE (seen in the crash test) before it could report which rank died. Ignore
@@ -168,7 +182,26 @@ GlooGroup::GlooGroup(std::shared_ptr<Store> store, int rank, int size, GlooGroup
   }
   state_->context = context;
   state_->watch = std::make_unique<CollectiveWatch>(std::make_shared<PrefixStore>("watch", state_->store), rank, size,
-                                                    options_.timeout);
+                                                    options_.timeout, options_.departures,
+                                                    [st = state_.get(), rank](uint64_t seq, const std::string& why) {
+                                                      st->abandon(seq, why, rank);
+                                                    });
+}
+
+// A Gloo call cannot be cancelled, and the thread inside it may be the one that would receive the
+// error (Note [caller runs] in comm/work.h): say what happened and end the process.
+void GlooGroup::State::abandon(uint64_t seq, const std::string& why, int rank) {
+  std::string what = fmt::format("collective #{}", seq);
+  {
+    std::lock_guard lock(pending_mu);
+    for (const CollectiveInfo& info : pending)
+      if (info.seq == seq) what = info.describe();
+  }
+  std::fprintf(stderr, "nanoddp: error: [rank %d] %s cannot complete on rank %d: %s\n", rank, what.c_str(), rank,
+               why.c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  std::_Exit(1);
 }
 
 // Runs what is still queued (each job ends within the timeout) before the members go away.
@@ -177,18 +210,32 @@ GlooGroup::~GlooGroup() { state_->queue.enqueue([] {})->wait(); }
 const std::shared_ptr<gloo::Context>& GlooGroup::context() const { return state_->context; }
 const std::string& GlooGroup::address() const { return state_->address; }
 
-WorkPtr GlooGroup::submit(const char* name, const Tensor& t, const char* op, std::function<void(uint32_t)> body) {
-  CollectiveInfo info{name, ++state_->seq, t.defined() ? t.nbytes() : 0, t.dtype(), op, t.defined()};
+WorkPtr GlooGroup::submit(const char* name, const char* op, const Tensor& shown, const Tensor& data,
+                          const Tensor& input, bool in_place, Body body) {
+  CollectiveInfo info{name, ++state_->seq, shown.defined() ? shown.nbytes() : 0, shown.dtype(), op, shown.defined()};
+  {
+    std::lock_guard lock(state_->pending_mu);
+    state_->pending.push_back(info);
+  }
   state_->watch->issued(info.seq);
+  auto on_device = [](const Tensor& t) { return t.defined() && !t.device().is_cpu(); };
+  const bool staged = data.defined() && (options_.stage_host_tensors || on_device(data) || on_device(input));
+  // Marked here, on the issuing thread: the staging copy waits for the kernels issued so far.
+  auto ready = staged ? std::make_shared<ReadyMark>(input.defined() ? input : data) : nullptr;
   State* st = state_.get();
   milliseconds timeout = options_.timeout;
   int rank = this->rank();
-  return st->queue.enqueue([st, info, timeout, rank, body = std::move(body)] {
+  return st->queue.enqueue([st, info, timeout, rank, data, input, in_place, ready, body = std::move(body)] {
+    Finished finished(*st, info.seq);
     NANODDP_CHECK(st->failure.empty(), "{} was not run because this process group failed earlier ({}); restart the job",
                   info.describe(), st->failure);
     try {
       trace::Scope traced(info.name, trace::kComm, static_cast<int64_t>(info.bytes));
-      body(static_cast<uint32_t>(info.seq));
+      const uint32_t tag = static_cast<uint32_t>(info.seq);
+      if (!ready) return body(data, input, in_place, tag);
+      HostStaging::Views host = st->staging.stage_in(data, input, *ready);
+      body(host.data, host.input, false, tag);  // separate host copies: never in place
+      st->staging.stage_out(data, host);
     } catch (const gloo::Exception& e) {
       std::string text = gloo_message_text(e.what());
       bool timed_out = text.find("Timed out") != std::string::npos;
@@ -200,34 +247,41 @@ WorkPtr GlooGroup::submit(const char* name, const Tensor& t, const char* op, std
   });
 }
 
-WorkPtr GlooGroup::allreduce(const Tensor& t, ReduceOp op) {
-  check_reducible("allreduce", "gloo", t.dtype());
-  NANODDP_CHECK(t.device().is_cpu(), "the gloo backend takes CPU tensors, not {}", t.device().str());
-  return submit("allreduce", t, reduce_op_name(op), [this, t, op](uint32_t tag) {
+const CollectiveSupport& GlooGroup::support() const { return support_; }
+
+GlooGroup::Finished::~Finished() {
+  {
+    std::lock_guard lock(st.pending_mu);
+    if (!st.pending.empty() && st.pending.front().seq == seq) st.pending.pop_front();
+  }
+  st.watch->finished(seq);
+}
+
+WorkPtr GlooGroup::run_allreduce(const Tensor& t, Reduction r) {
+  return submit("allreduce", r.name(), t, t, Tensor(), false,
+                [this, r](const Tensor& t, const Tensor&, bool, uint32_t tag) {
     const size_t n = size_t(t.numel());
     if (n == 0 || size() == 1) return;  // nothing to exchange (Avg over one rank is the identity)
     dispatch_reducible(t.dtype(), [&]<typename T>() {
       gloo::AllreduceOptions opts(state_->context);
       opts.setOutput(static_cast<T*>(t.raw()), n);
-      opts.setReduceFunction(reduce_fn<T>(op));
+      opts.setReduceFunction(reduce_fn<T>(r.op));
       opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
       opts.setTag(tag);
       opts.setTimeout(options_.timeout);
       gloo::allreduce(opts);
     });
-    if (op == ReduceOp::Avg) divide_in_place(t.raw(), n, t.dtype(), size());
+    r.finish(t.raw(), n, t.dtype());
   });
 }
 
-WorkPtr GlooGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
-  check_reducible("reduce_scatter", "gloo", in.dtype());
-  check_reduce_scatter_shapes(out, in, size());
-  NANODDP_CHECK(in.device().is_cpu() && out.device().is_cpu(), "the gloo backend takes CPU tensors");
-  return submit("reduce_scatter", in, reduce_op_name(op), [this, out, in, op](uint32_t tag) {
-    const size_t n = size_t(out.numel()), p = size_t(size());
+WorkPtr GlooGroup::run_reduce_scatter(const Tensor& out, const Tensor& in, Reduction r, bool in_place) {
+  return submit("reduce_scatter", r.name(), in, out, in, in_place,
+                [this, r](const Tensor& out, const Tensor& in, bool in_place, uint32_t tag) {
+    const size_t n = size_t(out.numel());
     if (n == 0) return;
-    if (p == 1) {
-      if (out.raw() != in.raw()) copy(out, in);
+    if (size() == 1) {
+      if (!in_place) copy(out, in);
       return;
     }
     State& st = *state_;
@@ -235,37 +289,32 @@ WorkPtr GlooGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp 
       st.ring_scratch = Tensor::empty({int64_t(2 * out.nbytes())}, DType::U8);
     dispatch_reducible(in.dtype(), [&]<typename T>() {
       ring_reduce_scatter<T>(*st.context, static_cast<const T*>(in.raw()), static_cast<T*>(out.raw()), n,
-                             reduce_fn<T>(op), static_cast<T*>(st.ring_scratch.raw()), tag, options_.timeout);
+                             reduce_fn<T>(r.op), static_cast<T*>(st.ring_scratch.raw()), tag, options_.timeout);
     });
-    if (op == ReduceOp::Avg) divide_in_place(out.raw(), n, out.dtype(), size());
+    r.finish(out.raw(), n, out.dtype());
   });
 }
 
-WorkPtr GlooGroup::all_gather(const Tensor& out, const Tensor& in) {
-  check_all_gather_shapes(out, in, size());
-  NANODDP_CHECK(in.device().is_cpu() && out.device().is_cpu(), "the gloo backend takes CPU tensors");
-  return submit("all_gather", out, nullptr, [this, out, in](uint32_t tag) {
+WorkPtr GlooGroup::run_all_gather(const Tensor& out, const Tensor& in, bool in_place) {
+  return submit("all_gather", nullptr, out, out, in, in_place,
+                [this](const Tensor& out, const Tensor& in, bool in_place, uint32_t tag) {
     if (in.nbytes() == 0) return;
-    uint8_t* out_bytes = static_cast<uint8_t*>(out.raw());
-    // In place when `in` is already this rank's slice of `out`.
-    const bool in_place = in.raw() == out_bytes + size_t(rank()) * in.nbytes();
     if (size() == 1) {
       if (!in_place) copy(out, in);
       return;
     }
     gloo::AllgatherOptions opts(state_->context);
     if (!in_place) opts.setInput(static_cast<uint8_t*>(in.raw()), in.nbytes());
-    opts.setOutput(out_bytes, out.nbytes());
+    opts.setOutput(static_cast<uint8_t*>(out.raw()), out.nbytes());
     opts.setTag(tag);
     opts.setTimeout(options_.timeout);
     gloo::allgather(opts);
   });
 }
 
-WorkPtr GlooGroup::broadcast(const Tensor& t, int root) {
-  check_root(root, size());
-  NANODDP_CHECK(t.device().is_cpu(), "the gloo backend takes CPU tensors, not {}", t.device().str());
-  return submit("broadcast", t, nullptr, [this, t, root](uint32_t tag) {
+WorkPtr GlooGroup::run_broadcast(const Tensor& t, int root) {
+  return submit("broadcast", nullptr, t, t, Tensor(), false,
+                [this, root](const Tensor& t, const Tensor&, bool, uint32_t tag) {
     if (t.nbytes() == 0 || size() == 1) return;
     gloo::BroadcastOptions opts(state_->context);
     opts.setOutput(static_cast<uint8_t*>(t.raw()), t.nbytes());
@@ -276,8 +325,9 @@ WorkPtr GlooGroup::broadcast(const Tensor& t, int root) {
   });
 }
 
-WorkPtr GlooGroup::barrier() {
-  return submit("barrier", Tensor(), nullptr, [this](uint32_t tag) {
+WorkPtr GlooGroup::run_barrier() {
+  return submit("barrier", nullptr, Tensor(), Tensor(), Tensor(), false,
+                [this](const Tensor&, const Tensor&, bool, uint32_t tag) {
     if (size() == 1) return;
     gloo::BarrierOptions opts(state_->context);
     opts.setTag(tag);

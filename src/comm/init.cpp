@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "comm/collective_watch.h"
@@ -75,6 +76,28 @@ std::shared_ptr<Store> connect_store(const DistEnv& env, const DistOptions& opti
   return std::make_shared<TcpStore>(client);
 }
 
+// What `nanoddp run` reports about this attempt's failed worker: its launchers write the first
+// failure of attempt A to "nanoddp_run/attempt<A>/failed" in the store they serve to the workers
+// (launch/launcher_rendezvous.h), as JSON with the rank, pid, host and what happened, before they
+// stop the other workers. A report without a rank is an interrupted launcher: its workers are
+// stopping (and saving) on their own, so that is no departure (Note [known departures] in
+// comm/collective_watch.h).
+Departures launcher_departures(std::shared_ptr<Store> root, int attempt) {
+  const std::string key = fmt::format("nanoddp_run/attempt{}/failed", attempt);
+  return [root = std::move(root), key]() -> std::string {
+    if (!root->check({key})) return "";
+    const Bytes b = root->get(key);
+    const nlohmann::json j = nlohmann::json::parse(b.begin(), b.end(), nullptr, false);
+    if (!j.is_object()) return "";
+    const std::string host = j.value("host", std::string("?")), what = j.value("what", std::string("failed"));
+    if (j.value("node_lost", false))
+      return fmt::format("the launcher of node {} ({}) {}", j.value("node", -1), host, what);
+    const int rank = j.value("rank", -1);
+    if (rank < 0) return "";
+    return fmt::format("rank {} (pid {} on {}) {}", rank, j.value("pid", 0), host, what);
+  };
+}
+
 // Every rank checks its WORLD_SIZE against rank 0's before a group connects: ranks that disagree
 // would wait for peers that never come, or hand Gloo addresses of another length ("bug in
 // nanoddp"). A rank with another WORLD_SIZE stops at once, naming both; rank 0 then times out
@@ -131,7 +154,9 @@ int local_gpu_index(const DistEnv& env, int count) {
                    env.rank, env.local_rank, env.local_world_size, count, count, count);
     default:
       NANODDP_FAIL("rank {} has LOCAL_RANK {} but only {} GPU(s) are visible on this node: start at most {} "
-                   "processes per node (--nproc_per_node), or check CUDA_VISIBLE_DEVICES",
+                   "processes per node (--nproc_per_node), or check CUDA_VISIBLE_DEVICES; to share a GPU among "
+                   "ranks, give every rank the same one with --device cuda:0 --backend gloo (NCCL refuses two "
+                   "ranks on one GPU)",
                    env.rank, env.local_rank, count, count);
   }
 }
@@ -172,10 +197,13 @@ std::string resolve_backend(const std::string& requested, Device device, const D
   NANODDP_CHECK(b != "mpi" || NANODDP_HAVE_MPI,
                 "this build has no MPI: install libopenmpi-dev (scripts/setup.sh) and rebuild, or set MASTER_ADDR "
                 "and MASTER_PORT to use gloo");
-  NANODDP_CHECK(b != "nccl" || NANODDP_HAVE_NCCL, "this build has no NCCL: build with CUDA and NCCL, or use gloo");
-  NANODDP_CHECK(b != "nccl" || device.is_cuda(), "the nccl backend needs a CUDA device: use --device cuda, or gloo");
-  NANODDP_CHECK(b == "nccl" || device.is_cpu(),
-                "the {} backend reduces CPU tensors but the device is {}: use the nccl backend", b, device.str());
+  NANODDP_CHECK(b != "nccl" || NANODDP_HAVE_NCCL,
+                "this build has no NCCL: use --backend gloo (it stages CUDA tensors through host memory, slower than "
+                "NCCL), or build with CUDA and NCCL");
+  NANODDP_CHECK(b != "nccl" || device.is_cuda(),
+                "the nccl backend needs a CUDA device: use --device cuda, or --backend gloo");
+  NANODDP_CHECK(b != "mpi" || device.is_cpu(),
+                "the mpi backend reduces CPU tensors but the device is {}: use --backend nccl, or gloo", device.str());
   return b;
 }
 
@@ -225,10 +253,12 @@ std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device
     ctx->group = std::move(group);
 #endif
   } else {
+    std::shared_ptr<Store> root;  // the job's whole store, when this process connected to it
     if (one_process) {
       ctx->store = one_process_store();
     } else {
-      ctx->store = std::make_shared<PrefixStore>(attempt, connect_store(env, options, *ctx));
+      root = connect_store(env, options, *ctx);
+      ctx->store = std::make_shared<PrefixStore>(attempt, root);
       ctx->store->set_timeout(to_ms(options.rendezvous_timeout));
       agree_on_world_size(*ctx->store, env);
     }
@@ -239,12 +269,15 @@ std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device
       o.timeout = timeout;
       o.master_addr = env.master_addr;
       o.master_port = env.master_port > 0 ? env.master_port : kDefaultMasterPort;
+      o.device = device;  // CUDA tensors are staged through host memory (Note [staging])
+      if (root && agent_hosts_store()) o.departures = launcher_departures(root, env.restart_count);
       ctx->group = std::make_unique<GlooGroup>(group_store, env.rank, env.world_size, o);
 #endif
     } else {
 #if NANODDP_HAVE_NCCL
       NcclGroupOptions o;
       o.timeout = timeout;
+      if (root && agent_hosts_store()) o.departures = launcher_departures(root, env.restart_count);
       ctx->group = std::make_unique<NcclGroup>(group_store, env.rank, env.world_size, device, o);
 #endif
     }

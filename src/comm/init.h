@@ -9,7 +9,9 @@
 //    without MASTER_ADDR makes its own store (comm/mpi_group.h).
 //  - Backend "auto": nccl for a CUDA device; mpi when mpirun started the process and no MASTER_ADDR
 //    was set; gloo otherwise (under srun the store runs on the first host of the step's node list).
-//    "gloo", "mpi", "nccl" force one (an error if this build lacks it).
+//    "gloo", "mpi", "nccl" force one (an error if this build lacks it). Gloo also takes a CUDA
+//    device, staging its tensors through host memory: a GPU machine without NCCL, or several ranks
+//    on one GPU (--device cuda:0 on every rank), which NCCL refuses.
 //  - Under torchrun's own store (TORCHELASTIC_USE_AGENT_STORE=True: static rendezvous, or c10d since
 //    PyTorch 2.4) a job of several ranks stops at once: nanoddp's store protocol cannot join it.
 //  - World size 1: the single-rank group and an in-memory store, no sockets (unless the launcher's

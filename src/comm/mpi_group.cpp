@@ -268,51 +268,41 @@ WorkPtr MpiGroup::submit(const char* name, const Tensor& t, const char* op, std:
   });
 }
 
-WorkPtr MpiGroup::allreduce(const Tensor& t, ReduceOp op) {
-  check_reducible("allreduce", "mpi", t.dtype());
-  NANODDP_CHECK(t.device().is_cpu(), "the mpi backend takes CPU tensors, not {}", t.device().str());
-  int count = mpi_count(size_t(t.numel()), "allreduce");
-  int world = size();
-  return submit(
-      "allreduce", t, reduce_op_name(op),
-      [this, t, op, count] {
-        if (count == 0) return MPI_SUCCESS;
-        return MPI_Allreduce(MPI_IN_PLACE, t.raw(), count, mpi_type(t.dtype()), mpi_op(op), state_->comm);
-      },
-      [t, op, count, world] {
-        if (op == ReduceOp::Avg) divide_in_place(t.raw(), size_t(count), t.dtype(), world);
-      });
+const CollectiveSupport& MpiGroup::support() const {
+  static const CollectiveSupport host = host_support(TensorPlace::Host);
+  return host;
 }
 
-WorkPtr MpiGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
-  check_reducible("reduce_scatter", "mpi", in.dtype());
-  check_reduce_scatter_shapes(out, in, size());
-  NANODDP_CHECK(in.device().is_cpu() && out.device().is_cpu(), "the mpi backend takes CPU tensors");
+WorkPtr MpiGroup::run_allreduce(const Tensor& t, Reduction r) {
+  int count = mpi_count(size_t(t.numel()), "allreduce");
+  return submit(
+      "allreduce", t, r.name(),
+      [this, t, r, count] {
+        if (count == 0) return MPI_SUCCESS;
+        return MPI_Allreduce(MPI_IN_PLACE, t.raw(), count, mpi_type(t.dtype()), mpi_op(r.op), state_->comm);
+      },
+      [t, r, count] { r.finish(t.raw(), size_t(count), t.dtype()); });
+}
+
+WorkPtr MpiGroup::run_reduce_scatter(const Tensor& out, const Tensor& in, Reduction r, bool in_place) {
   int count = mpi_count(size_t(in.numel()), "reduce_scatter") / size();
   // MPI forbids the output overlapping the input: reduce into scratch, then copy.
-  const char* in_begin = static_cast<const char*>(in.raw());
-  const char* out_begin = static_cast<const char*>(out.raw());
-  bool overlaps = out.nbytes() > 0 && out_begin < in_begin + in.nbytes() && in_begin < out_begin + out.nbytes();
-  Tensor target = overlaps ? Tensor::empty(out.shape(), out.dtype()) : out;
-  int world = size();
+  Tensor target = in_place ? Tensor::empty(out.shape(), out.dtype()) : out;
   return submit(
-      "reduce_scatter", in, reduce_op_name(op),
-      [this, in, target, op, count] {
+      "reduce_scatter", in, r.name(),
+      [this, in, target, r, count] {
         if (count == 0) return MPI_SUCCESS;
-        return MPI_Reduce_scatter_block(in.raw(), target.raw(), count, mpi_type(in.dtype()), mpi_op(op),
+        return MPI_Reduce_scatter_block(in.raw(), target.raw(), count, mpi_type(in.dtype()), mpi_op(r.op),
                                         state_->comm);
       },
-      [out, target, op, count, world, overlaps] {
-        if (overlaps) copy(out, target);
-        if (op == ReduceOp::Avg) divide_in_place(out.raw(), size_t(count), out.dtype(), world);
+      [out, target, r, count, in_place] {
+        if (in_place) copy(out, target);
+        r.finish(out.raw(), size_t(count), out.dtype());
       });
 }
 
-WorkPtr MpiGroup::all_gather(const Tensor& out, const Tensor& in) {
-  check_all_gather_shapes(out, in, size());
-  NANODDP_CHECK(in.device().is_cpu() && out.device().is_cpu(), "the mpi backend takes CPU tensors");
+WorkPtr MpiGroup::run_all_gather(const Tensor& out, const Tensor& in, bool in_place) {
   int bytes = mpi_count(in.nbytes(), "all_gather");
-  bool in_place = in.raw() == static_cast<char*>(out.raw()) + size_t(rank()) * in.nbytes();
   return submit("all_gather", out, nullptr, [this, out, in, bytes, in_place] {
     if (bytes == 0) return MPI_SUCCESS;
     return MPI_Allgather(in_place ? MPI_IN_PLACE : in.raw(), bytes, MPI_BYTE, out.raw(), bytes, MPI_BYTE,
@@ -320,9 +310,7 @@ WorkPtr MpiGroup::all_gather(const Tensor& out, const Tensor& in) {
   });
 }
 
-WorkPtr MpiGroup::broadcast(const Tensor& t, int root) {
-  check_root(root, size());
-  NANODDP_CHECK(t.device().is_cpu(), "the mpi backend takes CPU tensors, not {}", t.device().str());
+WorkPtr MpiGroup::run_broadcast(const Tensor& t, int root) {
   int bytes = mpi_count(t.nbytes(), "broadcast");
   return submit("broadcast", t, nullptr, [this, t, root, bytes] {
     if (bytes == 0) return MPI_SUCCESS;
@@ -330,7 +318,7 @@ WorkPtr MpiGroup::broadcast(const Tensor& t, int root) {
   });
 }
 
-WorkPtr MpiGroup::barrier() {
+WorkPtr MpiGroup::run_barrier() {
   return submit("barrier", Tensor(), nullptr, [this] { return MPI_Barrier(state_->comm); });
 }
 

@@ -49,17 +49,20 @@ class MpiGroup final : public ProcessGroup {
   ~MpiGroup() override;
 
   std::string backend_name() const override { return "mpi"; }
-  WorkPtr allreduce(const Tensor& t, ReduceOp op) override;
-  WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override;
-  WorkPtr all_gather(const Tensor& out, const Tensor& in) override;
-  WorkPtr broadcast(const Tensor& t, int root) override;
-  WorkPtr barrier() override;
 
   // The group's communicator, for benchmarks that time raw MPI calls against ours. Use it only while
   // no collective of this group is in flight.
   MPI_Comm comm() const;
   // The store the group reports progress to (the one given, or the one rank 0 hosts).
   const std::shared_ptr<Store>& store() const;
+
+ protected:
+  const CollectiveSupport& support() const override;
+  WorkPtr run_allreduce(const Tensor& t, Reduction r) override;
+  WorkPtr run_reduce_scatter(const Tensor& out, const Tensor& in, Reduction r, bool in_place) override;
+  WorkPtr run_all_gather(const Tensor& out, const Tensor& in, bool in_place) override;
+  WorkPtr run_broadcast(const Tensor& t, int root) override;
+  WorkPtr run_barrier() override;
 
  private:
   struct State;

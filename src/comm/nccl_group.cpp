@@ -21,7 +21,21 @@ using std::chrono::milliseconds;
 
 namespace {
 
-ncclDataType_t nccl_type(DType dtype, const char* collective) {
+// The dtypes NCCL reduces, and averages.
+constexpr DTypeSet kNcclReducible{DType::F32, DType::F64, DType::BF16, DType::I32, DType::I64, DType::U8, DType::U32};
+constexpr DTypeSet kNcclAverages{DType::F32, DType::F64, DType::BF16};
+
+std::string refuse_dtype(const char* collective, const char* backend, DType dtype) {
+  return fmt::format("{} of {} tensors is not supported by the {} backend: convert to f32 or i32", collective,
+                     dtype_name(dtype), backend);
+}
+
+std::string refuse_avg(const char* collective, const char* backend, DType dtype) {
+  return fmt::format("{} with avg of {} tensors is not supported by the {} backend: use sum and divide", collective,
+                     dtype_name(dtype), backend);
+}
+
+ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
     case DType::F32: return ncclFloat32;
     case DType::F64: return ncclFloat64;
@@ -32,8 +46,8 @@ ncclDataType_t nccl_type(DType dtype, const char* collective) {
     case DType::U32: return ncclUint32;
     default: break;
   }
-  NANODDP_FAIL("{} of {} tensors is not supported by the nccl backend: convert to f32 or i32", collective,
-               dtype_name(dtype));
+  NANODDP_ASSERT(false, "nccl_type({}): the process group's checks let it through", dtype_name(dtype));
+  return ncclUint8;
 }
 
 // Note [avg over one rank]: NCCL before 2.29.7 leaves the last (count mod blocks) elements of a
@@ -41,12 +55,9 @@ ncclDataType_t nccl_type(DType dtype, const char* collective) {
 // division); seen here on an H200 with PyTorch 2.11's NCCL, an out-of-place reduce_scatter of
 // 2^20 + 7 floats whose last 7 outputs stayed 0. The average over one rank is that rank's values,
 // so a group of one asks for the sum, which takes NCCL's plain copy.
-ncclRedOp_t nccl_op(ReduceOp op, DType dtype, const char* collective, int world) {
+ncclRedOp_t nccl_op(ReduceOp op, int world) {
   if (op == ReduceOp::Sum) return ncclSum;
   if (op == ReduceOp::Max) return ncclMax;
-  NANODDP_CHECK(dtype == DType::F32 || dtype == DType::F64 || dtype == DType::BF16,
-                "{} with avg of {} tensors is not supported by the nccl backend: use sum and divide", collective,
-                dtype_name(dtype));
   return world == 1 ? ncclSum : ncclAvg;
 }
 
@@ -125,6 +136,17 @@ struct NcclGroup::State {
   }
 
   void watchdog_loop();
+
+  // A collective that cannot complete (Note [known departures]): fails the group like a timeout.
+  void abandon(uint64_t seq, const std::string& why) {
+    std::string what = fmt::format("collective #{}", seq);
+    {
+      std::lock_guard lock(mu);
+      for (const auto& p : pending)
+        if (p->info.seq == seq) what = p->info.describe();
+    }
+    fail(fmt::format("{} cannot complete on rank {}: {}", what, rank, why));
+  }
 };
 
 void NcclGroup::State::watchdog_loop() {
@@ -141,6 +163,7 @@ void NcclGroup::State::watchdog_loop() {
         if (!late && Clock::now() - p->issued > timeout) late = p;
         return false;
       }
+      watch->finished(p->info.seq);
       return true;  // done (or the context is broken, which the async error below reports)
     });
     ncclResult_t async = ncclSuccess;
@@ -227,7 +250,10 @@ NcclGroup::NcclGroup(std::shared_ptr<Store> store, int rank, int size, Device de
   NANODDP_CUDA_CHECK(cudaEventCreateWithFlags(&st.ready, cudaEventDisableTiming));
   st.barrier_buf = Tensor::zeros({1}, DType::I32, device);
   st.watch = std::make_unique<CollectiveWatch>(std::make_shared<PrefixStore>("nccl/watch", store), rank, size,
-                                               options_.timeout);
+                                               options_.timeout, options_.departures,
+                                               [s = state_.get()](uint64_t seq, const std::string& why) {
+                                                 s->abandon(seq, why);
+                                               });
   st.watchdog = std::thread([s = state_.get()] { s->watchdog_loop(); });
 }
 
@@ -246,6 +272,7 @@ NcclGroup::~NcclGroup() {
   }
   st.cv.notify_all();
   st.watchdog.join();
+  st.watch.reset();  // no abandon() can abort the communicator while it is finalised below
   if (!st.failed) {
     cuda::set_device(st.device);
     cudaStreamSynchronize(st.stream);
@@ -258,7 +285,6 @@ NcclGroup::~NcclGroup() {
   }
   cudaEventDestroy(st.ready);
   cudaStreamDestroy(st.stream);
-  st.watch.reset();
 }
 
 void NcclGroup::check() {
@@ -310,52 +336,44 @@ WorkPtr NcclGroup::launch(const char* name, const Tensor& t, const Tensor& other
   return std::make_shared<NcclWork>(state_, pending, std::string_view(name) == "barrier");
 }
 
-static void check_on_device(const Tensor& t, Device device) {
-  NANODDP_CHECK(t.device() == device, "the nccl group on {} was given a tensor on {}: move it to {}", device.str(),
-                t.device().str(), device.str());
+const CollectiveSupport& NcclGroup::support() const {
+  static const CollectiveSupport nccl{TensorPlace::GroupDevice, kNcclReducible, kNcclAverages, false, refuse_dtype,
+                                      refuse_avg};
+  return nccl;
 }
 
-WorkPtr NcclGroup::allreduce(const Tensor& t, ReduceOp op) {
-  check_on_device(t, device_);
-  ncclDataType_t type = nccl_type(t.dtype(), "allreduce");
-  ncclRedOp_t red = nccl_op(op, t.dtype(), "allreduce", size());
-  return launch("allreduce", t, Tensor(), reduce_op_name(op), [&](ncclComm_t comm, cudaStream_t s) {
+WorkPtr NcclGroup::run_allreduce(const Tensor& t, Reduction r) {
+  ncclDataType_t type = nccl_type(t.dtype());
+  ncclRedOp_t red = nccl_op(r.op, size());
+  return launch("allreduce", t, Tensor(), r.name(), [&](ncclComm_t comm, cudaStream_t s) {
     return ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), type, red, comm, s);
   });
 }
 
-WorkPtr NcclGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
-  check_on_device(out, device_);
-  check_on_device(in, device_);
-  check_reduce_scatter_shapes(out, in, size());
-  ncclDataType_t type = nccl_type(in.dtype(), "reduce_scatter");
-  ncclRedOp_t red = nccl_op(op, in.dtype(), "reduce_scatter", size());
+WorkPtr NcclGroup::run_reduce_scatter(const Tensor& out, const Tensor& in, Reduction r, bool) {
+  ncclDataType_t type = nccl_type(in.dtype());
+  ncclRedOp_t red = nccl_op(r.op, size());
   // NCCL reduces in place when out is in's block for this rank, as our interface allows.
-  return launch("reduce_scatter", in, out, reduce_op_name(op), [&](ncclComm_t comm, cudaStream_t s) {
+  return launch("reduce_scatter", in, out, r.name(), [&](ncclComm_t comm, cudaStream_t s) {
     return ncclReduceScatter(in.raw(), out.raw(), size_t(out.numel()), type, red, comm, s);
   });
 }
 
-WorkPtr NcclGroup::all_gather(const Tensor& out, const Tensor& in) {
-  check_on_device(out, device_);
-  check_on_device(in, device_);
-  check_all_gather_shapes(out, in, size());
+WorkPtr NcclGroup::run_all_gather(const Tensor& out, const Tensor& in, bool) {
   // Moved as bytes: any dtype. In place when in is this rank's block of out.
   return launch("all_gather", out, in, nullptr, [&](ncclComm_t comm, cudaStream_t s) {
     return ncclAllGather(in.raw(), out.raw(), in.nbytes(), ncclUint8, comm, s);
   });
 }
 
-WorkPtr NcclGroup::broadcast(const Tensor& t, int root) {
-  check_on_device(t, device_);
-  check_root(root, size());
+WorkPtr NcclGroup::run_broadcast(const Tensor& t, int root) {
   return launch("broadcast", t, Tensor(), nullptr, [&](ncclComm_t comm, cudaStream_t s) {
     return ncclBroadcast(t.raw(), t.raw(), t.nbytes(), ncclUint8, root, comm, s);
   });
 }
 
 // NCCL has no barrier: an allreduce of one integer, whose wait() blocks the host.
-WorkPtr NcclGroup::barrier() {
+WorkPtr NcclGroup::run_barrier() {
   Tensor b = state_->barrier_buf;
   return launch("barrier", Tensor(), b, nullptr, [&](ncclComm_t comm, cudaStream_t s) {
     return ncclAllReduce(b.raw(), b.raw(), 1, ncclInt32, ncclSum, comm, s);

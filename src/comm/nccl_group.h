@@ -21,6 +21,7 @@
 #include <chrono>
 #include <memory>
 
+#include "comm/collective_watch.h"
 #include "comm/process_group.h"
 #include "rendezvous/store.h"
 
@@ -28,6 +29,10 @@ namespace nanoddp::dist {
 
 struct NcclGroupOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // What the launcher reports about failed workers (Note [known departures] in
+  // comm/collective_watch.h): a collective blocked on such a rank aborts the communicator, and
+  // the next wait() or check() throws the line naming it. Empty without a launcher.
+  Departures departures;
 };
 
 class NcclGroup final : public ProcessGroup {
@@ -39,17 +44,20 @@ class NcclGroup final : public ProcessGroup {
 
   std::string backend_name() const override { return "nccl"; }
   void check() override;
-  WorkPtr allreduce(const Tensor& t, ReduceOp op) override;
-  WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override;
-  WorkPtr all_gather(const Tensor& out, const Tensor& in) override;
-  WorkPtr broadcast(const Tensor& t, int root) override;
-  WorkPtr barrier() override;
 
   Device device() const override { return device_; }
   ncclComm_t comm() const;
   cudaStream_t stream() const;
 
   struct State;  // public for the work handles in nccl_group.cpp
+
+ protected:
+  const CollectiveSupport& support() const override;
+  WorkPtr run_allreduce(const Tensor& t, Reduction r) override;
+  WorkPtr run_reduce_scatter(const Tensor& out, const Tensor& in, Reduction r, bool in_place) override;
+  WorkPtr run_all_gather(const Tensor& out, const Tensor& in, bool in_place) override;
+  WorkPtr run_broadcast(const Tensor& t, int root) override;
+  WorkPtr run_barrier() override;
 
  private:
   template <typename Launch>

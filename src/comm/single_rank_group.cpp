@@ -16,46 +16,25 @@ class SingleRankGroup final : public ProcessGroup {
   std::string backend_name() const override { return "single"; }
   Device device() const override { return device_; }
 
-  WorkPtr allreduce(const Tensor& t, ReduceOp) override {
-    check_device(t);
+ protected:
+  const CollectiveSupport& support() const override {
+    static const CollectiveSupport any_dtype{TensorPlace::GroupDevice};
+    return any_dtype;
+  }
+  WorkPtr run_allreduce(const Tensor&, Reduction) override { return done(); }
+  WorkPtr run_reduce_scatter(const Tensor& out, const Tensor& in, Reduction, bool in_place) override {
+    if (!in_place) copy(out, in);
     return done();
   }
-
-  WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp) override {
-    check_device(out);
-    check_device(in);
-    check_reduce_scatter_shapes(out, in, 1);
-    copy_unless_same(out, in);
+  WorkPtr run_all_gather(const Tensor& out, const Tensor& in, bool in_place) override {
+    if (!in_place) copy(out, in);
     return done();
   }
-
-  WorkPtr all_gather(const Tensor& out, const Tensor& in) override {
-    check_device(out);
-    check_device(in);
-    check_all_gather_shapes(out, in, 1);
-    copy_unless_same(out, in);
-    return done();
-  }
-
-  WorkPtr broadcast(const Tensor& t, int root) override {
-    check_device(t);
-    check_root(root, 1);
-    return done();
-  }
-
-  WorkPtr barrier() override { return done(); }
+  WorkPtr run_broadcast(const Tensor&, int) override { return done(); }
+  WorkPtr run_barrier() override { return done(); }
 
  private:
   static WorkPtr done() { return std::make_shared<CompletedWork>(); }
-
-  void check_device(const Tensor& t) const {
-    NANODDP_CHECK(!t.defined() || t.device() == device_, "collective on a {} tensor in a process group on {}",
-                  t.device().str(), device_.str());
-  }
-
-  static void copy_unless_same(const Tensor& out, const Tensor& in) {
-    if (out.numel() > 0 && out.raw() != in.raw()) copy(out, in);
-  }
 
   Device device_;
 };

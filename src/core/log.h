@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <string>
+#include <utility>
 
 namespace nanoddp::log {
 
@@ -32,7 +34,7 @@ void status0(const std::string& text);
 // Ends the live line (a newline after it on a terminal), so that later output starts below it.
 void end_status0();
 
-// every rank, to stderr: "[rank R] warning: ..."
+// every rank, to stderr, flushed: "[rank R] warning: ...", or "warning: ..." in a world of one process
 void warn_line(const std::string& text);
 template <typename... Args>
 void warn(fmt::format_string<Args...> format, Args&&... args) {

@@ -22,9 +22,14 @@ HostInfo host_info() {
   h.logical_cpus = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0) h.memory_bytes = static_cast<int64_t>(pages) * page;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  read_cpuinfo(cpuinfo, h);
+  return h;
+}
+
+void read_cpuinfo(std::istream& cpuinfo, HostInfo& h) {
   // The first CPU's entry is enough: Linux lists the same model and flags for every core of a
   // socket, and the machines this runs on have one kind of CPU.
-  std::ifstream cpuinfo("/proc/cpuinfo");
   bool have_flags = false;
   for (std::string line; std::getline(cpuinfo, line) && (h.cpu_model.empty() || !have_flags);) {
     const auto colon = line.find(':');
@@ -37,7 +42,6 @@ HostInfo host_info() {
       have_flags = true;
     }
   }
-  return h;
 }
 
 std::string bf16_matmul_hardware(const HostInfo& host) {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -97,12 +98,13 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   NANODDP_CHECK(fd >= 0, "cannot open {}: {}", path, std::strerror(errno));
   struct stat st {};
-  ::fstat(fd, &st);
+  const bool is_dir = ::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
   map_bytes_ = st.st_size;
   // Read-only private mapping: pages load on demand, so reading one tensor of a large file is cheap.
   // The descriptor is not needed once the mapping exists.
-  if (map_bytes_ > 0) map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (map_bytes_ > 0 && !is_dir) map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
+  NANODDP_CHECK(!is_dir, "{} is a directory; give a safetensors file", path);
   // A constructor that throws never runs the destructor: without this every rejected file would
   // stay mapped for the life of the process.
   struct UnmapUnlessKept {
@@ -113,7 +115,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       if (!keep && map != nullptr && map != MAP_FAILED) ::munmap(map, bytes);
     }
   } unmap_on_error{map_, map_bytes_};
-  NANODDP_CHECK(map_bytes_ >= 8 && map_ != MAP_FAILED, "{} is not a safetensors file (empty or unreadable)", path);
+  NANODDP_CHECK(map_bytes_ >= 8 && map_ != nullptr && map_ != MAP_FAILED,
+                "{} is not a safetensors file (empty or unreadable)", path);
   uint64_t n = 0;
   std::memcpy(&n, map_, 8);
   // Before the header is parsed: a bogus length must not make the parser read past the mapping.
@@ -121,49 +124,69 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                 "file)", path, n, map_bytes_);
   const char* base = static_cast<const char*>(map_);
   data_ = base + 8 + n;
-  const size_t data_bytes = map_bytes_ - 8 - n;
+  parse_header(std::string_view(base + 8, n), map_bytes_ - 8 - n);
+  unmap_on_error.keep = true;
+}
+
+void SafetensorsFile::parse_header(std::string_view text, size_t data_bytes) {
   // nlohmann throws on malformed JSON and on missing or mistyped fields (at(), get<>()); each becomes
   // one Error naming the file.
-  nlohmann::json header;
   try {
-    header = nlohmann::json::parse(base + 8, base + 8 + n);
+    const nlohmann::json header = nlohmann::json::parse(text);
     for (auto it = header.begin(); it != header.end(); ++it) {
       if (it.key() == "__metadata__") {
         for (auto m = it->begin(); m != it->end(); ++m) metadata_[m.key()] = m->get<std::string>();
         continue;
       }
-      Entry e{};
-      std::string dt = it->at("dtype").get<std::string>();
-      NANODDP_CHECK(st_dtype(dt, &e.dtype), "{}: tensor '{}' has dtype {} which nanoddp does not read", path,
-                    it.key(), dt);
-      // Numbers are checked for their kind before get<>(), which casts a float to an integer with
-      // undefined behaviour when it is out of range; dims before Shape, which asserts (a bug) on a
-      // negative dim or too many dims, here a corrupt file.
-      const nlohmann::json& dims = it->at("shape");
-      NANODDP_CHECK(dims.is_array() && dims.size() <= size_t{Shape::kMaxDims}, "{}: tensor '{}' has shape {}; "
-                    "expected a list of at most {} dims", path, it.key(), dims.dump(), Shape::kMaxDims);
-      for (const nlohmann::json& d : dims) {
-        NANODDP_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, "{}: tensor '{}' has shape {}; dims must be "
-                      "non-negative integers", path, it.key(), dims.dump());
-        e.shape.push_back(d.get<int64_t>());
-      }
-      const nlohmann::json& offsets = it->at("data_offsets");
-      NANODDP_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
-                        offsets[1].is_number_unsigned(), "{}: tensor '{}' has data_offsets {}; expected [begin, end], "
-                    "two non-negative integers", path, it.key(), offsets.dump());
-      e.begin = offsets[0].get<size_t>();
-      e.end = offsets[1].get<size_t>();
-      // Every extent is validated here, so read_into() can copy without further checks.
-      NANODDP_CHECK(e.begin <= e.end && e.end <= data_bytes &&
-                        e.end - e.begin == bytes_within(e.shape, e.dtype, data_bytes),
-                    "{} is truncated or corrupt: tensor '{}' claims bytes [{}, {}) of a {}-byte data section", path,
-                    it.key(), e.begin, e.end, data_bytes);
-      entries_[it.key()] = e;
+      entries_[it.key()] = parse_entry(it.key(), *it, data_bytes);
     }
   } catch (const nlohmann::json::exception& e) {
-    NANODDP_FAIL("{} has a corrupt safetensors header: {}", path, e.what());
+    NANODDP_FAIL("{} has a corrupt safetensors header: {}", path_, e.what());
   }
-  unmap_on_error.keep = true;
+  check_no_overlap();
+}
+
+SafetensorsFile::Entry SafetensorsFile::parse_entry(const std::string& name, const nlohmann::json& j,
+                                                    size_t data_bytes) const {
+  Entry e{};
+  std::string dt = j.at("dtype").get<std::string>();
+  NANODDP_CHECK(st_dtype(dt, &e.dtype), "{}: tensor '{}' has dtype {} which nanoddp does not read", path_, name, dt);
+  // Numbers are checked for their kind before get<>(), which casts a float to an integer with
+  // undefined behaviour when it is out of range; dims before Shape, which asserts (a bug) on a
+  // negative dim or too many dims, here a corrupt file.
+  const nlohmann::json& dims = j.at("shape");
+  NANODDP_CHECK(dims.is_array() && dims.size() <= size_t{Shape::kMaxDims}, "{}: tensor '{}' has shape {}; "
+                "expected a list of at most {} dims", path_, name, dims.dump(), Shape::kMaxDims);
+  for (const nlohmann::json& d : dims) {
+    NANODDP_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, "{}: tensor '{}' has shape {}; dims must be "
+                  "non-negative integers", path_, name, dims.dump());
+    e.shape.push_back(d.get<int64_t>());
+  }
+  const nlohmann::json& offsets = j.at("data_offsets");
+  NANODDP_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+                    offsets[1].is_number_unsigned(), "{}: tensor '{}' has data_offsets {}; expected [begin, end], "
+                "two non-negative integers", path_, name, offsets.dump());
+  e.begin = offsets[0].get<size_t>();
+  e.end = offsets[1].get<size_t>();
+  // Every extent is validated here, so read_into() can copy without further checks.
+  NANODDP_CHECK(e.begin <= e.end && e.end <= data_bytes && e.end - e.begin == bytes_within(e.shape, e.dtype, data_bytes),
+                "{} is truncated or corrupt: tensor '{}' claims bytes [{}, {}) of a {}-byte data section", path_, name,
+                e.begin, e.end, data_bytes);
+  return e;
+}
+
+// The format gives each byte of the data section to at most one tensor. Two tensors on the same
+// bytes would load as aliases of each other, which no writer means; zero-byte tensors claim nothing.
+void SafetensorsFile::check_no_overlap() const {
+  std::vector<std::pair<const std::string*, const Entry*>> by_begin;
+  for (auto& [name, e] : entries_)
+    if (e.end > e.begin) by_begin.emplace_back(&name, &e);
+  std::sort(by_begin.begin(), by_begin.end(), [](auto& a, auto& b) { return a.second->begin < b.second->begin; });
+  for (size_t i = 1; i < by_begin.size(); i++) {
+    const Entry &prev = *by_begin[i - 1].second, &cur = *by_begin[i].second;
+    NANODDP_CHECK(cur.begin >= prev.end, "{} is corrupt: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", path_,
+                  *by_begin[i - 1].first, prev.begin, prev.end, *by_begin[i].first, cur.begin, cur.end);
+  }
 }
 
 SafetensorsFile::~SafetensorsFile() {

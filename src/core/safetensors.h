@@ -5,7 +5,9 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -60,6 +62,11 @@ class SafetensorsFile {
     size_t begin, end;
   };
   const Entry& entry(const std::string& name) const;
+  // The constructor's steps: the header's JSON `text` into entries_ and metadata_, each entry
+  // checked against the `data_bytes` that follow the header, then against each other.
+  void parse_header(std::string_view text, size_t data_bytes);
+  Entry parse_entry(const std::string& name, const nlohmann::json& j, size_t data_bytes) const;
+  void check_no_overlap() const;
 
   std::string path_;
   void* map_ = nullptr;

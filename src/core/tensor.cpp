@@ -126,7 +126,7 @@ void copy(const Tensor& dst, const Tensor& src) {
   // From pageable host memory to the device, the driver has staged the source by the time
   // cudaMemcpyAsync returns (CUDA's "API synchronization behavior"), so the caller may reuse it and
   // the host need not wait: a training step's token ids and targets no longer stall the host at
-  // the start of each micro-step (issue 10, item 4). Pinned host memory is read by the DMA later,
+  // the start of each micro-step. Pinned host memory is read by the DMA later,
   // and every copy towards the host must have landed before the caller reads it: those wait.
   if (src.device().is_cpu() && dst.device().is_cuda()) {
     cudaPointerAttributes attr{};

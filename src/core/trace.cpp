@@ -14,7 +14,7 @@ namespace {
 struct Event {
   const char* name;  // a string literal: every caller names its events with one
   Track track;
-  char ph;           // 'X' or 'i'
+  char ph;  // 'X' or 'i'
   double ts, dur;
   int64_t arg;
 };

@@ -1,5 +1,5 @@
-// PyTorch's torch.utils.data.DistributedSampler, index for index, for a dataset of one's own
-// (issue 15): each of num_replicas ranks gets a disjoint share of the indices 0..size-1 of one
+// PyTorch's torch.utils.data.DistributedSampler, index for index, for a dataset of one's own (a
+// PyTorch user's own data, without our shard format): each of num_replicas ranks gets a disjoint share of the indices 0..size-1 of one
 // epoch, in an order seeded by seed + epoch when shuffling (set_epoch, as in PyTorch, must be
 // called each epoch or every epoch has the same order).
 //   drop_last = false: the indices are padded by repeating the first ones until they divide

@@ -122,25 +122,54 @@ void Optimizer::clip_gradients() {
     for (const Tensor& g : regions) ops::scale(g, static_cast<float>(coef));
 }
 
+// Note [split Newton-Schulz]: under --zero 0 every rank holds every Muon matrix's gradient and
+// momentum, and orthogonalising them all on every rank repeats the optimizer's largest cost W
+// times. So, as nanochat's DistMuon does, each rank orthogonalises only the matrices it owns: in
+// each group of same-shape matrices, a contiguous run of ceil(n / W), in order (rank r the r-th);
+// then each matrix's direction is broadcast from its owner, and every rank applies every update.
+// Each matrix's Newton-Schulz arithmetic is its own (the grouping changes no result) and a
+// broadcast moves bytes, so the weights are bit for bit those of the replicated computation, and
+// the momentum (updated on every rank) stays the same replicated state in checkpoints.
+int Optimizer::muon_owner(size_t position, size_t group_size) const {
+  const dist::ProcessGroup& g = reducer_.group();
+  // Sharded, it holds only what it owns; alone or unsplit, it computes everything.
+  if (reducer_.sharded() || g.size() == 1 || !cfg_.split_newton_schulz) return g.rank();
+  const size_t per_rank = (group_size + size_t(g.size()) - 1) / size_t(g.size());
+  return static_cast<int>(position / per_rank);
+}
+
+void Optimizer::muon_step(double lr_multiplier, double momentum) {
+  auto& params = model_.parameters();
+  dist::ProcessGroup& g = reducer_.group();
+  const bool split = !reducer_.sharded() && g.size() > 1 && cfg_.split_newton_schulz;
+  std::vector<dist::WorkPtr> broadcasts;
+  muon_orthogonalised_ = 0;
+  // A group of same-shape matrices at a time (Note [split Newton-Schulz] for who computes which).
+  for (const std::vector<size_t>& group : muon_groups_) {
+    std::vector<Tensor> directions;
+    for (size_t k = 0; k < group.size(); k++) {
+      model::Parameter& p = params[muon_[group[k]].param];
+      ops::muon_momentum(p.grad, muon_[group[k]].momentum, static_cast<float>(momentum));  // grad <- Nesterov direction
+      if (muon_owner(k, group.size()) == g.rank()) directions.push_back(p.grad);
+    }
+    if (!directions.empty()) ops::newton_schulz(directions, cfg_.ns_steps, cfg_.ns_bf16);
+    muon_orthogonalised_ += directions.size();
+    if (split)
+      for (size_t k = 0; k < group.size(); k++)
+        broadcasts.push_back(g.broadcast(params[muon_[group[k]].param].grad, muon_owner(k, group.size())));
+  }
+  for (auto& w : broadcasts) w->wait();
+  for (const MuonMatrix& mm : muon_) {
+    model::Parameter& p = params[mm.param];
+    const double aspect = std::sqrt(std::max(1.0, double(p.data.dim(0)) / double(p.data.dim(1))));
+    ops::axpy(p.data, p.grad, static_cast<float>(-cfg_.matrix_lr * lr_multiplier * aspect));
+  }
+}
+
 void Optimizer::step(double lr_multiplier, double momentum) {
   auto& params = model_.parameters();
   if (cfg_.grad_clip > 0) clip_gradients();
-  // Muon, a group of same-shape matrices at a time; each matrix's arithmetic is its own, so the
-  // grouping changes no result.
-  for (const std::vector<size_t>& group : muon_groups_) {
-    std::vector<Tensor> directions;
-    for (size_t i : group) {
-      model::Parameter& p = params[muon_[i].param];
-      ops::muon_momentum(p.grad, muon_[i].momentum, static_cast<float>(momentum));  // grad <- Nesterov direction
-      directions.push_back(p.grad);
-    }
-    ops::newton_schulz(directions, cfg_.ns_steps, cfg_.ns_bf16);
-    for (size_t i : group) {
-      model::Parameter& p = params[muon_[i].param];
-      const double aspect = std::sqrt(std::max(1.0, double(p.data.dim(0)) / double(p.data.dim(1))));
-      ops::axpy(p.data, p.grad, static_cast<float>(-cfg_.matrix_lr * lr_multiplier * aspect));
-    }
-  }
+  muon_step(lr_multiplier, momentum);
   adam_step_++;
   for (AdamPiece& a : adam_) {
     model::Parameter& p = params[a.param];

@@ -4,10 +4,12 @@
 //    every matrix (lr --adamw_matrix_lr).
 //  - Muon (lr 0.02) for every matrix in the blocks: Nesterov momentum, Newton-Schulz in bf16,
 //    p -= lr sqrt(max(1, rows / cols)) X.
-// With --zero 0 every rank updates everything. With --zero >= 1 a rank updates and keeps state
-// only for what it owns (Note [shards] in ddp/bucket_layout.h): AdamW slices of each bucket and
-// whole Muon matrices; then an all_gather of each bucket's parameters gives every rank the new
-// weights. Optimizer memory per rank is then about 1/W of the replicated state.
+// With --zero 0 every rank updates everything, but orthogonalises only the Muon matrices it owns
+// and receives the others' (Note [split Newton-Schulz] in optimizer.cpp). With --zero >= 1 a
+// rank updates and keeps state only for what it owns (Note [shards] in ddp/bucket_layout.h):
+// AdamW slices of each bucket and whole Muon matrices; then an all_gather of each bucket's
+// parameters gives every rank the new weights. Optimizer memory per rank is then about 1/W of
+// the replicated state.
 #pragma once
 
 #include <string>
@@ -31,6 +33,9 @@ struct OptimizerConfig {
   double adam_beta1 = 0.8, adam_beta2 = 0.95, adam_eps = 1e-10;
   int ns_steps = 5;
   bool ns_bf16 = true;              // Newton-Schulz in bf16 (nanochat) or f32
+  // --zero 0: each rank orthogonalises the Muon matrices it owns and broadcasts them (false: every
+  // rank all of them; the same bits, W times the work). Note [split Newton-Schulz].
+  bool split_newton_schulz = true;
   double grad_clip = 0;             // clip the gradients' global L2 norm to this (0 = off)
   double sgd_lr = 0.01, sgd_momentum = 0.9;  // "sgd" (the state keeps its buffer where AdamW keeps m)
 };
@@ -50,6 +55,8 @@ class Optimizer {
   bool unscale_and_check(float inv_scale);
 
   int64_t steps_taken() const { return adam_step_; }
+  // How many Muon matrices this rank orthogonalised in the last step (Note [split Newton-Schulz]).
+  size_t muon_orthogonalised() const { return muon_orthogonalised_; }
   // The gradients' global L2 norm before clipping in the last step (computed only with grad_clip).
   double last_grad_norm() const { return last_grad_norm_; }
   size_t state_bytes() const;
@@ -75,6 +82,10 @@ class Optimizer {
     Tensor momentum;
   };
   void gather_parameters();
+  // Muon's update of every matrix this rank holds (Note [split Newton-Schulz] in optimizer.cpp).
+  void muon_step(double lr_multiplier, double momentum);
+  // The rank that orthogonalises the matrix at `position` of a same-shape group of `group_size`.
+  int muon_owner(size_t position, size_t group_size) const;
   // With grad_clip: scales the gradients this rank updates so that the global norm is at most
   // grad_clip (torch.nn.utils.clip_grad_norm_'s rule).
   void clip_gradients();
@@ -91,6 +102,7 @@ class Optimizer {
   // takes a group at once, which a GPU runs as batches (ops::newton_schulz).
   std::vector<std::vector<size_t>> muon_groups_;
   int64_t adam_step_ = 0;
+  size_t muon_orthogonalised_ = 0;
 };
 
 }  // namespace nanoddp::ddp

@@ -17,7 +17,7 @@
 
 #include "ddp/bucket_layout.h"
 #include "comm/process_group.h"
-#include "model/gpt.h"
+#include "model/parameter.h"
 
 namespace nanoddp::ddp {
 

@@ -29,6 +29,9 @@ namespace {
 // Per-head RMSNorm: rows of head_dim.
 Tensor heads_as_rows(const Tensor& t) { return t.view({t.numel() / t.dim(-1), t.dim(-1)}); }
 
+// The classic model's attention sees every earlier position (no sliding window: ops.h).
+constexpr int64_t kFullWindow = 0;
+
 }  // namespace
 
 void GPT::embed_forward(Workspace& ws) {
@@ -54,7 +57,7 @@ void GPT::attention_forward(Workspace& ws, int layer, KVCache* cache) {
   ops::rmsnorm_forward(heads_as_rows(a.kn), a.rstd_k, heads_as_rows(ws.dk), kNormEps);
   const float scale = 1.f / std::sqrt(static_cast<float>(config_.head_dim()));
   if (cache == nullptr) {
-    ops::attention_forward(a.att, a.lse, a.qn, a.kn, a.v, ws.seq, scale);
+    ops::attention_forward(a.att, a.lse, a.qn, a.kn, a.v, ws.seq, scale, kFullWindow);
   } else {
     // Append this step's keys and values at positions [pos0, pos0 + T) of each batch row.
     const int64_t row = config_.kv_dim(), t = ws.seq;
@@ -63,7 +66,8 @@ void GPT::attention_forward(Workspace& ws, int layer, KVCache* cache) {
       ops::cast(cache->k_[layer].region(dst, {t * row}), a.kn.region(src, {t * row}));
       ops::cast(cache->v_[layer].region(dst, {t * row}), a.v.region(src, {t * row}));
     }
-    ops::attention_forward(a.att, a.lse, a.qn, cache->k_[layer], cache->v_[layer], pos0 + t, scale);
+    ops::attention_forward(a.att, a.lse, a.qn, cache->k_[layer], cache->v_[layer], pos0 + t, scale,
+                           kFullWindow);
   }
   // x += att c_proj^T
   ops::matmul(ws.x, a.att.view({n, c}), false, params_[w.attn_proj].compute, true, 1.f, 1.f);
@@ -102,7 +106,7 @@ void GPT::attention_backward(Workspace& ws, int layer, bool accumulate, const Gr
   ready(w.attn_proj);
   ops::matmul(ws.datt.view({n, c}), ws.dx, false, params_[w.attn_proj].compute, false);
   const float scale = 1.f / std::sqrt(static_cast<float>(config_.head_dim()));
-  ops::attention_backward(ws.dq, ws.dk, ws.dv, ws.datt, a.qn, a.kn, a.v, a.att, a.lse, scale);
+  ops::attention_backward(ws.dq, ws.dk, ws.dv, ws.datt, a.qn, a.kn, a.v, a.att, a.lse, scale, kFullWindow);
   // Back through the QK norm (in place) and the rotation (its inverse).
   ops::rmsnorm_backward(heads_as_rows(ws.dq), heads_as_rows(ws.dq), heads_as_rows(a.qn), a.rstd_q, false);
   ops::rmsnorm_backward(heads_as_rows(ws.dk), heads_as_rows(ws.dk), heads_as_rows(a.kn), a.rstd_k, false);

@@ -150,8 +150,8 @@ Workspace& GPT::workspace(std::unique_ptr<Workspace>& slot, int64_t batch, int64
   // reads and writes the whole f32 [V, C] gradient once (beta = 1), so at vocab 65,536 and dim
   // 1280, 512-row chunks would move 671 MB per 512 rows (64 chunks, ~43 GB per 32K-token
   // micro-step, memory-bound); 4,096-row chunks move an eighth of that, and each GEMM's k of 4,096
-  // keeps it compute-bound (issue 10, item 3). Chunking changes only the order in which the
-  // weight gradient adds its rows.
+  // keeps it compute-bound. Chunking changes only the order in which the weight gradient adds its
+  // rows.
   const int64_t head_budget = device_.is_cpu() ? int64_t{1} << 25 : int64_t{1} << 28;
   ws->head_rows = std::max<int64_t>(1, std::min<int64_t>(n, head_budget / config_.padded_vocab()));
   ws->logits = act({ws->head_rows, config_.padded_vocab()});
@@ -216,6 +216,16 @@ void GPT::add_micro_grad(Parameter& p, bool accumulate) {
 double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float loss_scale, bool accumulate,
                              const GradReadyFn& on_grad_ready) {
   NANODDP_ASSERT(inputs.ndim() == 2 && inputs.shape() == targets.shape() && inputs.dtype() == DType::I32);
+  Workspace& ws = workspace(train_ws_, inputs.dim(0), inputs.dim(1));
+  const int64_t valid = forward_backward_deferred(ws.losses, inputs, targets, loss_scale, accumulate, on_grad_ready);
+  const double loss_sum = sum_losses(ws, nullptr);
+  return valid > 0 ? loss_sum / static_cast<double>(valid) : 0.0;
+}
+
+int64_t GPT::forward_backward_deferred(const Tensor& losses, const Tensor& inputs, const Tensor& targets,
+                                       float loss_scale, bool accumulate, const GradReadyFn& on_grad_ready) {
+  NANODDP_ASSERT(inputs.ndim() == 2 && inputs.shape() == targets.shape() && inputs.dtype() == DType::I32);
+  NANODDP_ASSERT(losses.dtype() == DType::F32 && losses.numel() == inputs.numel() && losses.device() == device_);
   NANODDP_CHECK(std::isfinite(loss_scale), "forward_backward: the loss scale must be finite (got {})", loss_scale);
   Workspace& ws = workspace(train_ws_, inputs.dim(0), inputs.dim(1));
   load_batch(ws, inputs, &targets);
@@ -232,7 +242,7 @@ double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float 
   last_forward_seconds_ = forward.seconds();
   const double trace_mid = trace::now_us();
   trace::record("forward", trace::kCompute, trace_start, trace_mid);
-  head_forward_backward(ws, grad_scale, accumulate, true);
+  head_forward_backward(ws, losses, grad_scale, accumulate, true);
   ready(lm_head_);
   for (int l = static_cast<int>(config_.n_layer) - 1; l >= 0; l--) {
     mlp_backward(ws, l, accumulate, ready);
@@ -246,8 +256,7 @@ double GPT::forward_backward(const Tensor& inputs, const Tensor& targets, float 
   add_micro_grad(params_[wte_], accumulate);
   ready(wte_);
   trace::record("backward", trace::kCompute, trace_mid, trace::now_us());
-  const double loss_sum = sum_losses(ws, nullptr);
-  return valid > 0 ? loss_sum / static_cast<double>(valid) : 0.0;
+  return valid;
 }
 
 Tensor GPT::forward_losses(const Tensor& inputs, const Tensor& targets) {
@@ -256,7 +265,7 @@ Tensor GPT::forward_losses(const Tensor& inputs, const Tensor& targets) {
   load_batch(ws, inputs, &targets);
   forward_trunk(ws);
   Tensor losses = Tensor::empty({ws.tokens}, DType::F32);
-  head_forward_backward(ws, 0.f, false, false);
+  head_forward_backward(ws, ws.losses, 0.f, false, false);
   sum_losses(ws, &losses);
   return losses;
 }

@@ -22,10 +22,6 @@
 
 namespace nanoddp::model {
 
-// Called with a parameter's index as soon as its gradient for this backward is complete, in
-// backward order (lm_head first, wte last). The DDP engine starts bucket reductions from it.
-using GradReadyFn = std::function<void(int)>;
-
 class KVCache;
 struct Workspace;
 
@@ -62,6 +58,12 @@ class GPT final : public ParameterSet {
   // computed whole, then added to .grad in one addition per element.
   double forward_backward(const Tensor& inputs, const Tensor& targets, float loss_scale, bool accumulate,
                           const GradReadyFn& on_grad_ready = {});
+  // The same micro-step without reading its loss, so that nothing waits for the device: the
+  // per-token losses in nats are written into `losses`, f32 [B * T] on this model's device (0 where
+  // the target is -1), for the caller to read when it needs them. Returns the number of targets
+  // that are not -1, the divisor of the micro-batch's mean.
+  int64_t forward_backward_deferred(const Tensor& losses, const Tensor& inputs, const Tensor& targets,
+                                    float loss_scale, bool accumulate, const GradReadyFn& on_grad_ready = {});
 
   // Seconds the last forward_backward spent before its loss (embedding and blocks; the LM head's
   // chunks run forward and backward interleaved and count as backward). On a GPU this times the
@@ -101,11 +103,11 @@ class GPT final : public ParameterSet {
   void attention_backward(Workspace& ws, int layer, bool accumulate, const GradReadyFn& ready);
   void mlp_backward(Workspace& ws, int layer, bool accumulate, const GradReadyFn& ready);
   // Final norm, LM head and loss in row chunks; with a gradient, also the LM head's backward. The
-  // per-token losses stay in ws.losses, on the device, for sum_losses.
-  void head_forward_backward(Workspace& ws, float grad_scale, bool accumulate, bool train);
+  // per-token losses stay in `losses` (ws.losses, or the caller's), on the device, for sum_losses.
+  void head_forward_backward(Workspace& ws, const Tensor& losses, float grad_scale, bool accumulate, bool train);
   // The sum of ws.losses, read on the host (and copied into *losses_out if given). On a GPU this
   // waits for the device, so a micro-step reads it after its backward is queued, not between the
-  // head and the backward, where the host would idle the GPU (issue 10, item 4).
+  // head and the backward, where the host would idle the GPU.
   double sum_losses(const Workspace& ws, Tensor* losses_out);
   void forward_trunk(Workspace& ws, KVCache* cache = nullptr);
   // Where this micro-step's gradient of `p` is written: p.grad itself, or with accumulate a

@@ -9,7 +9,7 @@
 
 namespace nanoddp::model {
 
-void GPT::head_forward_backward(Workspace& ws, float grad_scale, bool accumulate, bool train) {
+void GPT::head_forward_backward(Workspace& ws, const Tensor& losses, float grad_scale, bool accumulate, bool train) {
   Parameter& head = params_[lm_head_];
   ops::rmsnorm_forward(ws.xf, ws.rstd_f, ws.x, kNormEps);
   const Tensor dhead = train ? micro_grad(head, accumulate) : Tensor();
@@ -17,7 +17,7 @@ void GPT::head_forward_backward(Workspace& ws, float grad_scale, bool accumulate
     const int64_t r1 = std::min(ws.tokens, r0 + ws.head_rows);
     const Tensor logits = ws.logits.rows(0, r1 - r0), xf = ws.xf.rows(r0, r1);
     ops::matmul(logits, xf, false, head.compute, true);
-    ops::softcap_cross_entropy(ws.losses.rows(r0, r1), logits, ws.targets.rows(r0, r1), config_.vocab_size,
+    ops::softcap_cross_entropy(losses.rows(r0, r1), logits, ws.targets.rows(r0, r1), config_.vocab_size,
                                config_.softcap, grad_scale);
     if (!train) continue;
     // A zero scale (an RL sample of zero advantage) has zero gradients; the cross-entropy took 0 for

@@ -4,6 +4,7 @@
 // its flat buckets; the model reads them through this struct on every step, so that is safe.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,11 @@ struct Parameter {
   Tensor grad;
   Tensor compute;
 };
+
+// Called with a parameter's index (into ParameterSet::parameters()) as soon as its gradient for
+// this backward is complete, in backward order (GPT: lm_head first, wte last). The DDP engine
+// starts bucket reductions from it (ddp::Reducer::sync_hook).
+using GradReadyFn = std::function<void(int)>;
 
 // What the DDP engine (ddp::Reducer) and the optimizers (ddp::Optimizer) need of a model: its
 // parameters, in a fixed order that is the same on every rank, and a hook run after the engine or

@@ -121,8 +121,21 @@ void rotary(const Tensor& y, const Tensor& x, const Tensor& cos, const Tensor& s
   backend(x.device()).rotary(y, x, cos, sin, pos0, inverse);
 }
 
+// Note [attention window]: nanochat's sliding window is FlashAttention's window_size = (left, 0): the query at
+// position p sees keys p - left ..= p, left + 1 of them counting itself (its SDPA fallback keeps `left` keys
+// before a decoded token, and the mask row - col <= left; nanochat/gpt.py and flash_attention.py at
+// karpathy/nanochat 92d63d4). Its short window, ceil(T / 4 / 128) * 128 (512 at T = 2048, 256 at 1024; the
+// code's comment there says 768, its arithmetic gives 512), is such a `left`, so the 2026 model passes
+// nanochat's numbers unchanged, and its long window T means full context. Here window <= 0 is full causal
+// attention (there is no "itself only", which nanochat never uses), and a window that reaches key 0 from the
+// last position, window >= kv_len - 1, is turned into 0 before a backend sees it: the backends' full causal
+// path runs it, bit for bit what it gave before windows existed, and cuDNN still takes it.
+namespace {
+int64_t effective_window(int64_t window, int64_t kv_len) { return window > 0 && window < kv_len - 1 ? window : 0; }
+}  // namespace
+
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                       int64_t kv_len, float scale) {
+                       int64_t kv_len, float scale, int64_t window) {
   NANODDP_ASSERT(q.ndim() == 4 && k.ndim() == 4 && k.shape() == v.shape(), "attention shapes q {} k {} v {}",
                  q.shape().str(), k.shape().str(), v.shape().str());
   same_shape(out, q);
@@ -131,11 +144,12 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
                  kv_len, q.dim(1), k.dim(1));
   is_f32(lse, q.dim(0) * q.dim(2) * q.dim(1));
   OpTimer timer("attention_forward", q.device());
-  backend(q.device()).attention_forward(out, lse, q, k, v, kv_len, scale);
+  backend(q.device()).attention_forward(out, lse, q, k, v, kv_len, scale, effective_window(window, kv_len));
 }
 
 void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
-                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, float scale) {
+                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, float scale,
+                        int64_t window) {
   same_shape(dq, q);
   same_shape(dk, k);
   same_shape(dv, v);
@@ -147,7 +161,8 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   NANODDP_ASSERT(q.dim(1) == k.dim(1), "attention_backward is for training (Tq == Tk)");
   is_f32(lse, q.dim(0) * q.dim(2) * q.dim(1));
   OpTimer timer("attention_backward", q.device());
-  backend(q.device()).attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale);
+  backend(q.device()).attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale,
+                                         effective_window(window, q.dim(1)));
 }
 
 void relu2_forward(const Tensor& y, const Tensor& x) {

@@ -56,16 +56,18 @@ struct AdamWStep {
      p = pos0 + t, x1 = x[..., :D/2], x2 = x[..., D/2:]: y1 = x1 cos + x2 sin, y2 = -x1 sin + x2 cos.      \
      `inverse` applies the transposed rotation, which is the backward. y may alias x. */                     \
   X(rotary, (const Tensor& y, const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t pos0, bool inverse)) \
-  /* ---- causal attention: q [B, Tq, Hq, D]; k, v [B, Tcap, Hkv, D] of which the first kv_len positions   \
-     are used; out [B, Tq, Hq, D]; lse f32 [B, Hq, Tq] (log-sum-exp of each row of scaled scores). Query t  \
-     sits at position kv_len - Tq + t and sees keys 0 ..= that position; query head h reads kv head         \
-     h / (Hq / Hkv) (grouped-query attention). The backward is the training form (Tq == Tcap == kv_len);   \
-     dq, dk, dv are overwritten. */                                                                           \
+  /* ---- causal attention: q [B, Tq, Hq, D]; k, v [B, Tcap, Hkv, D] of which the first kv_len positions      \
+     are used; out [B, Tq, Hq, D]; lse f32 [B, Hq, Tq] (log-sum-exp of each row of scaled scores). Query t    \
+     sits at position p = kv_len - Tq + t and sees keys 0 ..= p, or with a sliding window w > 0 only the      \
+     keys max(0, p - w) ..= p: itself and the w before it, as FlashAttention's window_size = (w, 0) that      \
+     nanochat passes (Note [attention window] in ops.cpp). w <= 0, or w >= kv_len - 1, is full causal         \
+     attention. Query head h reads kv head h / (Hq / Hkv) (grouped-query attention). The backward is the      \
+     training form (Tq == Tcap == kv_len) with the forward's window; dq, dk, dv are overwritten. */           \
   X(attention_forward, (const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, \
-                        int64_t kv_len, float scale))                                                         \
+                        int64_t kv_len, float scale, int64_t window))                                         \
   X(attention_backward, (const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,             \
                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, \
-                         float scale))                                                                        \
+                         float scale, int64_t window))                                                        \
   /* ---- relu^2: y = max(x, 0)^2; dx = dy * 2 max(x, 0) */                                                   \
   X(relu2_forward, (const Tensor& y, const Tensor& x))                                                        \
   X(relu2_backward, (const Tensor& dx, const Tensor& dy, const Tensor& x))                                    \

@@ -44,9 +44,16 @@ bool fsync_path(const fs::path& p) {
   return ok;
 }
 
+// set_checkpoint_write_hook's hook (tests).
+std::function<void(const std::string&)>& write_hook() {
+  static std::function<void(const std::string&)> hook;
+  return hook;
+}
+
 // A small file (meta.json, DONE), on disk before it counts: its bytes reach the kernel only at the
 // flush, so that is what is checked, and then its fsync (a full disk fails one of them).
 void write_text(const fs::path& path, const std::string& text) {
+  if (write_hook()) write_hook()(path.string());
   std::ofstream f(path);
   f << text;
   f.flush();
@@ -57,6 +64,7 @@ void write_text(const fs::path& path, const std::string& text) {
 }
 
 void write_tensors(const fs::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  if (write_hook()) write_hook()(path.string());
   SafetensorsWriter w;
   for (const auto& [name, t] : tensors) w.add(name, t);
   w.write(path.string());
@@ -77,7 +85,43 @@ void publish(const fs::path& tmp, const fs::path& final_dir) {
   fs::remove_all(old);
 }
 
+// The files of one save, into `tmp` (rank 0: also the weights, meta.json and, once every rank's
+// files are on disk, DONE).
+void write_checkpoint_files(const fs::path& tmp, const CheckpointContents& c, dist::ProcessGroup& group) {
+  const bool primary = group.rank() == 0;
+  CheckpointFiles files;
+  // Each rank writes its own optimizer state (its shard under --zero); the weights are replicated,
+  // so rank 0 alone writes them and meta.json.
+  write_tensors(tmp / CheckpointFiles::optimizer(group.rank()), c.optimizer);
+  if (primary) {
+    write_tensors(tmp / files.model, c.model);
+    write_text(tmp / files.meta, c.meta.dump(2));
+  }
+  group.barrier()->wait();  // every rank's files are on disk
+  if (primary) write_text(tmp / "DONE", fmt::format("{}\n", c.step));
+}
+
 }  // namespace
+
+void set_checkpoint_write_hook(std::function<void(const std::string&)> hook) { write_hook() = std::move(hook); }
+
+std::vector<std::string> remove_interrupted_saves(const std::string& out) {
+  std::vector<std::string> removed;
+  const fs::path root = fs::path(out) / "checkpoints";
+  if (!fs::is_directory(root)) return removed;
+  // Exactly the name save_checkpoint stages in: step_, digits, .tmp.
+  static const std::regex name(R"(step_\d+\.tmp)");
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const std::string n = entry.path().filename().string();
+    if (std::regex_match(n, name) && entry.is_directory() && !entry.is_symlink() &&
+        !fs::exists(entry.path() / "DONE")) {
+      fs::remove_all(entry.path());
+      removed.push_back(n);
+    }
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
 
 std::string checkpoint_dir(const std::string& out, int64_t step) {
   return (fs::path(out) / "checkpoints" / fmt::format("step_{:06d}", step)).string();
@@ -138,17 +182,16 @@ void save_checkpoint(const std::string& out, const CheckpointContents& c, dist::
   }
   // The directory exists before any rank writes into it.
   group.barrier()->wait();
-  CheckpointFiles files;
-  // Each rank writes its own optimizer state (its shard under --zero); the weights are replicated,
-  // so rank 0 alone writes them and meta.json.
-  write_tensors(tmp / CheckpointFiles::optimizer(group.rank()), c.optimizer);
-  if (primary) {
-    write_tensors(tmp / files.model, c.model);
-    write_text(tmp / files.meta, c.meta.dump(2));
+  try {
+    write_checkpoint_files(tmp, c, group);
+  } catch (...) {
+    // A full disk, or another rank's failure seen as a barrier's timeout: the partial save goes, so
+    // that it neither fills the disk nor waits for a resume to find it.
+    std::error_code ignored;
+    if (primary) fs::remove_all(tmp, ignored);
+    throw;
   }
-  group.barrier()->wait();  // every rank's files are on disk
   if (primary) {
-    write_text(tmp / "DONE", fmt::format("{}\n", c.step));
     publish(tmp, final_dir);  // an older complete save of the same step is replaced as a whole
     // Prune only now that the new checkpoint is complete, so a crash never leaves fewer than before;
     // only this run's checkpoints (meta.json's run_id), so a folder that somehow holds another run's

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -51,9 +52,21 @@ struct CheckpointContents {
 };
 
 // Collective: every rank of `group` calls it with the same step.
-// Throws nanoddp::Error when a file cannot be written. Keeps the newest keep_last complete
+// Throws nanoddp::Error when a file cannot be written; rank 0 then removes the .tmp folder, so a
+// failed save (a full disk) leaves nothing behind. Keeps the newest keep_last complete
 // checkpoints; keep_last < 1 counts as 1, so the one just written is never deleted.
 void save_checkpoint(const std::string& out, const CheckpointContents& c, dist::ProcessGroup& group, int keep_last);
+
+// Removes OUT/checkpoints/step_N.tmp folders without DONE: saves that a kill, a crash or a full
+// disk interrupted (this run's own staging folders: nothing else is touched, not even a complete
+// step_N.tmp that an interrupted rename left as the newest copy of its step). Returns their names.
+// Only for a writer that holds the run folder's lock (train/run_lock.h): another run's save in
+// progress looks the same.
+std::vector<std::string> remove_interrupted_saves(const std::string& out);
+
+// For tests: called with each file's path before save_checkpoint writes it; what it throws fails
+// the save as a full disk would. Empty: none.
+void set_checkpoint_write_hook(std::function<void(const std::string&)> hook);
 
 // A complete checkpoint directory from what a user names: a checkpoint directory itself, or a
 // run's OUT directory (its newest complete checkpoint). Throws nanoddp::Error when there is none.

@@ -3,7 +3,8 @@
 //   every training line: step (after it), loss (mean over ranks, nats), lrm (learning-rate
 //     multiplier of the schedule), epoch, dt_ms (the step's wall time);
 //     rank 0's phases: data_ms, forward_ms, backward_ms, comm_ms (gradient communication the backward
-//     did not hide), optimizer_ms; rank 0's memory: host_rss_mb, host_peak_mb, device_peak_mb (GPU);
+//     did not hide), optimizer_ms (on a GPU forward_ms is 0 and backward_ms holds both: see
+//     StepPhases in train/progress.h); rank 0's memory: host_rss_mb, host_peak_mb, device_peak_mb (GPU);
 //   base and SFT: tokens (seen so far), tokens_per_s (all ranks), flops_per_s (model FLOP/s per
 //     device, 6N + attention per token as nanochat counts), mfu (flops_per_s / the device's
 //     datasheet peak or --peak_flops; absent when neither is known, e.g. on a CPU);

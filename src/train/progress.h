@@ -10,7 +10,9 @@
 namespace nanoddp::train {
 
 // Seconds of one optimizer step on this rank, by phase. On a GPU the boundaries wait for the
-// device, so each phase holds its kernels' time, not their launches'.
+// device, so each phase holds its kernels' time, not their launches'; the micro-steps are not
+// waited for one by one (Note [reading the loss] in train/token_stage.cpp), so there the forward
+// counts in backward and forward is 0.
 struct StepPhases {
   double data = 0;          // reading micro-batches
   double sample = 0;        // RL: generating completions

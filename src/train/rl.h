@@ -45,6 +45,8 @@ class QuestionSource {
   data::LoaderState state() const { return state_; }
   void set_state(const data::LoaderState& s) { state_ = s; order_epoch_ = -1; }
   int64_t size() const { return static_cast<int64_t>(questions_.size()); }
+  // The questions an epoch takes, all ranks together (Note [data order]'s epoch_units).
+  int64_t units_per_epoch() const { return data::epoch_units(size(), world_, step_units_); }
 
  private:
   std::vector<data::Question> questions_;

@@ -18,7 +18,7 @@ struct TrainResult {
   int64_t last_step = 0;          // the step the run stopped at (num_iterations or --stop_at)
   double last_loss = 0;           // training loss of the last step taken (all ranks' mean)
   std::optional<EvalResult> eval; // the last evaluation
-  int stopped_by_signal = 0;      // SIGTERM/SIGINT: saved at last_step and stopped early (else 0)
+  int stopped_by_signal = 0;      // SIGTERM/SIGINT/SIGHUP: saved at last_step and stopped early (else 0)
 };
 
 // Runs `opts` on `group` (one rank per process; a single-rank group without a launcher) with this

@@ -2,7 +2,7 @@
 // where a directory belongs and the reverse) and with outputs it cannot write, must fail the way
 // src/cli/main.cpp promises: exit status 1 (2 for a command line that does not parse), never 0 and
 // never a signal (abort 134, segfault 139); a line on stderr that says "error"; and no *.tmp left
-// behind. The regressions of issue 11 (item 4) are the tests named after them.
+// behind. Cases that once failed one of these ways are the tests named after them.
 //
 // Unwritable outputs: chmod does not stop root (which CI runs as), so the paths that fail for anyone
 // are used: /dev/null/x (a file as a parent directory), /proc/x and /sys/x (filesystems that refuse

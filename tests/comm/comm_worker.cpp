@@ -1,4 +1,4 @@
-// A rank of the multi-process tests (tests/dist/test_multiprocess.cpp), started N times with the
+// A rank of the multi-process tests (tests/comm/test_multiprocess.cpp), started N times with the
 // launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...) or by mpirun. It joins the job
 // through init_distributed, like `nanoddp train` does, and runs one scenario:
 //   collectives BACKEND  every collective against exact values      -> exit 0, "rank R: ok"
@@ -7,7 +7,11 @@
 //   freeze BACKEND       the last rank stops itself (SIGSTOP) inside collective #2, after its
 //                        heartbeat has published it                 -> others exit 3 with the error
 //   consistency BACKEND  rank 1 has another --depth                -> every rank exits 4
-// NANODDP_TEST_TIMEOUT sets the collective timeout in seconds (default 30).
+//   die BACKEND          the last rank exits (code 7) while collective #2, a large allreduce, is
+//                        in flight on every rank                   -> the others stop, naming it
+// NANODDP_TEST_TIMEOUT sets the collective timeout in seconds (default 30). In `die`, SIGTERM and
+// SIGINT are recorded and otherwise ignored, as the trainer does (it stops at the next step
+// boundary), and passed on to the process groups' watches (note_stop_signal).
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +28,8 @@ using namespace nanoddp;
 using namespace nanoddp::dist;
 
 namespace {
+
+extern "C" void on_stop_signal(int sig) { note_stop_signal(sig); }
 
 int run(const std::string& scenario, DistContext& ctx, const DistOptions& options) {
   ProcessGroup& pg = *ctx.group;
@@ -72,6 +78,20 @@ int run(const std::string& scenario, DistContext& ctx, const DistOptions& option
     std::printf("rank %d: collective #2 completed without the last rank\n", pg.rank());
     return 1;
   }
+  if (scenario == "die") {
+    Tensor t = Tensor::zeros({1 << 18}, DType::F32), big = Tensor::zeros({1 << 24}, DType::F32);
+    pg.allreduce(t, ReduceOp::Sum)->wait();  // #1, everyone
+    auto work = pg.allreduce(big, ReduceOp::Sum);  // #2, 64 MiB: still moving when the last rank dies
+    if (pg.rank() == last) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::printf("rank %d: dying inside collective #2\n", pg.rank());
+      std::fflush(stdout);
+      std::_Exit(7);
+    }
+    work->wait();
+    std::printf("rank %d: collective #2 completed without the last rank\n", pg.rank());
+    return 1;
+  }
   if (scenario == "consistency") {
     Fields fields{{"--depth", pg.rank() == 1 ? "6" : "4"}, {"--lr", "0.02"}};
     try {
@@ -90,8 +110,16 @@ int run(const std::string& scenario, DistContext& ctx, const DistOptions& option
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s collectives|stall|crash|freeze|consistency BACKEND\n", argv[0]);
+    std::fprintf(stderr, "usage: %s collectives|stall|crash|freeze|consistency|die BACKEND\n", argv[0]);
     return 2;
+  }
+  if (std::string(argv[1]) == "die") {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGTERM, &sa, nullptr);
+    ::sigaction(SIGINT, &sa, nullptr);
   }
   const char* timeout = std::getenv("NANODDP_TEST_TIMEOUT");
   DistOptions options;

@@ -1,9 +1,12 @@
-// CollectiveWatch::diagnose on its own: this rank's watch reads the progress that fake ranks publish
-// to an in-memory store, each fake rank beating or not, at the collective or behind it. (The real
-// groups' diagnoses are tested in test_gloo_threads.cpp and test_multiprocess.cpp.)
+// CollectiveWatch on its own: this rank's watch reads the progress that fake ranks publish to an
+// in-memory store, each fake rank beating or not, at the collective or behind it, or gone; and a
+// blocked collective is abandoned when the store knows a peer is gone. (The real groups' diagnoses
+// are tested in test_gloo_threads.cpp and test_multiprocess.cpp.)
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <csignal>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
@@ -183,6 +186,95 @@ TEST(CollectiveWatch, HeartbeatsEndWhenTheStoreIsGone) {
   const int64_t stopped = beat_of(*store);
   std::this_thread::sleep_for(300ms);
   EXPECT_EQ(beat_of(*store), stopped);
+}
+
+// What an Abandon callback was called with.
+struct Abandoned {
+  std::mutex mu;
+  uint64_t seq = 0;
+  std::string why;
+  Abandon callback() {
+    return [this](uint64_t s, const std::string& w) {
+      std::lock_guard lock(mu);
+      seq = s;
+      why = w;
+    };
+  }
+  uint64_t get_seq() {
+    std::lock_guard lock(mu);
+    return seq;
+  }
+};
+
+// Note [known departures]: the launcher's report of a failed worker ends a blocked collective's
+// wait, naming the rank; a collective that finished is left alone.
+TEST(CollectiveWatch, ABlockedCollectiveIsAbandonedWhenTheLauncherReportsAFailedRank) {
+  auto store = std::make_shared<HashStore>();
+  std::atomic<bool> reported{false};
+  Departures launcher = [&]() -> std::string { return reported ? "rank 1 (pid 42 on node0) exited with code 7" : ""; };
+  Abandoned got;
+  CollectiveWatch watch(store, 0, 2, 60s, launcher, got.callback());
+  watch.issued(1);
+  watch.finished(1);
+  watch.issued(2);
+  std::this_thread::sleep_for(CollectiveWatch::kBlockedAfter * 3);
+  EXPECT_EQ(got.get_seq(), 0u) << "abandoned without a departure";
+  reported = true;
+  ASSERT_TRUE(eventually([&] { return got.get_seq() != 0; }));
+  EXPECT_EQ(got.seq, 2u);
+  EXPECT_EQ(got.why, "rank 1 (pid 42 on node0) exited with code 7, as the launcher reports: see its output");
+}
+
+TEST(CollectiveWatch, NothingIsAbandonedWhileNoCollectiveIsPending) {
+  auto store = std::make_shared<HashStore>();
+  Abandoned got;
+  CollectiveWatch watch(store, 0, 2, 60s, [] { return std::string("rank 1 exited with code 7"); }, got.callback());
+  watch.issued(1);
+  watch.finished(1);
+  std::this_thread::sleep_for(CollectiveWatch::kBlockedAfter * 3);
+  EXPECT_EQ(got.get_seq(), 0u);
+}
+
+// A rank whose group was destroyed marks its progress "left"; one that left before reaching the
+// collective is not coming, one that left after it had reached it is no reason to give up.
+TEST(CollectiveWatch, ARankThatLeftBeforeReachingTheCollectiveIsADeparture) {
+  auto store = std::make_shared<HashStore>();
+  {
+    CollectiveWatch leaving(store, 1, 2, 60s);
+    leaving.issued(1);
+  }
+  EXPECT_EQ(store->get_string("progress/1").substr(1), " 2 left");  // its last collective, a beat, "left"
+  Abandoned got;
+  CollectiveWatch watch(store, 0, 2, 60s, {}, got.callback());
+  EXPECT_EQ(watch.known_departure(1), "");  // it had reached #1
+  watch.issued(1);
+  watch.finished(1);
+  watch.issued(2);
+  ASSERT_TRUE(eventually([&] { return got.get_seq() != 0; }));
+  EXPECT_EQ(got.seq, 2u);
+  EXPECT_EQ(got.why, "rank 1 left the job after its collective #1 without reaching it: see its output");
+  // diagnose() answers with it at once rather than watching heartbeats.
+  EXPECT_EQ(watch.diagnose(2), got.why);
+}
+
+// After a stop signal, a blocked rank gives up on a peer that had not reached the collective once
+// that peer's heartbeat has stopped for two intervals; a peer still beating is waited for (it got
+// the signal too, and the job saves when it arrives).
+TEST(CollectiveWatch, AfterAStopSignalAPeerWhoseHeartbeatStoppedIsGivenUp) {
+  auto store = std::make_shared<HashStore>();
+  FakeRank alive(store, 1, 1, true), frozen(store, 2, 1, false);
+  Abandoned got;
+  CollectiveWatch watch(store, 0, 3, 1000ms, {}, got.callback());  // a heartbeat every 100 ms
+  watch.issued(1);
+  watch.finished(1);
+  watch.issued(2);
+  std::this_thread::sleep_for(CollectiveWatch::kBlockedAfter * 3);
+  EXPECT_EQ(got.get_seq(), 0u) << "gave up without a signal";
+  note_stop_signal(SIGTERM);
+  const bool abandoned = eventually([&] { return got.get_seq() != 0; });
+  note_stop_signal(0);
+  ASSERT_TRUE(abandoned);
+  EXPECT_EQ(got.why, "rank 2 had not reached it and stopped sending heartbeats: it is gone or frozen; see its output");
 }
 
 }  // namespace

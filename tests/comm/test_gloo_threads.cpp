@@ -1,6 +1,7 @@
 // The Gloo process group with ranks as threads of this process, sharing one in-memory store:
-// every collective against exact expected values for world sizes 1-8, both reduce_scatter
-// algorithms, argument errors, and a stalled rank making the others fail with a diagnosis.
+// every collective against exact expected values for world sizes 1-8, directly and through the
+// host staging that CUDA tensors take, argument errors, and a stalled rank making the others fail
+// with a diagnosis.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include "collective_checks.h"
 #include "core/error.h"
 #include "comm/gloo_group.h"
+#include "comm/host_staging.h"
 #include "rendezvous/hash_store.h"
 #include "rendezvous/prefix_store.h"
 #include "test_util.h"
@@ -68,10 +70,58 @@ TEST_P(GlooWorld, EveryCollectiveIsExact) {
 
 INSTANTIATE_TEST_SUITE_P(Sizes, GlooWorld, ::testing::Range(1, 9));
 
+// The path CUDA tensors take (Note [staging] in comm/host_staging.h), with host tensors: every
+// collective through the staging buffer, in-place ones included, exact.
+class GlooStagedWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooStagedWorld, EveryCollectiveThroughTheStagingBufferIsExact) {
+  testing::CheckOptions checks;
+  checks.salt = uint64_t(GetParam()) + 100;
+  GlooGroupOptions o = local_options();
+  o.stage_host_tensors = true;
+  auto failures = run_ranks(GetParam(), o, [&](GlooGroup& g) { return testing::check_all_collectives(g, checks); });
+  EXPECT_TRUE(failures.empty()) << join(failures);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, GlooStagedWorld, ::testing::Values(1, 2, 3, 5));
+
+// One buffer holds a collective's host copies; it grows to the largest collective and is reused,
+// never reallocated for a smaller or equal one.
+TEST(HostStaging, OneBufferGrowsToTheLargestCollectiveAndIsReused) {
+  HostStaging staging;
+  ReadyMark host_ready;
+  Tensor big = Tensor::empty({1000}, DType::F32), out = Tensor::empty({250}, DType::F32);
+  for (int64_t i = 0; i < 1000; i++) big.data<float>()[i] = float(i);
+  // reduce_scatter-like: `out` is only written, `big` only read, both in the one buffer.
+  HostStaging::Views v = staging.stage_in(out, big, host_ready);
+  EXPECT_EQ(v.input.numel(), 1000);
+  EXPECT_EQ(v.input.data<float>()[999], 999.f);
+  EXPECT_NE(v.input.raw(), big.raw());
+  EXPECT_GE(static_cast<char*>(v.input.raw()), static_cast<char*>(v.data.raw()) + out.nbytes());  // apart
+  for (int64_t i = 0; i < 250; i++) v.data.data<float>()[i] = -float(i);
+  staging.stage_out(out, v);
+  EXPECT_EQ(out.data<float>()[249], -249.f);
+  const size_t capacity = staging.capacity();
+  EXPECT_GE(capacity, big.nbytes() + out.nbytes());
+  // allreduce-like, smaller and equal: the same buffer; the data itself is copied in.
+  for (int k = 0; k < 5; k++) {
+    HostStaging::Views w = staging.stage_in(big, Tensor(), host_ready);
+    EXPECT_EQ(w.data.data<float>()[7], 7.f);
+    staging.stage_out(big, w);
+  }
+  EXPECT_EQ(staging.allocations(), 1);
+  EXPECT_EQ(staging.capacity(), capacity);
+  Tensor bigger = Tensor::zeros({int64_t(capacity)}, DType::F32);
+  staging.stage_in(bigger, Tensor(), host_ready);
+  EXPECT_EQ(staging.allocations(), 2);
+  EXPECT_GE(staging.capacity(), bigger.nbytes());
+}
+
 TEST(GlooGroup, RefusesWhatItCannotReduce) {
   auto failures = run_ranks(2, local_options(), [](GlooGroup& g) {
     Tensor bf = Tensor::zeros({4}, DType::BF16);
-    NANODDP_EXPECT_ERROR(g.allreduce(bf, ReduceOp::Sum), "allreduce of bf16 tensors is not supported by the gloo backend");
+    NANODDP_EXPECT_ERROR(g.allreduce(bf, ReduceOp::Sum),
+                         "allreduce of bf16 tensors is not supported by the gloo backend");
     Tensor a = Tensor::zeros({6}, DType::F32), b = Tensor::zeros({2}, DType::F32);
     NANODDP_EXPECT_ERROR(g.reduce_scatter(b, a, ReduceOp::Sum), "must have world size (2) x output (2) = 4");
     NANODDP_EXPECT_ERROR(g.all_gather(a, b), "must have world size (2) x input (2) = 4");

@@ -110,7 +110,14 @@ TEST(Init, BackendSelection) {
   EXPECT_EQ(resolve_backend("auto", Device::cpu(), srun), "gloo");
   EXPECT_THROW(resolve_backend("nccl", Device::cpu(), torchrun), Error);
   EXPECT_THROW(resolve_backend("smoke-signals", Device::cpu(), torchrun), Error);
-  EXPECT_THROW(resolve_backend("gloo", Device::cuda(0), torchrun), Error);
+  // Gloo stages CUDA tensors through host memory; MPI takes host tensors only.
+  EXPECT_EQ(resolve_backend("gloo", Device::cuda(0), torchrun), "gloo");
+  NANODDP_EXPECT_ERROR(resolve_backend("mpi", Device::cuda(0), torchrun),
+                       NANODDP_HAVE_MPI ? "the mpi backend reduces CPU tensors but the device is cuda:0"
+                                        : "this build has no MPI");
+  if (!NANODDP_HAVE_NCCL)
+    NANODDP_EXPECT_ERROR(resolve_backend("auto", Device::cuda(0), torchrun),
+                         "this build has no NCCL: use --backend gloo");
 }
 
 TEST(Init, RankZeroHostsTheStoreAndEveryRankJoins) {
@@ -196,7 +203,8 @@ TEST(Init, LocalGpuIndexFollowsPerTaskBindings) {
   // Under torchrun / nanoddp run every process sees the node's GPUs: too many processes.
   NANODDP_EXPECT_ERROR(local_gpu_index(env(Launcher::Torchrun, 3, 4), 1),
                        "rank 7 has LOCAL_RANK 3 but only 1 GPU(s) are visible on this node: start at most 1 processes "
-                       "per node (--nproc_per_node)");
+                       "per node (--nproc_per_node)",
+                       "to share a GPU among ranks, give every rank the same one with --device cuda:0 --backend gloo");
   // More processes than visible GPUs: some GPU would get two ranks. The advice is the launcher's.
   NANODDP_EXPECT_ERROR(local_gpu_index(env(Launcher::Srun, 3, 4), 3),
                        "rank 7 has SLURM_LOCALID 3 of 4 tasks on its node but only 3 GPU(s) are visible to it: ask "

@@ -83,6 +83,25 @@ void expect_diagnosed(const std::string& scenario, const std::string& state) {
   EXPECT_LT(Clock::now() - start, 25s) << "the failure was not reported in bounded time";
 }  // the stalled rank is killed here, with its Proc
 
+// Under `nanoddp run`, a rank dies while a large allreduce is in flight on both ranks. The
+// launcher reports the death in the store at once; the surviving rank, which would otherwise wait
+// in the collective (or in its diagnosis, 4.5 heartbeat intervals of 2 s here) and be killed at
+// the launcher's 5 s stop timeout, stops by itself with a line naming the dead rank (Note [known
+// departures] in comm/collective_watch.h), so the launcher need not send SIGKILL.
+TEST(MultiProcess, UnderTheLauncherARankBlockedOnADeadPeerStopsNamingIt) {
+  std::vector<std::string> env{"NANODDP_TEST_TIMEOUT=30"};
+  Proc job({testing::nanoddp_binary(), "run", "--standalone", "--nproc_per_node", "2", NANODDP_COMM_WORKER, "die",
+            "gloo"},
+           env);
+  EXPECT_NE(exit_status(job, 60s), 0) << job.all();
+  const std::string log = job.all();
+  EXPECT_NE(log.find("rank 1: dying inside collective #2"), std::string::npos) << log;
+  EXPECT_NE(log.find("allreduce #2 of 64.0 MiB (f32, sum)"), std::string::npos) << log;
+  EXPECT_NE(log.find("on rank 0: rank 1 (pid "), std::string::npos) << log;
+  EXPECT_NE(log.find("exited with code 7, as the launcher reports: see its output"), std::string::npos) << log;
+  EXPECT_EQ(log.find("SIGKILL"), std::string::npos) << "the surviving rank had to be killed:\n" << log;
+}
+
 TEST(MultiProcess, StalledRankIsNamedByTheOthers) { expect_diagnosed("stall", "it is still running"); }
 
 TEST(MultiProcess, CrashedRankIsNamedByTheOthers) { expect_diagnosed("crash", "its heartbeat stopped"); }

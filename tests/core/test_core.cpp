@@ -1,4 +1,6 @@
 // core: caching allocator, tensor views, bf16 rounding, RNG, typed options, device parsing, files.
+// The safetensors format, the trace recorder, console output and the machine report have files of
+// their own beside this one.
 #include <gtest/gtest.h>
 
 #include <cmath>

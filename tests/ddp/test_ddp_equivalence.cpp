@@ -2,7 +2,8 @@
 // must train like one rank accumulating the same W micro-batches. Ranks here are threads of this
 // process, each with its own Gloo group over a shared in-memory store (as in gloo's own tests).
 // For every --zero mode and both optimizers: after every step all ranks hold the same parameters
-// bit for bit, and they match the single-rank run to fp32 reduction-order tolerance.
+// bit for bit, and they match the single-rank run to fp32 reduction-order tolerance. Muon's
+// Newton-Schulz is split among the ranks in every mode, each matrix orthogonalised once.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -65,6 +66,7 @@ struct RunRecord {
   std::vector<double> loss;
   Snapshot grads;
   size_t state_bytes = 0;
+  size_t orthogonalised = 0;  // Muon matrices this rank orthogonalised in the last step
 };
 
 // The averaged gradient as this rank holds it after the reduction: everything, or (--zero 2)
@@ -106,6 +108,7 @@ RunRecord reference(int world, const std::string& opt, int zero) {
     out.params.push_back(params_of(gpt));
     out.loss.push_back(loss / world);
   }
+  out.orthogonalised = o.muon_orthogonalised();
   return out;
 }
 
@@ -130,14 +133,16 @@ Snapshot abs_sum_of_micro_grads(int world) {
 
 // `world` ranks as threads, one micro-batch each per step. Small buckets (4 KiB, 10 KiB) so the
 // layout has many buckets and the overlap path is exercised.
-std::vector<RunRecord> distributed(int world, const std::string& opt, int zero) {
+std::vector<RunRecord> distributed(int world, const std::string& opt, int zero, bool split_newton_schulz = true) {
   std::vector<RunRecord> out(world);
   testing::run_ranks(world, [&](int r, dist::ProcessGroup& group) {
     model::GPT gpt(config(), Device::cpu());
     gpt.init_weights(r == 0 ? 3 : 100 + r);  // only rank 0's weights count: they are broadcast
     ddp::Reducer reducer(gpt, group, {.zero = zero, .whole_matrices = opt == "muon", .first_bucket_mb = 0.004, .bucket_cap_mb = 0.01});
     reducer.broadcast_parameters();
-    ddp::Optimizer o(gpt, reducer, optimizer(opt));
+    ddp::OptimizerConfig oc = optimizer(opt);
+    oc.split_newton_schulz = split_newton_schulz;
+    ddp::Optimizer o(gpt, reducer, oc);
     out[r].state_bytes = o.state_bytes();
     for (int s = 0; s < kSteps; s++) {
       auto [x, y] = micro_batch(s, r);
@@ -147,6 +152,7 @@ std::vector<RunRecord> distributed(int world, const std::string& opt, int zero) 
       o.step(1.0, 0.9);
       out[r].params.push_back(params_of(gpt));
     }
+    out[r].orthogonalised = o.muon_orthogonalised();
   });
   return out;
 }
@@ -220,6 +226,16 @@ TEST_P(DdpEquivalence, RanksAgreeBitwiseAndMatchOneRankWithAccumulation) {
           << "step " << s << " parameter " << p;
     }
   }
+  // Every Muon matrix is orthogonalised by exactly one rank (Note [split Newton-Schulz] in
+  // ddp/optimizer.cpp; --zero >= 1: by the rank whose shard holds it), none by all of them.
+  if (opt == "muon") {
+    size_t total = 0;
+    for (int r = 0; r < world; r++) {
+      EXPECT_LT(got[r].orthogonalised, want.orthogonalised) << "rank " << r << " orthogonalised every matrix";
+      total += got[r].orthogonalised;
+    }
+    EXPECT_EQ(total, want.orthogonalised);
+  }
   const size_t state_bytes = got[0].state_bytes;
   // Sharded optimizer state: about 1/W of the replicated state on each rank.
   size_t replicated = 0;
@@ -246,7 +262,21 @@ INSTANTIATE_TEST_SUITE_P(Modes, DdpEquivalence, ::testing::ValuesIn(cases()), []
          info.param.optimizer;
 });
 
-// Dynamic loss scaling (Note [dynamic loss scaling] in train/trainer.cpp): with --zero 2 each rank
+// Note [split Newton-Schulz] (ddp/optimizer.cpp): with --zero 0, each rank orthogonalising its own
+// Muon matrices and broadcasting them gives the bits of every rank orthogonalising all of them, at
+// every step, for 3 ranks (whose sums differ from one rank's in order, so the comparison with
+// one rank above has a tolerance) as for 2, while each rank does a share of the work.
+TEST(SplitNewtonSchulz, GivesTheBitsOfTheReplicatedComputation) {
+  for (int world : {2, 3}) {
+    const auto split = distributed(world, "muon", 0, true), replicated = distributed(world, "muon", 0, false);
+    for (int r = 0; r < world; r++) {
+      for (int s = 0; s < kSteps; s++) EXPECT_EQ(split[r].params[s], replicated[r].params[s]) << "step " << s;
+      EXPECT_LT(split[r].orthogonalised, replicated[r].orthogonalised) << "rank " << r;
+    }
+  }
+}
+
+// Dynamic loss scaling (Note [dynamic loss scaling] in train/loss_scaler.h): with --zero 2 each rank
 // checks only the gradient pieces it owns, so an overflow in one rank's piece must still make every
 // rank skip. Each rank unscales the pieces it owns (8 -> 2); rank 1 then plants an inf in one of
 // its own, and both ranks must report it.

@@ -2,6 +2,7 @@
 //  - 2 ranks x 64 images per step end where 1 rank x 128 does (the DistributedSampler's shares of
 //    each global batch are the same images; only the order of float sums differs);
 //  - 2 epochs reach at least 80% test accuracy (the guide's model gets ~85%);
+//  - --resume from the checkpoint it writes continues exactly where one run would be;
 //  - missing data and a zero batch are clear errors.
 #include <gtest/gtest.h>
 
@@ -71,6 +72,36 @@ TEST(FashionMnist, TwoEpochsReachEightyPercent) {
   std::printf("test accuracy after 2 epochs: %.4f\n", acc);
   EXPECT_GE(acc, 0.80);
   EXPECT_TRUE(std::filesystem::exists(dir.str("w.safetensors")));
+}
+
+// A checkpoint of one's own model as docs/library.md writes it: one epoch, then --resume for the
+// second, ends on the weights of two epochs in one run, bit for bit (one rank: the same operations
+// in the same order, provided the optimizer's moments and step count come back with the weights).
+TEST(FashionMnist, ResumingFromTheCheckpointEndsWhereOneRunEnds) {
+  NANODDP_SKIP_UNLESS_REFERENCE(std::filesystem::exists(std::string(kData) + "/train-images-idx3-ubyte.gz"),
+                                "Debian's dataset-fashion-mnist (scripts/setup.sh installs it)");
+  testing::ScratchDir dir("fashion_mnist_resume");
+  Proc whole({NANODDP_FASHION_MNIST, "--epochs", "2", "--out", dir.str("whole.safetensors")});
+  ASSERT_EQ(whole.wait_exit(120s), 0) << whole.all();
+  Proc first({NANODDP_FASHION_MNIST, "--epochs", "1", "--out", dir.str("first.safetensors")});
+  ASSERT_EQ(first.wait_exit(120s), 0) << first.all();
+  EXPECT_TRUE(std::filesystem::exists(dir.str("first.optimizer.safetensors")));
+  Proc second({NANODDP_FASHION_MNIST, "--epochs", "2", "--resume", dir.str("first.safetensors"), "--out",
+               dir.str("second.safetensors")});
+  ASSERT_EQ(second.wait_exit(120s), 0) << second.all();
+  EXPECT_EQ(second.out().find("epoch 1 |"), std::string::npos) << second.out();
+  EXPECT_NE(second.out().find("epoch 2 |"), std::string::npos) << second.out();
+  EXPECT_NE(weights(dir.str("first.safetensors")), weights(dir.str("whole.safetensors")));
+  EXPECT_EQ(weights(dir.str("second.safetensors")), weights(dir.str("whole.safetensors")));
+
+  // Nothing left to do, and a checkpoint without its optimizer state: one clear error line each.
+  Proc done({NANODDP_FASHION_MNIST, "--epochs", "1", "--resume", dir.str("first.safetensors")});
+  EXPECT_EQ(done.wait_exit(60s), 1);
+  EXPECT_NE(done.err().find("has 1 epochs done: give --epochs more than that"), std::string::npos) << done.err();
+  std::filesystem::remove(dir.str("first.optimizer.safetensors"));
+  Proc lost({NANODDP_FASHION_MNIST, "--epochs", "2", "--resume", dir.str("first.safetensors")});
+  EXPECT_EQ(lost.wait_exit(60s), 1);
+  EXPECT_NE(lost.err().find("first.optimizer.safetensors"), std::string::npos) << lost.err();
 }
 
 TEST(FashionMnist, BadInputIsAClearError) {

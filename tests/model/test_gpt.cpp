@@ -185,6 +185,38 @@ TEST(Backward, AccumulationAddsEachMicroBatchGradientOnce) {
   }
 }
 
+// The trainer's micro-steps leave their per-token losses on the device and read them once per step
+// (Note [reading the loss] in train/token_stage.cpp). The deferred micro-step must train exactly as
+// forward_backward does and leave exactly the losses whose mean forward_backward returns: the same
+// gradients and the same mean, to the bit, with an ignored target in the batch.
+TEST(Backward, ADeferredMicroStepLeavesTheLossesWhoseMeanForwardBackwardReturns) {
+  const auto c = tiny_config();
+  GPT read(c, Device::cpu()), deferred(c, Device::cpu());
+  randomise(read, 400);
+  randomise(deferred, 400);
+  auto b1 = make_batch(2, 6, c.vocab_size, 51), b2 = make_batch(2, 6, c.vocab_size, 61);
+  b2.targets.data<int32_t>()[3] = -1;
+  const double want = read.forward_backward(b1.inputs, b1.targets, 0.5f, false) +
+                      read.forward_backward(b2.inputs, b2.targets, 0.5f, true);
+  // [2 micro-batches, 2 * 6 tokens], filled with a value a skipped write would leave showing.
+  Tensor losses = Tensor::empty({24}, DType::F32);
+  ops::fill(losses, 99.f);
+  const int64_t n1 = deferred.forward_backward_deferred(losses.rows(0, 12), b1.inputs, b1.targets, 0.5f, false);
+  const int64_t n2 = deferred.forward_backward_deferred(losses.rows(12, 24), b2.inputs, b2.targets, 0.5f, true);
+  EXPECT_EQ(n1, 11);  // make_batch ignores one target
+  EXPECT_EQ(n2, 10);
+  const std::vector<float> l = testing::to_vector(losses);
+  double s1 = 0, s2 = 0;
+  for (int i = 0; i < 12; i++) s1 += l[i];
+  for (int i = 12; i < 24; i++) s2 += l[i];
+  EXPECT_EQ(l[1], 0.f);   // the ignored targets
+  EXPECT_EQ(l[15], 0.f);
+  EXPECT_EQ(s1 / static_cast<double>(n1) + s2 / static_cast<double>(n2), want);
+  for (size_t i = 0; i < read.parameters().size(); i++)
+    EXPECT_EQ(testing::to_vector(deferred.parameters()[i].grad), testing::to_vector(read.parameters()[i].grad))
+        << read.parameters()[i].name;
+}
+
 TEST(Backward, GradReadyCallsComeOnceInReverseOrderWithFinalGradients) {
   const auto c = tiny_config();
   GPT gpt(c, Device::cpu());

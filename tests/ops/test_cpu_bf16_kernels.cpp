@@ -387,8 +387,7 @@ TEST(Bf16Kernels, GemmOnViewsTouchesOnlyTheViews) {
 // rounded factor, dQ too, within ~2 x 2^-9 plus their rounding: 1e-2 of the largest covers both
 // with room, while a kernel that mixes up heads or keys is off by O(1). fp16 rounds to 2^-12, 8
 // times finer: the same bounds divided by 4 (1e-3, 2.5e-3) keep 2x room.
-TEST_P(ReducedKernels, AttentionFollowsItsF32TwinWithinTheRoundingOfPAndDs) {
-  const DType rt = GetParam();
+void attention_follows_its_f32_twin(DType rt, int64_t window) {
   const double fwd_bound = rt == DType::BF16 ? 4e-3 : 1e-3, bwd_bound = rt == DType::BF16 ? 1e-2 : 2.5e-3;
   const int64_t b = 2, t = 150, hq = 4, hkv = 2, d = 32;
   Pair q = pair({b, t, hq, d}, 13, 1.f, rt), k = pair({b, t, hkv, d}, 14, 1.f, rt),
@@ -396,8 +395,8 @@ TEST_P(ReducedKernels, AttentionFollowsItsF32TwinWithinTheRoundingOfPAndDs) {
   const float scale = 1.f / std::sqrt(static_cast<float>(d));
   Tensor ob = Tensor::empty(q.bf.shape(), rt), of = Tensor::empty(q.f.shape(), DType::F32);
   Tensor lb = Tensor::empty({b, hq, t}, DType::F32), lf = Tensor::empty({b, hq, t}, DType::F32);
-  ops::attention_forward(ob, lb, q.bf, k.bf, v.bf, t, scale);
-  ops::attention_forward(of, lf, q.f, k.f, v.f, t, scale);
+  ops::attention_forward(ob, lb, q.bf, k.bf, v.bf, t, scale, window);
+  ops::attention_forward(of, lf, q.f, k.f, v.f, t, scale, window);
   EXPECT_LT(max_rel_error(vec(ob), vec(of)), fwd_bound);
   // The scores and their log-sum-exp are f32 in both, from the same bf16 values, but bf16 heads go
   // to oneDNN's bf16 matmul, which may sum the 32 exact products of a score in another order than
@@ -412,8 +411,8 @@ TEST_P(ReducedKernels, AttentionFollowsItsF32TwinWithinTheRoundingOfPAndDs) {
                                  Tensor::empty(v.f.shape(), t_)};
   };
   auto gb = grads(rt), gf = grads(DType::F32);
-  ops::attention_backward(gb[0], gb[1], gb[2], dout.bf, q.bf, k.bf, v.bf, ob, lb, scale);
-  ops::attention_backward(gf[0], gf[1], gf[2], dout.f, q.f, k.f, v.f, o_same, lb, scale);
+  ops::attention_backward(gb[0], gb[1], gb[2], dout.bf, q.bf, k.bf, v.bf, ob, lb, scale, window);
+  ops::attention_backward(gf[0], gf[1], gf[2], dout.f, q.f, k.f, v.f, o_same, lb, scale, window);
   const char* names[] = {"dq", "dk", "dv"};
   for (int i = 0; i < 3; i++) EXPECT_LT(max_rel_error(vec(gb[i]), vec(gf[i])), bwd_bound) << names[i];
   // And decoding from a longer cache (kv_len < capacity), as sampling calls it.
@@ -421,13 +420,25 @@ TEST_P(ReducedKernels, AttentionFollowsItsF32TwinWithinTheRoundingOfPAndDs) {
        q1 = pair({b, 3, hq, d}, 19, 1.f, rt);
   Tensor o1b = Tensor::empty(q1.bf.shape(), rt), o1f = Tensor::empty(q1.f.shape(), DType::F32);
   Tensor l1 = Tensor::empty({b, hq, 3}, DType::F32);
-  ops::attention_forward(o1b, l1, q1.bf, kc.bf, vc.bf, 40, scale);
-  ops::attention_forward(o1f, l1, q1.f, kc.f, vc.f, 40, scale);
+  ops::attention_forward(o1b, l1, q1.bf, kc.bf, vc.bf, 40, scale, window);
+  ops::attention_forward(o1f, l1, q1.f, kc.f, vc.f, 40, scale, window);
   EXPECT_LT(max_rel_error(vec(o1b), vec(o1f)), fwd_bound);
-  std::printf("%s attention against f32: output %.2e, dq/dk/dv %.2e %.2e %.2e\n", std::string(dtype_name(rt)).c_str(),
+  std::printf("%s attention (window %lld) against f32: output %.2e, dq/dk/dv %.2e %.2e %.2e\n",
+              std::string(dtype_name(rt)).c_str(), static_cast<long long>(window),
               max_rel_error(vec(ob), vec(of)), max_rel_error(vec(gb[0]), vec(gf[0])),
               max_rel_error(vec(gb[1]), vec(gf[1])), max_rel_error(vec(gb[2]), vec(gf[2])));
 }
+
+TEST_P(ReducedKernels, AttentionFollowsItsF32TwinWithinTheRoundingOfPAndDs) {
+  attention_follows_its_f32_twin(GetParam(), 0);
+}
+
+// The same bounds hold with a sliding window of 40 keys back (the second query tile's keys start at
+// 88, mid-way through a tile): a row is still a convex combination of many values, so the largest
+// output stays near the largest value the bound scales with. A window of 1 averages two values,
+// which would leave the bound only relative to the largest value, not output; its masks run the
+// same code as 40's and are checked in f32 against the reference (WindowedAttention).
+TEST_P(ReducedKernels, WindowedAttentionFollowsItsF32Twin) { attention_follows_its_f32_twin(GetParam(), 40); }
 
 // Decoding from a KV cache (kv_len > the queries) grows the key count by one every token: on the
 // bf16 matmul each new shape would JIT a oneDNN primitive kept for the process, so that path runs
@@ -443,8 +454,8 @@ TEST(Bf16Kernels, DecodingFromACacheMakesNoNewGemmKernels) {
     Pair q1 = pair({b, 1, hq, d}, 60 + static_cast<uint64_t>(kv_len));
     Tensor ob = Tensor::empty(q1.bf.shape(), DType::BF16), of = Tensor::empty(q1.f.shape(), DType::F32);
     Tensor l = Tensor::empty({b, hq, 1}, DType::F32);
-    ops::attention_forward(ob, l, q1.bf, kc.bf, vc.bf, kv_len, scale);
-    ops::attention_forward(of, l, q1.f, kc.f, vc.f, kv_len, scale);
+    ops::attention_forward(ob, l, q1.bf, kc.bf, vc.bf, kv_len, scale, 0);
+    ops::attention_forward(of, l, q1.f, kc.f, vc.f, kv_len, scale, 0);
     EXPECT_LT(max_rel_error(vec(ob), vec(of)), 4e-3) << "kv_len " << kv_len;
   }
   EXPECT_EQ(ops::cpu::reduced_matmul_problems(), before);

@@ -54,23 +54,24 @@ TEST(Grad, Rotary) {
 
 struct AttnGradCase {
   int64_t b, t, hq, hkv, d;
+  int64_t window = 0;  // 0: full causal; else the query at i sees keys i - window ..= i
 };
 
 class AttentionGrad : public ::testing::TestWithParam<AttnGradCase> {};
 
 TEST_P(AttentionGrad, QueryKeyValue) {
-  auto [b, t, hq, hkv, d] = GetParam();
+  auto [b, t, hq, hkv, d, window] = GetParam();
   const float scale = 1.f / std::sqrt(float(d));
   Tensor q = randn({b, t, hq, d}, 10), k = randn({b, t, hkv, d}, 11), v = randn({b, t, hkv, d}, 12);
   Tensor w = randn(q.shape(), 13);
   Tensor out = Tensor::empty(q.shape(), DType::F32), lse = Tensor::empty({b, hq, t}, DType::F32);
   Tensor dq = Tensor::empty(q.shape(), DType::F32), dk = Tensor::empty(k.shape(), DType::F32),
          dv = Tensor::empty(v.shape(), DType::F32);
-  ops::attention_forward(out, lse, q, k, v, t, scale);
-  ops::attention_backward(dq, dk, dv, w, q, k, v, out, lse, scale);
+  ops::attention_forward(out, lse, q, k, v, t, scale, window);
+  ops::attention_backward(dq, dk, dv, w, q, k, v, out, lse, scale, window);
   Vec qv = vec(q), kv = vec(k), vv = vec(v), wv = vec(w);
   auto loss = [&](const Vec& qq, const Vec& kk, const Vec& vvv) {
-    return reference::dot(wv, reference::attention(qq, kk, vvv, b, t, t, hq, hkv, d, t, scale));
+    return reference::dot(wv, reference::attention(qq, kk, vvv, b, t, t, hq, hkv, d, t, scale, nullptr, window));
   };
   auto iq = sample_indices(q.numel(), 60, 14), ik = sample_indices(k.numel(), 60, 15),
        iv = sample_indices(v.numel(), 60, 16);
@@ -85,7 +86,12 @@ TEST_P(AttentionGrad, QueryKeyValue) {
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionGrad,
                          ::testing::Values(AttnGradCase{2, 7, 2, 2, 8},     // multi-head
                                            AttnGradCase{1, 9, 4, 2, 8},     // grouped-query
-                                           AttnGradCase{1, 140, 1, 1, 4}));  // crosses a query tile
+                                           AttnGradCase{1, 140, 1, 1, 4},   // crosses a query tile
+                                           // sliding windows: itself and one key; a band; one that
+                                           // starts the second tile's keys at 78 (not a tile edge);
+                                           // the widest that masks a key (T - 2)
+                                           AttnGradCase{1, 9, 2, 1, 8, 1}, AttnGradCase{2, 11, 2, 2, 8, 4},
+                                           AttnGradCase{1, 140, 2, 1, 4, 50}, AttnGradCase{1, 140, 1, 1, 4, 138}));
 
 TEST(Grad, Relu2) {
   Tensor x = randn({300}, 20), w = randn({300}, 21), dx = Tensor::empty({300}, DType::F32);

@@ -216,7 +216,7 @@ TEST_P(AttentionTest, ForwardMatchesReference) {
   Tensor q = randn({b, tq, hq, d}, 10), k = randn({b, tcap, hkv, d}, 11), v = randn({b, tcap, hkv, d}, 12);
   Tensor out = Tensor::empty(q.shape(), DType::F32), lse = Tensor::empty({b, hq, tq}, DType::F32);
   const float scale = 1.f / std::sqrt(float(d));
-  ops::attention_forward(out, lse, q, k, v, kv_len, scale);
+  ops::attention_forward(out, lse, q, k, v, kv_len, scale, 0);
   reference::Vec want_lse;
   auto want = reference::attention(vec(q), vec(k), vec(v), b, tq, tcap, hq, hkv, d, kv_len, scale, &want_lse);
   EXPECT_LT(max_rel_error(vec(out), want), 2e-6);
@@ -231,6 +231,119 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{1, 200, 200, 200, 2, 1, 32},   // more rows than one query tile
                       AttentionCase{2, 3, 20, 11, 4, 2, 16},       // decoding: 3 new queries after 8 cached
                       AttentionCase{1, 1, 64, 40, 2, 2, 128}));    // one new token, head_dim 128
+
+// Sliding-window attention (ops.h: the query at position p sees keys max(0, p - window) ..= p)
+// against the reference's masked softmax. Windows of 1, below and across the 128-query tiles (37,
+// 100, 129: the tiles' key ranges start mid-way), T - 2 (the widest that masks a key), and the
+// widths that are full causal attention (T - 1, T, beyond T).
+struct WindowCase {
+  int64_t b, tq, tcap, kv_len, hq, hkv, d, window;
+};
+
+class WindowedAttention : public ::testing::TestWithParam<WindowCase> {};
+
+TEST_P(WindowedAttention, ForwardMatchesMaskedReference) {
+  auto [b, tq, tcap, kv_len, hq, hkv, d, window] = GetParam();
+  Tensor q = randn({b, tq, hq, d}, 40), k = randn({b, tcap, hkv, d}, 41), v = randn({b, tcap, hkv, d}, 42);
+  Tensor out = Tensor::empty(q.shape(), DType::F32), lse = Tensor::empty({b, hq, tq}, DType::F32);
+  const float scale = 1.f / std::sqrt(float(d));
+  ops::attention_forward(out, lse, q, k, v, kv_len, scale, window);
+  reference::Vec want_lse;
+  auto want = reference::attention(vec(q), vec(k), vec(v), b, tq, tcap, hq, hkv, d, kv_len, scale, &want_lse, window);
+  // As ForwardMatchesReference: f32 sums of at most a few hundred terms against double.
+  EXPECT_LT(max_rel_error(vec(out), want), 2e-6);
+  EXPECT_LT(max_rel_error(vec(lse), want_lse), 2e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, WindowedAttention,
+    ::testing::Values(WindowCase{1, 9, 9, 9, 2, 1, 8, 1},            // itself and one key before
+                      WindowCase{2, 13, 13, 13, 4, 2, 16, 11},       // T - 2: only key 0 of the last row masked
+                      WindowCase{2, 13, 13, 13, 4, 2, 16, 12},       // T - 1: full causal
+                      WindowCase{1, 13, 13, 13, 2, 2, 16, 13},       // T
+                      WindowCase{1, 13, 13, 13, 2, 2, 16, 50},       // beyond T
+                      WindowCase{1, 300, 300, 300, 2, 1, 16, 37},    // three query tiles, a narrow band
+                      WindowCase{2, 300, 300, 300, 3, 3, 8, 100},
+                      WindowCase{1, 300, 300, 300, 2, 1, 16, 129},   // just over a tile
+                      WindowCase{2, 3, 40, 30, 4, 2, 16, 5},         // decoding: 3 queries after 27 cached
+                      WindowCase{1, 1, 64, 50, 2, 2, 32, 7},         // one new token
+                      WindowCase{1, 140, 200, 190, 2, 1, 8, 60}));   // a long prompt after 50 cached
+
+// The window's meaning, without the reference: one decoded token with window w attends exactly as
+// full attention over the w + 1 newest cached positions does (nanochat's SDPA fallback slices its
+// cache to window + 1 keys the same way).
+TEST(WindowedAttentionTest, DecodingSeesItselfAndTheWindowBeforeIt) {
+  const int64_t hq = 4, hkv = 2, d = 16, cap = 64, kv_len = 50;
+  const float scale = 0.25f;
+  Tensor q = randn({1, 1, hq, d}, 43), k = randn({1, cap, hkv, d}, 44), v = randn({1, cap, hkv, d}, 45);
+  for (int64_t w : {1, 7, 31}) {
+    Tensor out = Tensor::empty(q.shape(), DType::F32), lse = Tensor::empty({1, hq, 1}, DType::F32);
+    ops::attention_forward(out, lse, q, k, v, kv_len, scale, w);
+    const int64_t row = hkv * d, first = kv_len - 1 - w;
+    Tensor ks = k.region(first * row, {1, w + 1, hkv, d}), vs = v.region(first * row, {1, w + 1, hkv, d});
+    Tensor want = Tensor::empty(q.shape(), DType::F32), want_lse = Tensor::empty({1, hq, 1}, DType::F32);
+    ops::attention_forward(want, want_lse, q, ks, vs, w + 1, scale, 0);
+    // The same terms, summed by kernels that may split them differently: f32 rounding only.
+    EXPECT_LT(max_rel_error(vec(out), vec(want)), 1e-6) << "window " << w;
+    EXPECT_LT(max_rel_error(vec(lse), vec(want_lse)), 1e-6) << "window " << w;
+  }
+}
+
+// The decode path honours the window as training does: a sequence attended at once and the same
+// sequence decoded one token at a time from its cache give the same outputs and log-sum-exps, with
+// windows that cross the 128-query tiles of the first.
+TEST(WindowedAttentionTest, DecodingTokenByTokenMatchesTheWholeSequence) {
+  const int64_t t = 150, hq = 4, hkv = 2, d = 16;
+  const float scale = 0.25f;
+  Tensor q = randn({1, t, hq, d}, 50), k = randn({1, t, hkv, d}, 51), v = randn({1, t, hkv, d}, 52);
+  for (int64_t w : {1, 40, 130}) {
+    Tensor out = Tensor::empty(q.shape(), DType::F32), lse = Tensor::empty({1, hq, t}, DType::F32);
+    ops::attention_forward(out, lse, q, k, v, t, scale, w);
+    std::vector<float> steps, step_lse;
+    for (int64_t i = 0; i < t; i++) {
+      Tensor o1 = Tensor::empty({1, 1, hq, d}, DType::F32), l1 = Tensor::empty({1, hq, 1}, DType::F32);
+      ops::attention_forward(o1, l1, q.region(i * hq * d, {1, 1, hq, d}), k, v, i + 1, scale, w);
+      auto ov = testing::to_vector(o1), lv = testing::to_vector(l1);
+      steps.insert(steps.end(), ov.begin(), ov.end());
+      step_lse.insert(step_lse.end(), lv.begin(), lv.end());
+    }
+    // lse is [1, hq, t]; the steps gave it position by position: [t, hq].
+    reference::Vec want_lse(t * hq), got_lse(t * hq);
+    for (int64_t i = 0; i < t; i++)
+      for (int64_t h = 0; h < hq; h++) {
+        want_lse[i * hq + h] = lse.data<float>()[h * t + i];
+        got_lse[i * hq + h] = step_lse[i * hq + h];
+      }
+    // The same terms through GEMMs of other shapes (sums split differently): f32 rounding only.
+    EXPECT_LT(max_rel_error(reference::Vec(steps.begin(), steps.end()), vec(out)), 1e-6) << "window " << w;
+    EXPECT_LT(max_rel_error(got_lse, want_lse), 1e-6) << "window " << w;
+  }
+}
+
+// A window reaching key 0 from every query is full causal attention, bit for bit, forward and
+// backward (the classic model passes 0; nanochat's long layers pass T).
+TEST(WindowedAttentionTest, AWindowThatReachesKeyZeroGivesTheFullCausalBits) {
+  const int64_t b = 1, t = 150, hq = 2, d = 16;
+  Tensor q = randn({b, t, hq, d}, 46), k = randn({b, t, hq, d}, 47), v = randn({b, t, hq, d}, 48);
+  Tensor dout = randn({b, t, hq, d}, 49);
+  auto run = [&](int64_t window) {
+    std::vector<Tensor> r;
+    for (int i = 0; i < 5; i++) r.push_back(Tensor::empty(q.shape(), DType::F32));
+    Tensor lse = Tensor::empty({b, hq, t}, DType::F32);
+    ops::attention_forward(r[0], lse, q, k, v, t, 0.25f, window);
+    ops::attention_backward(r[1], r[2], r[3], dout, q, k, v, r[0], lse, 0.25f, window);
+    r[4] = lse;
+    std::vector<float> all;
+    for (const Tensor& x : r) {
+      auto xs = testing::to_vector(x);
+      all.insert(all.end(), xs.begin(), xs.end());
+    }
+    return all;
+  };
+  const auto full = run(0);
+  for (int64_t w : {t - 1, t, t + 7, int64_t{-1}}) EXPECT_EQ(run(w), full) << "window " << w;
+  EXPECT_NE(run(t - 2), full);  // the widest window that still masks a key (row t - 1's key 0)
+}
 
 TEST(Relu2, Forward) {
   Tensor x = randn({1000}, 13);
@@ -276,11 +389,16 @@ TEST(Threads, KernelsGiveTheSameBitsOnOneAndTwoThreads) {
     Tensor out = Tensor::empty(q.shape(), DType::F32), lse = Tensor::empty({b, h, t}, DType::F32);
     Tensor dq = Tensor::empty(q.shape(), DType::F32), dk = Tensor::empty(q.shape(), DType::F32),
            dv = Tensor::empty(q.shape(), DType::F32), table = Tensor::zeros({v, c}, DType::F32);
-    ops::attention_forward(out, lse, q, k, vv, t, 0.25f);
-    ops::attention_backward(dq, dk, dv, dout, q, k, vv, out, lse, 0.25f);
+    ops::attention_forward(out, lse, q, k, vv, t, 0.25f, 0);
+    ops::attention_backward(dq, dk, dv, dout, q, k, vv, out, lse, 0.25f, 0);
     ops::embedding_backward(table, demb, ids);
+    // And with a sliding window.
+    Tensor wout = Tensor::empty(q.shape(), DType::F32), wdq = Tensor::empty(q.shape(), DType::F32),
+           wdk = Tensor::empty(q.shape(), DType::F32), wdv = Tensor::empty(q.shape(), DType::F32);
+    ops::attention_forward(wout, lse, q, k, vv, t, 0.25f, 9);
+    ops::attention_backward(wdq, wdk, wdv, dout, q, k, vv, wout, lse, 0.25f, 9);
     std::vector<float> all;
-    for (const Tensor& x : {out, dq, dk, dv, table}) {
+    for (const Tensor& x : {out, dq, dk, dv, table, wout, wdq, wdk, wdv}) {
       auto xs = testing::to_vector(x);
       all.insert(all.end(), xs.begin(), xs.end());
     }
@@ -303,8 +421,8 @@ TEST(Threads, Bf16AttentionGivesTheSameBitsOnOneAndTwoThreads) {
     Tensor out = Tensor::empty(q.shape(), DType::BF16), lse = Tensor::empty({b, h, t}, DType::F32);
     Tensor dq = Tensor::empty(q.shape(), DType::BF16), dk = Tensor::empty(q.shape(), DType::BF16),
            dv = Tensor::empty(q.shape(), DType::BF16);
-    ops::attention_forward(out, lse, q, k, v, t, 0.25f);
-    ops::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, 0.25f);
+    ops::attention_forward(out, lse, q, k, v, t, 0.25f, 0);
+    ops::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, 0.25f, 0);
     std::vector<double> all;
     for (const Tensor& x : {out, lse, dq, dk, dv}) {
       auto xs = vec(x);

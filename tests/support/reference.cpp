@@ -53,17 +53,17 @@ Vec rotary(const Vec& x, int64_t b, int64_t t, int64_t h, int64_t d, const Vec& 
 }
 
 Vec attention(const Vec& q, const Vec& k, const Vec& v, int64_t b, int64_t tq, int64_t tcap, int64_t hq, int64_t hkv,
-              int64_t d, int64_t kv_len, double scale, Vec* lse) {
+              int64_t d, int64_t kv_len, double scale, Vec* lse, int64_t window) {
   Vec out(b * tq * hq * d, 0.0);
   if (lse) lse->assign(b * hq * tq, 0.0);
   for (int64_t bi = 0; bi < b; bi++)
     for (int64_t h = 0; h < hq; h++) {
       int64_t g = h / (hq / hkv);
       for (int64_t i = 0; i < tq; i++) {
-        int64_t last = kv_len - tq + i;
-        Vec s(last + 1);
+        const int64_t last = kv_len - tq + i, first = window > 0 ? std::max<int64_t>(0, last - window) : 0;
+        Vec s(last + 1, -INFINITY);  // keys before `first` stay masked: exp(-inf) = 0
         double mx = -INFINITY;
-        for (int64_t j = 0; j <= last; j++) {
+        for (int64_t j = first; j <= last; j++) {
           double dot = 0;
           for (int64_t e = 0; e < d; e++)
             dot += q[((bi * tq + i) * hq + h) * d + e] * k[((bi * tcap + j) * hkv + g) * d + e];

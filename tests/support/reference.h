@@ -19,9 +19,10 @@ Vec rmsnorm(const Vec& x, int64_t c, double eps);
 // x [b, t, h, d]; cos/sin [rows, d/2]
 Vec rotary(const Vec& x, int64_t b, int64_t t, int64_t h, int64_t d, const Vec& cos, const Vec& sin, int64_t pos0,
            bool inverse);
-// q [b, tq, hq, d]; k, v [b, tcap, hkv, d]; out [b, tq, hq, d]; lse (optional) [b, hq, tq]
+// q [b, tq, hq, d]; k, v [b, tcap, hkv, d]; out [b, tq, hq, d]; lse (optional) [b, hq, tq]. The query
+// at position p sees keys 0 ..= p, or with window > 0 the keys max(0, p - window) ..= p (ops.h).
 Vec attention(const Vec& q, const Vec& k, const Vec& v, int64_t b, int64_t tq, int64_t tcap, int64_t hq, int64_t hkv,
-              int64_t d, int64_t kv_len, double scale, Vec* lse = nullptr);
+              int64_t d, int64_t kv_len, double scale, Vec* lse = nullptr, int64_t window = 0);
 Vec relu2(const Vec& x);
 // losses [n]; logits [n, vpad]
 Vec softcap_cross_entropy(const Vec& logits, const std::vector<int32_t>& targets, int64_t vpad, int64_t vocab,

@@ -27,6 +27,7 @@
 #include "subprocess.h"
 #include "run_outputs.h"
 #include "test_util.h"
+#include "train/run_lock.h"
 #include "two_hosts.h"
 
 namespace nanoddp {
@@ -344,6 +345,22 @@ TEST(BadInput, RanksThatFindDifferentCheckpointsToResumeStopTogether) {
   EXPECT_NE(r1.err().find("the checkpoint to resume is none"), std::string::npos) << r1.err();
   EXPECT_NE(r1.err().find("same --out"), std::string::npos) << r1.err();
   EXPECT_NE(r0.err().find("rank 1"), std::string::npos) << r0.err();
+}
+
+// One writer per run folder: rank 0 alone takes the folder's lock, and when another run holds it
+// (here this test process), rank 0 names the holder and the other rank learns of it at once
+// instead of waiting in a collective for a rank 0 that has gone.
+TEST(BadInput, ARunFolderInUseStopsEveryRank) {
+  ScratchDir root("dist_folder_in_use");
+  train::RunLock held(root.str("run"));
+  const int port = free_port();
+  Proc r0(single(train_flags(root.str("run"), 4 * 32 * 2, 4)), env_of(0, port));
+  Proc r1(single(train_flags(root.str("run"), 4 * 32 * 2, 4)), env_of(1, port));
+  EXPECT_EQ(r0.wait_exit(60s), 1) << r0.all();
+  EXPECT_EQ(r1.wait_exit(60s), 1) << r1.all();
+  EXPECT_NE(r0.err().find(fmt::format("is in use by another run (pid {} on host", ::getpid())), std::string::npos)
+      << r0.err();
+  EXPECT_NE(r1.err().find("rank 0 could not take --out"), std::string::npos) << r1.err();
 }
 
 TEST(BadInput, WorldSizeThatDoesNotDivideTheBatch) {

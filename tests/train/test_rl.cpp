@@ -148,7 +148,7 @@ TEST(Rl, TwoRanksSampleRewardAndStepLikeOneRank) {
 }
 
 // In every --dtype: fp16 scales the policy-gradient loss too (Note [dynamic loss scaling] in
-// train/trainer.cpp), and its scale resumes with the run.
+// train/loss_scaler.h), and its scale resumes with the run.
 class RlDtype : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RlDtype, AStoppedAndResumedRunEndsBitForBitLikeAStraightOne) {

@@ -3,6 +3,8 @@
 // fit the run is refused, SIGTERM saves before exiting, and --init_from starts from weights.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -10,7 +12,11 @@
 #include <fstream>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "core/safetensors.h"
+#include "data/conversation_loader.h"
+#include "data/dataset.h"
 #include "data/prepare.h"
 #include "run_outputs.h"
 #include "subprocess.h"
@@ -432,8 +438,14 @@ TEST(RunFolder, ARunKeepsItsTokenizerAndExportWritesItBesideTheWeights) {
   EXPECT_EQ(testing::read_file(dir.str("w.tiktoken")), testing::read_file(tok));
 }
 
-TEST(Signals, SigtermSavesAtTheNextStepAndResumeFinishesTheRun) {
-  testing::ScratchDir out("sigterm");
+// SIGTERM (schedulers, the launcher), and SIGHUP (a closed terminal or a lost ssh session; was:
+// killed the run unsaved with exit 129, leaving a half-written step_N.tmp) save at the next step
+// and exit 128 + the signal.
+class Signals : public ::testing::TestWithParam<int> {};
+
+TEST_P(Signals, SaveAtTheNextStepAndExitWith128PlusTheSignal) {
+  const int sig = GetParam();
+  testing::ScratchDir out("signal_" + std::to_string(sig));
   const std::vector<std::string> args = {testing::nanoddp_binary(), "train", "--data", dataset(), "--out", out.str(),
                                          "--depth", "2", "--aspect_ratio", "32", "--head_dim", "32", "--max_seq_len",
                                          "32", "--device_batch_size", "4", "--total_batch_size", "128",
@@ -441,14 +453,142 @@ TEST(Signals, SigtermSavesAtTheNextStepAndResumeFinishesTheRun) {
                                          "--threads", "1", "--peak_flops", "1e9"};
   testing::Proc p(args);
   ASSERT_TRUE(p.wait_for_text("step 00003/")) << p.all();
-  ::kill(p.pid(), SIGTERM);
+  ::kill(p.pid(), sig);
   auto status = p.wait_exit(std::chrono::seconds(60));
   ASSERT_TRUE(status.has_value());
-  EXPECT_EQ(*status, 128 + SIGTERM) << p.all();
-  EXPECT_NE(p.all().find("stopped by signal 15"), std::string::npos) << p.all();
+  EXPECT_EQ(*status, 128 + sig) << p.all();
+  EXPECT_NE(p.all().find(fmt::format("stopped by signal {}", sig)), std::string::npos) << p.all();
   const auto latest = train::latest_checkpoint(out.str());
-  ASSERT_TRUE(latest.has_value()) << "SIGTERM lost the run's work";
+  ASSERT_TRUE(latest.has_value()) << "the signal lost the run's work";
   EXPECT_GE(*latest, 3);
+  for (const auto& entry : fs::directory_iterator(out.str("checkpoints")))
+    EXPECT_FALSE(entry.path().filename().string().ends_with(".tmp")) << entry.path();
+}
+
+INSTANTIATE_TEST_SUITE_P(StopSignals, Signals, ::testing::Values(SIGTERM, SIGHUP),
+                         [](const auto& info) { return info.param == SIGTERM ? "sigterm" : "sighup"; });
+
+// One writer per run folder. Was: two concurrent `--resume latest` into one --out both ran to exit
+// 0, one's checkpoints replaced by the other's. The second writer now gets one line naming the
+// holder; the lock dies with its holder (kill -9 included), so the next run takes the folder.
+TEST(RunFolder, ASecondWriterIsRefusedNamingTheHolderAndAKilledOneBlocksNothing) {
+  testing::ScratchDir out("one_writer");
+  auto o = tiny_saving(out.str(), 2, 1);
+  train_single(o);
+  const std::vector<std::string> args = {testing::nanoddp_binary(), "train", "--data", dataset(), "--out", out.str(),
+                                         "--depth", "2", "--aspect_ratio", "32", "--head_dim", "32", "--max_seq_len",
+                                         "32", "--device_batch_size", "4", "--total_batch_size", "256",
+                                         "--num_iterations", "100000", "--eval_every", "-1", "--eval_tokens", "512",
+                                         "--threads", "1", "--peak_flops", "1e9", "--resume", "latest",
+                                         "--allow_changed_data"};
+  testing::Proc first(args);
+  ASSERT_TRUE(first.wait_for_text("step 00004/")) << first.all();
+  auto second = o;
+  second.num_iterations = 100000;
+  second.resume = "latest";
+  second.allow_changed_data = true;
+  NANODDP_EXPECT_ERROR(train_single(second), fmt::format("--out {} is in use by another run (pid {} on host",
+                                                         out.str(), first.pid()), "run.lock");
+  ::kill(first.pid(), SIGKILL);
+  ASSERT_TRUE(first.wait_exit(std::chrono::seconds(60)).has_value());
+  second.stop_at = *train::latest_checkpoint(out.str()) + 1;
+  EXPECT_EQ(train_single(second).last_step, second.stop_at);
+}
+
+// The staging folder of a save that a kill or a full disk interrupted is removed when the run
+// starts again; a user's files that merely look alike are not.
+TEST(RunFolder, StartUpRemovesInterruptedSavesAndNothingElse) {
+  testing::ScratchDir out("interrupted_saves");
+  auto o = tiny_saving(out.str(), 4, 2);
+  o.stop_at = 2;
+  train_single(o);
+  const std::string cp = out.str("checkpoints/");
+  fs::create_directories(cp + "step_000003.tmp");
+  std::ofstream(cp + "step_000003.tmp/optim_rank0.safetensors") << "half written";
+  fs::create_directories(cp + "step_000009.tmp");  // complete, its rename interrupted: kept
+  std::ofstream(cp + "step_000009.tmp/DONE") << "9\n";
+  std::ofstream(cp + "notes.tmp") << "a user's";
+  fs::create_directories(cp + "step_000003.tmp.mine");
+  o.stop_at = -1;
+  o.resume = "latest";
+  EXPECT_EQ(train_single(o).last_step, 4);
+  EXPECT_FALSE(fs::exists(cp + "step_000003.tmp"));
+  EXPECT_TRUE(fs::exists(cp + "step_000009.tmp/DONE"));
+  EXPECT_TRUE(fs::exists(cp + "notes.tmp"));
+  EXPECT_TRUE(fs::exists(cp + "step_000003.tmp.mine"));
+}
+
+// A save that fails (a full disk) removes its staging folder. Was: step_N.tmp stayed, and the next
+// resume filled the disk again before its first save.
+TEST(RunFolder, AFailedSaveLeavesNoStagingFolder) {
+  testing::ScratchDir out("failed_save");
+  auto o = tiny_saving(out.str(), 4, 2);
+  train::set_checkpoint_write_hook([](const std::string& path) {
+    if (path.find("step_000004.tmp/model.safetensors") != std::string::npos)
+      throw Error("cannot write " + path + " (disk full?)");
+  });
+  NANODDP_EXPECT_ERROR(train_single(o), "step_000004.tmp/model.safetensors", "disk full");
+  train::set_checkpoint_write_hook({});
+  EXPECT_EQ(train::latest_checkpoint(out.str()), 2);
+  EXPECT_FALSE(fs::exists(out.str("checkpoints/step_000004.tmp")));
+}
+
+// A micro-batch whose targets are all masked stays out of the step's mean loss. At initialisation
+// the LM head is zero, so every scored token's loss is ln(vocab) and so is the first step's mean;
+// here its first micro-batch holds only the first prompt. Was: a 0 for it averaged in (ln(vocab) / 2).
+TEST(Failure, AnSftMicroBatchWithNoScoredTokenStaysOutOfTheMean) {
+  testing::ScratchDir out("sft_partly_scored");
+  const std::string train = out.str("train.jsonl");
+  {
+    std::ofstream t(train);
+    std::string prompt;
+    for (int i = 0; i < 160; i++) prompt += static_cast<char>('a' + (i * 7) % 26);
+    for (int i = 0; i < 20; i++)
+      t << R"([{"role": "user", "content": ")" << prompt << R"("}, {"role": "assistant", "content": "ok"}])" << "\n";
+  }
+  auto o = tiny(out.str("run"));
+  o.conversations = train;
+  o.eval_every = -1;
+  o.num_iterations = 1;
+  // The premise, read with the trainer's loader: micro-batch 1 scores nothing, micro-batch 2 does.
+  const auto tok = data::load_dataset_tokenizer(dataset());
+  data::LoaderOptions lo{o.device_batch_size, o.max_seq_len, 0, 1, o.shuffle, o.seed};
+  lo.step_units = 2;
+  data::ConversationLoader loader({train}, *tok, lo, false);
+  Tensor inputs = Tensor::empty({o.device_batch_size, o.max_seq_len}, DType::I32);
+  Tensor targets = Tensor::empty({o.device_batch_size, o.max_seq_len}, DType::I32);
+  std::vector<int64_t> scored;
+  for (int m = 0; m < 2; m++) {
+    loader.next(inputs, targets);
+    scored.push_back(std::count_if(targets.data<int32_t>(), targets.data<int32_t>() + targets.numel(),
+                                   [](int32_t t) { return t >= 0; }));
+  }
+  ASSERT_EQ(scored[0], 0);
+  ASSERT_GT(scored[1], 0);
+  train_single(o);
+  const double want = std::log(static_cast<double>(data::read_dataset_meta(dataset()).vocab_size));
+  // Relative 1e-5: each token's loss is an f32 log-sum-exp of zeros.
+  EXPECT_NEAR(testing::training_losses(out.str("run")).at(1), want, 1e-5 * want);
+}
+
+// SFT rows whose targets are all masked (prompts longer than a micro-batch) score nothing. A
+// micro-batch without a scored token stays out of the step's mean loss; a step without any stops
+// the run. Was: logged loss 0.000000 and trained on, exit 0.
+TEST(Failure, AnSftStepWithNoScoredTokenStopsInsteadOfLoggingZero) {
+  testing::ScratchDir out("sft_unscored");
+  const std::string train = out.str("train.jsonl");
+  {
+    std::ofstream t(train);
+    const std::string prompt(600, 'a');
+    for (int i = 0; i < 20; i++)
+      t << R"([{"role": "user", "content": ")" << prompt << R"("}, {"role": "assistant", "content": "ok"}])" << "\n";
+  }
+  auto o = tiny(out.str("run"));
+  o.conversations = train;
+  o.eval_every = -1;
+  o.num_iterations = 3;
+  NANODDP_EXPECT_ERROR(train_single(o), "step 1: no row of the step has a target to train on", "--mask all");
+  EXPECT_FALSE(train::latest_checkpoint(out.str("run")).has_value());
 }
 
 }  // namespace

@@ -383,6 +383,10 @@ TEST(Checkpoints, ADamagedOptimizerFileOrDataPositionIsAnError) {
   damaged["loader"]["cursor"] = -8;
   std::ofstream(meta_path, std::ios::trunc) << damaged.dump();
   NANODDP_EXPECT_ERROR(train_single(o), "meta.json", "non-negative");
+  // A cursor past the end of the epoch. Was: accepted, and the run silently skipped to the next epoch.
+  damaged["loader"]["cursor"] = int64_t{1000000000000000};
+  std::ofstream(meta_path, std::ios::trunc) << damaged.dump();
+  NANODDP_EXPECT_ERROR(train_single(o), meta_path + ": its data position (cursor 1000000000000000) lies beyond the");
   std::ofstream(meta_path, std::ios::trunc) << meta;
   // A step number is the whole value (was: "5abc" and "9e2" read as steps 5 and 9).
   for (const char* junk : {"2abc", "2e2", "-2", "two"}) {

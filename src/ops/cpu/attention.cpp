@@ -1,8 +1,10 @@
 // Causal softmax attention on the CPU, with grouped-query heads.
 //
 // Work is split by (batch, head) and, inside, by tiles of kTile queries: a tile of queries
-// [i0, i1) needs keys [0, last(i1-1)], so the scores of a tile are one GEMM of
-// [i1-i0, D] x [D, keys] and the masked upper triangle costs at most half a tile. Only the
+// [i0, i1) needs keys [first(i0), last(i1-1)], so the scores of a tile are one GEMM of
+// [i1-i0, D] x [D, keys] and the masked upper triangle costs at most half a tile. With a sliding
+// window (Note [attention window] in ops.cpp) first(i) is the oldest key query i sees, so a tile
+// reads window + kTile keys at most, and the masked lower triangle costs another half tile. Only the
 // log-sum-exp of each score row is kept for backward, which recomputes the probabilities
 // (flash-attention's trade: a little more compute, no [T, T] tensor per head in memory).
 //
@@ -31,6 +33,9 @@ constexpr int64_t kTile = 128;
 
 // A row's max and softmax sum in 16 f32 lanes: one AVX-512 register each.
 constexpr int kSoftmaxLanes = 16;
+
+// The oldest key the query at position `pos` sees; window 0: key 0 (full causal attention).
+inline int64_t first_key(int64_t pos, int64_t window) { return window > 0 ? std::max<int64_t>(0, pos - window) : 0; }
 
 // Layout of one head inside a [B, T, H, D] tensor.
 struct HeadView {
@@ -109,7 +114,7 @@ void round_gemm_operands(bf16*, int64_t) {}
 
 template <typename T, typename G>
 void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                            int64_t kv_len, float scale) {
+                            int64_t kv_len, float scale, int64_t window) {
   const int64_t batch = q.dim(0), tq = q.dim(1), hq = q.dim(2), d = q.dim(3);
   const int64_t tcap = k.dim(1), hkv = k.dim(2), group = hq / hkv, q_pos0 = kv_len - tq;
   const HeadView qv{hq, d}, kvv{hkv, d};
@@ -132,30 +137,34 @@ void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& 
         G* oh = out_operand<G>(oh_out, qv.stride(), tq, d, o_buf, ldo);
         float* lh = pl + (b * hq + h) * tq;
         for (int64_t i0 = 0; i0 < tq; i0 += kTile) {
-          const int64_t rows = std::min(kTile, tq - i0), keys = q_pos0 + i0 + rows;
+          // The tile's queries sit at positions p0 ..= p0 + rows - 1 and see keys k0 ..= that.
+          const int64_t rows = std::min(kTile, tq - i0), p0 = q_pos0 + i0, k0 = first_key(p0, window);
+          const int64_t keys = p0 + rows - k0;
           float* s = grown(s_buf, rows * keys);
           G* p = operand_rows<G>(s, p_buf, rows * keys);
-          // s[rows, keys] = scale * Q_tile K^T
-          gemm(false, true, rows, keys, d, scale, qh + i0 * ldq, ldq, kh, ldk, 0.f, s, keys);
+          // s[rows, keys] = scale * Q_tile K[k0 .., :]^T
+          gemm(false, true, rows, keys, d, scale, qh + i0 * ldq, ldq, kh + k0 * ldk, ldk, 0.f, s, keys);
           for (int64_t r = 0; r < rows; r++) {
             float* sr = s + r * keys;
             G* pr = p + r * keys;
-            const int64_t visible = q_pos0 + i0 + r + 1;
+            // This row sees the tile's keys [lo, hi).
+            const int64_t lo = first_key(p0 + r, window) - k0, hi = p0 + r + 1 - k0, n = hi - lo;
             // Fixed lanes (Note [row reductions in fixed lanes] in kernels.h).
-            const float mx = lane_max<kSoftmaxLanes>(visible, [&](int64_t j) { return sr[j]; });
-            const float sum = lane_sum<float, kSoftmaxLanes>(visible, [&](int64_t j) {
-              sr[j] = fast_exp(sr[j] - mx);
-              return sr[j];
+            const float mx = lane_max<kSoftmaxLanes>(n, [&](int64_t j) { return sr[lo + j]; });
+            const float sum = lane_sum<float, kSoftmaxLanes>(n, [&](int64_t j) {
+              sr[lo + j] = fast_exp(sr[lo + j] - mx);
+              return sr[lo + j];
             });
             const float inv = 1.f / sum;
 #pragma omp simd
-            for (int64_t j = 0; j < visible; j++) put_operand<G, T>(pr, j, sr[j] * inv);
-            round_gemm_operands<T>(pr, visible);
-            std::memset(static_cast<void*>(pr + visible), 0, (keys - visible) * sizeof(*pr));
+            for (int64_t j = lo; j < hi; j++) put_operand<G, T>(pr, j, sr[j] * inv);
+            round_gemm_operands<T>(pr + lo, n);
+            std::memset(static_cast<void*>(pr), 0, lo * sizeof(*pr));
+            std::memset(static_cast<void*>(pr + hi), 0, (keys - hi) * sizeof(*pr));
             lh[i0 + r] = mx + std::log(sum);
           }
-          // O_tile = P V
-          gemm(false, false, rows, d, keys, 1.f, p, keys, vh, ldv, 0.f, oh + i0 * ldo, ldo);
+          // O_tile = P V[k0 .., :]
+          gemm(false, false, rows, d, keys, 1.f, p, keys, vh + k0 * ldv, ldv, 0.f, oh + i0 * ldo, ldo);
         }
         if constexpr (!std::is_same_v<G, T>)
           convert_rows(oh_out, qv.stride(), static_cast<const float*>(oh), d, tq, d);
@@ -164,10 +173,40 @@ void attention_forward_impl(const Tensor& out, const Tensor& lse, const Tensor& 
   }
 }
 
+// P and dS of a tile of queries i0 .. i0 + rows - 1 (training: query i sits at position i) as GEMM
+// operands [rows, keys], for keys k0 .. k0 + keys - 1: p [rows, keys] holds the scaled scores and
+// dp [rows, keys] dO V^T; P = exp(s - lse) and dS = P (dP - delta) where a query sees the key, 0
+// elsewhere. p_op and ds_op may be p and dp themselves (f32 operands are written in place).
+template <typename T, typename G>
+void softmax_backward_rows(G* p_op, G* ds_op, const float* p, const float* dp, const float* lse, const float* delta,
+                           int64_t i0, int64_t rows, int64_t k0, int64_t keys, int64_t window) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float* pr = p + r * keys;
+    const float* dpr = dp + r * keys;
+    G* p_out = p_op + r * keys;
+    G* ds_out = ds_op + r * keys;
+    // This row sees the tile's keys [lo, hi).
+    const int64_t lo = first_key(i0 + r, window) - k0, hi = i0 + r + 1 - k0;
+    const float l = lse[i0 + r], dl = delta[r];
+#pragma omp simd
+    for (int64_t j = lo; j < hi; j++) {
+      const float pj = fast_exp(pr[j] - l);
+      put_operand<G, T>(ds_out, j, pj * (dpr[j] - dl));  // dS
+      put_operand<G, T>(p_out, j, pj);
+    }
+    round_gemm_operands<T>(ds_out + lo, hi - lo);
+    round_gemm_operands<T>(p_out + lo, hi - lo);
+    for (G* x : {p_out, ds_out}) {
+      std::memset(static_cast<void*>(x), 0, lo * sizeof(*x));
+      std::memset(static_cast<void*>(x + hi), 0, (keys - hi) * sizeof(*x));
+    }
+  }
+}
+
 template <typename T>
 void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                              const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                             float scale) {
+                             float scale, int64_t window) {
   const int64_t batch = q.dim(0), t = q.dim(1), hq = q.dim(2), d = q.dim(3);
   const int64_t hkv = k.dim(2), group = hq / hkv;
   const HeadView qv{hq, d}, kvv{hkv, d};
@@ -207,43 +246,29 @@ void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& d
           G* dqh = out_operand<G>(pdq + qoff, qv.stride(), t, d, dq_buf, lddq);
           const float* lh = pl + (b * hq + h) * t;
           for (int64_t i0 = 0; i0 < t; i0 += kTile) {
-            const int64_t rows = std::min(kTile, t - i0), keys = i0 + rows;
+            // The tile's queries see keys k0 .. k0 + keys - 1 (their own positions are i0 ..).
+            const int64_t rows = std::min(kTile, t - i0), k0 = first_key(i0, window), keys = i0 + rows - k0;
+            const G* kt = kh + k0 * ldk;
+            const G* vt = vh + k0 * ldv;
             float* p = grown(p_buf, rows * keys);
             float* dp = grown(dp_buf, rows * keys);
             G* p_op = operand_rows<G>(p, p_ops, rows * keys);
             G* ds_op = operand_rows<G>(dp, ds_ops, rows * keys);
             float* delta = grown(delta_buf, rows);
-            // P = exp(scale Q K^T - lse) on the causal triangle, 0 above it.
-            gemm(false, true, rows, keys, d, scale, qh + i0 * ldq, ldq, kh, ldk, 0.f, p, keys);
+            // P = exp(scale Q K^T - lse) on the causal triangle (or window's band), 0 elsewhere.
+            gemm(false, true, rows, keys, d, scale, qh + i0 * ldq, ldq, kt, ldk, 0.f, p, keys);
             // dP = dO V^T
-            gemm(false, true, rows, keys, d, 1.f, doh + i0 * lddo, lddo, vh, ldv, 0.f, dp, keys);
+            gemm(false, true, rows, keys, d, 1.f, doh + i0 * lddo, lddo, vt, ldv, 0.f, dp, keys);
             for (int64_t r = 0; r < rows; r++) {
               const auto* dor = doh + (i0 + r) * lddo;
               const auto* orow = oh + (i0 + r) * ldo;
               delta[r] = lane_sum<float, kSoftmaxLanes>(d, [&](int64_t j) { return load(dor, j) * load(orow, j); });
             }
-            for (int64_t r = 0; r < rows; r++) {
-              const float* pr = p + r * keys;
-              const float* dpr = dp + r * keys;
-              G* p_out = p_op + r * keys;
-              G* ds_out = ds_op + r * keys;
-              const int64_t visible = i0 + r + 1;
-              const float l = lh[i0 + r], dl = delta[r];
-#pragma omp simd
-              for (int64_t j = 0; j < visible; j++) {
-                const float pj = fast_exp(pr[j] - l);
-                put_operand<G, T>(ds_out, j, pj * (dpr[j] - dl));  // dS
-                put_operand<G, T>(p_out, j, pj);
-              }
-              round_gemm_operands<T>(ds_out, visible);
-              round_gemm_operands<T>(p_out, visible);
-              std::memset(static_cast<void*>(p_out + visible), 0, (keys - visible) * sizeof(*p_out));
-              std::memset(static_cast<void*>(ds_out + visible), 0, (keys - visible) * sizeof(*ds_out));
-            }
-            // dQ_tile = scale dS K ; dK += scale dS^T Q_tile ; dV += P^T dO_tile
-            gemm(false, false, rows, d, keys, scale, ds_op, keys, kh, ldk, 0.f, dqh + i0 * lddq, lddq);
-            gemm(true, false, keys, d, rows, scale, ds_op, keys, qh + i0 * ldq, ldq, 1.f, dkh, lddk);
-            gemm(true, false, keys, d, rows, 1.f, p_op, keys, doh + i0 * lddo, lddo, 1.f, dvh, lddv);
+            softmax_backward_rows<T>(p_op, ds_op, p, dp, lh, delta, i0, rows, k0, keys, window);
+            // dQ_tile = scale dS K ; dK += scale dS^T Q_tile ; dV += P^T dO_tile (key rows k0 ..)
+            gemm(false, false, rows, d, keys, scale, ds_op, keys, kt, ldk, 0.f, dqh + i0 * lddq, lddq);
+            gemm(true, false, keys, d, rows, scale, ds_op, keys, qh + i0 * ldq, ldq, 1.f, dkh + k0 * lddk, lddk);
+            gemm(true, false, keys, d, rows, 1.f, p_op, keys, doh + i0 * lddo, lddo, 1.f, dvh + k0 * lddv, lddv);
           }
           if constexpr (!std::is_same_v<G, T>)
             convert_rows(pdq + qoff, qv.stride(), static_cast<const float*>(dqh), d, t, d);
@@ -260,7 +285,7 @@ void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& d
 }  // namespace
 
 void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                   const Tensor& v, int64_t kv_len, float scale) {
+                                   const Tensor& v, int64_t kv_len, float scale, int64_t window) {
   // bf16 runs on the bf16 matmul where the shapes repeat: training and a prompt's prefill (no
   // cached keys before the queries). Decoding from a KV cache widens to f32 for sgemm instead: its
   // key count grows by one every token, and each new GEMM shape would JIT a oneDNN primitive
@@ -268,17 +293,18 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const T
   with_act_type(q.dtype(), [&](auto tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     if (kv_len == q.dim(1))
-      attention_forward_impl<T, Operand<T>>(out, lse, q, k, v, kv_len, scale);
+      attention_forward_impl<T, Operand<T>>(out, lse, q, k, v, kv_len, scale, window);
     else
-      attention_forward_impl<T, float>(out, lse, q, k, v, kv_len, scale);
+      attention_forward_impl<T, float>(out, lse, q, k, v, kv_len, scale, window);
   });
 }
 
 void CpuBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                    const Tensor& lse, float scale) {
+                                    const Tensor& lse, float scale, int64_t window) {
   with_act_type(q.dtype(), [&](auto tag) {
-    attention_backward_impl<std::remove_pointer_t<decltype(tag)>>(dq, dk, dv, dout, q, k, v, out, lse, scale);
+    attention_backward_impl<std::remove_pointer_t<decltype(tag)>>(dq, dk, dv, dout, q, k, v, out, lse, scale,
+                                                                  window);
   });
 }
 

@@ -6,6 +6,8 @@
 //
 // Both backward paths are deterministic: dq is computed per query row and dk, dv per key row,
 // each summing its terms in a fixed order, instead of scattering partial sums with atomics.
+// With a sliding window (s.window > 0) a query row's loops start at its oldest visible key and a
+// key row's end at the newest query that sees it, so no term outside the window is computed.
 #include "ops/cuda/attention.cuh"
 #include "ops/cuda/attention_flash.cuh"
 #include "ops/cuda/common.cuh"
@@ -24,6 +26,11 @@ __device__ __forceinline__ int64_t row_of(int64_t b, int64_t t, int64_t h, int64
   return (b * seq + t) * heads + h;
 }
 
+// The oldest key the query at position `pos` sees (0 without a window).
+__device__ __forceinline__ int64_t first_key(int64_t pos, int64_t window) {
+  return window > 0 && pos > window ? pos - window : 0;
+}
+
 template <typename T>
 __device__ __forceinline__ float dot_row(const float* a, const T* b, int64_t d) {
   float acc = 0.f;
@@ -31,21 +38,23 @@ __device__ __forceinline__ float dot_row(const float* a, const T* b, int64_t d) 
   return acc;
 }
 
-// One block per (query i, head h, batch b). Shared: q row [D], then scores/probabilities [keys].
+// One block per (query i, head h, batch b). Shared: q row [D], then scores/probabilities [keys]
+// of the keys first .. first + keys - 1 the query sees.
 template <typename T>
 __global__ void ref_forward_kernel(T* out, float* lse, const T* q, const T* k, const T* v, AttentionShape s,
                                    float scale) {
   extern __shared__ float smem[];
   __shared__ float red[32];
   const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = s.d;
-  const int64_t kh = h / (s.hq / s.hkv), keys = s.kv_len - s.tq + i + 1;
+  const int64_t pos = s.kv_len - s.tq + i, first = first_key(pos, s.window);
+  const int64_t kh = h / (s.hq / s.hkv), keys = pos + 1 - first;
   float *qs = smem, *p = smem + d;
   const int64_t qrow = row_of(b, i, h, s.tq, s.hq) * d;
   for (int64_t e = threadIdx.x; e < d; e += blockDim.x) qs[e] = to_f32(q[qrow + e]);
   __syncthreads();
   float mx = -INFINITY;
   for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
-    p[j] = scale * dot_row(qs, k + row_of(b, j, kh, s.tk, s.hkv) * d, d);
+    p[j] = scale * dot_row(qs, k + row_of(b, first + j, kh, s.tk, s.hkv) * d, d);
     mx = fmaxf(mx, p[j]);
   }
   mx = block_max(mx, red);
@@ -59,7 +68,7 @@ __global__ void ref_forward_kernel(T* out, float* lse, const T* q, const T* k, c
   const float inv = 1.f / sum;
   for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
     float acc = 0.f;
-    for (int64_t j = 0; j < keys; j++) acc += p[j] * to_f32(v[row_of(b, j, kh, s.tk, s.hkv) * d + e]);
+    for (int64_t j = 0; j < keys; j++) acc += p[j] * to_f32(v[row_of(b, first + j, kh, s.tk, s.hkv) * d + e]);
     out[qrow + e] = from_f32<T>(acc * inv);
   }
 }
@@ -79,13 +88,13 @@ __global__ void delta_kernel(float* delta, const T* dout, const T* out, int64_t 
 }
 
 // dq for one (query i, head h, batch b): recompute P and dP of the row, then dq = scale dS K.
-// Shared: q row [D], dout row [D], dS [i + 1].
+// Shared: q row [D], dout row [D], dS [i + 1 - first] of the keys first ..= i the query sees.
 template <typename T>
 __global__ void ref_dq_kernel(T* dq, const T* dout, const T* q, const T* k, const T* v, const float* lse,
                               const float* delta, AttentionShape s, float scale) {
   extern __shared__ float smem[];
   const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = s.d, t = s.tq;
-  const int64_t kh = h / (s.hq / s.hkv), keys = i + 1;
+  const int64_t kh = h / (s.hq / s.hkv), first = first_key(i, s.window), keys = i + 1 - first;
   float *qs = smem, *dos = smem + d, *ds = smem + 2 * d;
   const int64_t qrow = row_of(b, i, h, t, s.hq) * d;
   for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
@@ -95,26 +104,28 @@ __global__ void ref_dq_kernel(T* dq, const T* dout, const T* q, const T* k, cons
   __syncthreads();
   const float l = lse[(b * s.hq + h) * t + i], dl = delta[(b * s.hq + h) * t + i];
   for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
-    const int64_t kv = row_of(b, j, kh, t, s.hkv) * d;
+    const int64_t kv = row_of(b, first + j, kh, t, s.hkv) * d;
     const float p = expf(scale * dot_row(qs, k + kv, d) - l);
     ds[j] = p * (dot_row(dos, v + kv, d) - dl);
   }
   __syncthreads();
   for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
     float acc = 0.f;
-    for (int64_t j = 0; j < keys; j++) acc += ds[j] * to_f32(k[row_of(b, j, kh, t, s.hkv) * d + e]);
+    for (int64_t j = 0; j < keys; j++) acc += ds[j] * to_f32(k[row_of(b, first + j, kh, t, s.hkv) * d + e]);
     dq[qrow + e] = from_f32<T>(scale * acc);
   }
 }
 
 // dk, dv for one (key j, kv head kh, batch b): every query head of the group and every query
-// i >= j, in (head, query) order. Shared: k row [D], v row [D], P and dS [group * (T - j)].
+// i >= j that sees the key (i <= j + window with a window), in (head, query) order. Shared: k row [D],
+// v row [D], P and dS [group * span], span <= T - j.
 template <typename T>
 __global__ void ref_dkdv_kernel(T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const float* lse,
                                 const float* delta, AttentionShape s, float scale) {
   extern __shared__ float smem[];
   const int64_t j = blockIdx.x, kh = blockIdx.y, b = blockIdx.z, d = s.d, t = s.tq;
-  const int64_t group = s.hq / s.hkv, span = t - j, terms = group * span;
+  const int64_t last = s.window > 0 ? min(t - 1, j + s.window) : t - 1;  // the newest query that sees key j
+  const int64_t group = s.hq / s.hkv, span = last + 1 - j, terms = group * span;
   float *ks = smem, *vs = smem + d, *pp = smem + 2 * d, *ds = pp + terms;
   const int64_t kv = row_of(b, j, kh, t, s.hkv) * d;
   for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {

@@ -1,6 +1,6 @@
 // Causal attention with grouped-query heads (see ops.h for the layouts): q, out [B, Tq, Hq, D],
 // k, v [B, Tk, Hkv, D] of one element type, lse f32 [B, Hq, Tq]. Query t sits at position
-// kv_len - Tq + t and sees keys 0 ..= that position.
+// p = kv_len - Tq + t and sees keys 0 ..= p, or with a sliding window keys max(0, p - window) ..= p.
 #pragma once
 
 #include "ops/cuda/types.cuh"
@@ -9,6 +9,7 @@ namespace nanoddp::cuda {
 
 struct AttentionShape {
   int64_t batch, tq, tk, hq, hkv, d, kv_len;
+  int64_t window = 0;  // 0: full causal; else 0 < window < kv_len - 1 (Note [attention window] in ops.cpp)
 };
 
 // Which kernels run: the tensor-core flash kernels (bf16 or f16, head_dim a multiple of 8 from 64

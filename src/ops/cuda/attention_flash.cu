@@ -22,6 +22,10 @@
 // and sum l, the output rescaled by 2^(m_old - m_new)); O += P V with P rounded to T. At the
 // end O /= l and lse = (m + log2 l) ln 2, the natural log-sum-exp of the scaled scores.
 //
+// Sliding window (Note [flash tiles in a window]): a block starts at the first key tile its oldest
+// query sees, a warp skips a tile none of its rows sees a key of, and the mask keeps columns in
+// [first, last] per row instead of [0, last].
+//
 // Backward, deterministic (see Note [deterministic attention backward] below): two kernels that
 // each own their outputs, so nothing is added with atomics:
 //  - dk/dv: a block per 128 keys of one kv head loops over every query head of its group and every
@@ -49,7 +53,7 @@ constexpr int kPad = 8;        // 16-bit elements of padding per shared-memory r
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// The causal and length masks, per row instead of per element: an element of a tile is visible
+// The causal, window and length masks, per row instead of per element: an element of a tile is visible
 // when its column (0 .. width - 1) lies in a range [first, last]. tile_col gives position `pos` as
 // a column of the tile starting at tile0, clamped to [-1, width] (which keeps every comparison
 // with a column exact), so the 64-bit positions are handled once per row and tile and the inner
@@ -57,6 +61,17 @@ constexpr float kLn2 = 0.6931471805599453f;
 __device__ __forceinline__ int tile_col(int64_t pos, int64_t tile0, int width) {
   return static_cast<int>(max(int64_t{-1}, min(pos - tile0, int64_t{width})));
 }
+
+// Note [flash tiles in a window]: the query at position p sees keys p - window ..= p (ops.h); the
+// kernels take no window as kNoWindow, so that p - window < 0 for every position and each bound
+// below reduces to the full causal one (the same tiles, the same masks, the same bits). For a block
+// of queries [m0, m1] the keys seen are [m0 - window, m1]; for a warp's 32 rows [w0, w0 + 31] the
+// keys any row sees are [w0 - window, w0 + 31] and the keys every row sees [w0 + 31 - window, w0]
+// (clipped to the sequence). A tile outside the first range is skipped, one inside the second runs
+// unmasked, any other is masked per row. Rows can then meet a tile they see no key of after
+// others of their warp have started, so the online softmax guards its running max against -inf.
+// The dk/dv kernel turns the same band around: key j is seen by queries j ..= j + window.
+constexpr int64_t kNoWindow = int64_t{1} << 40;
 
 // ---- PTX wrappers ------------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -244,6 +259,7 @@ struct FwdParams {
   float* lse;
   int64_t tq, tk, hq, hkv, kv_len, q_pos0;
   int64_t group;
+  int64_t window;  // kNoWindow for full causal attention (Note [flash tiles in a window])
   float scale_log2;
   int d;  // head_dim: the row length in memory, <= the kernel's HD
 };
@@ -254,6 +270,7 @@ struct BwdParams {
   T *dq, *dk, *dv;
   const float *lse, *delta;
   int64_t t, hq, hkv, group;
+  int64_t window;  // kNoWindow for full causal attention (Note [flash tiles in a window])
   float scale, scale_log2;
   int d;  // head_dim: the row length in memory, <= the kernel's HD
 };
@@ -280,11 +297,12 @@ constexpr size_t fwd_smem_bytes() {
 
 // Folds one 16-row m-tile's raw scores s = Q K^T of a key tile into the running max and sum of its
 // rows (this thread's rows g and g + 8: rr = 0, 1) and rescales its output accumulators o; s
-// becomes P = 2^(scale_log2 s - max), base 2. Masked: row rr sees columns 0 ..= last[rr] of the tile.
+// becomes P = 2^(scale_log2 s - max), base 2. Masked: row rr sees columns first[rr] ..= last[rr] of
+// the tile.
 template <bool Masked, int NT, int DT>
 __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[DT][4], float (&row_max)[2],
-                                               float (&row_sum)[2], const int (&last)[2], int quad,
-                                               float scale_log2) {
+                                               float (&row_sum)[2], const int (&first)[2], const int (&last)[2],
+                                               int quad, float scale_log2) {
 #pragma unroll
   for (int rr = 0; rr < 2; rr++) {
     float mx = -INFINITY;
@@ -293,14 +311,18 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[DT]
 #pragma unroll
       for (int e = 0; e < 2; e++) {
         float& x = s[j][rr * 2 + e];
-        x = !Masked || j * 8 + quad * 2 + e <= last[rr] ? x * scale_log2 : -INFINITY;
+        const int col = j * 8 + quad * 2 + e;
+        x = !Masked || (col >= first[rr] && col <= last[rr]) ? x * scale_log2 : -INFINITY;
         mx = fmaxf(mx, x);
       }
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    // Key 0 is visible to every row, so the max is finite from the first tile on.
-    const float new_max = fmaxf(row_max[rr], mx), corr = exp2f(row_max[rr] - new_max);
+    // Without a window key 0 is visible to every row, so the max is finite from the first tile on;
+    // with one a row may not have seen a key yet (Note [flash tiles in a window]): its max stays
+    // -inf, and exponents taken from 0 instead give P = 0 and corr = 0 (o and the sum are still 0).
+    const float new_max = fmaxf(row_max[rr], mx), base = new_max == -INFINITY ? 0.f : new_max;
+    const float corr = exp2f(row_max[rr] - base);
     row_max[rr] = new_max;
     float sum = 0.f;
 #pragma unroll
@@ -308,7 +330,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[DT]
 #pragma unroll
       for (int e = 0; e < 2; e++) {
         float& x = s[j][rr * 2 + e];
-        x = exp2f(x - new_max);
+        x = exp2f(x - base);
         sum += x;
       }
     }
@@ -336,22 +358,27 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams<T> p)
   const int64_t q_off = (b * p.tq * p.hq + h) * p.d, kv_off = (b * p.tk * p.hkv + kh) * p.d;
   const int64_t keys = min(p.q_pos0 + min(m0 + kFwdM, p.tq), p.kv_len);  // seen by the last row
   const int n_tiles = static_cast<int>((keys + kFwdN - 1) / kFwdN);
+  // The first tile holding a key the block's first row sees (Note [flash tiles in a window]).
+  const int nt0 = static_cast<int>(max(int64_t{0}, p.q_pos0 + m0 - p.window) / kFwdN);
 
   load_tile<kFwdM, HD>(sQ, p.q + q_off, q_stride, m0, p.tq, p.d);
-  load_tile<kFwdN, HD>(sK, p.k + kv_off, kv_stride, 0, p.kv_len, p.d);
+  load_tile<kFwdN, HD>(sK, p.k + kv_off, kv_stride, int64_t(nt0) * kFwdN, p.kv_len, p.d);
   cp_async_commit();
 
   // This warp's rows are w0 .. w0 + 31 (the thread's: w0 + 16 ms + g + 8 rr). Of the keys, its rows
-  // before tq see at most 0 ..= warp_last, and every one of its rows sees 0 ..= warp_all.
+  // before tq see at most warp_first ..= warp_last, and every one of its rows sees all_first ..= warp_all.
   const int64_t w0 = m0 + warp * kFwdWarpRows;
   const int64_t warp_last = w0 < p.tq ? min(p.q_pos0 + min(w0 + kFwdWarpRows, p.tq) - 1, p.kv_len - 1) : -1;
   const int64_t warp_all = p.q_pos0 + w0;  // below kv_len wherever warp_last >= 0
+  const int64_t warp_first = warp_all - p.window, all_first = warp_all + kFwdWarpRows - 1 - p.window;
   float o[2][DT][4] = {};
   float row_max[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}}, row_sum[2][2] = {};
 
-  for (int nt = 0; nt < n_tiles; nt++) {
+  for (int nt = nt0; nt < n_tiles; nt++) {
     const int64_t n0 = int64_t(nt) * kFwdN;
-    const bool active = n0 <= warp_last, whole = n0 + kFwdN - 1 <= warp_all;  // warp-uniform
+    // warp-uniform
+    const bool active = n0 <= warp_last && n0 + kFwdN - 1 >= warp_first;
+    const bool whole = n0 + kFwdN - 1 <= warp_all && n0 >= all_first;
     cp_async_wait<0>();
     __syncthreads();  // K[nt] landed; every warp is done with V[nt - 1]
     load_tile<kFwdN, HD>(sV, p.v + kv_off, kv_stride, n0, p.kv_len, p.d);
@@ -371,14 +398,16 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdParams<T> p)
     if (active) {
 #pragma unroll
       for (int ms = 0; ms < 2; ms++) {
-        // Keys up to the row's position and before kv_len: columns 0 ..= last of this tile.
-        const int64_t row_lo = w0 + ms * 16 + g;
-        const int last[2] = {tile_col(min(p.q_pos0 + row_lo, p.kv_len - 1), n0, kFwdN),
-                             tile_col(min(p.q_pos0 + row_lo + 8, p.kv_len - 1), n0, kFwdN)};
+        // Keys in the row's window, up to its position and before kv_len: columns first ..= last of
+        // this tile.
+        const int64_t pos_lo = p.q_pos0 + w0 + ms * 16 + g;
+        const int first[2] = {tile_col(pos_lo - p.window, n0, kFwdN), tile_col(pos_lo + 8 - p.window, n0, kFwdN)};
+        const int last[2] = {tile_col(min(pos_lo, p.kv_len - 1), n0, kFwdN),
+                             tile_col(min(pos_lo + 8, p.kv_len - 1), n0, kFwdN)};
         if (whole)
-          online_softmax<false>(s[ms], o[ms], row_max[ms], row_sum[ms], last, quad, p.scale_log2);
+          online_softmax<false>(s[ms], o[ms], row_max[ms], row_sum[ms], first, last, quad, p.scale_log2);
         else
-          online_softmax<true>(s[ms], o[ms], row_max[ms], row_sum[ms], last, quad, p.scale_log2);
+          online_softmax<true>(s[ms], o[ms], row_max[ms], row_sum[ms], first, last, quad, p.scale_log2);
       }
     }
 
@@ -449,8 +478,9 @@ __global__ void __launch_bounds__(kKvThreads) flash_dkdv_kernel(BwdParams<T> p) 
   const int wk = warp >> 1, wh = warp & 1;
   const int64_t n0 = int64_t(blockIdx.x) * kKvN, kh = blockIdx.y, b = blockIdx.z;
   const int64_t q_stride = p.hq * p.d, kv_stride = p.hkv * p.d, kv_off = (b * p.t * p.hkv + kh) * p.d;
-  // Query tiles at or after the diagonal, for each query head of the group, in (head, tile) order.
-  const int64_t m_first = n0 / kKvM, per_head = (p.t + kKvM - 1) / kKvM - m_first;
+  // Query tiles at or after the diagonal, up to the newest query that sees a key of the block, for
+  // each query head of the group, in (head, tile) order.
+  const int64_t m_first = n0 / kKvM, per_head = min(p.t - 1, n0 + kKvN - 1 + p.window) / kKvM + 1 - m_first;
   const int64_t count = p.group * per_head;
 
   // Tile (hg, mt): query head kh * group + hg, queries from (m_first + mt) * kKvM.
@@ -493,10 +523,10 @@ __global__ void __launch_bounds__(kKvThreads) flash_dkdv_kernel(BwdParams<T> p) 
     const float* l_s = sL + buf * kKvM;
     const float* d_s = sD + buf * kKvM;
 
-    // Phase 1. The causal triangle: key <= query < t. A warp none of whose 32 keys any of its
-    // valid queries sees computes nothing and stores zeros.
+    // Phase 1. The causal band: key <= query <= key + window, query < t. A warp none of whose 32
+    // keys any of its valid queries sees computes nothing and stores zeros.
     const int64_t q0 = m0 + wh * 32;
-    const bool any = q0 < p.t && key0 <= min(q0 + 31, p.t - 1);
+    const bool any = q0 < p.t && key0 <= min(q0 + 31, p.t - 1) && q0 <= key0 + 31 + p.window;
     float s[2][4][4] = {}, dp[2][4][4] = {};
     if (any) {
       warp_mma_rows<false, SD, SD, KSTEPS, 2, 4>(s, sK, wk * 32, q_s, wh * 32, lane);
@@ -507,7 +537,7 @@ __global__ void __launch_bounds__(kKvThreads) flash_dkdv_kernel(BwdParams<T> p) 
 #pragma unroll
       for (int rr = 0; rr < 2; rr++) {
         const int kr = wk * 32 + ms * 16 + g + rr * 8;  // the key's row in the block's tiles
-        const int first = tile_col(n0 + kr, m0, kKvM), last = tile_col(p.t - 1, m0, kKvM);
+        const int first = tile_col(n0 + kr, m0, kKvM), last = tile_col(min(p.t - 1, n0 + kr + p.window), m0, kKvM);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
           float pv[2], ds[2];
@@ -573,24 +603,27 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams<T> p) {
   const int64_t q_stride = p.hq * p.d, kv_stride = p.hkv * p.d;
   const int64_t q_off = (b * p.t * p.hq + h) * p.d, kv_off = (b * p.t * p.hkv + kh) * p.d;
   const int n_tiles = static_cast<int>((min(m0 + kQM, p.t) + kQN - 1) / kQN);
+  // The first tile holding a key the block's first row sees (Note [flash tiles in a window]).
+  const int nt0 = static_cast<int>(max(int64_t{0}, m0 - p.window) / kQN);
 
   load_tile<kQM, HD>(sQ, p.q + q_off, q_stride, m0, p.t, p.d);
   load_tile<kQM, HD>(sO, p.dout + q_off, q_stride, m0, p.t, p.d);
-  load_tile<kQN, HD>(sK, p.k + kv_off, kv_stride, 0, p.t, p.d);
-  load_tile<kQN, HD>(sV, p.v + kv_off, kv_stride, 0, p.t, p.d);
+  load_tile<kQN, HD>(sK, p.k + kv_off, kv_stride, int64_t(nt0) * kQN, p.t, p.d);
+  load_tile<kQN, HD>(sV, p.v + kv_off, kv_stride, int64_t(nt0) * kQN, p.t, p.d);
   cp_async_commit();
 
   // This warp's rows are w0 .. w0 + 31 (the thread's: w0 + 16 ms + g + 8 rr); its rows before t
-  // see keys 0 ..= warp_last at most, and every one of them sees 0 ..= w0.
+  // see keys w0 - window ..= warp_last at most, and every one of them sees all_first ..= w0.
   const int64_t w0 = m0 + warp * kQWarpRows, warp_last = w0 < p.t ? min(w0 + kQWarpRows, p.t) - 1 : -1;
+  const int64_t warp_first = w0 - p.window, all_first = w0 + kQWarpRows - 1 - p.window;
   for (int i = threadIdx.x; i < kQM; i += kThreads) {
     const int64_t row = m0 + i, stat = (b * p.hq + h) * p.t + row;
     sL[i] = row < p.t ? p.lse[stat] * kLog2e : 0.f;
     sD[i] = row < p.t ? p.delta[stat] : 0.f;
   }
   float dq[2][DT][4] = {};
-  for (int nt = 0; nt < n_tiles; nt++) {
-    const int buf = nt & 1;
+  for (int nt = nt0; nt < n_tiles; nt++) {
+    const int buf = (nt - nt0) & 1;
     cp_async_wait<0>();
     __syncthreads();  // K, V[nt] landed; every warp is done with tile nt - 1 (the other buffer)
     if (nt + 1 < n_tiles) {
@@ -599,8 +632,9 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams<T> p) {
       cp_async_commit();
     }
     const int64_t n0 = int64_t(nt) * kQN;
-    if (n0 > warp_last) continue;  // no row of this warp sees a key of the tile (warp-uniform)
-    const bool whole = n0 + kQN - 1 <= w0;  // every row of this warp sees every key of the tile
+    // No row of this warp sees a key of the tile (warp-uniform)?
+    if (n0 > warp_last || n0 + kQN - 1 < warp_first) continue;
+    const bool whole = n0 + kQN - 1 <= w0 && n0 >= all_first;  // every row sees every key of the tile
     const T* k_s = sK + buf * kQN * SD;
     const T* v_s = sV + buf * kQN * SD;
 
@@ -608,14 +642,15 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams<T> p) {
     float s[2][NT][4] = {}, dpv[2][NT][4] = {};
     warp_mma_rows<false, SD, SD, KSTEPS, 2, NT>(s, sQ, warp * kQWarpRows, k_s, 0, lane);
     warp_mma_rows<false, SD, SD, KSTEPS, 2, NT>(dpv, sO, warp * kQWarpRows, v_s, 0, lane);
-    // dS = P (dP - delta) on the causal triangle, into s. Visible keys of row w0 + 16 ms + g + 8 rr:
-    // tile columns 0 ..= last (none for a row past the end).
+    // dS = P (dP - delta) on the causal band, into s. Visible keys of row w0 + 16 ms + g + 8 rr:
+    // tile columns first ..= last (none for a row past the end).
 #pragma unroll
     for (int ms = 0; ms < 2; ms++) {
 #pragma unroll
       for (int rr = 0; rr < 2; rr++) {
         const int i = warp * kQWarpRows + ms * 16 + g + rr * 8;  // the block's row m0 + i
         const int64_t row = m0 + i;
+        const int first = whole ? 0 : tile_col(row - p.window, n0, kQN);
         const int last = whole ? kQN - 1 : row < p.t ? tile_col(row, n0, kQN) : -1;
         const float lse_l2 = sL[i], delta = sD[i];
 #pragma unroll
@@ -623,7 +658,8 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams<T> p) {
 #pragma unroll
           for (int e = 0; e < 2; e++) {
             float& x = s[ms][j][rr * 2 + e];
-            const bool valid = j * 8 + quad * 2 + e <= last;
+            const int col = j * 8 + quad * 2 + e;
+            const bool valid = col >= first && col <= last;
             const float pv = valid ? exp2f(x * p.scale_log2 - lse_l2) : 0.f;
             x = pv * (dpv[ms][j][rr * 2 + e] - delta);
           }
@@ -711,7 +747,7 @@ cudaError_t launch_flash_forward(DType t, void* out, float* lse, const void* q, 
     using T = std::remove_pointer_t<decltype(tag)>;
     const FwdParams<T> p{static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
                          static_cast<T*>(out), lse, s.tq, s.tk, s.hq, s.hkv, s.kv_len, s.kv_len - s.tq,
-                         s.hq / s.hkv, scale * kLog2e, static_cast<int>(s.d)};
+                         s.hq / s.hkv, s.window > 0 ? s.window : kNoWindow, scale * kLog2e, static_cast<int>(s.d)};
     return with_compute_width(s.d, [&](auto hd) { return forward_hd<decltype(hd)::value>(p, s.batch, stream); });
   });
 }
@@ -723,7 +759,8 @@ cudaError_t launch_flash_backward(DType t, void* dq, void* dk, void* dv, const v
     using T = std::remove_pointer_t<decltype(tag)>;
     const BwdParams<T> p{static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
                          static_cast<const T*>(dout), static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv),
-                         lse, delta, s.tq, s.hq, s.hkv, s.hq / s.hkv, scale, scale * kLog2e, static_cast<int>(s.d)};
+                         lse, delta, s.tq, s.hq, s.hkv, s.hq / s.hkv, s.window > 0 ? s.window : kNoWindow, scale,
+                         scale * kLog2e, static_cast<int>(s.d)};
     return with_compute_width(s.d, [&](auto hd) { return backward_hd<decltype(hd)::value>(p, s.batch, stream); });
   });
 }

@@ -253,12 +253,12 @@ void CudaBackend::rotary(const Tensor& y, const Tensor& x, const Tensor& cos, co
                                         x.dim(1), x.dim(2), x.dim(3), pos0, inverse, s));
 }
 
-void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_len, float scale) {
+void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_len, float scale, int64_t window) {
   cudaStream_t s = begin();
   same_dtype(out, q);
   same_dtype(q, k);
   same_dtype(k, v);
-  const cuda::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), kv_len};
+  const cuda::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), kv_len, window};
   const void* cudnn_ptrs[] = {out.raw(), lse.raw(), q.raw(), k.raw(), v.raw()};
   if (cudnn_takes(q.dtype(), shape, cudnn_ptrs, 5)) {
     std::string why;
@@ -273,10 +273,10 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const 
                                                    v.raw(), shape, scale, reference_attention_, s));
 }
 
-void CudaBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, float scale) {
+void CudaBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, float scale, int64_t window) {
   cudaStream_t s = begin();
   for (const Tensor* t : {&dq, &dk, &dv, &dout, &k, &v, &out}) same_dtype(*t, q);
-  const cuda::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dim(1)};
+  const cuda::AttentionShape shape{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dim(1), window};
   const void* cudnn_ptrs[] = {dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(),
                               k.raw(),  v.raw(),  out.raw(), lse.raw()};
   if (cudnn_takes(q.dtype(), shape, cudnn_ptrs, 9)) {

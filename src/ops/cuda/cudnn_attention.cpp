@@ -64,6 +64,7 @@ std::string describe_attention_route(AttentionRoute r) {
 bool cudnn_attention_takes(DType t, const AttentionShape& s, const void* const* ptrs, int nptrs) {
   if (t != DType::BF16 && t != DType::F16) return false;
   if (s.tq != s.kv_len || s.tk < s.kv_len || s.hkv <= 0 || s.hq % s.hkv != 0) return false;
+  if (s.window != 0) return false;  // a sliding window: our flash kernels (cuDNN's own is not wired up)
   if (s.d % 8 != 0 || s.d < 8 || s.d > 128) return false;
   for (int i = 0; i < nptrs; i++)
     if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16 != 0) return false;

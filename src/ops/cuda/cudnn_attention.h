@@ -10,7 +10,8 @@
 //   flash                    our flash kernels only (mma.sync)
 //   reference                the reference kernels only (for debugging the others)
 // Calls cuDNN's attention does not take run on our kernels under every route: f32, a decoding
-// step (fewer queries than keys), head_dim not a multiple of 8 or above 128, rows not 16-byte aligned.
+// step (fewer queries than keys), a sliding window, head_dim not a multiple of 8 or above 128, rows
+// not 16-byte aligned.
 //
 // The graphs (a plan per shape, cached) and the workspace (one buffer, grown to the largest plan
 // and kept) belong to one CudnnAttention per GPU, created with the backend.

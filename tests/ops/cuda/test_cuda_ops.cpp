@@ -265,6 +265,7 @@ TEST_P(DTypes, RotaryMatchesCpuInPlaceAndInverse) {
 struct AttnCase {
   int64_t b, tq, tcap, kv_len, hq, hkv, d;
   DType dt;
+  int64_t window = 0;  // a sliding window (ops.h), 0 for full causal attention
 };
 
 class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
@@ -274,38 +275,38 @@ class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
 // bound.
 TEST_P(CudaAttention, ForwardMatchesCpu) {
   NANODDP_REQUIRE_GPU();
-  auto [b, tq, tcap, kv_len, hq, hkv, d, dt] = GetParam();
+  auto [b, tq, tcap, kv_len, hq, hkv, d, dt, window] = GetParam();
   Tensor q = rounded(randn({b, tq, hq, d}, 20), dt), k = rounded(randn({b, tcap, hkv, d}, 21), dt),
          v = rounded(randn({b, tcap, hkv, d}, 22), dt);
   const float scale = 1.f / std::sqrt(float(d));
   Tensor out = poisoned(q.shape(), dt), lse = poisoned({b, hq, tq}, DType::F32);
-  ops::attention_forward(out, lse, to_gpu(q, dt), to_gpu(k, dt), to_gpu(v, dt), kv_len, scale);
+  ops::attention_forward(out, lse, to_gpu(q, dt), to_gpu(k, dt), to_gpu(v, dt), kv_len, scale, window);
   Tensor cout = Tensor::empty(q.shape(), DType::F32), clse = Tensor::empty({b, hq, tq}, DType::F32);
-  ops::attention_forward(cout, clse, q, k, v, kv_len, scale);
+  ops::attention_forward(cout, clse, q, k, v, kv_len, scale, window);
   EXPECT_LT(err(out, cout), tol(dt, 1e-5, 4 * kBf16Eps));
   EXPECT_LT(err(lse, clse), dt == DType::F32 ? 1e-5 : 1e-4);
 }
 
 TEST_P(CudaAttention, BackwardMatchesCpuAndIsReproducible) {
   NANODDP_REQUIRE_GPU();
-  auto [b, t, tcap, kv_len, hq, hkv, d, dt] = GetParam();
+  auto [b, t, tcap, kv_len, hq, hkv, d, dt, window] = GetParam();
   if (t != tcap || t != kv_len) GTEST_SKIP() << "the backward is for training (Tq == Tk == kv_len)";
   Tensor q = rounded(randn({b, t, hq, d}, 30), dt), k = rounded(randn({b, t, hkv, d}, 31), dt),
          v = rounded(randn({b, t, hkv, d}, 32), dt), dout = rounded(randn({b, t, hq, d}, 33), dt);
   const float scale = 1.f / std::sqrt(float(d));
   Tensor gq = to_gpu(q, dt), gk = to_gpu(k, dt), gv = to_gpu(v, dt), gdout = to_gpu(dout, dt);
   Tensor out = Tensor::empty(q.shape(), dt, testing::gpu()), lse = Tensor::empty({b, hq, t}, DType::F32, testing::gpu());
-  ops::attention_forward(out, lse, gq, gk, gv, t, scale);
+  ops::attention_forward(out, lse, gq, gk, gv, t, scale, window);
   auto backward = [&] {
     std::vector<Tensor> g{poisoned(q.shape(), dt), poisoned(k.shape(), dt), poisoned(v.shape(), dt)};
-    ops::attention_backward(g[0], g[1], g[2], gdout, gq, gk, gv, out, lse, scale);
+    ops::attention_backward(g[0], g[1], g[2], gdout, gq, gk, gv, out, lse, scale, window);
     return g;
   };
   auto g1 = backward(), g2 = backward();
   // The CPU backward from the GPU's forward (out, lse), so only the backward is compared.
   Tensor dq = Tensor::empty(q.shape(), DType::F32), dk = Tensor::empty(k.shape(), DType::F32),
          dv = Tensor::empty(v.shape(), DType::F32);
-  ops::attention_backward(dq, dk, dv, dout, q, k, v, to_host(out), to_host(lse), scale);
+  ops::attention_backward(dq, dk, dv, dout, q, k, v, to_host(out), to_host(lse), scale, window);
   // 16-bit types: P and dS are rounded to the type before their GEMMs, and the results once.
   // With one key, P = 1 and O = V, so dS = P (dO.V - dO.O) is 0 in exact arithmetic and dq, dk are
   // what is left of that cancellation on either side: they are measured against the size of the
@@ -349,6 +350,17 @@ std::vector<AttnCase> attention_cases() {
       {1, 70, 100, 90, 2, 1, 120, {}},      // flash at width 128 with 8 zero columns (depth 15)
       {2, 65, 65, 65, 2, 2, 112, {}},       // width 128 with 16 zero columns (depth 7)
       {1, 3, 70, 70, 2, 1, 80, {}},         // width 96 with 16 zero columns, decoding after a cache
+      // Sliding windows (the CPU kernels, compared with, are checked against the masked reference):
+      // whole key tiles skipped and rows that meet a tile before any key of theirs (37, 1), a band
+      // that starts mid-tile after a cache offset (20), one decoded token (7), f32 and head_dim 32 on
+      // the reference kernels, and nanochat's short window at T = 1024 (ceil(1024 / 4 / 128) * 128).
+      {1, 300, 300, 300, 2, 1, 64, {}, 37},
+      {2, 130, 130, 130, 4, 2, 128, {}, 1},
+      {1, 70, 100, 90, 2, 1, 128, {}, 20},
+      {1, 1, 64, 40, 2, 2, 128, {}, 7},
+      {1, 200, 200, 200, 2, 1, 32, {}, 50},
+      {2, 130, 130, 130, 4, 2, 96, {}, 100},
+      {1, 1024, 1024, 1024, 2, 2, 128, {}, 256},
   };
   std::vector<AttnCase> cases;
   for (auto s : shapes)
@@ -362,8 +374,9 @@ std::vector<AttnCase> attention_cases() {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(attention_cases()),
                          [](const ::testing::TestParamInfo<AttnCase>& i) {
                            const auto& c = i.param;
-                           return fmt::format("b{}q{}cap{}kv{}h{}g{}d{}_{}", c.b, c.tq, c.tcap, c.kv_len, c.hq, c.hkv,
-                                              c.d, testing::dtype_label(c.dt));
+                           return fmt::format("b{}q{}cap{}kv{}h{}g{}d{}{}_{}", c.b, c.tq, c.tcap, c.kv_len, c.hq,
+                                              c.hkv, c.d, c.window > 0 ? fmt::format("w{}", c.window) : "",
+                                              testing::dtype_label(c.dt));
                          });
 
 // The reference kernels (f32 here) keep a row of scores or probabilities per block in shared
@@ -376,19 +389,19 @@ TEST(CudaAttention, ReferenceKernelsSayWhenTheSequenceNeedsMoreSharedMemoryThanT
   Tensor q = to_gpu(randn({1, t, 1, d}, 40), DType::F32), k = to_gpu(randn({1, t, 1, d}, 41), DType::F32),
          v = to_gpu(randn({1, t, 1, d}, 42), DType::F32);
   Tensor out = poisoned({1, t, 1, d}, DType::F32), lse = poisoned({1, 1, t}, DType::F32);
-  NANODDP_EXPECT_ERROR(ops::attention_forward(out, lse, q, k, v, t, scale),
+  NANODDP_EXPECT_ERROR(ops::attention_forward(out, lse, q, k, v, t, scale, 0),
                        "attention over 70000 keys with head_dim 8 on the reference CUDA kernels");
   Tensor dq = poisoned(q.shape(), DType::F32), dk = poisoned(k.shape(), DType::F32),
          dv = poisoned(v.shape(), DType::F32);
-  NANODDP_EXPECT_ERROR(ops::attention_backward(dq, dk, dv, q, q, k, v, q, lse, scale), "KiB of shared memory");
+  NANODDP_EXPECT_ERROR(ops::attention_backward(dq, dk, dv, q, q, k, v, q, lse, scale, 0), "KiB of shared memory");
   // A sequence that fits still runs, on the same backend.
   const int64_t s = 300;
   Tensor sq = randn({1, s, 1, d}, 43), sk = randn({1, s, 1, d}, 44), sv = randn({1, s, 1, d}, 45);
   Tensor sout = poisoned({1, s, 1, d}, DType::F32), slse = poisoned({1, 1, s}, DType::F32);
   ops::attention_forward(sout, slse, to_gpu(sq, DType::F32), to_gpu(sk, DType::F32), to_gpu(sv, DType::F32), s,
-                         scale);
+                         scale, 0);
   Tensor cout = Tensor::empty({1, s, 1, d}, DType::F32), clse = Tensor::empty({1, 1, s}, DType::F32);
-  ops::attention_forward(cout, clse, sq, sk, sv, s, scale);
+  ops::attention_forward(cout, clse, sq, sk, sv, s, scale, 0);
   EXPECT_LT(err(sout, cout), 1e-5);
 }
 

@@ -61,7 +61,7 @@ void check_forward(cuda::CudnnAttention& dnn, const Case& c) {
                           stream(), why))
       << why;
   Tensor cout = Tensor::empty(q.shape(), DType::F32), clse = Tensor::empty({c.b, c.hq, c.t}, DType::F32);
-  ops::attention_forward(cout, clse, q, k, v, c.t, scale);
+  ops::attention_forward(cout, clse, q, k, v, c.t, scale, 0);
   EXPECT_LT(err(out, cout), tol(c.dt, 0, 4 * kBf16Eps)) << "out";
   EXPECT_LT(err(lse, clse), 1e-4) << "lse";  // from f32 scores, as the flash kernels' bound
 }
@@ -75,7 +75,7 @@ std::vector<std::vector<uint8_t>> check_backward(cuda::CudnnAttention& dnn, cons
   Tensor gq = to_gpu(q, c.dt), gk = to_gpu(k, c.dt), gv = to_gpu(v, c.dt), gdout = to_gpu(dout, c.dt);
   Tensor out = Tensor::empty(q.shape(), c.dt, testing::gpu());
   Tensor lse = Tensor::empty({c.b, c.hq, c.t}, DType::F32, testing::gpu());
-  ops::attention_forward(out, lse, gq, gk, gv, c.t, scale);
+  ops::attention_forward(out, lse, gq, gk, gv, c.t, scale, 0);
   std::vector<std::vector<uint8_t>> runs;
   std::vector<Tensor> g;
   for (int run = 0; run < 2; run++) {
@@ -93,7 +93,7 @@ std::vector<std::vector<uint8_t>> check_backward(cuda::CudnnAttention& dnn, cons
   }
   Tensor dq = Tensor::empty(q.shape(), DType::F32), dk = Tensor::empty(k.shape(), DType::F32),
          dv = Tensor::empty(v.shape(), DType::F32);
-  ops::attention_backward(dq, dk, dv, dout, q, k, v, to_host(out), to_host(lse), scale);
+  ops::attention_backward(dq, dk, dv, dout, q, k, v, to_host(out), to_host(lse), scale, 0);
   EXPECT_LT(max_rel_error(g[0], dq, 1e-12), tol(c.dt, 0, 8 * kBf16Eps)) << "dq";
   EXPECT_LT(max_rel_error(g[1], dk, 1e-12), tol(c.dt, 0, 8 * kBf16Eps)) << "dk";
   EXPECT_LT(err(g[2], dv), tol(c.dt, 0, 8 * kBf16Eps)) << "dv";
@@ -199,9 +199,9 @@ TEST(CudnnFallback, AutoRunsTheFlashKernelsWithoutCudnn) {
          v = rounded(randn({b, t, h, d}, 72), dt);
   const float scale = 1.f / std::sqrt(float(d));
   Tensor out = poisoned(q.shape(), dt), lse = poisoned({b, h, t}, DType::F32);
-  ops::attention_forward(out, lse, to_gpu(q, dt), to_gpu(k, dt), to_gpu(v, dt), t, scale);
+  ops::attention_forward(out, lse, to_gpu(q, dt), to_gpu(k, dt), to_gpu(v, dt), t, scale, 0);
   Tensor cout = Tensor::empty(q.shape(), DType::F32), clse = Tensor::empty({b, h, t}, DType::F32);
-  ops::attention_forward(cout, clse, q, k, v, t, scale);
+  ops::attention_forward(cout, clse, q, k, v, t, scale, 0);
   EXPECT_LT(err(out, cout), 4 * kBf16Eps);
 }
 
@@ -212,7 +212,7 @@ TEST(CudnnFallback, CudnnRouteSaysCudnnIsMissing) {
   const int64_t b = 1, t = 64, h = 2, d = 64;
   Tensor q = to_gpu(randn({b, t, h, d}, 73), DType::BF16);
   Tensor out = poisoned(q.shape(), DType::BF16), lse = poisoned({b, h, t}, DType::F32);
-  NANODDP_EXPECT_ERROR(ops::attention_forward(out, lse, q, q, q, t, 0.125f),
+  NANODDP_EXPECT_ERROR(ops::attention_forward(out, lse, q, q, q, t, 0.125f, 0),
                        "NANODDP_CUDA_ATTENTION=cudnn on cuda:0, but cuDNN 9 not found",
                        std::getenv("NANODDP_CUDNN_PATH"), "unset it (auto)");
 }

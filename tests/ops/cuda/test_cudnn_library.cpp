@@ -98,8 +98,8 @@ TEST(AttentionRoute, ParsesEveryRouteAndRefusesOthers) {
                        "auto, cudnn, cudnn_nondeterministic, flash or reference");
 }
 
-// cuDNN takes the training and prefill form in 16-bit types with head_dim a multiple of 8 up to 128
-// and 16-byte aligned rows; everything else stays on our kernels.
+// cuDNN takes the training and prefill form without a sliding window in 16-bit types with head_dim a
+// multiple of 8 up to 128 and 16-byte aligned rows; everything else stays on our kernels.
 TEST(CudnnAttention, TakesOnlyTheCallsItRuns) {
   alignas(16) static char buf[64];
   const void* ok[] = {buf, buf + 16};
@@ -113,6 +113,9 @@ TEST(CudnnAttention, TakesOnlyTheCallsItRuns) {
   EXPECT_FALSE(cuda::cudnn_attention_takes(DType::BF16, decode, ok, 2));
   const AttentionShape prefill{2, 40, 128, 8, 2, 64, 40};  // a prompt into a longer cache
   EXPECT_TRUE(cuda::cudnn_attention_takes(DType::BF16, prefill, ok, 2));
+  // A sliding window (nanochat's short layers) runs on our flash kernels, never on cuDNN.
+  const AttentionShape windowed{2, 128, 128, 8, 2, 64, 128, 32};
+  EXPECT_FALSE(cuda::cudnn_attention_takes(DType::BF16, windowed, ok, 2));
   for (int64_t d : {4, 12, 136, 256}) {
     AttentionShape s = train;
     s.d = d;
