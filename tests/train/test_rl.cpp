@@ -227,8 +227,8 @@ TEST(Rl, SaysOnceWhenItCannotLearnAndCountsSampledAndTrainedTokens) {
   EXPECT_EQ(all.find(warning, at + 1), std::string::npos) << "printed more than once:\n" << all;
   for (const char* advice : {"--temperature", "--num_samples", "--reward contains"})
     EXPECT_NE(all.find(advice, at), std::string::npos) << advice;
-  // Printed after step 5's line, not before.
-  EXPECT_GT(at, all.find("step 00005/00007"));
+  // Printed with step 5's line (just above it), not earlier nor later.
+  EXPECT_GT(at, all.find("step 00004/00007"));
   EXPECT_LT(at, all.find("step 00006/00007"));
   double sampled = 0, trained = 0;
   for (const auto& [step, n] : testing::training_metric(out.str(), "sampled_tokens")) sampled += n;
