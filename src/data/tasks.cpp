@@ -115,7 +115,11 @@ std::string task_item_conversation_json(const TaskItem& item) {
 }
 
 std::string task_item_question_json(const TaskItem& item) {
-  return nlohmann::json{{"messages", {{{"role", "user"}, {"content", item.question}}}}, {"answer", item.answer}}.dump();
+  // The worked solution, as GSM8K's files give it: its "####" line makes --reward auto read the
+  // final answer (gsm8k) rather than look for the number anywhere (contains), where an intermediate
+  // result equal to the answer would score.
+  return nlohmann::json{{"messages", {{{"role", "user"}, {"content", item.question}}}}, {"answer", item.solution}}
+      .dump();
 }
 
 namespace {

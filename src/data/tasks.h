@@ -30,8 +30,8 @@ std::vector<std::string> task_names();
 std::vector<TaskItem> make_task(const std::string& name, int64_t count, uint64_t seed,
                                 const std::string& words_file = "");
 
-// One JSONL line: {"messages": [user, assistant]} (for SFT), or {"messages": [user], "answer": ...}
-// (for RL and evaluation).
+// One JSONL line: {"messages": [user, assistant]} (for SFT), or {"messages": [user], "answer":
+// solution} (for RL and evaluation; the solution's "#### N" line holds the final answer, as GSM8K's).
 std::string task_item_conversation_json(const TaskItem& item);
 std::string task_item_question_json(const TaskItem& item);
 

@@ -79,7 +79,11 @@ TEST(Tasks, SameSeedSameItemsAndValidConversations) {
     auto r = render_conversation(*tok, conv);
     EXPECT_GT(std::count(r.mask.begin(), r.mask.end(), 1), 0);
     auto q = nlohmann::json::parse(task_item_question_json(it));
-    EXPECT_EQ(q["answer"], it.answer);
+    // The worked solution, read by its "####" line: a completion's intermediate numbers do not score.
+    EXPECT_EQ(q["answer"], it.solution);
+    const std::string reference = q["answer"];
+    EXPECT_TRUE(answer_is_correct("#### " + it.answer, reference, RewardRule::Auto));
+    EXPECT_FALSE(answer_is_correct(it.answer + " then\n#### x" + it.answer, reference, RewardRule::Auto));
     EXPECT_EQ(q["messages"].size(), 1u);
   }
   NANODDP_EXPECT_ERROR(make_task("poetry", 1, 1, words), "unknown task 'poetry'");
