@@ -60,7 +60,6 @@ const char* reward_rule_name(RewardRule rule);
 // Auto is gsm8k for a bundled task and stays Auto (decided per answer) for a file.
 RewardRule resolve_reward_rule(RewardRule asked, const std::string& task);
 
-bool answer_is_correct(const std::string& completion, const std::string& answer,
-                       RewardRule rule = RewardRule::Gsm8k);
+bool answer_is_correct(const std::string& completion, const std::string& answer, RewardRule rule = RewardRule::Gsm8k);
 
 }  // namespace nanoddp::data
