@@ -68,7 +68,7 @@ void add_eval_command(CLI::App& root) {
     NANODDP_CHECK(!a.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
     NANODDP_CHECK(a.num_samples >= 1, "--num_samples must be at least 1 (got {})", a.num_samples);
     check_sampling_flags(a.max_tokens, a.temperature, a.top_k);
-    const data::RewardRule reward = data::resolve_reward_rule(data::parse_reward_rule(a.reward), a.task);
+    const data::RewardRule asked = data::parse_reward_rule(a.reward);
     train::activation_dtype(a.dtype, Device::cpu());  // a bad --dtype fails before the rendezvous
     const RankSetup rank = join_process_group(a.device, a.backend, a.timeout);
     const Device device = rank.device;
@@ -89,6 +89,7 @@ void add_eval_command(CLI::App& root) {
     auto model = train::load_model(dir, device, a.dtype);
     auto tok = train::load_checkpoint_tokenizer(dir, "");
     const auto questions = data::load_questions(a.task, a.count, a.task_seed);
+    const data::RewardRule reward = data::resolve_reward_rule(asked, a.task, questions);
     const int32_t end = tok->special_id("<|assistant_end|>");
     // sums: correct answers, answers, problems with at least one correct answer (pass@k, k =
     // num_samples: what nanochat's chat_eval calls a problem's pass)

@@ -224,6 +224,15 @@ RewardRule resolve_reward_rule(RewardRule asked, const std::string& task) {
   return bundled ? RewardRule::Gsm8k : RewardRule::Auto;
 }
 
+RewardRule resolve_reward_rule(RewardRule asked, const std::string& task, const std::vector<Question>& questions) {
+  const RewardRule rule = resolve_reward_rule(asked, task);
+  if (rule != RewardRule::Auto || questions.empty()) return rule;
+  const auto marked = std::count_if(questions.begin(), questions.end(),
+                                    [](const Question& q) { return q.answer.find("####") != std::string::npos; });
+  if (marked == static_cast<std::ptrdiff_t>(questions.size())) return RewardRule::Gsm8k;
+  return marked == 0 ? RewardRule::Contains : RewardRule::Auto;
+}
+
 bool answer_is_correct(const std::string& completion, const std::string& answer, RewardRule rule) {
   if (trim_answer(answer).empty()) return false;  // nothing to match (read_questions refuses such answers)
   if (rule == RewardRule::Auto)

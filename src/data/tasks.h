@@ -59,6 +59,9 @@ const char* reward_rule_name(RewardRule rule);
 // The rule a run uses for `task` (a questions file or a bundled task's name): `asked` unless Auto;
 // Auto is gsm8k for a bundled task and stays Auto (decided per answer) for a file.
 RewardRule resolve_reward_rule(RewardRule asked, const std::string& task);
+// The same, naming a file's rule where its answers agree: gsm8k when all hold "####", contains when
+// none does; Auto only for a file that mixes them (each answer then decides its own).
+RewardRule resolve_reward_rule(RewardRule asked, const std::string& task, const std::vector<Question>& questions);
 
 bool answer_is_correct(const std::string& completion, const std::string& answer, RewardRule rule = RewardRule::Gsm8k);
 

@@ -56,8 +56,8 @@ class PolicyStage final : public Stage {
 
 PolicyStage::PolicyStage(const StageContext& ctx) : ctx_(ctx) {
   const TrainOptions& o = ctx.opts;
-  reward_ = data::resolve_reward_rule(data::parse_reward_rule(o.reward), o.task);
   auto questions = data::load_questions(o.task, o.task_count, o.task_seed);
+  reward_ = data::resolve_reward_rule(data::parse_reward_rule(o.reward), o.task, questions);
   // Every question must leave room for an answer; checked now, not when a late question is drawn
   // hours into the run (and again on every resume).
   for (size_t i = 0; i < questions.size(); i++) {
@@ -100,9 +100,9 @@ double PolicyStage::describe_step(const std::vector<double>& figures, int64_t /*
 }
 
 std::string PolicyStage::describe_batch() const {
-  return fmt::format("{} questions/step = {} ranks x {} questions x {} samples (of {} questions)",
+  return fmt::format("{} questions/step = {} ranks x {} questions x {} samples (of {} questions) | reward {}",
                      ctx_.opts.examples_per_step, ctx_.group.size(), ctx_.plan.grad_accum, ctx_.opts.num_samples,
-                     questions_->size());
+                     questions_->size(), data::reward_rule_name(reward_));
 }
 
 }  // namespace

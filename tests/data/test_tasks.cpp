@@ -204,6 +204,16 @@ TEST(Tasks, RewardRulesByNameAndTheDefaultPerTask) {
   EXPECT_EQ(resolve_reward_rule(RewardRule::Auto, "questions.jsonl"), RewardRule::Auto);
   EXPECT_EQ(resolve_reward_rule(RewardRule::Contains, "arithmetic"), RewardRule::Contains);
   EXPECT_EQ(resolve_reward_rule(RewardRule::Exact, "questions.jsonl"), RewardRule::Exact);
+  // A file's answers name its rule where they agree.
+  const auto questions = [](std::vector<std::string> answers) {
+    std::vector<Question> out;
+    for (const auto& a : answers) out.push_back({Conversation{}, a});
+    return out;
+  };
+  EXPECT_EQ(resolve_reward_rule(RewardRule::Auto, "q.jsonl", questions({"x\n#### 1", "#### 2"})), RewardRule::Gsm8k);
+  EXPECT_EQ(resolve_reward_rule(RewardRule::Auto, "q.jsonl", questions({"1", "Paris"})), RewardRule::Contains);
+  EXPECT_EQ(resolve_reward_rule(RewardRule::Auto, "q.jsonl", questions({"1", "#### 2"})), RewardRule::Auto);
+  EXPECT_EQ(resolve_reward_rule(RewardRule::Exact, "q.jsonl", questions({"#### 2"})), RewardRule::Exact);
 }
 
 // A questions file whose answer is blank, or a number JSON writes with an exponent, is refused

@@ -181,7 +181,9 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, RlDtype, ::testing::Values("fp32", "bf16", "fp1
 // weights and seeds step 1 samples the same completions, so only the rule differs.
 TEST(Rl, TheRewardFlagChoosesHowACompletionScores) {
   ScratchDir contains("rl_reward_auto"), exact("rl_reward_exact");
-  run_ok(single(rl(contains.str(), 1)));
+  Proc by_default(single(rl(contains.str(), 1)));
+  ASSERT_EQ(by_default.wait_exit(120s), 0) << by_default.all();
+  EXPECT_NE(by_default.out().find("| reward contains"), std::string::npos) << by_default.out();
   auto args = rl(exact.str(), 1);
   args.insert(args.end(), {"--reward", "exact"});
   run_ok(single(args));
@@ -199,7 +201,7 @@ TEST(Rl, EvalScoresByTheRewardFlag) {
     return nlohmann::json::parse(out.substr(out.rfind('{')));
   };
   const auto by_default = eval("auto"), exact = eval("exact");
-  EXPECT_EQ(by_default["reward"], "auto");
+  EXPECT_EQ(by_default["reward"], "contains");  // auto, for a file whose answers hold no "####"
   EXPECT_EQ(exact["reward"], "exact");
   // 256 answers at about 1 in 10 right ("#### 7"): none right by chance has probability 0.9^256 < 1e-11.
   EXPECT_GT(by_default["correct"].get<int64_t>(), 0);
