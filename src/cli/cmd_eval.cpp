@@ -44,6 +44,7 @@ struct EvalArgs {
   std::string dtype = "auto";
   std::string backend = "auto";
   double timeout = 300;
+  std::string reward = "auto";
   template <typename V>
   void visit(V&& v) {
     v(checkpoint, "checkpoint", "Checkpoint directory, or a run's --out (its newest checkpoint)");
@@ -59,6 +60,9 @@ struct EvalArgs {
     v(dtype, "dtype", "Activations: auto (bf16 on CUDA, fp32 on the CPU), fp32, bf16 or fp16 (nanochat's --dtype)");
     v(backend, "backend", "Process group: auto, gloo, mpi, nccl");
     v(timeout, "timeout", "Seconds before a rendezvous or collective that does not complete is an error");
+    v(reward, "reward", "How an answer scores: gsm8k (the answer after its last \"####\"), contains (the answer as "
+      "a whole word or number), exact (the whole reply), auto (gsm8k for the bundled tasks and answers with "
+      "\"####\", else contains)");
   }
 };
 
@@ -87,6 +91,7 @@ void add_eval_command(CLI::App& root) {
   cmd->callback([args] {
     const EvalArgs& a = *args;
     check_eval_flags(a);
+    const data::RewardRule asked = data::parse_reward_rule(a.reward);  // a misspelt rule fails before the rendezvous
     const RankSetup rank = join_process_group(a.device, a.backend, a.timeout);
     const Device device = rank.device;
     dist::ProcessGroup& group = *rank.context->group;
@@ -107,6 +112,7 @@ void add_eval_command(CLI::App& root) {
     auto model = train::load_model(dir, device, a.dtype);
     auto tok = train::load_checkpoint_tokenizer(dir, "");
     const auto questions = data::load_questions(a.task, a.count, a.task_seed);
+    const data::RewardRule reward = data::resolve_reward_rule(asked, a.task, questions);
     const int32_t end = tok->special_id("<|assistant_end|>");
     // Checked before any answer is sampled: the loop below runs problems x num_samples times.
     const int64_t problems = static_cast<int64_t>(questions.size());
@@ -137,7 +143,7 @@ void add_eval_command(CLI::App& root) {
             StopOnSignal::stop("eval", fmt::format("after {} answers", static_cast<int64_t>(sums[1])));
         });
         if (!ids.empty() && so.stops(ids.back())) ids.pop_back();
-        const bool correct = data::answer_is_correct(tok->decode(ids), questions[i].answer);
+        const bool correct = data::answer_is_correct(tok->decode(ids), questions[i].answer, reward);
         sums[0] += correct ? 1 : 0;
         sums[1] += 1;
         passed |= correct;
@@ -150,7 +156,8 @@ void add_eval_command(CLI::App& root) {
     const nlohmann::json result{{"task", a.task}, {"accuracy", accuracy}, {"n", static_cast<int64_t>(sums[1])},
                                 {"correct", static_cast<int64_t>(sums[0])}, {"pass_at_k", pass_at_k},
                                 {"passed", static_cast<int64_t>(sums[2])}, {"problems", questions.size()},
-                                {"num_samples", a.num_samples}, {"checkpoint", dir}};
+                                {"num_samples", a.num_samples}, {"reward", data::reward_rule_name(reward)},
+                                {"checkpoint", dir}};
     // Kept in the run folder for `nanoddp report` (Note [pipeline report] in train/report.h). A
     // folder one may not write to (someone else's checkpoint) costs the record, not the result.
     if (group.rank() == 0) {

@@ -4,6 +4,7 @@
 // checkpoints, --resume and the learning-rate flags are train's, under every launcher.
 #include "cli/commands.h"
 #include "cli/option_flags.h"
+#include "data/tasks.h"
 
 namespace nanoddp::cli {
 
@@ -30,6 +31,7 @@ void add_rl_command(CLI::App& root) {
   cmd->get_option("--device_batch_size")->description("Most sampled rows per forward/backward pass");
   cmd->callback([opts, source] {
     train::TrainOptions o = *opts;
+    data::parse_reward_rule(o.reward);  // a misspelt --reward fails before the checkpoint is read
     take_source_model(o, *source);
     run_train_command(o);
   });

@@ -36,7 +36,7 @@ void check_sampling_flags(int64_t max_tokens, double temperature, int64_t top_k)
 // The flags only `nanoddp rl` takes (train and sft remove them).
 inline const std::vector<const char*> kRlFlags = {
     "--task", "--task_count", "--task_seed", "--num_samples", "--examples_per_step", "--max_new_tokens",
-    "--temperature", "--top_k"};
+    "--temperature", "--top_k", "--reward"};
 
 // sft and rl: the model shape flags, dataset and initial weights of the checkpoint `source` (a
 // checkpoint directory or a run's --out) go into `o`.

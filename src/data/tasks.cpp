@@ -115,22 +115,136 @@ std::string task_item_conversation_json(const TaskItem& item) {
 }
 
 std::string task_item_question_json(const TaskItem& item) {
-  return nlohmann::json{{"messages", {{{"role", "user"}, {"content", item.question}}}}, {"answer", item.answer}}.dump();
+  // The worked solution, as GSM8K's files give it: its "####" line makes --reward auto read the
+  // final answer (gsm8k) rather than look for the number anywhere (contains), where an intermediate
+  // result equal to the answer would score.
+  return nlohmann::json{{"messages", {{{"role", "user"}, {"content", item.question}}}}, {"answer", item.solution}}
+      .dump();
 }
 
-bool answer_is_correct(const std::string& completion, const std::string& answer) {
-  const size_t mark = completion.rfind("####");
-  std::string got = trim_answer(mark == std::string::npos ? completion : completion.substr(mark + 4));
+namespace {
+
+// The final answer of a GSM8K-style text: after its last "####" up to the line's end, trimmed; the
+// whole trimmed text when it has none.
+std::string final_answer(const std::string& text) {
+  const size_t mark = text.rfind("####");
+  std::string got = trim_answer(mark == std::string::npos ? text : text.substr(mark + 4));
   const size_t line = got.find('\n');
   if (line != std::string::npos) got = trim_answer(got.substr(0, line));
-  const std::string want = trim_answer(answer);
-  if (want.empty()) return false;  // nothing to match (read_questions refuses such answers)
+  return got;
+}
+
+// Equal as text, or as numbers: "14.0" and "14", "1,000" and "1000" (commas dropped, as nanochat's
+// GSM8K does). Only plain decimals, compared digit by digit once written the one way: through a
+// double (strtod), 9007199254740993 equalled 9007199254740992, and strtod also took "0x0", "inf", "1e1".
+bool same_answer(const std::string& got, const std::string& want) {
   if (got == want) return true;
-  // Numbers as numbers: "14.0" and "14", "1,000" and "1000" (commas dropped, as nanochat's GSM8K
-  // does). Only plain decimals, compared digit by digit once written the one way: through a double
-  // (strtod), 9007199254740993 equalled 9007199254740992, and strtod also took "0x0", "inf", "1e1".
   const std::optional<std::string> g = canonical_decimal(got), w = canonical_decimal(want);
   return g && w && *g == *w;
+}
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// The numbers written in `text`, each a maximal run: an optional '-' (a sign when no word character
+// precedes it), digits with single commas between digits, then '.' and digits. A run touching a
+// letter ("a12", "12th") is part of a word and left out; "1,120" is one number, "3-12" is 3 and 12.
+std::vector<std::string> numbers_in(const std::string& t) {
+  std::vector<std::string> out;
+  const size_t n = t.size();
+  const auto digit_at = [&](size_t k) { return k < n && is_digit(t[k]); };
+  for (size_t i = 0; i < n;) {
+    const bool after_number = i > 0 && (word_char(t[i - 1]) || ((t[i - 1] == '.' || t[i - 1] == ',') &&
+                                                               i > 1 && is_digit(t[i - 2])));
+    const bool starts = digit_at(i) || (t[i] == '.' && digit_at(i + 1)) ||
+                        (t[i] == '-' && (digit_at(i + 1) || (i + 2 < n && t[i + 1] == '.' && digit_at(i + 2))));
+    if (!starts || after_number) {
+      i++;
+      continue;
+    }
+    size_t j = t[i] == '-' ? i + 1 : i;
+    while (digit_at(j) || (t[j] == ',' && j > i && is_digit(t[j - 1]) && digit_at(j + 1))) j++;
+    if (j < n && t[j] == '.' && digit_at(j + 1))
+      for (j++; digit_at(j);) j++;
+    const bool in_word = (i > 0 && word_char(t[i - 1])) || (j < n && word_char(t[j]));
+    if (!in_word) out.push_back(t.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+// `want` in `text` as a whole word: no word character joined to either end (a hyphen between word
+// characters joins them: "c-a-t" is not in "c-a-t-s").
+bool contains_word(const std::string& text, const std::string& want) {
+  const size_t n = text.size();
+  for (size_t at = text.find(want); at != std::string::npos; at = text.find(want, at + 1)) {
+    const size_t after = at + want.size();
+    const bool joined_before = at > 0 && word_char(want.front()) &&
+                               (word_char(text[at - 1]) || (text[at - 1] == '-' && at > 1 && word_char(text[at - 2])));
+    const bool joined_after = after < n && word_char(want.back()) &&
+                              (word_char(text[after]) || (text[after] == '-' && after + 1 < n &&
+                                                          word_char(text[after + 1])));
+    if (!joined_before && !joined_after) return true;
+  }
+  return false;
+}
+
+bool contains_answer(const std::string& completion, const std::string& want) {
+  if (const std::optional<std::string> w = canonical_decimal(want)) {
+    for (const std::string& number : numbers_in(completion))
+      if (canonical_decimal(number) == w) return true;
+    return false;
+  }
+  return contains_word(completion, want);
+}
+
+}  // namespace
+
+RewardRule parse_reward_rule(const std::string& name) {
+  for (RewardRule r : {RewardRule::Auto, RewardRule::Gsm8k, RewardRule::Contains, RewardRule::Exact})
+    if (name == reward_rule_name(r)) return r;
+  NANODDP_FAIL("unknown --reward '{}': auto (gsm8k where answers use \"####\", else contains), gsm8k, contains or "
+               "exact", name);
+}
+
+const char* reward_rule_name(RewardRule rule) {
+  switch (rule) {
+    case RewardRule::Auto: return "auto";
+    case RewardRule::Gsm8k: return "gsm8k";
+    case RewardRule::Contains: return "contains";
+    case RewardRule::Exact: return "exact";
+  }
+  return "?";
+}
+
+RewardRule resolve_reward_rule(RewardRule asked, const std::string& task) {
+  if (asked != RewardRule::Auto) return asked;
+  const auto names = task_names();
+  const bool bundled = std::find(names.begin(), names.end(), task) != names.end() && !std::filesystem::exists(task);
+  return bundled ? RewardRule::Gsm8k : RewardRule::Auto;
+}
+
+RewardRule resolve_reward_rule(RewardRule asked, const std::string& task, const std::vector<Question>& questions) {
+  const RewardRule rule = resolve_reward_rule(asked, task);
+  if (rule != RewardRule::Auto || questions.empty()) return rule;
+  const auto marked = std::count_if(questions.begin(), questions.end(),
+                                    [](const Question& q) { return q.answer.find("####") != std::string::npos; });
+  if (marked == static_cast<std::ptrdiff_t>(questions.size())) return RewardRule::Gsm8k;
+  return marked == 0 ? RewardRule::Contains : RewardRule::Auto;
+}
+
+bool answer_is_correct(const std::string& completion, const std::string& answer, RewardRule rule) {
+  if (trim_answer(answer).empty()) return false;  // nothing to match (read_questions refuses such answers)
+  if (rule == RewardRule::Auto)
+    rule = answer.find("####") != std::string::npos ? RewardRule::Gsm8k : RewardRule::Contains;
+  switch (rule) {
+    case RewardRule::Exact: return trim_answer(completion) == trim_answer(answer);
+    case RewardRule::Contains: return contains_answer(completion, trim_answer(answer));
+    default: {
+      const std::string want = final_answer(answer);
+      return !want.empty() && same_answer(final_answer(completion), want);
+    }
+  }
 }
 
 std::vector<Question> load_questions(const std::string& file_or_name, int64_t count, uint64_t seed) {

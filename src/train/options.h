@@ -58,6 +58,8 @@ struct TrainOptions {
   int64_t max_new_tokens = 256;
   double temperature = 1.0;
   int64_t top_k = 50;
+  // How a completion scores: auto, gsm8k, contains or exact (data/tasks.h).
+  std::string reward = "auto";
   std::string out = "out";
   uint64_t seed = 42;
   bool shuffle = true;
@@ -140,6 +142,9 @@ struct TrainOptions {
     v(max_new_tokens, "max_new_tokens", "RL: longest completion in tokens");
     v(temperature, "temperature", "RL: sampling temperature of the completions");
     v(top_k, "top_k", "RL: sample among the k most likely tokens (0 = all)");
+    v(reward, "reward", "RL: how a completion scores: gsm8k (the answer after its last \"####\"), contains (the "
+      "answer as a whole word or number), exact (the whole reply), auto (gsm8k for the bundled tasks and answers "
+      "with \"####\", else contains)");
     v(stage, "stage", "What this run is, recorded in its checkpoints: base, sft or rl");
     v(out, "out", "Output directory: metrics.jsonl and checkpoints/");
     v(seed, "seed", "Seed of the initial weights and the data order");

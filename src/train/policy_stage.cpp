@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/timer.h"
 #include "data/conversation.h"
 #include "data/tasks.h"
@@ -23,11 +24,15 @@ class PolicyStage final : public Stage {
   LossReading read_loss() override { return {stats_.loss, 1.0}; }
   // Every rank has as many samples, so means average exactly.
   std::vector<double> step_figures() const override {
-    return {stats_.reward_sum / stats_.samples, stats_.trained_tokens, stats_.sampled_tokens, stats_.sample_seconds};
+    return {stats_.reward_sum / stats_.samples, stats_.trained_tokens, stats_.sampled_tokens, stats_.sample_seconds,
+            stats_.varied_questions};
   }
   double describe_step(const std::vector<double>& figures, int64_t step_after, double seconds, nlohmann::json& line,
                        std::string& console) const override;
   std::string describe_batch() const override;
+  std::string describe_tokens(double /*trained_tokens*/, double seconds) const override {
+    return tally_.summary(seconds);
+  }
   bool counts_flops() const override { return false; }
   data::LoaderState position() const override { return questions_->state(); }
   void set_position(const data::LoaderState& s) override { questions_->set_state(s); }
@@ -46,11 +51,16 @@ class PolicyStage final : public Stage {
   StageContext ctx_;
   std::unique_ptr<QuestionSource> questions_;
   RlStepStats stats_;  // of the last step, on this rank
+  data::RewardRule reward_;  // --reward, resolved for the task
+  // The run's tokens and the no-signal warning, updated as each step is described (from the
+  // all-rank figures, the same on every rank).
+  mutable RlRunTally tally_;
 };
 
 PolicyStage::PolicyStage(const StageContext& ctx) : ctx_(ctx) {
   const TrainOptions& o = ctx.opts;
   auto questions = data::load_questions(o.task, o.task_count, o.task_seed);
+  reward_ = data::resolve_reward_rule(data::parse_reward_rule(o.reward), o.task, questions);
   // Every question must leave room for an answer; checked now, not when a late question is drawn
   // hours into the run (and again on every resume).
   for (size_t i = 0; i < questions.size(); i++) {
@@ -67,7 +77,8 @@ void PolicyStage::forward_backward(float loss_scale, StepPhases& phases) {
   const TrainOptions& o = ctx_.opts;
   const RlSettings rs{.num_samples = o.num_samples, .max_new_tokens = o.max_new_tokens,
                       .temperature = static_cast<float>(o.temperature), .top_k = o.top_k,
-                      .device_batch_size = o.device_batch_size, .seed = o.seed, .loss_scale = loss_scale};
+                      .device_batch_size = o.device_batch_size, .seed = o.seed, .loss_scale = loss_scale,
+                      .reward = reward_};
   Stopwatch compute;
   stats_ = rl_forward_backward(ctx_.model, ctx_.reducer, ctx_.tokenizer, *questions_, ctx_.plan.grad_accum, rs);
   phases.sample += stats_.sample_seconds;
@@ -85,13 +96,16 @@ double PolicyStage::describe_step(const std::vector<double>& figures, int64_t /*
                {"trained_tokens", step_tokens}, {"sample_ms", 1000 * stats_.sample_seconds}});
   console += fmt::format(" | reward {:.4f} | sampled_tokens {:.0f} | sample_tokens_per_s {:.0f} | trained_tokens "
                          "{:.0f}", reward, sampled, sample_tok_s, step_tokens);
+  // Note [no learning signal] in train/rl.h; printed above this step's line.
+  if (const auto warning = tally_.add_step(reward, figures[4] * world, sampled, step_tokens))
+    log::print0("warning: {}", *warning);
   return step_tokens;
 }
 
 std::string PolicyStage::describe_batch() const {
-  return fmt::format("{} questions/step = {} ranks x {} questions x {} samples (of {} questions)",
+  return fmt::format("{} questions/step = {} ranks x {} questions x {} samples (of {} questions) | reward {}",
                      ctx_.opts.examples_per_step, ctx_.group.size(), ctx_.plan.grad_accum, ctx_.opts.num_samples,
-                     questions_->size());
+                     questions_->size(), data::reward_rule_name(reward_));
 }
 
 }  // namespace

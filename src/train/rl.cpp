@@ -1,5 +1,7 @@
 #include "train/rl.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 
@@ -106,7 +108,7 @@ RlStepStats rl_forward_backward(model::GPT& model, ddp::Reducer& reducer, const 
     for (const auto& c : completions) {
       std::vector<int32_t> text_ids = c;
       if (!text_ids.empty() && so.stops(text_ids.back())) text_ids.pop_back();
-      rewards.push_back(data::answer_is_correct(tok.decode(text_ids), question.answer) ? 1.0 : 0.0);
+      rewards.push_back(data::answer_is_correct(tok.decode(text_ids), question.answer, s.reward) ? 1.0 : 0.0);
       rows.push_back(make_row(prompt, c));
       question_tokens += rows.back().valid;
       st.sampled_tokens += static_cast<double>(c.size());
@@ -116,6 +118,7 @@ RlStepStats rl_forward_backward(model::GPT& model, ddp::Reducer& reducer, const 
     mean /= static_cast<double>(rewards.size());
     st.reward_sum += mean * static_cast<double>(rewards.size());
     st.samples += static_cast<double>(rewards.size());
+    st.varied_questions += std::any_of(rewards.begin(), rewards.end(), [&](double r) { return r != rewards[0]; });
     // Note [advantage groups]: rows of equal advantage, at most device_batch_size per micro-batch.
     std::map<double, std::vector<const Row*>> groups;
     for (size_t i = 0; i < rows.size(); i++) {
@@ -137,7 +140,8 @@ RlStepStats rl_forward_backward(model::GPT& model, ddp::Reducer& reducer, const 
   }
   // Every rank must run a backward for the reducer's collectives, even one whose samples all carry
   // zero advantage: one row of ignored targets gives a zero gradient.
-  if (batches.empty()) {
+  const bool idle_step = batches.empty();  // trains nothing: counted as 0 trained tokens
+  if (idle_step) {
     Row idle;
     idle.inputs = {end};
     idle.targets = {-1};
@@ -149,9 +153,30 @@ RlStepStats rl_forward_backward(model::GPT& model, ddp::Reducer& reducer, const 
     const double mean_ce = model.forward_backward(mb.inputs, mb.targets, mb.loss_scale * s.loss_scale, m > 0,
                                                   last ? reducer.sync_hook(1) : nullptr);
     st.loss += mb.loss_scale * mean_ce;
-    st.trained_tokens += static_cast<double>(mb.inputs.numel());
+    if (!idle_step) st.trained_tokens += static_cast<double>(mb.inputs.numel());
   }
   return st;
+}
+
+std::optional<std::string> RlRunTally::add_step(double reward, double varied_questions, double sampled_tokens,
+                                                double trained_tokens) {
+  sampled_ += sampled_tokens;
+  trained_ += trained_tokens;
+  quiet_ = varied_questions > 0 ? 0 : quiet_ + 1;
+  if (quiet_ < kQuietSteps || warned_) return std::nullopt;
+  warned_ = true;
+  // Note [no learning signal]: all right or all wrong, with advice for the common case, all wrong.
+  const std::string what = reward >= 1 ? "every sample scored 1 (the task is solved)"
+                           : reward <= 0 ? "every sample scored 0" : "every question's samples scored alike";
+  return fmt::format("RL is not learning: in each of the last {} steps {}, so no sample was better than another "
+                     "and the steps trained nothing. Use a task the model can partly solve (check with nanoddp "
+                     "eval), a higher --temperature, more --num_samples, or --reward contains if the replies state "
+                     "the answer in a sentence", kQuietSteps, what);
+}
+
+std::string RlRunTally::summary(double seconds) const {
+  return fmt::format("{:.0f} tokens sampled ({:.0f}/s), {:.0f} trained", sampled_, seconds > 0 ? sampled_ / seconds : 0,
+                     trained_);
 }
 
 }  // namespace nanoddp::train

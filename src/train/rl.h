@@ -17,10 +17,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "data/conversation.h"
 #include "data/loader.h"
+#include "data/tasks.h"
 #include "data/tokenizer.h"
 #include "ddp/reducer.h"
 #include "model/gpt.h"
@@ -65,15 +68,19 @@ struct RlSettings {
   uint64_t seed = 42;
   // Every micro-batch's gradient is multiplied by this (fp16's dynamic loss scale; 1 otherwise).
   float loss_scale = 1.f;
+  // How a completion scores (--reward, resolved for the task by data::resolve_reward_rule).
+  data::RewardRule reward = data::RewardRule::Gsm8k;
 };
 
 struct RlStepStats {
   double reward_sum = 0;   // over this rank's samples
   double samples = 0;
   double loss = 0;         // this rank's policy-gradient loss
-  double trained_tokens = 0;   // rows x length of the forward/backward passes (padding included)
+  double trained_tokens = 0;   // rows x length of the forward/backward passes (padding included; 0
+                               // when no sample had an advantage: the step's one idle row trains nothing)
   double sampled_tokens = 0;   // completion tokens generated
   double sample_seconds = 0;   // time spent generating
+  double varied_questions = 0;  // questions whose samples did not all score the same (they train)
 };
 
 // One optimizer step's forward and backward on this rank: `questions` questions from `source`,
@@ -81,5 +88,36 @@ struct RlStepStats {
 // Collective through the reducer: every rank calls it once per step.
 RlStepStats rl_forward_backward(model::GPT& model, ddp::Reducer& reducer, const data::Tokenizer& tok,
                                 QuestionSource& source, int64_t questions, const RlSettings& s);
+
+// A run's RL figures across steps, from each step's figures over all ranks: the tokens sampled and
+// trained (the summary's counts), and a warning when RL cannot learn.
+//
+// Note [no learning signal]: a question whose samples all score the same has advantage 0 for every
+// sample, so it adds no gradient (Note [advantage groups]). When that holds for every question of a
+// step, the step trains nothing: the loss is 0 and the update is the optimizer's momentum and weight
+// decay alone. One such step is ordinary (a hard batch); kQuietSteps in a row says the task is out
+// of the model's reach (or solved). Why 5: at the defaults (16 questions x 16 samples) one quiet step
+// already makes a success rate of 1% unlikely (all 256 samples wrong: 0.99^256 = 0.08), five make it
+// about 3e-6; small test runs need the margin: 2 samples of 1 question at a 20% success rate agree
+// with probability 0.68 per step, 5 steps in a row 1 time in 7 (10 steps: 1 in 47). The warning is
+// printed once, so a false alarm costs one line, and waiting longer costs the user more steps.
+class RlRunTally {
+ public:
+  static constexpr int64_t kQuietSteps = 5;
+  // One step: its mean reward, and its questions with reward variance, sampled tokens and trained
+  // tokens, each summed over all ranks. Returns the warning to print (once a run, from rank 0) on
+  // the kQuietSteps-th consecutive step without variance.
+  std::optional<std::string> add_step(double reward, double varied_questions, double sampled_tokens,
+                                      double trained_tokens);
+  double sampled_tokens() const { return sampled_; }
+  double trained_tokens() const { return trained_; }
+  // The end-of-run counts: "N tokens sampled (S/s), M trained".
+  std::string summary(double seconds) const;
+
+ private:
+  double sampled_ = 0, trained_ = 0;
+  int64_t quiet_ = 0;
+  bool warned_ = false;
+};
 
 }  // namespace nanoddp::train

@@ -76,10 +76,18 @@ void print_model(const model::GPTConfig& c) {
 
 void summarize(const std::string& out, int64_t steps, int64_t last_step, double train_seconds, double trained_tokens,
                double last_loss, const std::optional<std::pair<int64_t, EvalResult>>& best_eval) {
+  summarize(out, steps, last_step, train_seconds,
+            fmt::format("{:.0f} tokens, {:.0f} tokens/s", trained_tokens,
+                        train_seconds > 0 ? trained_tokens / train_seconds : 0.0),
+            last_loss, best_eval);
+}
+
+void summarize(const std::string& out, int64_t steps, int64_t last_step, double train_seconds,
+               const std::string& tokens, double last_loss,
+               const std::optional<std::pair<int64_t, EvalResult>>& best_eval) {
   if (steps <= 0) return;
-  log::print0("done: {} steps in {} ({:.0f} tokens, {:.0f} tokens/s) | last loss {:.6f}{} | checkpoints: {} (newest "
-              "step {})", steps, format_duration(train_seconds), trained_tokens,
-              train_seconds > 0 ? trained_tokens / train_seconds : 0.0, last_loss,
+  log::print0("done: {} steps in {} ({}) | last loss {:.6f}{} | checkpoints: {} (newest "
+              "step {})", steps, format_duration(train_seconds), tokens, last_loss,
               best_eval ? fmt::format(" | best val bpb {:.4f} at step {}", best_eval->second.bpb, best_eval->first)
                         : std::string(),
               std::filesystem::absolute(out + "/checkpoints").lexically_normal().string(), last_step);

@@ -38,6 +38,10 @@ void print_model(const model::GPTConfig& config);
 // where the checkpoints are. Nothing when no step was taken.
 void summarize(const std::string& out, int64_t steps, int64_t last_step, double train_seconds, double trained_tokens,
                double last_loss, const std::optional<std::pair<int64_t, EvalResult>>& best_eval);
+// The same with the tokens already described (Stage::describe_tokens).
+void summarize(const std::string& out, int64_t steps, int64_t last_step, double train_seconds,
+               const std::string& tokens, double last_loss,
+               const std::optional<std::pair<int64_t, EvalResult>>& best_eval);
 
 // Rank 0: samples opts.sample_tokens tokens after opts.sample_prompt and prints them.
 void print_sample(const TrainOptions& opts, dist::ProcessGroup& group, model::GPT& model,

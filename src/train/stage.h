@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "comm/process_group.h"
@@ -67,6 +68,10 @@ class Stage {
   // The run header's batch ("524288 tokens/step = ..."), and whether the step's model FLOPs are
   // known (then the header names the arithmetic and MFU's peak).
   virtual std::string describe_batch() const = 0;
+  // The summary's tokens for the run ("N tokens, T tokens/s"); RL counts those sampled and trained.
+  virtual std::string describe_tokens(double trained_tokens, double seconds) const {
+    return fmt::format("{:.0f} tokens, {:.0f} tokens/s", trained_tokens, seconds > 0 ? trained_tokens / seconds : 0.0);
+  }
   virtual bool counts_flops() const = 0;
 
   // The data position: what a checkpoint saves and a resume restores.

@@ -263,7 +263,8 @@ TrainResult Trainer::run() {
   write_trace(opts_, group_);
   // A --stop_at run is a pause, not the end: no sample; nor when a signal asked to stop.
   if (stop == n && !stop_requested) print_sample(opts_, group_, *model_, *tokenizer_);
-  summarize(opts_.out, stop - start_step_, stop, train_seconds_, trained_tokens_, result_.last_loss, best_eval_);
+  summarize(opts_.out, stop - start_step_, stop, train_seconds_,
+            stage_->describe_tokens(trained_tokens_, train_seconds_), result_.last_loss, best_eval_);
   return result_;
 }
 

@@ -79,7 +79,11 @@ TEST(Tasks, SameSeedSameItemsAndValidConversations) {
     auto r = render_conversation(*tok, conv);
     EXPECT_GT(std::count(r.mask.begin(), r.mask.end(), 1), 0);
     auto q = nlohmann::json::parse(task_item_question_json(it));
-    EXPECT_EQ(q["answer"], it.answer);
+    // The worked solution, read by its "####" line: a completion's intermediate numbers do not score.
+    EXPECT_EQ(q["answer"], it.solution);
+    const std::string reference = q["answer"];
+    EXPECT_TRUE(answer_is_correct("#### " + it.answer, reference, RewardRule::Auto));
+    EXPECT_FALSE(answer_is_correct(it.answer + " then\n#### x" + it.answer, reference, RewardRule::Auto));
     EXPECT_EQ(q["messages"].size(), 1u);
   }
   NANODDP_EXPECT_ERROR(make_task("poetry", 1, 1, words), "unknown task 'poetry'");
@@ -114,6 +118,102 @@ TEST(Tasks, TheRewardReadsTheFinalAnswerLine) {
   EXPECT_EQ(trim_answer(" . "), "");
   EXPECT_EQ(trim_answer("."), "");
   EXPECT_EQ(trim_answer(" 14. "), "14");
+}
+
+// gsm8k also reads a reference that is a whole GSM8K solution by its "####" line.
+TEST(Tasks, Gsm8kReadsTheReferenceSolutionsFinalAnswer) {
+  const std::string solution = "Natalia sold 48/2 = 24 clips in May.\n#### 72";
+  EXPECT_TRUE(answer_is_correct("48 + 24 = 72\n#### 72", solution, RewardRule::Gsm8k));
+  EXPECT_FALSE(answer_is_correct("#### 24", solution, RewardRule::Gsm8k));
+  EXPECT_FALSE(answer_is_correct("####", "####", RewardRule::Gsm8k));  // no final answer to reach
+}
+
+// contains: the answer as a whole number or word anywhere in the completion.
+TEST(Tasks, ContainsFindsTheAnswerAsAWholeNumber) {
+  const auto hit = [](const std::string& completion, const std::string& answer) {
+    return answer_is_correct(completion, answer, RewardRule::Contains);
+  };
+  EXPECT_TRUE(hit("Ava has 12 apples now.", "12"));
+  EXPECT_TRUE(hit("12", "12"));
+  EXPECT_TRUE(hit("it costs $12.", "12"));      // the sentence's full stop is not a decimal point
+  EXPECT_TRUE(hit("pages 3-12", "12"));         // a hyphen after a number is no sign
+  EXPECT_TRUE(hit("she has 14.0 now", "14"));   // numbers as numbers
+  EXPECT_TRUE(hit("about 1,000 coins", "1000"));
+  EXPECT_TRUE(hit("a total of 1000", "1,000"));
+  EXPECT_TRUE(hit("it is -3.50 degrees", "-3.5"));
+  EXPECT_TRUE(hit("first 5, then 12, then 7", "12"));  // ", " between numbers is no thousands comma
+  // Not part of a longer number or word.
+  EXPECT_FALSE(hit("123 apples", "12"));
+  EXPECT_FALSE(hit("a12 b", "12"));
+  EXPECT_FALSE(hit("the 12th", "12"));
+  EXPECT_FALSE(hit("12.5 apples", "12"));
+  EXPECT_FALSE(hit("it is -12", "12"));
+  EXPECT_FALSE(hit("1,120 coins", "120"));
+  EXPECT_FALSE(hit("0.12", "12"));
+  EXPECT_FALSE(hit("no number here", "12"));
+  EXPECT_FALSE(hit("9007199254740993", "9007199254740992"));  // exact decimals, not doubles
+  EXPECT_FALSE(hit("12 apples", ""));                          // an empty answer matches nothing
+}
+
+TEST(Tasks, ContainsFindsTheAnswerAsAWholeWord) {
+  const auto hit = [](const std::string& completion, const std::string& answer) {
+    return answer_is_correct(completion, answer, RewardRule::Contains);
+  };
+  EXPECT_TRUE(hit("The capital is Paris.", "Paris"));
+  EXPECT_TRUE(hit("Paris", "Paris"));
+  EXPECT_TRUE(hit("It is spelled c-a-t, done", "c-a-t"));
+  EXPECT_TRUE(hit("(Paris)", "Paris"));
+  EXPECT_FALSE(hit("Parisian food", "Paris"));
+  EXPECT_FALSE(hit("aParis", "Paris"));
+  EXPECT_FALSE(hit("c-a-t-s", "c-a-t"));   // a hyphen between letters joins them
+  EXPECT_FALSE(hit("s-c-a-t", "c-a-t"));
+  EXPECT_FALSE(hit("the capital is paris", "Paris"));  // case counts
+  EXPECT_TRUE(hit("Parisian, then Paris", "Paris"));   // a later whole occurrence counts
+}
+
+TEST(Tasks, ExactComparesTheWholeTrimmedCompletion) {
+  EXPECT_TRUE(answer_is_correct("  14 \n", "14", RewardRule::Exact));
+  EXPECT_FALSE(answer_is_correct("14.0", "14", RewardRule::Exact));  // text, not numbers
+  EXPECT_FALSE(answer_is_correct("it is 14", "14", RewardRule::Exact));
+  EXPECT_FALSE(answer_is_correct("#### 14", "14", RewardRule::Exact));
+  EXPECT_FALSE(answer_is_correct("", "", RewardRule::Exact));
+}
+
+// A sentence stating the answer scores under contains, never under gsm8k; a "####" line scores
+// under gsm8k, and under contains only when the number appears.
+TEST(Tasks, TheRulesDifferOnTheSameCompletion) {
+  const std::string sentence = "Ava has 17 apples now.", marked = "5 + 12 = 17.\n#### 17";
+  EXPECT_FALSE(answer_is_correct(sentence, "17", RewardRule::Gsm8k));
+  EXPECT_TRUE(answer_is_correct(sentence, "17", RewardRule::Contains));
+  EXPECT_TRUE(answer_is_correct(marked, "17", RewardRule::Gsm8k));
+  EXPECT_TRUE(answer_is_correct(marked, "12", RewardRule::Contains));  // why gsm8k suits "####" tasks
+  EXPECT_FALSE(answer_is_correct(marked, "12", RewardRule::Gsm8k));
+  // auto: gsm8k where the reference holds "####", contains otherwise.
+  EXPECT_TRUE(answer_is_correct(sentence, "17", RewardRule::Auto));
+  EXPECT_FALSE(answer_is_correct(sentence, "x\n#### 17", RewardRule::Auto));
+  EXPECT_TRUE(answer_is_correct(marked, "x\n#### 17", RewardRule::Auto));
+}
+
+TEST(Tasks, RewardRulesByNameAndTheDefaultPerTask) {
+  for (const char* name : {"auto", "gsm8k", "contains", "exact"})
+    EXPECT_STREQ(reward_rule_name(parse_reward_rule(name)), name);
+  NANODDP_EXPECT_ERROR(parse_reward_rule("fuzzy"), "unknown --reward 'fuzzy'");
+  // The bundled tasks' solutions end in "#### N": gsm8k. A file decides per answer.
+  for (const std::string& task : task_names())
+    EXPECT_EQ(resolve_reward_rule(RewardRule::Auto, task), RewardRule::Gsm8k) << task;
+  EXPECT_EQ(resolve_reward_rule(RewardRule::Auto, "questions.jsonl"), RewardRule::Auto);
+  EXPECT_EQ(resolve_reward_rule(RewardRule::Contains, "arithmetic"), RewardRule::Contains);
+  EXPECT_EQ(resolve_reward_rule(RewardRule::Exact, "questions.jsonl"), RewardRule::Exact);
+  // A file's answers name its rule where they agree.
+  const auto questions = [](std::vector<std::string> answers) {
+    std::vector<Question> out;
+    for (const auto& a : answers) out.push_back({Conversation{}, a});
+    return out;
+  };
+  EXPECT_EQ(resolve_reward_rule(RewardRule::Auto, "q.jsonl", questions({"x\n#### 1", "#### 2"})), RewardRule::Gsm8k);
+  EXPECT_EQ(resolve_reward_rule(RewardRule::Auto, "q.jsonl", questions({"1", "Paris"})), RewardRule::Contains);
+  EXPECT_EQ(resolve_reward_rule(RewardRule::Auto, "q.jsonl", questions({"1", "#### 2"})), RewardRule::Auto);
+  EXPECT_EQ(resolve_reward_rule(RewardRule::Exact, "q.jsonl", questions({"#### 2"})), RewardRule::Exact);
 }
 
 // A questions file whose answer is blank, or a number JSON writes with an exponent, is refused

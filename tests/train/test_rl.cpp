@@ -2,11 +2,14 @@
 //  - on a toy task where it must, RL raises the mean reward and the evaluated accuracy;
 //  - 2 ranks sample, reward and step like 1 rank (questions strided, rewards all-reduced);
 //  - a run stopped and resumed ends bit for bit like a straight one (question cursor, optimizer);
-//  - bad input: no task, greedy sampling, a world size that does not divide the questions per step.
+//  - bad input: no task, greedy sampling, a world size that does not divide the questions per step;
+//  - --reward chooses how a completion scores; a run whose samples all score alike says it cannot
+//    learn; the summary counts the tokens sampled and trained.
 //
 // The toy task: SFT teaches "Pick a digit." -> "#### d" with d uniform, so about 1 answer in 10 is
 // a 7; RL then rewards only 7. The policy gradient has one direction to go, and a tiny model gets
 // there in a few dozen steps.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -95,7 +98,10 @@ double accuracy(const std::string& checkpoint) {
 
 TEST(Rl, RaisesTheMeanRewardOnAToyTaskWhereItMust) {
   ScratchDir out("rl_rises");
-  run_ok(single(rl(out.str(), 30)));
+  Proc run(single(rl(out.str(), 30)));
+  ASSERT_EQ(run.wait_exit(120s), 0) << run.all();
+  // A run that learns has samples that differ: no warning that it cannot.
+  EXPECT_EQ(run.all().find("RL is not learning"), std::string::npos) << run.all();
   const auto reward = testing::training_metric(out.str(), "reward");
   ASSERT_EQ(reward.size(), 30u);
   double last = 0;
@@ -170,6 +176,76 @@ TEST_P(RlDtype, AStoppedAndResumedRunEndsBitForBitLikeAStraightOne) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, RlDtype, ::testing::Values("fp32", "bf16", "fp16"));
 
+// The toy SFT replies "#### d". The questions' answer is "7": under the default rule (auto: contains,
+// the answer having no "####") "#### 7" scores, under --reward exact no reply can. From the same
+// weights and seeds step 1 samples the same completions, so only the rule differs.
+TEST(Rl, TheRewardFlagChoosesHowACompletionScores) {
+  ScratchDir contains("rl_reward_auto"), exact("rl_reward_exact");
+  Proc by_default(single(rl(contains.str(), 1)));
+  ASSERT_EQ(by_default.wait_exit(120s), 0) << by_default.all();
+  EXPECT_NE(by_default.out().find("| reward contains"), std::string::npos) << by_default.out();
+  auto args = rl(exact.str(), 1);
+  args.insert(args.end(), {"--reward", "exact"});
+  run_ok(single(args));
+  EXPECT_GT(testing::training_metric(contains.str(), "reward").at(1), 0);
+  EXPECT_EQ(testing::training_metric(exact.str(), "reward").at(1), 0);
+}
+
+// eval scores with the same rules, and its result line says which it used.
+TEST(Rl, EvalScoresByTheRewardFlag) {
+  auto eval = [](const std::string& reward) {
+    Proc p(single({"eval", "--checkpoint", toy().sft, "--task", toy().questions, "--num_samples", "4",
+                   "--temperature", "1", "--max_tokens", "8", "--reward", reward}));
+    EXPECT_EQ(p.wait_exit(60s), 0) << p.all();
+    const std::string out = p.out();
+    return nlohmann::json::parse(out.substr(out.rfind('{')));
+  };
+  const auto by_default = eval("auto"), exact = eval("exact");
+  EXPECT_EQ(by_default["reward"], "contains");  // auto, for a file whose answers hold no "####"
+  EXPECT_EQ(exact["reward"], "exact");
+  // 256 answers at about 1 in 10 right ("#### 7"): none right by chance has probability 0.9^256 < 1e-11.
+  EXPECT_GT(by_default["correct"].get<int64_t>(), 0);
+  EXPECT_EQ(exact["correct"].get<int64_t>(), 0);  // "#### 7" is not the whole reply "7"
+  Proc bad(single({"eval", "--checkpoint", toy().sft, "--task", toy().questions, "--reward", "fuzzy"}));
+  EXPECT_NE(bad.wait_exit(60s), 0);
+  EXPECT_NE(bad.err().find("unknown --reward 'fuzzy'"), std::string::npos) << bad.err();
+}
+
+// Every sample scoring 0 for RlRunTally::kQuietSteps (5) steps in a row: one warning naming what
+// to do (was: "loss 0.000000 ... reward 0.0000" with no word). 7 steps: printed once, not per step.
+// The summary counts the tokens sampled and trained (was: "16 tokens" where hundreds were sampled).
+TEST(Rl, SaysOnceWhenItCannotLearnAndCountsSampledAndTrainedTokens) {
+  ScratchDir out("rl_quiet");
+  auto args = rl(out.str(), 7);
+  args.insert(args.end(), {"--reward", "exact"});
+  Proc p(single(args));
+  ASSERT_EQ(p.wait_exit(120s), 0) << p.all();
+  const std::string all = p.all();
+  for (const auto& [step, r] : testing::training_metric(out.str(), "reward")) ASSERT_EQ(r, 0) << "step " << step;
+  const std::string warning = "RL is not learning: in each of the last 5 steps every sample scored 0";
+  const size_t at = all.find(warning);
+  ASSERT_NE(at, std::string::npos) << all;
+  std::printf("%s\n", all.substr(at, all.find('\n', at) - at).c_str());
+  EXPECT_EQ(all.find(warning, at + 1), std::string::npos) << "printed more than once:\n" << all;
+  for (const char* advice : {"--temperature", "--num_samples", "--reward contains"})
+    EXPECT_NE(all.find(advice, at), std::string::npos) << advice;
+  // Printed with step 5's line (just above it), not earlier nor later.
+  EXPECT_GT(at, all.find("step 00004/00007"));
+  EXPECT_LT(at, all.find("step 00006/00007"));
+  double sampled = 0, trained = 0;
+  for (const auto& [step, n] : testing::training_metric(out.str(), "sampled_tokens")) sampled += n;
+  for (const auto& [step, n] : testing::training_metric(out.str(), "trained_tokens")) trained += n;
+  // 4 questions x 8 samples x at least 1 token (the end token) per step.
+  EXPECT_GE(sampled, 7 * 4 * 8);
+  EXPECT_EQ(trained, 0);  // no sample had an advantage: nothing was trained on
+  const std::string summary = fmt::format("({:.0f} tokens sampled (", sampled);
+  const size_t done = all.find("done: ");
+  ASSERT_NE(done, std::string::npos) << all;
+  std::printf("%s\n", all.substr(done, all.find('\n', done) - done).c_str());
+  EXPECT_NE(all.find(summary), std::string::npos) << summary << " not in\n" << all;
+  EXPECT_NE(all.find(fmt::format("), {:.0f} trained)", trained)), std::string::npos) << all;
+}
+
 TEST(Rl, BadInputEndsWithOneClearLine) {
   ScratchDir out("rl_bad");
   auto expect_error = [](std::vector<std::string> argv, const std::string& says) {
@@ -190,6 +266,9 @@ TEST(Rl, BadInputEndsWithOneClearLine) {
   auto top_one = rl(out.str(), 2);
   top_one.insert(top_one.end(), {"--top_k", "1"});
   expect_error(single(top_one), "--top_k must be 0 (all tokens) or at least 2");
+  auto bad_reward = rl(out.str(), 2);
+  bad_reward.insert(bad_reward.end(), {"--reward", "fuzzy"});
+  expect_error(single(bad_reward), "unknown --reward 'fuzzy': auto");
   expect_error(launch(2, rl(out.str(), 2, 3)), "--examples_per_step 3 is not a multiple of the world size 2");
   auto missing = rl(out.str(), 2);
   missing[4] = out.str("nope.jsonl");
