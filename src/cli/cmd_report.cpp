@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 // Where the pipeline report goes by default: the folder holding the runs (one given folder that
 // holds them: that folder), else the runs' common parent.
 std::string default_pipeline_out(const std::vector<std::string>& inputs, const std::vector<std::string>& runs) {
-  if (inputs.size() == 1 && runs.size() >= 1 && runs[0] != inputs[0]) return (fs::path(inputs[0]) / "report.md").string();
+  if (inputs.size() == 1 && runs.size() >= 1 && runs[0] != inputs[0])
+    return (fs::path(inputs[0]) / "report.md").string();
   fs::path common = fs::absolute(runs[0]).lexically_normal().parent_path();
   for (const auto& r : runs) {
     const fs::path p = fs::absolute(r).lexically_normal();
@@ -36,10 +37,13 @@ void add_report_command(CLI::App& root) {
                                             "sft, rl) or a folder holding them, one report.md across the stages");
   auto dirs = std::make_shared<std::vector<std::string>>();
   auto out = std::make_shared<std::string>();
-  cmd->add_option("run_dirs", *dirs, "The --out folder of a train, sft or rl run; several of them, or a folder "
-                                     "holding them, for the report across the stages")->required();
-  cmd->add_option("--out", *out, "The report across the stages: where to write it (default: report.md in the folder "
-                                 "holding the runs)");
+  cmd->add_option("run_dirs", *dirs,
+                  "The --out folder of a train, sft or rl run; several of them, or a folder "
+                  "holding them, for the report across the stages")
+      ->required();
+  cmd->add_option("--out", *out,
+                  "The report across the stages: where to write it (default: report.md in the folder "
+                  "holding the runs)");
   cmd->callback([dirs, out] {
     const bool one_run = dirs->size() == 1 && fs::exists(fs::path(dirs->front()) / "metrics.jsonl");
     if (one_run && out->empty()) {

@@ -214,7 +214,9 @@ std::vector<double> polar_express_twin(std::vector<double> x, int64_t rows, int6
   const bool tall = rows > cols;
   const int64_t m = std::min(rows, cols), n = std::max(rows, cols);
   // element (i, k) of the [m, n] view: x itself when wide, x^T when tall
-  auto at = [&](const std::vector<double>& v, int64_t i, int64_t k) { return tall ? v[k * cols + i] : v[i * cols + k]; };
+  auto at = [&](const std::vector<double>& v, int64_t i, int64_t k) {
+    return tall ? v[k * cols + i] : v[i * cols + k];
+  };
   for (int s = 0; s < steps; s++) {
     const double a = kCoeffs[s][0], b = kCoeffs[s][1], c = kCoeffs[s][2];
     std::vector<double> A(m * m, 0), B(m * m, 0), next(x.size());
@@ -393,8 +395,7 @@ TEST_P(PolarExpress, ManyMatricesAtOnceEqualEachAloneOnOneThread) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PolarExpress,
                          ::testing::Values(std::pair<int64_t, int64_t>{32, 32}, std::pair<int64_t, int64_t>{16, 64},
-                                           std::pair<int64_t, int64_t>{96, 24},
-                                           std::pair<int64_t, int64_t>{64, 256}));
+                                           std::pair<int64_t, int64_t>{96, 24}, std::pair<int64_t, int64_t>{64, 256}));
 
 // The slow twin of normuon_update, in double: nanochat's variance reduction and cautious update
 // written out. p, g [rows, cols]; v [rows] when rows >= cols, else [cols].

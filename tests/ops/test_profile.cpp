@@ -49,7 +49,6 @@ TEST(OpProfile, CountsCallsFlopsAndHostTimePerOpName) {
   EXPECT_TRUE(ops::profile_detail_snapshot().empty());
 }
 
-
 // The MFU peak table, from the facts a device reports (name, memory, multiprocessors): each
 // Hopper variant gets its own data sheet's dense bf16 figure, and a GPU the facts cannot place
 // gets none (flops 0) rather than the SXM figure.
@@ -60,21 +59,21 @@ TEST(PeakTable, TellsHopperVariantsApartByNameMemoryAndMultiprocessors) {
     double tflops;
   };
   const Case cases[] = {
-      {{"NVIDIA H100 80GB HBM3", 80 * kGiB, 132}, 989},   // SXM, by its name
-      {{"NVIDIA H100", 80 * kGiB, 132}, 989},             // SXM, by its memory (the NVL has 94 GB)
-      {{"NVIDIA H100 NVL", 94 * kGiB, 132}, 835.5},       // NVL, by its name
-      {{"NVIDIA H100 PCIe", 80 * kGiB, 114}, 756},        // PCIe, by its name
-      {{"NVIDIA H100", 80 * kGiB, 114}, 756},             // PCIe, by its multiprocessors
-      {{"NVIDIA H100 SXM5 94GB", 94 * kGiB, 132}, 989},   // SXM at the NVL's memory, by its name
-      {{"NVIDIA H100", 94 * kGiB, 132}, 0},               // SXM or NVL: not placed
-      {{"NVIDIA H100", 0, 0}, 0},                         // nothing but the family: not placed
-      {{"NVIDIA H200", 140 * kGiB, 132}, 989},            // the H200 SXM as it reports itself
-      {{"NVIDIA H200 NVL", 140 * kGiB, 132}, 835.5},      // same memory and multiprocessors: the name
-      {{"NVIDIA GH200 480GB", 95 * kGiB, 132}, 989},      // not taken for an H200 NVL or an unknown
+      {{"NVIDIA H100 80GB HBM3", 80 * kGiB, 132}, 989},  // SXM, by its name
+      {{"NVIDIA H100", 80 * kGiB, 132}, 989},            // SXM, by its memory (the NVL has 94 GB)
+      {{"NVIDIA H100 NVL", 94 * kGiB, 132}, 835.5},      // NVL, by its name
+      {{"NVIDIA H100 PCIe", 80 * kGiB, 114}, 756},       // PCIe, by its name
+      {{"NVIDIA H100", 80 * kGiB, 114}, 756},            // PCIe, by its multiprocessors
+      {{"NVIDIA H100 SXM5 94GB", 94 * kGiB, 132}, 989},  // SXM at the NVL's memory, by its name
+      {{"NVIDIA H100", 94 * kGiB, 132}, 0},              // SXM or NVL: not placed
+      {{"NVIDIA H100", 0, 0}, 0},                        // nothing but the family: not placed
+      {{"NVIDIA H200", 140 * kGiB, 132}, 989},           // the H200 SXM as it reports itself
+      {{"NVIDIA H200 NVL", 140 * kGiB, 132}, 835.5},     // same memory and multiprocessors: the name
+      {{"NVIDIA GH200 480GB", 95 * kGiB, 132}, 989},     // not taken for an H200 NVL or an unknown
       {{"NVIDIA H800 PCIe", 80 * kGiB, 114}, 756},
       {{"NVIDIA H800", 80 * kGiB, 132}, 989},
       {{"NVIDIA A100-SXM4-80GB", 80 * kGiB, 108}, 312},
-      {{"NVIDIA GeForce RTX 3090", 24 * kGiB, 82}, 0},    // not in the table
+      {{"NVIDIA GeForce RTX 3090", 24 * kGiB, 82}, 0},  // not in the table
   };
   for (const Case& c : cases) {
     const ops::PeakFlops p = ops::datasheet_peak(c.gpu);
