@@ -32,10 +32,17 @@ void status0(const std::string& text);
 // Ends the live line (a newline after it on a terminal), so that later output starts below it.
 void end_status0();
 
-// every rank, to stderr: "[rank R] warning: ..."
+// every rank, to stderr: "[rank R] warning: ...", or "warning: ..." where nothing else names the
+// rank: one process, or under `nanoddp run`, whose console puts "[rank R]: " before every line.
 void warn_line(const std::string& text);
 template <typename... Args>
 void warn(fmt::format_string<Args...> format, Args&&... args) {
+  warn_line(fmt::format(format, std::forward<Args>(args)...));
+}
+// rank 0 only: a warning about what every rank computes alike (the run's sizes), said once.
+template <typename... Args>
+void warn0(fmt::format_string<Args...> format, Args&&... args) {
+  if (!is_primary()) return;
   warn_line(fmt::format(format, std::forward<Args>(args)...));
 }
 
