@@ -1,5 +1,6 @@
 // Console output with DDP discipline: print0 writes on rank 0 only (progress, metrics), warn and
-// error write on every rank with the rank named, so a message from rank 3 says it is from rank 3.
+// error write on every rank with the rank named, so a message from rank 3 says it is from rank 3;
+// warn0 is a warning that every rank computes alike, written once by rank 0.
 // Used by train (progress and metrics lines), comm/init (sets the rank) and cli/main.cpp (names the
 // rank in error lines).
 #pragma once

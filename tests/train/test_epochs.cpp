@@ -99,6 +99,7 @@ TEST(Epochs, ALinePerEpochWithTheEpochsMeanTrainLossAndTheValidationAtItsEnd) {
   auto o = tiny(out.str());
   o.num_iterations = -1;
   o.num_epochs = 2;
+  o.device_batch_size = 16;  // fewer, larger steps: a quicker test
   o.total_batch_size = -1;
   o.eval_every = -1;
   train_single(o);
