@@ -25,7 +25,12 @@ void add_train_command(CLI::App& root) {
   auto opts = std::make_shared<train::TrainOptions>();
   add_option_flags(*cmd, *opts);
   remove_flags(*cmd, kRlFlags);
-  cmd->callback([opts] { run_train_command(*opts); });
+  cmd->callback([cmd, opts] {
+    // Epochs count passes over the data, so with --num_epochs a step is one micro-step unless
+    // --total_batch_size is given (its default, nanochat's 524288 tokens, is larger than a small text).
+    if (opts->num_epochs > 0 && cmd->get_option("--total_batch_size")->count() == 0) opts->total_batch_size = -1;
+    run_train_command(*opts);
+  });
 }
 
 }  // namespace nanoddp::cli

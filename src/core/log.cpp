@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -64,8 +65,18 @@ int rank() { return g_rank; }
 int world_size() { return g_world; }
 bool is_primary() { return g_rank == 0; }
 
+// Under `nanoddp run` (which sets NANODDP_AGENT_STORE=1 for its workers) the launcher names the rank
+// on each console line already; naming it again would print "[rank 0]: [rank 0] warning: ...".
+bool launcher_names_rank() {
+  static const bool named = [] {
+    const char* v = std::getenv("NANODDP_AGENT_STORE");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return named;
+}
+
 void warn_line(const std::string& text) {
-  if (g_world > 1)
+  if (g_world > 1 && !launcher_names_rank())
     fmt::print(stderr, "[rank {}] warning: {}\n", g_rank.load(), text);
   else
     fmt::print(stderr, "warning: {}\n", text);

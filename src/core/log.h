@@ -1,5 +1,6 @@
 // Console output with DDP discipline: print0 writes on rank 0 only (progress, metrics), warn and
-// error write on every rank with the rank named, so a message from rank 3 says it is from rank 3.
+// error write on every rank with the rank named, so a message from rank 3 says it is from rank 3;
+// warn0 is a warning that every rank computes alike, written once by rank 0.
 // Used by train (progress and metrics lines), comm/init (sets the rank) and cli/main.cpp (names the
 // rank in error lines).
 #pragma once
@@ -34,10 +35,17 @@ void status0(const std::string& text);
 // Ends the live line (a newline after it on a terminal), so that later output starts below it.
 void end_status0();
 
-// every rank, to stderr, flushed: "[rank R] warning: ...", or "warning: ..." in a world of one process
+// every rank, to stderr, flushed: "[rank R] warning: ...", or "warning: ..." where nothing else names the
+// rank: one process, or under `nanoddp run`, whose console puts "[rank R]: " before every line.
 void warn_line(const std::string& text);
 template <typename... Args>
 void warn(fmt::format_string<Args...> format, Args&&... args) {
+  warn_line(fmt::format(format, std::forward<Args>(args)...));
+}
+// rank 0 only: a warning about what every rank computes alike (the run's sizes), said once.
+template <typename... Args>
+void warn0(fmt::format_string<Args...> format, Args&&... args) {
+  if (!is_primary()) return;
   warn_line(fmt::format(format, std::forward<Args>(args)...));
 }
 

@@ -142,6 +142,30 @@ std::optional<int64_t> latest_checkpoint(const std::string& out) {
   return steps.back();
 }
 
+std::optional<int64_t> best_checkpoint(const std::string& out) {
+  std::error_code ec;
+  const fs::path target = fs::read_symlink(fs::path(out) / "best", ec);
+  static const std::regex name(R"(step_(\d+))");
+  std::smatch m;
+  const std::string n = target.filename().string();
+  if (ec || !std::regex_match(n, m, name) || !fs::exists(fs::path(out) / target / "DONE")) return std::nullopt;
+  return std::stoll(m[1]);
+}
+
+namespace {
+
+// Points OUT/best at checkpoint `step`: a new link renamed over the old one, so OUT/best is never
+// missing or half-written. Relative, so that a run folder moved elsewhere keeps it.
+void point_best_at(const std::string& out, int64_t step) {
+  const fs::path link = fs::path(out) / "best", tmp = fs::path(out) / "best.tmp";
+  std::error_code ignored;
+  fs::remove(tmp, ignored);
+  fs::create_directory_symlink(fs::path("checkpoints") / fmt::format("step_{:06d}", step), tmp);
+  fs::rename(tmp, link);
+}
+
+}  // namespace
+
 std::string resolve_checkpoint(const std::string& path) {
   if (fs::exists(fs::path(path) / "DONE")) return path;
   auto latest = latest_checkpoint(path);
@@ -197,11 +221,15 @@ void save_checkpoint(const std::string& out, const CheckpointContents& c, dist::
     // only this run's checkpoints (meta.json's run_id), so a folder that somehow holds another run's
     // never loses them to this one's rotation; and only steps before this one, which is kept
     // whatever --keep_last says (a later step is not this run's past: see Trainer::set_aside_later).
+    // The best checkpoint (--save_best) is never rotated out.
+    if (c.best) point_best_at(out, c.step);
+    const std::optional<int64_t> best = best_checkpoint(out);
     std::vector<int64_t> ours;
     const std::string run_id = c.meta.value("run_id", std::string());
     for (int64_t step : complete_checkpoint_steps(out))
       if (step <= c.step && checkpoint_run_id(out, step) == run_id) ours.push_back(step);
-    for (size_t i = 0; i + std::max(1, keep_last) < ours.size(); i++) fs::remove_all(checkpoint_dir(out, ours[i]));
+    for (size_t i = 0; i + std::max(1, keep_last) < ours.size(); i++)
+      if (ours[i] != best) fs::remove_all(checkpoint_dir(out, ours[i]));
   }
   // No rank returns before the checkpoint is published: a rank that exits or resumes right after
   // finds it complete.

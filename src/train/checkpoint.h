@@ -49,12 +49,19 @@ struct CheckpointContents {
   std::vector<std::pair<std::string, Tensor>> model;      // written by rank 0
   std::vector<std::pair<std::string, Tensor>> optimizer;  // this rank's
   nlohmann::json meta;                                    // written by rank 0
+  bool best = false;  // --save_best: OUT/best points at this checkpoint once it is complete
 };
+
+// --save_best's OUT/best: a relative symbolic link to checkpoints/step_NNNNNN, the checkpoint with
+// the lowest validation bits per byte so far. The step it points at when that checkpoint is
+// complete; nothing when there is no link or it dangles (a resume set that checkpoint aside).
+std::optional<int64_t> best_checkpoint(const std::string& out);
 
 // Collective: every rank of `group` calls it with the same step.
 // Throws nanoddp::Error when a file cannot be written; rank 0 then removes the .tmp folder, so a
 // failed save (a full disk) leaves nothing behind. Keeps the newest keep_last complete
-// checkpoints; keep_last < 1 counts as 1, so the one just written is never deleted.
+// checkpoints and the one OUT/best points at (moved here first when c.best); keep_last < 1 counts
+// as 1, so the one just written is never deleted.
 void save_checkpoint(const std::string& out, const CheckpointContents& c, dist::ProcessGroup& group, int keep_last);
 
 // Removes OUT/checkpoints/step_N.tmp folders without DONE: saves that a kill, a crash or a full

@@ -21,10 +21,11 @@ MetricsLog::MetricsLog(const std::string& out, bool primary, int64_t resume_step
       auto j = nlohmann::json::parse(line, nullptr, false);
       // A line cut short by a crash is not valid JSON: drop it rather than fail the resume.
       if (j.is_discarded()) continue;
-      // A training line's step counts completed steps (line S is the checkpoint's last); an
-      // evaluation at step S is kept unless the resumed run evaluates step S again.
+      // A training line's step counts completed steps (line S is the checkpoint's last), and so does
+      // an epoch's line (the resumed run does not write it again); an evaluation at step S is kept
+      // unless the resumed run evaluates step S again.
       const int64_t step = j.value("step", int64_t{0});
-      const bool keep = j.contains("loss") ? step <= resume_step
+      const bool keep = j.contains("loss") || j.contains("epoch_end") ? step <= resume_step
                                            : step < resume_step || (step == resume_step && !resume_step_evaluated);
       if (keep) kept << line << '\n';
     }

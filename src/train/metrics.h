@@ -13,7 +13,10 @@
 //   with --grad_clip: grad_norm (the global norm before clipping); with --dtype fp16: loss_scale
 //     (the scale the next step uses) and skipped (true when this step's gradients overflowed and
 //     every rank skipped its update);
-//   evaluation lines: step, val_loss, val_bpb.
+//   evaluation lines: step, val_loss, val_bpb;
+//   with --num_epochs, a line at each epoch's end: step, epoch_end (1-based), train_loss (the mean of
+//     its training lines' loss), train_steps (how many: those since a resume), and val_loss and
+//     val_bpb of the state after it when the stage evaluates (Note [epoch lines] in train/trainer.cpp).
 // Written by the trainer; scripts/main_job.sh and the test helpers (tests/support/run_outputs) read
 // it back. One object per line, so a reader can follow the file as it grows.
 #pragma once

@@ -72,6 +72,7 @@ struct TrainOptions {
   // about this much work (nanochat saves only at the end; schedulers kill jobs).
   double save_minutes = 30;
   int keep_last = 3;
+  bool save_best = false;
   std::string resume = "";
   bool overwrite = false;
   bool allow_changed_data = false;
@@ -157,6 +158,8 @@ struct TrainOptions {
       "(0 = off)");
     v(keep_last, "keep_last", "Checkpoints of this run kept on disk (older ones are deleted once a newer one is "
       "complete)");
+    v(save_best, "save_best", "Also save the state after each evaluation with a new lowest val bpb and keep it as "
+      "OUT/best (a link to its checkpoint, never deleted by --keep_last)");
     v(resume, "resume", "Resume: 'latest' (the newest complete checkpoint; an error if none), 'auto' (latest if any), "
       "or a step number");
     v(overwrite, "overwrite", "Start a fresh run even if --out holds another run: that run is moved aside to "

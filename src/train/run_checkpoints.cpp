@@ -376,7 +376,15 @@ void RunCheckpoints::set_aside_later(int64_t step) {
               join_steps(moved), dest);
 }
 
-void RunCheckpoints::save(int64_t step, const RunState& state, const nlohmann::json& dataset_identity) {
+std::optional<double> RunCheckpoints::kept_best_bpb() const {
+  const std::optional<int64_t> best = best_checkpoint(opts_.out);
+  if (!best) return std::nullopt;
+  const nlohmann::json meta = read_checkpoint_meta(checkpoint_dir(opts_.out, *best));
+  if (!meta.contains("val_bpb") || !meta.at("val_bpb").is_number()) return std::nullopt;
+  return meta.at("val_bpb").get<double>();
+}
+
+void RunCheckpoints::save(int64_t step, const RunState& state, const nlohmann::json& dataset_identity, bool best) {
   // A checkpoint is never marked complete with non-finite weights (every rank holds the same weights,
   // so every rank stops here together).
   for (const auto& p : model_.parameters())
@@ -384,6 +392,7 @@ void RunCheckpoints::save(int64_t step, const RunState& state, const nlohmann::j
                   "Lower the learning rates or resume from an earlier checkpoint", step, p.name);
   CheckpointContents c;
   c.step = step;
+  c.best = best;
   for (const auto& p : model_.parameters()) c.model.emplace_back(p.name, p.data);
   c.optimizer = optimizer_.state();
   // data_dir is absolute so that `nanoddp sample` and `export` work from another directory.
@@ -412,7 +421,8 @@ void RunCheckpoints::save(int64_t step, const RunState& state, const nlohmann::j
   // (docs/launcher.md, "Stops that save"): every rank reports its own save.
   if (const char* file = std::getenv("NANODDP_SAVE_SECONDS_FILE")) std::ofstream(file) << save_time.seconds() << "\n";
   since_save_ = Stopwatch();
-  log::print0("saved checkpoint {}", checkpoint_dir(opts_.out, step));
+  log::print0("saved checkpoint {}{}", checkpoint_dir(opts_.out, step),
+              best ? fmt::format(" (the best so far: {}/best)", opts_.out) : "");
 }
 
 void init_weights_from(model::GPT& model, const model::GPTConfig& config, const std::string& path,

@@ -60,7 +60,11 @@ class RunCheckpoints {
   RunState restore(int64_t step, const nlohmann::json& dataset_identity, int64_t units_per_epoch);
   // Collective: writes checkpoint `step` (rank 0 the weights and meta.json, every rank its optimizer
   // state). Refuses non-finite weights.
-  void save(int64_t step, const RunState& state, const nlohmann::json& dataset_identity);
+  // best (--save_best): OUT/best points at it afterwards (train/checkpoint.h).
+  void save(int64_t step, const RunState& state, const nlohmann::json& dataset_identity, bool best = false);
+  // --save_best on a resume: the val bpb recorded by the checkpoint OUT/best points at, or nothing
+  // when there is none (a link that dangles, say, after a resume set that checkpoint aside).
+  std::optional<double> kept_best_bpb() const;
   // Since the last save or start_clock() (for --save_minutes).
   double seconds_since_save() const { return since_save_.seconds(); }
   void start_clock() { since_save_ = Stopwatch(); }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "core/trace.h"
@@ -55,6 +56,8 @@ class TokenStage final : public Stage {
   std::optional<EvalResult> evaluate() override;
 
  private:
+  void check_step_fits(int64_t epoch_tokens) const;
+
   StageContext ctx_;
   std::unique_ptr<data::BatchSource> loader_;
   // The val split or validation conversations, opened once; every evaluation rewinds it to its
@@ -99,11 +102,29 @@ TokenStage::TokenStage(const StageContext& ctx) : ctx_(ctx) {
   losses_ = Tensor::zeros({ctx.plan.grad_accum * o.device_batch_size * o.max_seq_len}, DType::F32,
                           ctx.model.device());
   scored_.assign(static_cast<size_t>(ctx.plan.grad_accum), 0);
-  const int64_t epoch_tokens = loader_->tokens_per_epoch();
-  if (ctx.plan.tokens_per_step > epoch_tokens)
-    log::warn("one step ({} tokens) is larger than the whole training split ({} tokens): each step reads the data "
-              "{:.1f} times over; lower --total_batch_size or use more data", ctx.plan.tokens_per_step, epoch_tokens,
-              static_cast<double>(ctx.plan.tokens_per_step) / static_cast<double>(epoch_tokens));
+  check_step_fits(loader_->tokens_per_epoch());
+}
+
+// A step larger than the training split reads it several times over. With --num_epochs that makes the
+// epochs meaningless, so it is an error naming the largest batch that fits; otherwise a warning,
+// once (every rank computes the same).
+void TokenStage::check_step_fits(int64_t epoch_tokens) const {
+  const int64_t step = ctx_.plan.tokens_per_step;
+  if (step <= epoch_tokens) return;
+  const TrainOptions& o = ctx_.opts;
+  const int64_t per_micro = o.device_batch_size * o.max_seq_len * ctx_.group.size();
+  if (o.num_epochs > 0) {
+    // epoch_tokens is whole micro-steps here (data::epoch_units): the largest batch that fits.
+    NANODDP_CHECK(epoch_tokens >= per_micro, "--num_epochs: the training split holds {} tokens, less than one "
+                  "micro-step (device_batch_size x max_seq_len x world size = {}): lower --device_batch_size or "
+                  "--max_seq_len, or use more data", epoch_tokens, per_micro);
+    NANODDP_FAIL("--num_epochs with --total_batch_size {}: one step is larger than the whole training split ({} "
+                 "tokens); the largest batch that fits is --total_batch_size {} (or leave it out: one micro-step of "
+                 "{})", step, epoch_tokens, epoch_tokens, per_micro);
+  }
+  log::warn0("one step ({} tokens) is larger than the whole training split ({} tokens): each step reads the data "
+             "{:.1f} times over; lower --total_batch_size or use more data", step, epoch_tokens,
+             static_cast<double>(step) / static_cast<double>(epoch_tokens));
 }
 
 // grad_accum micro-steps; the gradients of the last one are synchronised during its backward.

@@ -92,8 +92,13 @@ class Trainer {
   Agreed agree();
   // Rank 0's console line and metrics.jsonl line of the step; returns the tokens it trained on.
   double log_step(int64_t step, double lr, double seconds, const Agreed& a);
-  void evaluate_and_log(int64_t step);
-  void save(int64_t step);
+  // Returns whether --save_best keeps the state after `step` as the new best.
+  bool evaluate_and_log(int64_t step);
+  // With --num_epochs: after a step, whether it ended an epoch (adding its loss to the epoch's mean);
+  // at the next loop turn, the epoch's line with the evaluation of its end.
+  void count_epoch_step(double loss);
+  void log_epoch(int64_t step);
+  void save(int64_t step, bool best = false);
   nlohmann::json dataset_identity() const;
 
   TrainOptions opts_;
@@ -118,10 +123,23 @@ class Trainer {
   int64_t stop_ = 0;  // the last step of this process: num_iterations, or --stop_at
   double train_seconds_ = 0;  // time in training steps, for the ETA and the summary
   double trained_tokens_ = 0;
+  // The epoch being trained: its steps' loss sum and count in this process (a resume mid-epoch
+  // counts from the resume), and whether its last step has just been taken.
+  double epoch_loss_sum_ = 0;
+  int64_t epoch_steps_ = 0;
+  bool epoch_ended_ = false;
+  int64_t evaluated_step_ = -1;  // the step of this process's last evaluation
+  std::optional<double> kept_best_bpb_;  // --save_best: the val bpb of the checkpoint OUT/best points at
 };
 
 Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device device)
     : opts_(opts), group_(group), device_(device) {
+  // --save_best ranks evaluations: a run without any (RL; SFT without validation conversations) says so now.
+  const bool evaluates = opts_.stage != "rl" && (opts_.conversations.empty() || !opts_.val_conversations.empty());
+  NANODDP_CHECK(!opts_.save_best || evaluates,
+                "--save_best keeps the checkpoint with the lowest validation bpb, but this run evaluates nothing{}: "
+                "drop --save_best{}", opts_.stage == "rl" ? " (RL is measured by its reward)" : "",
+                opts_.stage == "rl" ? "" : " or give --val_conversations");
   // First: everything below that computes (the MFU measurement included) runs on these threads.
   ops::set_cpu_threads(opts.threads);
   meta_ = data::read_dataset_meta(opts.data);
@@ -193,6 +211,7 @@ std::optional<int64_t> Trainer::start() {
     stage_->set_position(state.position);
     result_.eval = state.eval;
     if (state.loss_scale) scaler_->restore(state.loss_scale->first, state.loss_scale->second);
+    if (opts_.save_best) kept_best_bpb_ = checkpoints_->kept_best_bpb();
   } else {
     // A fresh run starts every rank from rank 0's weights (as PyTorch DDP's constructor does); a resumed
     // one has loaded the same file on every rank.
@@ -230,8 +249,11 @@ TrainResult Trainer::run() {
     // `stop` for the final state. No save at start_step_: it is the checkpoint just resumed from, or
     // the untrained step 0.
     const bool last = step == stop;
-    if (last || (opts_.eval_every > 0 && step % opts_.eval_every == 0)) evaluate_and_log(step);
-    if (last || save_due || (opts_.save_every > 0 && step % opts_.save_every == 0 && step > start_step_)) save(step);
+    bool best = false;
+    if (last || epoch_ended_ || (opts_.eval_every > 0 && step % opts_.eval_every == 0)) best = evaluate_and_log(step);
+    if (epoch_ended_) log_epoch(step);
+    if (last || save_due || best || (opts_.save_every > 0 && step % opts_.save_every == 0 && step > start_step_))
+      save(step, best);
     // A stop asked for during the last step needs nothing more: the run ends as complete (without
     // its final sample), not as one to continue (there is nothing left to resume).
     if (stop_requested && !last) return stopped(step);
@@ -249,6 +271,7 @@ TrainResult Trainer::run() {
     train_seconds_ += dt;
     trained_tokens_ += log_step(step, lr, dt, agreed);
     result_.last_loss = agreed.loss;
+    count_epoch_step(agreed.loss);
     // A NaN or infinite loss poisons every later step and checkpoint: stop here, before saving.
     NANODDP_CHECK(std::isfinite(agreed.loss), "step {}: the training loss is {}; stopping before it reaches a "
                   "checkpoint. Lower the learning rates (or check the data), or resume from an earlier checkpoint",
@@ -363,21 +386,55 @@ double Trainer::log_step(int64_t step, double lr, double seconds, const Agreed& 
   return step_tokens;
 }
 
-void Trainer::evaluate_and_log(int64_t step) {
+// With --save_best, a state better than the kept best (lower val bpb, every rank alike: the
+// evaluation is collective) is saved and becomes OUT/best; not the state the run started from, which
+// is untrained or the checkpoint just resumed.
+bool Trainer::evaluate_and_log(int64_t step) {
   Stopwatch sw;
   const std::optional<EvalResult> r = stage_->evaluate();
-  if (!r) return;
+  if (!r) return false;
   result_.eval = r;
+  evaluated_step_ = step;
   if (!best_eval_ || r->bpb < best_eval_->second.bpb) best_eval_ = {step, *r};
   log::print0("step {:05d} | val loss {:.4f} | val bpb {:.4f} | {} tokens in {:.1f}s", step, r->loss, r->bpb,
               r->tokens, sw.seconds());
   metrics_->write({{"step", step}, {"val_loss", r->loss}, {"val_bpb", r->bpb}});
+  if (!opts_.save_best || step == start_step_ || (kept_best_bpb_ && r->bpb >= *kept_best_bpb_)) return false;
+  kept_best_bpb_ = r->bpb;
+  return true;
 }
 
-void Trainer::save(int64_t step) {
+// Note [epoch lines]: an epoch holds whole steps (data::epoch_units), so the step whose read leaves
+// the loader's cursor at the epoch's end ends it; the next loop turn evaluates the state after it
+// and prints one line: the epoch's mean training loss and the validation of its end.
+void Trainer::count_epoch_step(double loss) {
+  if (opts_.num_epochs <= 0) return;
+  epoch_loss_sum_ += loss;
+  epoch_steps_++;
+  epoch_ended_ = stage_->position().cursor >= stage_->units_per_epoch();
+}
+
+void Trainer::log_epoch(int64_t step) {
+  const int64_t epoch = stage_->position().epoch + 1;  // 1-based: the epoch that has ended
+  const double mean = epoch_loss_sum_ / static_cast<double>(epoch_steps_);
+  nlohmann::json line = {{"step", step}, {"epoch_end", epoch}, {"train_loss", mean}, {"train_steps", epoch_steps_}};
+  std::string console = fmt::format("epoch {} done at step {} | train loss {:.4f} (mean of {} steps)", epoch, step,
+                                    mean, epoch_steps_);
+  if (result_.eval && evaluated_step_ == step) {
+    line.update({{"val_loss", result_.eval->loss}, {"val_bpb", result_.eval->bpb}});
+    console += fmt::format(" | val loss {:.4f} | val bpb {:.4f}", result_.eval->loss, result_.eval->bpb);
+  }
+  log::print0("{}", console);
+  metrics_->write(line);
+  epoch_loss_sum_ = 0;
+  epoch_steps_ = 0;
+  epoch_ended_ = false;
+}
+
+void Trainer::save(int64_t step, bool best) {
   RunState state{stage_->position(), result_.eval, std::nullopt};
   if (scaler_->enabled()) state.loss_scale = {scaler_->scale(), scaler_->good_steps()};
-  checkpoints_->save(step, state, dataset_identity());
+  checkpoints_->save(step, state, dataset_identity(), best);
 }
 
 }  // namespace
