@@ -80,8 +80,11 @@ TEST(PeakTable, TellsHopperVariantsApartByNameMemoryAndMultiprocessors) {
     EXPECT_EQ(p.flops, c.tflops * 1e12) << c.gpu.name << " " << c.gpu.memory_bytes / kGiB << " GiB " << c.gpu.sm_count
                                         << " SMs: " << p.what;
     // A placed GPU names its variant; an unplaced one says what to do instead.
-    if (c.tflops > 0) EXPECT_EQ(p.what.find("--peak_flops"), std::string::npos) << p.what;
-    if (c.tflops == 0) EXPECT_NE(p.what.find("--peak_flops"), std::string::npos) << p.what;
+    if (c.tflops > 0) {
+      EXPECT_EQ(p.what.find("--peak_flops"), std::string::npos) << p.what;
+    } else {
+      EXPECT_NE(p.what.find("--peak_flops"), std::string::npos) << p.what;
+    }
   }
   EXPECT_NE(ops::datasheet_peak({"NVIDIA H200 NVL", 140 * kGiB, 132}).what.find("H200 NVL"), std::string::npos);
   EXPECT_EQ(ops::peak_flops(Device::cpu()).flops, 0);
