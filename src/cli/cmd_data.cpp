@@ -26,8 +26,8 @@ void add_prepare(CLI::App& parent) {
   cmd->get_option("--val_fraction")->excludes("--val_input");
   cmd->callback([opts] {
     check_output_path("--out", opts->out, PathKind::Directory);
-    for (const auto& in : opts->input) check_input_exists("--input", in);
-    for (const auto& in : opts->val_input) check_input_exists("--val_input", in);
+    for (const auto& in : opts->input) check_text_input("--input", in);
+    for (const auto& in : opts->val_input) check_text_input("--val_input", in);
     const auto st = data::prepare_dataset(*opts);
     const int64_t docs = st.train_documents + st.val_documents;
     const int64_t tokens = st.train_tokens + st.val_tokens;

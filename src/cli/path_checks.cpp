@@ -1,5 +1,6 @@
 #include "cli/path_checks.h"
 
+#include <fmt/format.h>
 #include <linux/magic.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "train/checkpoint.h"
 
 namespace nanoddp::cli {
 
@@ -94,6 +96,24 @@ void check_input_path(const std::string& flag, const std::string& path, PathKind
   const fs::path p(path);
   const bool right = kind == PathKind::File ? fs::is_regular_file(p, ec) : fs::is_directory(p, ec);
   NANODDP_CHECK(right, "{} {} is {}, not {}", flag, path, what_is(p), kind_name(kind));
+}
+
+void check_text_input(const std::string& flag, const std::string& path) {
+  check_input_exists(flag, path);
+  std::error_code ec;
+  const fs::path p = fs::absolute(path, ec);
+  NANODDP_CHECK(!on_pseudo_file_system(fs::is_directory(p, ec) ? p : p.parent_path()), "{} {} is on a kernel file "
+                "system (/proc, /sys), whose files are the kernel's state, not text; give the corpus's files or "
+                "folder", flag, path);
+}
+
+std::string resolve_checkpoint_flag(const std::string& flag, const std::string& path) {
+  check_input_path(flag, path, PathKind::Directory);
+  try {
+    return train::resolve_checkpoint(path);
+  } catch (const Error& e) {
+    NANODDP_FAIL("{} {}", flag, e.what());
+  }
 }
 
 }  // namespace nanoddp::cli

@@ -20,5 +20,12 @@ void check_output_path(const std::string& flag, const std::string& path, PathKin
 void check_input_path(const std::string& flag, const std::string& path, PathKind kind);
 // The same for a path that may be a file or a directory.
 void check_input_exists(const std::string& flag, const std::string& path);
+// A file or directory of text to read (data prepare's --input): as check_input_exists, and not on a
+// kernel file system, whose walk would read thousands of generated files (or none) as documents.
+void check_text_input(const std::string& flag, const std::string& path);
+
+// The checkpoint a command reads from what the user named (a checkpoint directory, or a run's OUT
+// for its newest): check_input_path, then train::resolve_checkpoint, whose error then names the flag.
+std::string resolve_checkpoint_flag(const std::string& flag, const std::string& path);
 
 }  // namespace nanoddp::cli

@@ -204,6 +204,14 @@ TEST_F(Limits, BadPathsNameTheFlagThePathAndTheProblem) {
   expect_error({"sample", "--checkpoint", path("file.txt")}, {"--checkpoint", "is a file, not a directory"});
   expect_error({"data", "prepare", "--input", path("missing.jsonl"), "--out", path("d2")},
                {"--input", "missing.jsonl", "does not exist"});
+  // serve said only "... is neither a complete checkpoint" for all three, without the flag; a walk
+  // of /proc failed on whichever of the kernel's files it could not read.
+  expect_error({"serve", "--checkpoint", path("missing")}, {"--checkpoint", path("missing"), "does not exist"});
+  expect_error({"serve", "--checkpoint", path("file.txt")}, {"--checkpoint", "is a file, not a directory"});
+  expect_error({"serve", "--checkpoint", data}, {"--checkpoint " + data, "neither a complete checkpoint"});
+  expect_error({"data", "prepare", "--input", "/proc", "--out", path("d3")}, {"--input /proc", "kernel file system"},
+               fs_error);
+  EXPECT_FALSE(fs::exists(path("d3")));
 }
 
 // A dataset whose tokenizer file is gone was said to name an "unknown tokenizer"; a questions file
