@@ -214,6 +214,46 @@ TEST_F(Limits, BadPathsNameTheFlagThePathAndTheProblem) {
   EXPECT_FALSE(fs::exists(path("d3")));
 }
 
+// export --out and tokenizer train --out replaced a checkpoint's optimizer file or a dataset's
+// tokenizer copy without a word, breaking the resume or the dataset; now only with --overwrite, and
+// a user's own file beside them is still theirs to replace.
+TEST_F(Limits, OutputsReplaceTheFilesOfACheckpointOrDatasetOnlyWithOverwrite) {
+  const std::string corpus = path("tok.jsonl");
+  std::ofstream(corpus) << "{\"text\": \"the quick brown fox jumps over the lazy dog again and again\"}\n";
+  expect_success({"tokenizer", "train", "--input", corpus, "--vocab_size", "300", "--out", path("tok.tiktoken")});
+  const std::string data = dataset("data", {"--tokenizer", path("tok.tiktoken")});
+  const std::string run = checkpoint("model", dataset("bytes"), 64);
+  std::string step;
+  for (const auto& e : fs::directory_iterator(run + "/checkpoints")) step = e.path().string();
+  // An imported checkpoint has no optimizer state; a copy stands for a trained one's.
+  fs::copy_file(step + "/model.safetensors", step + "/optim_rank0.safetensors");
+  auto bytes = [](const std::string& f) { return testing::read_file(f); };
+  for (const std::string name : {"optim_rank0.safetensors", "model.safetensors", "meta.json"}) {
+    const std::string target = step + "/" + name;
+    const std::string before = bytes(target);
+    expect_error({"export", "--checkpoint", run, "--out", target},
+                 {"--out " + target, "a file of the checkpoint in " + step, "--overwrite"});
+    EXPECT_EQ(bytes(target), before) << target;
+  }
+  const std::string tok = data + "/tokenizer.tiktoken";
+  const std::string tok_before = bytes(tok), meta_before = bytes(data + "/meta.json");
+  const std::vector<std::string> train_tok = {"tokenizer", "train", "--input", corpus, "--vocab_size", "280"};
+  expect_error(train_tok + std::vector<std::string>{"--out", tok}, {"--out " + tok, "the dataset prepared in " + data,
+                                                                    "--overwrite"});
+  // Its sidecar FILE.json would be the dataset's meta.json.
+  expect_error(train_tok + std::vector<std::string>{"--out", data + "/meta"}, {data + "/meta.json", "the dataset"});
+  expect_error({"export", "--checkpoint", run, "--out", data + "/meta.json"}, {"the dataset prepared in " + data});
+  EXPECT_EQ(bytes(tok), tok_before);
+  EXPECT_EQ(bytes(data + "/meta.json"), meta_before);
+  // Not a file of the dataset or the checkpoint: written as before.
+  expect_success(train_tok + std::vector<std::string>{"--out", data + "/mine.tiktoken"});
+  expect_success({"export", "--checkpoint", run, "--out", step + "/weights.safetensors"});
+  // Told: replaced.
+  expect_success(train_tok + std::vector<std::string>{"--out", tok, "--overwrite"});
+  EXPECT_NE(bytes(tok), tok_before);
+  expect_success({"export", "--checkpoint", run, "--out", step + "/optim_rank0.safetensors", "--overwrite"});
+}
+
 // A dataset whose tokenizer file is gone was said to name an "unknown tokenizer"; a questions file
 // named without .jsonl, an "unknown task".
 TEST_F(Limits, MissingFilesAreCalledMissing) {
