@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/option_flags.h"
 #include "cli/path_checks.h"
+#include "cli/stop_signal.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "data/bpe_trainer.h"
@@ -52,7 +53,12 @@ void add_train(CLI::App& parent) {
       check_not_owned("--out", *out, data::sidecar_path(*out));
     }
     data::BpeTrainStats st;
-    data::BpeVocab vocab = data::train_bpe(*opts, &st);
+    // A signal stops it between batches of documents or merges, before anything is written.
+    StopOnSignal signals;
+    data::BpeVocab vocab = data::train_bpe(*opts, &st, [] { return StopOnSignal::received() != 0; });
+    if (st.stopped)
+      StopOnSignal::stop("tokenizer train", fmt::format("after {} documents; nothing was written to {}", st.documents,
+                                                        *out));
     // As if loaded from the file: name records where a vocabulary came from (data/bpe_tokenizer.h).
     vocab.name = *out;
     data::write_tokenizer_file(*out, vocab);
