@@ -78,7 +78,9 @@ std::string owner_of(const fs::path& file) {
   static const std::regex optimizer(R"(optim_rank[0-9]+\.safetensors)");
   const bool checkpoint_dir = fs::exists(dir / "DONE", ec) ||
                               (fs::exists(dir / ckpt.meta, ec) && fs::exists(dir / ckpt.model, ec));
-  if (checkpoint_dir && (name == ckpt.model || name == ckpt.meta || name == "DONE" || std::regex_match(name, optimizer)))
+  const bool checkpoint_file = name == ckpt.model || name == ckpt.meta || name == "DONE" ||
+                               std::regex_match(name, optimizer);
+  if (checkpoint_dir && checkpoint_file)
     return fmt::format("the checkpoint in {}", dir.string());
   if (fs::exists(dir / "run.json", ec) && (name == "run.json" || name == "metrics.jsonl" || name == "run.lock"))
     return fmt::format("the run folder {}", dir.string());
@@ -94,8 +96,8 @@ void check_not_owned(const std::string& flag, const std::string& given, const st
   if (!fs::is_regular_file(file, ec)) return;
   const std::string owner = owner_of(fs::path(file));
   if (owner.empty()) return;
-  NANODDP_FAIL("{} {} would overwrite {}, a file of {}; choose another {}, or pass --overwrite to replace it",
-                flag, given, file, owner, flag);
+  NANODDP_FAIL("{} {} would overwrite {}, a file of {}; choose another {}, or pass --overwrite to replace it", flag,
+               given, file, owner, flag);
 }
 
 void check_output_path(const std::string& flag, const std::string& path, PathKind kind) {
