@@ -315,41 +315,50 @@ TEST_F(Limits, SigtermStopsSamplingAndEvaluationWithALine) {
   }
 }
 
-// A SIGTERM killed data prepare silently and left its OUT.tmp-<pid> staging folder behind; it now
-// stops between documents, removes the folder and exits 128 + 15 with a line. Its second input is a
-// FIFO, so it cannot finish before the test has sent the signal: whatever it reads is what the test
-// writes, a document at a time, after the signal.
-TEST_F(Limits, SigtermStopsDataPrepareAndLeavesNothing) {
+// A SIGTERM killed data prepare and tokenizer train silently, and prepare left its OUT.tmp-<pid>
+// staging folder behind; each now stops between documents, writes nothing and exits 128 + 15 with
+// a line. The second input is a FIFO, so neither can finish before the test has sent the signal:
+// whatever it reads from it is what the test writes, a document at a time, after the signal.
+TEST_F(Limits, SigtermStopsDataPrepareAndTokenizerTrainAndLeavesNothing) {
   dataset("data");  // writes data.jsonl
-  const std::string fifo = path("fifo.txt");
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
-  std::vector<std::string> argv{testing::nanoddp_binary(), "data", "prepare", "--input", path("data.jsonl"), fifo,
-                                "--out", path("stopped"), "--val_every", "2", "--batch_bytes", "1"};
-  testing::Proc p(argv, {"NANODDP_CACHE=" + path("cache")});
-  bool ready = false;
-  for (int i = 0; i < 60000 && !ready; i++) {
-    ready = catches_sigterm(p.pid());
-    if (!ready) std::this_thread::sleep_for(1ms);
-  }
-  ASSERT_TRUE(ready) << "never installed its SIGTERM handler:\n" << p.err();
-  ::kill(p.pid(), SIGTERM);
-  std::optional<int> status;
-  // Feeds the FIFO whenever it is open for reading (O_NONBLOCK: ENXIO while it is not).
-  for (int i = 0; i < 6000 && !status; i++) {
-    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
-    if (fd >= 0) {
-      const std::string doc = "a document written after the signal\n";
-      EXPECT_EQ(::write(fd, doc.data(), doc.size()), static_cast<ssize_t>(doc.size()));
-      ::close(fd);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
+      {"data prepare", {"data", "prepare", "--input", path("data.jsonl"), path("fifo.txt"), "--out", path("stopped"),
+                        "--val_every", "2", "--batch_bytes", "1"}},
+      {"tokenizer train", {"tokenizer", "train", "--input", path("data.jsonl"), path("fifo.txt"), "--vocab_size",
+                           "300", "--out", path("stopped.tiktoken")}},
+  };
+  for (const auto& [name, args] : commands) {
+    SCOPED_TRACE(name);
+    const std::string fifo = path("fifo.txt");
+    fs::remove(fifo);
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+    std::vector<std::string> argv{testing::nanoddp_binary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    testing::Proc p(argv, {"NANODDP_CACHE=" + path("cache")});
+    bool ready = false;
+    for (int i = 0; i < 60000 && !ready; i++) {
+      ready = catches_sigterm(p.pid());
+      if (!ready) std::this_thread::sleep_for(1ms);
     }
-    status = p.wait_exit(10ms);
+    ASSERT_TRUE(ready) << "never installed its SIGTERM handler:\n" << p.err();
+    ::kill(p.pid(), SIGTERM);
+    std::optional<int> status;
+    // Feeds the FIFO whenever it is open for reading (O_NONBLOCK: ENXIO while it is not).
+    for (int i = 0; i < 6000 && !status; i++) {
+      const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) {
+        const std::string doc = "a document written after the signal\n";
+        EXPECT_EQ(::write(fd, doc.data(), doc.size()), static_cast<ssize_t>(doc.size()));
+        ::close(fd);
+      }
+      status = p.wait_exit(10ms);
+    }
+    ASSERT_TRUE(status.has_value()) << "still running 60 s after SIGTERM";
+    EXPECT_EQ(*status, 128 + SIGTERM) << p.err();
+    EXPECT_NE(p.err().find("nanoddp " + name + ": stopped by SIGTERM after"), std::string::npos) << p.err();
+    for (const auto& e : fs::directory_iterator(scratch_.path()))
+      EXPECT_FALSE(e.path().filename().string().starts_with("stopped")) << e.path();
   }
-  ASSERT_TRUE(status.has_value()) << "still running 60 s after SIGTERM";
-  EXPECT_EQ(*status, 128 + SIGTERM) << p.err();
-  EXPECT_NE(p.err().find("nanoddp data prepare: stopped by SIGTERM after"), std::string::npos) << p.err();
-  EXPECT_FALSE(fs::exists(path("stopped")));
-  for (const auto& e : fs::directory_iterator(scratch_.path()))
-    EXPECT_EQ(e.path().filename().string().find("stopped.tmp-"), std::string::npos) << e.path();
 }
 
 }  // namespace
