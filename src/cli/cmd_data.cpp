@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/option_flags.h"
 #include "cli/path_checks.h"
+#include "cli/stop_signal.h"
 #include "core/error.h"
 #include "data/corpora.h"
 #include "data/prepare.h"
@@ -26,10 +27,14 @@ void add_prepare(CLI::App& parent) {
   cmd->get_option("--val_fraction")->excludes("--val_input");
   cmd->callback([opts] {
     check_output_path("--out", opts->out, PathKind::Directory);
-    for (const auto& in : opts->input) check_input_exists("--input", in);
-    for (const auto& in : opts->val_input) check_input_exists("--val_input", in);
-    const auto st = data::prepare_dataset(*opts);
+    for (const auto& in : opts->input) check_text_input("--input", in);
+    for (const auto& in : opts->val_input) check_text_input("--val_input", in);
+    // A signal stops it between batches of documents, with nothing written (exit 128 + the signal).
+    StopOnSignal signals;
+    const auto st = data::prepare_dataset(*opts, [] { return StopOnSignal::received() != 0; });
     const int64_t docs = st.train_documents + st.val_documents;
+    if (st.stopped)
+      StopOnSignal::stop("data prepare", fmt::format("after {} documents; nothing was written to {}", docs, opts->out));
     const int64_t tokens = st.train_tokens + st.val_tokens;
     // tokens - docs: every document got one BOS, which stands for no characters. The max() calls keep
     // a tiny input from dividing by zero.

@@ -2,12 +2,14 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "cli/number_flags.h"
 #include "cli/option_flags.h"
 #include "cli/path_checks.h"
 #include "core/error.h"
+#include "data/tokenizer_file.h"
 #include "train/checkpoint.h"
 #include "train/model_io.h"
 
@@ -22,10 +24,23 @@ void add_export_commands(CLI::App& root) {
   exp->add_option("--checkpoint", *checkpoint, "Checkpoint directory, or a run's OUT directory (its newest)")
       ->capture_default_str();
   exp->add_option("--out", *file, "The .safetensors file to write")->required();
-  exp->callback([checkpoint, file] {
+  auto overwrite = std::make_shared<bool>(false);
+  exp->add_flag("--overwrite", *overwrite, "Replace --out even where it is a file of a checkpoint, run folder or "
+                "dataset");
+  exp->callback([checkpoint, file, overwrite] {
     check_output_path("--out", *file, PathKind::File);
-    check_input_path("--checkpoint", *checkpoint, PathKind::Directory);
-    const std::string dir = train::resolve_checkpoint(*checkpoint);
+    const std::string dir = resolve_checkpoint_flag("--checkpoint", *checkpoint);
+    if (!*overwrite) {
+      // FILE, and for a trained tokenizer its copy beside it (train/model_io.h's export_safetensors).
+      check_not_owned("--out", *file, *file);
+      const auto meta = train::read_checkpoint_meta(dir);
+      const auto tok = meta.find("tokenizer");
+      if (tok != meta.end() && tok->is_string() && tok->get<std::string>().ends_with(".tiktoken")) {
+        const std::string copy = std::filesystem::path(*file).replace_extension(".tiktoken").string();
+        check_not_owned("--out", *file, copy);
+        check_not_owned("--out", *file, data::sidecar_path(copy));
+      }
+    }
     train::export_safetensors(dir, *file);
     fmt::print("exported {} to {}\n", dir, *file);
   });

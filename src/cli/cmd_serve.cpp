@@ -42,6 +42,7 @@
 #include "cli/commands.h"
 #include "cli/text_stream.h"
 #include "cli/option_flags.h"
+#include "cli/path_checks.h"
 #include "cli/rank_setup.h"
 #include "cli/serve_front.h"
 #include "cli/serve_page.h"
@@ -347,7 +348,7 @@ void serve(const ServeArgs& a) {
     std::fflush(stdout);
     queue.stop(sse_event({{"error", "the server is stopping"}}));
   });
-  const std::string dir = train::resolve_checkpoint(a.checkpoint);
+  const std::string dir = resolve_checkpoint_flag("--checkpoint", a.checkpoint);
   auto model = train::load_model(dir, single_process_device(a.device), a.dtype);
   auto tok = train::load_checkpoint_tokenizer(dir, a.data);
   const int64_t context = model->config().max_seq_len;

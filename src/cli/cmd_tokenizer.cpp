@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/option_flags.h"
 #include "cli/path_checks.h"
+#include "cli/stop_signal.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "data/bpe_trainer.h"
@@ -39,13 +40,25 @@ void add_train(CLI::App& parent) {
   // --input comes from BpeTrainOptions; --out is this command's own (the trainer writes no file).
   cmd->get_option("--input")->required();
   cmd->add_option("--out", *out, "tokenizer file to write (tiktoken format), plus FILE.json")->required();
-  cmd->callback([opts, out] {
+  auto overwrite = std::make_shared<bool>(false);
+  cmd->add_flag("--overwrite", *overwrite, "Replace --out (or FILE.json) even where it is a file of a dataset, "
+                "checkpoint or run folder");
+  cmd->callback([opts, out, overwrite] {
     // 0 means "no limit" or "all cores"; a negative value is a typo, not a wish for either.
     NANODDP_CHECK(opts->threads >= 0 && opts->max_chars >= 0 && opts->doc_cap >= 0, "--threads, --max_chars and "
                   "--doc_cap must be 0 or positive (got {}, {}, {})", opts->threads, opts->max_chars, opts->doc_cap);
     check_output_path("--out", *out, PathKind::File);
+    if (!*overwrite) {
+      check_not_owned("--out", *out, *out);
+      check_not_owned("--out", *out, data::sidecar_path(*out));
+    }
     data::BpeTrainStats st;
-    data::BpeVocab vocab = data::train_bpe(*opts, &st);
+    // A signal stops it between batches of documents or merges, before anything is written.
+    StopOnSignal signals;
+    data::BpeVocab vocab = data::train_bpe(*opts, &st, [] { return StopOnSignal::received() != 0; });
+    if (st.stopped)
+      StopOnSignal::stop("tokenizer train", fmt::format("after {} documents; nothing was written to {}", st.documents,
+                                                        *out));
     // As if loaded from the file: name records where a vocabulary came from (data/bpe_tokenizer.h).
     vocab.name = *out;
     data::write_tokenizer_file(*out, vocab);

@@ -1,5 +1,6 @@
 #include "cli/path_checks.h"
 
+#include <fmt/format.h>
 #include <linux/magic.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -8,8 +9,11 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
+#include <regex>
 
 #include "core/error.h"
+#include "data/dataset.h"
+#include "train/checkpoint.h"
 
 namespace nanoddp::cli {
 
@@ -55,7 +59,46 @@ fs::path nearest_existing_ancestor(const fs::path& p) {
   return a;
 }
 
+// Note [files that belong]: `export --out` and `tokenizer train --out` write a file the user names
+// (and, beside it, a tokenizer copy or sidecar), replacing whatever is there. A file that another
+// nanoddp folder is made of is not the user's to lose that way, so it is replaced only with
+// --overwrite. A folder is recognised by its own marks, and only the file names it is made of
+// count, so that a user's other files in the same folder stay theirs:
+//  - a checkpoint folder holds DONE, or meta.json beside model.safetensors (a save still in its
+//    step_N.tmp); its files are model.safetensors, optim_rank<r>.safetensors, meta.json and DONE;
+//  - a run folder holds run.json; its files are run.json, metrics.jsonl and run.lock;
+//  - a prepared dataset holds a meta.json of format nanoddp-dataset (data/dataset.h); its files
+//    are its shards, meta.json and its tokenizer copy (data::is_dataset_file_name).
+// What `file` belongs to ("the checkpoint in DIR"), or "" when nothing.
+std::string owner_of(const fs::path& file) {
+  std::error_code ec;
+  const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  const std::string name = file.filename().string();
+  const train::CheckpointFiles ckpt;
+  static const std::regex optimizer(R"(optim_rank[0-9]+\.safetensors)");
+  const bool checkpoint_dir = fs::exists(dir / "DONE", ec) ||
+                              (fs::exists(dir / ckpt.meta, ec) && fs::exists(dir / ckpt.model, ec));
+  const bool checkpoint_file = name == ckpt.model || name == ckpt.meta || name == "DONE" ||
+                               std::regex_match(name, optimizer);
+  if (checkpoint_dir && checkpoint_file)
+    return fmt::format("the checkpoint in {}", dir.string());
+  if (fs::exists(dir / "run.json", ec) && (name == "run.json" || name == "metrics.jsonl" || name == "run.lock"))
+    return fmt::format("the run folder {}", dir.string());
+  if (data::is_dataset_file_name(name) && data::is_prepared_dataset(dir.string()))
+    return fmt::format("the dataset prepared in {}", dir.string());
+  return "";
+}
+
 }  // namespace
+
+void check_not_owned(const std::string& flag, const std::string& given, const std::string& file) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return;
+  const std::string owner = owner_of(fs::path(file));
+  if (owner.empty()) return;
+  NANODDP_FAIL("{} {} would overwrite {}, a file of {}; choose another {}, or pass --overwrite to replace it", flag,
+               given, file, owner, flag);
+}
 
 void check_output_path(const std::string& flag, const std::string& path, PathKind kind) {
   check_length(flag, path);
@@ -94,6 +137,24 @@ void check_input_path(const std::string& flag, const std::string& path, PathKind
   const fs::path p(path);
   const bool right = kind == PathKind::File ? fs::is_regular_file(p, ec) : fs::is_directory(p, ec);
   NANODDP_CHECK(right, "{} {} is {}, not {}", flag, path, what_is(p), kind_name(kind));
+}
+
+void check_text_input(const std::string& flag, const std::string& path) {
+  check_input_exists(flag, path);
+  std::error_code ec;
+  const fs::path p = fs::absolute(path, ec);
+  NANODDP_CHECK(!on_pseudo_file_system(fs::is_directory(p, ec) ? p : p.parent_path()), "{} {} is on a kernel file "
+                "system (/proc, /sys), whose files are the kernel's state, not text; give the corpus's files or "
+                "folder", flag, path);
+}
+
+std::string resolve_checkpoint_flag(const std::string& flag, const std::string& path) {
+  check_input_path(flag, path, PathKind::Directory);
+  try {
+    return train::resolve_checkpoint(path);
+  } catch (const Error& e) {
+    NANODDP_FAIL("{} {}", flag, e.what());
+  }
 }
 
 }  // namespace nanoddp::cli

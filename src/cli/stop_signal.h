@@ -1,8 +1,9 @@
-// Stopping sampling and evaluation on a signal. By default SIGTERM, SIGINT and SIGHUP end a process
-// at once with no word; `nanoddp sample`, `eval` and `chat` instead finish the token being computed,
-// say on stderr what they stopped and after how much, and exit with 128 + the signal, as a process
-// killed by it would (so scripts and schedulers still see that it did not finish). A second signal
-// ends the process at once.
+// Stopping sampling, evaluation and data preparation on a signal. By default SIGTERM, SIGINT and
+// SIGHUP end a process at once with no word; `nanoddp sample`, `eval` and `chat` instead finish the
+// token being computed (`data prepare` and `tokenizer train` the batch of documents or the merge,
+// writing nothing), say on stderr what they stopped and after how much, and exit with 128 + the
+// signal, as a process killed by it would (so scripts and schedulers still see that it did not
+// finish). A second signal ends the process at once.
 //
 // The handler runs on an alternate signal stack on every thread that runs GEMMs, for the reason
 // train/stop_signals.cpp's Note [signals and oneDNN's JIT GEMMs] gives: oneDNN's JIT kernels point the

@@ -1,6 +1,7 @@
 #include "data/bpe_trainer.h"
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <unordered_map>
 
@@ -198,12 +199,14 @@ class MergeLearner {
 
 }  // namespace
 
-std::vector<BpeMerge> learn_bpe_merges(const PieceCounts& pieces, int32_t ordinary_tokens) {
+std::vector<BpeMerge> learn_bpe_merges(const PieceCounts& pieces, int32_t ordinary_tokens,
+                                       const std::function<bool()>& stop) {
   NANODDP_CHECK(ordinary_tokens >= 256, "a byte-level BPE needs at least 256 ordinary tokens, asked for {}",
                 ordinary_tokens);
   MergeLearner learner(pieces);
   std::vector<BpeMerge> merges;
   while (learner.tokens() < ordinary_tokens) {
+    if (stop && stop()) break;
     BpeMerge m;
     NANODDP_CHECK(learner.step(m), "the training text ran out of pairs to merge after {} tokens of the {} asked "
                   "for; give more text or a smaller --vocab_size", learner.tokens(), ordinary_tokens);
@@ -228,7 +231,7 @@ std::string_view utf8_prefix(std::string_view text, size_t max_bytes) {
   return text.substr(0, end);
 }
 
-BpeVocab train_bpe(const BpeTrainOptions& opt, BpeTrainStats* stats) {
+BpeVocab train_bpe(const BpeTrainOptions& opt, BpeTrainStats* stats, const std::function<bool()>& stop) {
   const int32_t specials = static_cast<int32_t>(std::size(kNanochatSpecials));
   NANODDP_CHECK(opt.vocab_size >= 256 + specials, "--vocab_size {} is smaller than the 256 byte tokens + {} special "
                 "tokens = {} a byte-level BPE needs", opt.vocab_size, specials, 256 + specials);
@@ -239,7 +242,8 @@ BpeVocab train_bpe(const BpeTrainOptions& opt, BpeTrainStats* stats) {
   std::vector<std::string> batch;
   std::vector<std::string_view> views;
   bool budget_left = true;
-  while (budget_left && read_document_batch(reader, batch, 64 << 20)) {
+  auto stopping = [&] { return st.stopped || (st.stopped = stop && stop()); };
+  while (budget_left && !stopping() && read_document_batch(reader, batch, 64 << 20)) {
     views.clear();
     for (const auto& doc : batch) {
       std::string_view v = opt.doc_cap > 0 ? utf8_prefix(doc, opt.doc_cap) : std::string_view(doc);
@@ -254,6 +258,10 @@ BpeVocab train_bpe(const BpeTrainOptions& opt, BpeTrainStats* stats) {
     }
     counter.add(views);
   }
+  if (st.stopped) {
+    if (stats != nullptr) *stats = st;
+    return {};
+  }
   NANODDP_CHECK(st.bytes > 0, "no text to train on in {} (empty documents only?)", fmt::join(opt.input, ", "));
   PieceCounts pieces = counter.take();
   st.distinct_pieces = static_cast<int64_t>(pieces.pieces.size());
@@ -261,8 +269,12 @@ BpeVocab train_bpe(const BpeTrainOptions& opt, BpeTrainStats* stats) {
 
   clock.reset();
   const int32_t ordinary = opt.vocab_size - specials;
-  const auto merges = learn_bpe_merges(pieces, ordinary);
+  const auto merges = learn_bpe_merges(pieces, ordinary, stopping);
   st.merge_seconds = clock.seconds();
+  if (st.stopped) {
+    if (stats != nullptr) *stats = st;
+    return {};
+  }
 
   BpeVocab vocab;
   vocab.name = "trained";

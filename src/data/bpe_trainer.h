@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -56,7 +57,9 @@ struct BpeMerge {
 
 // Learns merges until 256 + (new tokens) == ordinary_tokens. Throws nanoddp::Error when the pieces
 // run out of pairs first (too little text for the vocabulary asked for).
-std::vector<BpeMerge> learn_bpe_merges(const PieceCounts& pieces, int32_t ordinary_tokens);
+// `stop`, when given, is asked before each merge; once true, the merges so far are returned.
+std::vector<BpeMerge> learn_bpe_merges(const PieceCounts& pieces, int32_t ordinary_tokens,
+                                       const std::function<bool()>& stop = {});
 
 // The bytes of each token id 0..ordinary_tokens-1 given the merges.
 std::vector<std::string> tokens_from_merges(std::span<const BpeMerge> merges, int32_t ordinary_tokens);
@@ -81,10 +84,14 @@ struct BpeTrainOptions {
 struct BpeTrainStats {
   int64_t documents = 0, bytes = 0, distinct_pieces = 0;
   double count_seconds = 0, merge_seconds = 0;
+  bool stopped = false;  // `stop` said so: the vocabulary returned is empty
 };
 
-// Trains a vocabulary with nanochat's split pattern and special tokens (<|bos|> is BOS).
-BpeVocab train_bpe(const BpeTrainOptions& options, BpeTrainStats* stats = nullptr);
+// Trains a vocabulary with nanochat's split pattern and special tokens (<|bos|> is BOS). `stop`, when
+// given, is asked before each batch of documents and each merge; once it says true, training ends
+// with stats->stopped set and an empty vocabulary.
+BpeVocab train_bpe(const BpeTrainOptions& options, BpeTrainStats* stats = nullptr,
+                   const std::function<bool()>& stop = {});
 
 // The longest prefix of `text` of at most max_bytes bytes that does not cut a UTF-8 character.
 std::string_view utf8_prefix(std::string_view text, size_t max_bytes);

@@ -1,15 +1,20 @@
 #include "data/prepare.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <optional>
 
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/timer.h"
 #include "data/bpe_tokenizer.h"
 #include "data/dataset.h"
@@ -77,9 +82,43 @@ bool is_builtin(const std::string& spec) { return spec == "bytes" || is_npm_enco
 //  - OUT an existing directory (it may hold other files, even the input): the staging directory is
 //    OUT/.prepare.tmp-<pid>; commit() removes the old dataset's files and moves the new ones up.
 // Either way the staging directory is on OUT's filesystem, so the final renames cannot fail for
-// crossing devices. A prepare killed by a signal leaves its staging directory behind (with the pid
-// in its name, so it is recognisable: dataset.h's is_prepare_staging_dir); nothing else can remove it,
-// and a later prepare whose input holds it does not read it (Note [not text] in documents.cpp).
+// crossing devices. A SIGTERM, SIGINT or SIGHUP stops the prepare between batches of documents
+// (prepare_dataset's `stop`), and the staging directory goes as on a failure. A prepare killed
+// outright (kill -9, a crash) leaves its staging directory behind, with the pid in its name: the
+// next prepare of the same OUT removes it (Note [stale staging]), and until then a prepare whose
+// input holds it does not read it (Note [not text] in documents.cpp).
+// Note [stale staging]: the staging directories of earlier prepares of the same OUT whose process is
+// gone: OUT.tmp-<pid> beside OUT and OUT/.prepare.tmp-<pid>, named exactly so (digits only), whose
+// pid no process has (kill(pid, 0) fails with ESRCH; a live one, even if it is another program that
+// reused the pid, keeps its folder), and which hold nothing but a dataset's files (dataset.h's
+// is_prepare_staging_dir), so that a user's folder that merely has such a name is never touched.
+// The pid test is this machine's: two machines preparing one OUT on a shared file system is not
+// supported (the second commit would fail anyway). Returns the folders removed.
+std::vector<std::string> remove_stale_staging(const fs::path& out) {
+  const std::string sibling_prefix = out.filename().string() + ".tmp-";
+  std::vector<std::pair<fs::path, std::string>> places = {{out.parent_path(), sibling_prefix},
+                                                          {out, ".prepare.tmp-"}};
+  std::vector<std::string> removed;
+  for (const auto& [dir, prefix] : places) {
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (!name.starts_with(prefix) || name.size() == prefix.size()) continue;
+      pid_t pid = 0;
+      const char* first = name.data() + prefix.size();
+      const char* last = name.data() + name.size();
+      const auto [end, err] = std::from_chars(first, last, pid);
+      if (err != std::errc() || end != last || pid <= 0 || pid == ::getpid()) continue;
+      if (::kill(pid, 0) == 0 || errno != ESRCH) continue;
+      if (!it->is_directory(ec) || !is_prepare_staging_dir(it->path().string())) continue;
+      std::error_code rm;
+      fs::remove_all(it->path(), rm);
+      if (!rm) removed.push_back(it->path().string());
+    }
+  }
+  return removed;
+}
+
 class StagedOutput {
  public:
   StagedOutput(const std::string& out, bool overwrite) : out_(out) {
@@ -113,6 +152,8 @@ class StagedOutput {
       }
       staging_ = path_.parent_path() / fmt::format("{}.tmp-{}", path_.filename().string(), ::getpid());
     }
+    for (const auto& dir : remove_stale_staging(path_))
+      log::warn("removed {}, the staging folder of a data prepare that was killed", dir);
     fs::remove_all(staging_, ec);  // a leftover of an earlier process with this pid
     if (!fs::create_directory(staging_, ec) || ec) {
       remove_created();
@@ -247,7 +288,7 @@ bool is_one_text_document(const DocumentReader& reader, TextSplit split) {
          input_kind(files[0]) == InputKind::kText;
 }
 
-PrepareStats prepare_staged(const PrepareOptions& opt) {
+PrepareStats prepare_staged(const PrepareOptions& opt, const std::function<bool()>& stop) {
   NANODDP_CHECK(!opt.out.empty(), "--out is required: the directory to write the dataset into");
   // llm.c reads a shard's token count as a signed 32-bit int.
   NANODDP_CHECK(opt.shard_tokens > 0 && opt.shard_tokens <= INT32_MAX, "--shard_tokens {} must be in [1, 2^31)",
@@ -292,11 +333,13 @@ PrepareStats prepare_staged(const PrepareOptions& opt) {
   PrepareStats st;
   std::vector<std::string> batch;
   std::vector<std::string_view> views;
+  // Asked before each batch; once true, every loop ends and nothing is committed.
+  auto stopping = [&] { return st.stopped || (st.stopped = stop && stop()); };
   // Encodes every document of `docs`; the sink of the i-th non-empty one (counting from 0 over all
   // readers) is choose(i). Returns the number of non-empty documents.
   auto encode = [&](DocumentReader& docs, auto&& choose) {
     int64_t index = 0;
-    while (read_document_batch(docs, batch, opt.batch_bytes)) {
+    while (!stopping() && read_document_batch(docs, batch, opt.batch_bytes)) {
       views.clear();
       for (const auto& d : batch) {
         if (d.empty())
@@ -321,12 +364,14 @@ PrepareStats prepare_staged(const PrepareOptions& opt) {
   if (by_files) {
     documents = encode(reader, [&](int64_t) -> ShardSink& { return train; });
     const int64_t held = encode(*val_reader, [&](int64_t) -> ShardSink& { return val; });
+    if (stopping()) return st;
     NANODDP_CHECK(documents > 0, "no training text: no non-empty documents in --input {}", fmt::join(opt.input, ", "));
     NANODDP_CHECK(held > 0, "no validation text: no non-empty documents in --val_input {}",
                   fmt::join(opt.val_input, ", "));
     documents += held;
   } else if (by_fraction) {
     documents = encode(reader, [&](int64_t) -> ShardSink& { return all; });
+    if (stopping()) return st;
     all.finish();
     const int64_t total = all.tokens();
     const auto held = static_cast<int64_t>(std::ceil(val_fraction * static_cast<double>(total)));
@@ -337,6 +382,7 @@ PrepareStats prepare_staged(const PrepareOptions& opt) {
   } else {
     documents = encode(reader, [&](int64_t i) -> ShardSink& { return i % val_every == val_every - 1 ? val : train; });
   }
+  if (stopping()) return st;
   train.finish();
   val.finish();
   NANODDP_CHECK(documents > 0, "empty corpus: no non-empty documents in {}", fmt::join(opt.input, ", "));
@@ -378,11 +424,11 @@ PrepareStats prepare_staged(const PrepareOptions& opt) {
 
 }  // namespace
 
-PrepareStats prepare_dataset(const PrepareOptions& opt) {
+PrepareStats prepare_dataset(const PrepareOptions& opt, const std::function<bool()>& stop) {
   // The layers below throw filesystem_error for some failures (a rename, a directory listing); the
   // staging directory is gone by the time it arrives here.
   try {
-    return prepare_staged(opt);
+    return prepare_staged(opt, stop);
   } catch (const fs::filesystem_error& e) {
     NANODDP_FAIL("data prepare --out {} failed: {}; check that the input is readable and that --out is a writable "
                  "directory (or a path one can be created at)", opt.out, e.what());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,8 +50,11 @@ struct PrepareStats {
   bool end_held_out_by_default = false;  // no flag chose: one text file, its last 10% held out
   size_t train_shards = 0, val_shards = 0;
   double seconds = 0;
+  bool stopped = false;  // `stop` said so: nothing was written (the counts say how far it got)
 };
 
-PrepareStats prepare_dataset(const PrepareOptions& options);
+// `stop`, when given, is asked before each batch of documents (--batch_bytes of text); once it says
+// true the prepare ends without writing OUT, its staging folder removed, and returns stopped = true.
+PrepareStats prepare_dataset(const PrepareOptions& options, const std::function<bool()>& stop = {});
 
 }  // namespace nanoddp::data

@@ -4,8 +4,13 @@
 // and a SIGTERM during sampling or evaluation stops the command promptly with a line saying so.
 // test_flag_fuzz.cpp sweeps every flag; this file pins the cases that were wrong, by message.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -204,6 +209,54 @@ TEST_F(Limits, BadPathsNameTheFlagThePathAndTheProblem) {
   expect_error({"sample", "--checkpoint", path("file.txt")}, {"--checkpoint", "is a file, not a directory"});
   expect_error({"data", "prepare", "--input", path("missing.jsonl"), "--out", path("d2")},
                {"--input", "missing.jsonl", "does not exist"});
+  // serve said only "... is neither a complete checkpoint" for all three, without the flag; a walk
+  // of /proc failed on whichever of the kernel's files it could not read.
+  expect_error({"serve", "--checkpoint", path("missing")}, {"--checkpoint", path("missing"), "does not exist"});
+  expect_error({"serve", "--checkpoint", path("file.txt")}, {"--checkpoint", "is a file, not a directory"});
+  expect_error({"serve", "--checkpoint", data}, {"--checkpoint " + data, "neither a complete checkpoint"});
+  expect_error({"data", "prepare", "--input", "/proc", "--out", path("d3")}, {"--input /proc", "kernel file system"},
+               fs_error);
+  EXPECT_FALSE(fs::exists(path("d3")));
+}
+
+// export --out and tokenizer train --out replaced a checkpoint's optimizer file or a dataset's
+// tokenizer copy without a word, breaking the resume or the dataset; now only with --overwrite, and
+// a user's own file beside them is still theirs to replace.
+TEST_F(Limits, OutputsReplaceTheFilesOfACheckpointOrDatasetOnlyWithOverwrite) {
+  const std::string corpus = path("tok.jsonl");
+  std::ofstream(corpus) << "{\"text\": \"the quick brown fox jumps over the lazy dog again and again\"}\n";
+  expect_success({"tokenizer", "train", "--input", corpus, "--vocab_size", "300", "--out", path("tok.tiktoken")});
+  const std::string data = dataset("data", {"--tokenizer", path("tok.tiktoken")});
+  const std::string run = checkpoint("model", dataset("bytes"), 64);
+  std::string step;
+  for (const auto& e : fs::directory_iterator(run + "/checkpoints")) step = e.path().string();
+  // An imported checkpoint has no optimizer state; a copy stands for a trained one's.
+  fs::copy_file(step + "/model.safetensors", step + "/optim_rank0.safetensors");
+  auto bytes = [](const std::string& f) { return testing::read_file(f); };
+  for (const std::string name : {"optim_rank0.safetensors", "model.safetensors", "meta.json"}) {
+    const std::string target = step + "/" + name;
+    const std::string before = bytes(target);
+    expect_error({"export", "--checkpoint", run, "--out", target},
+                 {"--out " + target, "a file of the checkpoint in " + step, "--overwrite"});
+    EXPECT_EQ(bytes(target), before) << target;
+  }
+  const std::string tok = data + "/tokenizer.tiktoken";
+  const std::string tok_before = bytes(tok), meta_before = bytes(data + "/meta.json");
+  const std::vector<std::string> train_tok = {"tokenizer", "train", "--input", corpus, "--vocab_size", "280"};
+  expect_error(train_tok + std::vector<std::string>{"--out", tok}, {"--out " + tok, "the dataset prepared in " + data,
+                                                                    "--overwrite"});
+  // Its sidecar FILE.json would be the dataset's meta.json.
+  expect_error(train_tok + std::vector<std::string>{"--out", data + "/meta"}, {data + "/meta.json", "the dataset"});
+  expect_error({"export", "--checkpoint", run, "--out", data + "/meta.json"}, {"the dataset prepared in " + data});
+  EXPECT_EQ(bytes(tok), tok_before);
+  EXPECT_EQ(bytes(data + "/meta.json"), meta_before);
+  // Not a file of the dataset or the checkpoint: written as before.
+  expect_success(train_tok + std::vector<std::string>{"--out", data + "/mine.tiktoken"});
+  expect_success({"export", "--checkpoint", run, "--out", step + "/weights.safetensors"});
+  // Told: replaced.
+  expect_success(train_tok + std::vector<std::string>{"--out", tok, "--overwrite"});
+  EXPECT_NE(bytes(tok), tok_before);
+  expect_success({"export", "--checkpoint", run, "--out", step + "/optim_rank0.safetensors", "--overwrite"});
 }
 
 // A dataset whose tokenizer file is gone was said to name an "unknown tokenizer"; a questions file
@@ -259,6 +312,52 @@ TEST_F(Limits, SigtermStopsSamplingAndEvaluationWithALine) {
     ASSERT_TRUE(status.has_value()) << "still running 60 s after SIGTERM";
     EXPECT_EQ(*status, 128 + SIGTERM) << p.err();
     EXPECT_NE(p.err().find("nanoddp " + name + ": stopped by SIGTERM"), std::string::npos) << p.err();
+  }
+}
+
+// A SIGTERM killed data prepare and tokenizer train silently, and prepare left its OUT.tmp-<pid>
+// staging folder behind; each now stops between documents, writes nothing and exits 128 + 15 with
+// a line. The second input is a FIFO, so neither can finish before the test has sent the signal:
+// whatever it reads from it is what the test writes, a document at a time, after the signal.
+TEST_F(Limits, SigtermStopsDataPrepareAndTokenizerTrainAndLeavesNothing) {
+  dataset("data");  // writes data.jsonl
+  const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
+      {"data prepare", {"data", "prepare", "--input", path("data.jsonl"), path("fifo.txt"), "--out", path("stopped"),
+                        "--val_every", "2", "--batch_bytes", "1"}},
+      {"tokenizer train", {"tokenizer", "train", "--input", path("data.jsonl"), path("fifo.txt"), "--vocab_size",
+                           "300", "--out", path("stopped.tiktoken")}},
+  };
+  for (const auto& [name, args] : commands) {
+    SCOPED_TRACE(name);
+    const std::string fifo = path("fifo.txt");
+    fs::remove(fifo);
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+    std::vector<std::string> argv{testing::nanoddp_binary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    testing::Proc p(argv, {"NANODDP_CACHE=" + path("cache")});
+    bool ready = false;
+    for (int i = 0; i < 60000 && !ready; i++) {
+      ready = catches_sigterm(p.pid());
+      if (!ready) std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_TRUE(ready) << "never installed its SIGTERM handler:\n" << p.err();
+    ::kill(p.pid(), SIGTERM);
+    std::optional<int> status;
+    // Feeds the FIFO whenever it is open for reading (O_NONBLOCK: ENXIO while it is not).
+    for (int i = 0; i < 6000 && !status; i++) {
+      const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) {
+        const std::string doc = "a document written after the signal\n";
+        EXPECT_EQ(::write(fd, doc.data(), doc.size()), static_cast<ssize_t>(doc.size()));
+        ::close(fd);
+      }
+      status = p.wait_exit(10ms);
+    }
+    ASSERT_TRUE(status.has_value()) << "still running 60 s after SIGTERM";
+    EXPECT_EQ(*status, 128 + SIGTERM) << p.err();
+    EXPECT_NE(p.err().find("nanoddp " + name + ": stopped by SIGTERM after"), std::string::npos) << p.err();
+    for (const auto& e : fs::directory_iterator(scratch_.path()))
+      EXPECT_FALSE(e.path().filename().string().starts_with("stopped")) << e.path();
   }
 }
 

@@ -230,6 +230,8 @@ const std::map<std::string, std::set<std::string>> kAccepted = {
     // import: 0 means --data's vocabulary, nanochat's head rule.
     {"--vocab_size", {"0"}},
     {"--n_head", {"0"}},
+    // data prepare: 0 lets it choose (every 20th document, or the last 10% of one text file).
+    {"data prepare --val_every", {"0"}},
     // data prepare reads at most its whole input at a time.
     {"--batch_bytes", {"2^63-1"}},
     // tokenizer train: 0 is no limit.

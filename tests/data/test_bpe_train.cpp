@@ -157,6 +157,25 @@ TEST(BpeTrain, TrainedTokenizerEncodesItsTrainingText) {
   EXPECT_EQ(st.bytes, 1000);
 }
 
+// A stop (a signal, in the CLI) ends the counting or the merging early, with stopped set.
+TEST(BpeTrain, AStopEndsTrainingWithStoppedSet) {
+  ScratchDir dir("bpe_train_stop");
+  BpeTrainOptions opt;
+  opt.input = {write_corpus(dir, testing::generated_documents(10, 800, 77))};
+  opt.vocab_size = 400;
+  for (int after : {0, 1, 50}) {  // before the first batch; after the counting; among the merges
+    int asked = 0;
+    BpeTrainStats st;
+    const BpeVocab vocab = train_bpe(opt, &st, [&] { return asked++ >= after; });
+    EXPECT_TRUE(st.stopped) << after;
+    EXPECT_TRUE(vocab.tokens.empty()) << after;
+    EXPECT_EQ(asked, after + 1) << "asked again after it said stop";
+  }
+  BpeTrainStats st;
+  EXPECT_EQ(BpeTokenizer(train_bpe(opt, &st, [] { return false; })).vocab_size(), 400);
+  EXPECT_FALSE(st.stopped);
+}
+
 TEST(BpeTrain, BadInputsAreClearErrors) {
   ScratchDir dir("bpe_train_errors");
   BpeTrainOptions opt;

@@ -2,6 +2,10 @@
 // decoding back to its text in the right split, counts that add up, meta.json; the corpora export;
 // bad input.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -400,6 +404,92 @@ TEST(Prepare, ASecondRunOverItsOwnInputReadsOnlyTheText) {
   opt.input = {(corpus / "more").string(), (corpus / "ds" / "meta.json").string()};
   const PrepareStats named = prepare_dataset(opt);
   EXPECT_EQ(named.train_documents + named.val_documents, 7);
+}
+
+// A pid that no process has: a child's, after it has exited and been reaped.
+pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  ::waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+// The names in `dir`, sorted.
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A stop (a signal, in the CLI) ended the prepare mid-corpus: it must write nothing, neither OUT nor
+// a staging folder, and keep a dataset already in OUT as it was.
+TEST(Prepare, AStopWritesNothingAndKeepsTheOldDataset) {
+  ScratchDir dir("prepare_stop");
+  auto [inputs, expected] = make_corpus(dir);
+  PrepareOptions opt;
+  opt.input = inputs;
+  opt.out = dir.str("new/out");
+  opt.val_every = 4;
+  opt.batch_bytes = 500;  // many batches, so the stop comes between documents
+  int asked = 0;
+  const auto names_before = names_in(dir.path());
+  PrepareStats st = prepare_dataset(opt, [&] { return ++asked > 3; });
+  EXPECT_TRUE(st.stopped);
+  EXPECT_GT(st.train_documents + st.val_documents, 0) << "stopped before any document";
+  EXPECT_LT(st.train_documents + st.val_documents, static_cast<int64_t>(expected.size())) << "stopped at the end";
+  EXPECT_EQ(names_in(dir.path()), names_before) << "the staging folder or OUT's parent was left";
+  // Over an existing dataset (--overwrite): the old one stays whole, no .prepare.tmp-<pid> is left.
+  opt.out = dir.str("ds");
+  prepare_dataset(opt);
+  const auto files_before = names_in(opt.out);
+  const std::string meta_before = testing::read_file(dir.str("ds/meta.json"));
+  opt.overwrite = true;
+  opt.val_every = 3;
+  asked = 0;
+  st = prepare_dataset(opt, [&] { return ++asked > 2; });
+  EXPECT_TRUE(st.stopped);
+  EXPECT_EQ(names_in(opt.out), files_before);
+  EXPECT_EQ(testing::read_file(dir.str("ds/meta.json")), meta_before);
+}
+
+// A killed prepare's staging folders stayed forever. The next prepare of the same OUT removes those
+// of dead processes, named exactly as it names them and holding only dataset files; nothing else.
+TEST(Prepare, StagingFoldersOfKilledPreparesAreRemovedAndNothingElse) {
+  ScratchDir dir("prepare_stale");
+  auto [inputs, expected] = make_corpus(dir);
+  const pid_t dead = dead_pid(), alive = ::getppid();
+  auto staging = [&](const std::string& name, const std::string& file) {
+    fs::create_directories(dir.path() / name);
+    std::ofstream(dir.path() / name / file) << "bytes";
+  };
+  const std::string stale = fmt::format("out.tmp-{}", dead_pid());
+  staging(stale, "train_000000.bin");
+  staging(stale, "meta.json.tmp");
+  const std::string users = fmt::format("out.tmp-{}", dead);  // the pattern, but a user's file in it
+  staging(users, "notes.txt");
+  const std::vector<std::string> kept = {
+      fmt::format("out.tmp-{}", alive),       // its process is alive
+      fmt::format("out.tmp-{}x", dead),       // not the pattern
+      fmt::format("out.tmp-{}-keep", dead),   // not the pattern
+      fmt::format("other.tmp-{}", dead),      // another OUT's
+  };
+  for (const auto& k : kept) staging(k, "train_000000.bin");
+  PrepareOptions opt;
+  opt.input = inputs;
+  opt.out = dir.str("out");
+  opt.val_every = 4;
+  prepare_dataset(opt);
+  EXPECT_FALSE(fs::exists(dir.path() / stale)) << "the staging folder of a dead prepare was kept";
+  EXPECT_TRUE(fs::exists(dir.path() / users / "notes.txt")) << "a user's folder was removed";
+  for (const auto& k : kept) EXPECT_TRUE(fs::exists(dir.path() / k / "train_000000.bin")) << k;
+  // Inside an existing OUT: .prepare.tmp-<pid>.
+  const std::string inside = fmt::format("out/.prepare.tmp-{}", dead_pid());
+  staging(inside, "val_000000.bin");
+  opt.overwrite = true;
+  prepare_dataset(opt);
+  EXPECT_FALSE(fs::exists(dir.path() / inside));
+  check_dataset(opt.out, expected, 4);
 }
 
 TEST(Prepare, CommandLineEndToEnd) {
