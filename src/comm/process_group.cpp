@@ -1,6 +1,14 @@
 // The checks every collective's arguments pass once, whatever the backend (comm/process_group.h).
 #include "comm/process_group.h"
 
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
 #include "comm/collective.h"
 #include "core/error.h"
 
@@ -19,6 +27,30 @@ bool overlaps(const Tensor& a, const Tensor& b) {
 // Whether `part` is exactly block `index` of `whole` (blocks of part's size).
 bool is_block(const Tensor& part, const Tensor& whole, int index) {
   return part.raw() == static_cast<const char*>(whole.raw()) + size_t(index) * part.nbytes();
+}
+
+// NANODDP_DEBUG_COLLECTIVES=1: every collective a rank issues is written to its stderr, numbered
+// in issue order, as the rank issues it (not as it completes), so that the last lines of each rank
+// show where the ranks' sequences part: the flight recorder a hang is diagnosed with (PyTorch's
+// TORCH_DISTRIBUTED_DEBUG serves the same need). Read at every call: a getenv costs far less than
+// the smallest collective, and a program (or a test) may switch it on after its first collective.
+bool debug_collectives() {
+  const char* v = std::getenv("NANODDP_DEBUG_COLLECTIVES");
+  return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+}
+
+std::atomic<uint64_t> g_issued{0};  // over every group of the process
+
+// "[rank 1] collective 7: allreduce sum f32 x 1024 (4096 bytes) on cpu, gloo"; `t` null for a barrier.
+void log_collective(const ProcessGroup& g, const std::string& what, const Tensor* t) {
+  if (!debug_collectives()) return;
+  const uint64_t n = ++g_issued;
+  const std::string tensor = t == nullptr ? std::string()
+                                          : fmt::format(" {} x {} ({} bytes) on {}", dtype_name(t->dtype()), t->numel(),
+                                                        t->nbytes(), t->device().str());
+  const std::string line =
+      fmt::format("nanoddp debug: [rank {}] collective {}: {}{}, {}\n", g.rank(), n, what, tensor, g.backend_name());
+  std::fputs(line.c_str(), stderr);  // one write per line: the ranks' lines do not interleave within a line
 }
 
 }  // namespace
@@ -65,6 +97,7 @@ Reduction ProcessGroup::check_reduction(const char* collective, DType dtype, Red
 WorkPtr ProcessGroup::allreduce(const Tensor& t, ReduceOp op) {
   Reduction r = check_reduction("allreduce", t.dtype(), op);
   check_place(t);
+  log_collective(*this, fmt::format("allreduce {}", r.name()), &t);
   return run_allreduce(t, r);
 }
 
@@ -81,6 +114,7 @@ WorkPtr ProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, Reduce
   NANODDP_CHECK(in_place || !overlaps(out, in),
                 "reduce_scatter: the output overlaps the input other than at this rank's block ({}): give it its "
                 "own buffer, or that block", rank());
+  log_collective(*this, fmt::format("reduce_scatter {}", r.name()), &in);
   return run_reduce_scatter(out, in, r, in_place);
 }
 
@@ -96,15 +130,20 @@ WorkPtr ProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
   NANODDP_CHECK(in_place || !overlaps(out, in),
                 "all_gather: the input overlaps the output other than at this rank's block ({}): give it its own "
                 "buffer, or that block", rank());
+  log_collective(*this, "all_gather", &out);
   return run_all_gather(out, in, in_place);
 }
 
 WorkPtr ProcessGroup::broadcast(const Tensor& t, int root) {
   NANODDP_CHECK(root >= 0 && root < size(), "broadcast: root rank {} is not in [0, {})", root, size());
   check_place(t);
+  log_collective(*this, fmt::format("broadcast from {}", root), &t);
   return run_broadcast(t, root);
 }
 
-WorkPtr ProcessGroup::barrier() { return run_barrier(); }
+WorkPtr ProcessGroup::barrier() {
+  log_collective(*this, "barrier", nullptr);
+  return run_barrier();
+}
 
 }  // namespace nanoddp::dist

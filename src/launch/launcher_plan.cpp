@@ -336,7 +336,8 @@ std::vector<std::string> environment_notices(const std::vector<std::string>& env
   static const std::pair<const char*, const char*> known[] = {
       {"NCCL_DEBUG", "NCCL reads it itself: it applies to workers on the NCCL backend (GPUs); the Gloo and MPI "
                      "backends ignore it"},
-      {"TORCH_DISTRIBUTED_DEBUG", "PyTorch workers read it; nanoddp's own commands ignore it"},
+      {"TORCH_DISTRIBUTED_DEBUG", "PyTorch workers read it; nanoddp's own commands ignore it "
+                                  "(NANODDP_DEBUG_COLLECTIVES=1 logs each of their collectives)"},
       {"TORCH_CPP_LOG_LEVEL", "PyTorch workers read it; nanoddp's own commands ignore it"},
       {"WANDB_RUN", "nanochat's Weights & Biases run name: nanoddp logs no W&B run; train writes its metrics to "
                     "OUT/metrics.jsonl"},

@@ -4,6 +4,9 @@
 // are wrapped host memory that no check reads (the checks look at devices, never at the bytes).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "comm/collective.h"
@@ -173,6 +176,46 @@ TEST(ProcessGroupChecks, TensorsMustBeWhereTheBackendTakesThem) {
   NANODDP_EXPECT_ERROR(staged.allreduce(on(Device::cuda(1)), ReduceOp::Sum),
                        "the recording group on cuda:0 was given a tensor on cuda:1: move it to cuda:0 or to the CPU");
   EXPECT_EQ(staged.calls.size(), 2u);
+}
+
+// NANODDP_DEBUG_COLLECTIVES: each issued collective is one stderr line naming the rank, its number in
+// issue order, the collective, the tensor and the backend; off, nothing is written.
+TEST(ProcessGroupDebug, EveryIssuedCollectiveIsOneLineWhenAskedAndNoneOtherwise) {
+  RecordingGroup g(1, 3, host_support(TensorPlace::Host));
+  Tensor t = Tensor::zeros({4}, DType::F32), whole = Tensor::zeros({12}, DType::F32);
+  ::unsetenv("NANODDP_DEBUG_COLLECTIVES");
+  ::testing::internal::CaptureStderr();
+  g.allreduce(t, ReduceOp::Sum);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+
+  ::setenv("NANODDP_DEBUG_COLLECTIVES", "1", 1);
+  ::testing::internal::CaptureStderr();
+  g.allreduce(t, ReduceOp::Avg);
+  g.all_gather(whole, t);
+  g.broadcast(t, 2);
+  g.barrier();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("NANODDP_DEBUG_COLLECTIVES");
+  std::vector<std::string> lines;
+  std::istringstream in(err);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 4u) << err;
+  EXPECT_NE(lines[0].find("[rank 1] collective "), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(": allreduce avg f32 x 4 (16 bytes) on cpu, recording"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find(": all_gather f32 x 12 (48 bytes)"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find(": broadcast from 2 f32 x 4"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[3].find(": barrier, recording"), std::string::npos) << lines[3];
+  // Numbered in issue order: each line's number is one more than the line before.
+  auto number = [](const std::string& l) {
+    const size_t at = l.find("collective ") + 11;
+    return std::stoull(l.substr(at, l.find(':', at) - at));
+  };
+  for (size_t i = 1; i < lines.size(); i++) EXPECT_EQ(number(lines[i]), number(lines[i - 1]) + 1) << err;
+  ::setenv("NANODDP_DEBUG_COLLECTIVES", "0", 1);  // "0" is off, as unset
+  ::testing::internal::CaptureStderr();
+  g.barrier();
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  ::unsetenv("NANODDP_DEBUG_COLLECTIVES");
 }
 
 }  // namespace
