@@ -70,9 +70,8 @@ void fraction(double v, const char* flag) {
   NANODDP_CHECK(std::isfinite(v) && v >= 0 && v <= 1, "--{} must be between 0 and 1 (got {})", flag, v);
 }
 
-}  // namespace
-
-void validate_options(const TrainOptions& o) {
+// The model's shape: depth, width, heads and context, each bounded so that sizes derived from them fit.
+void validate_model_shape(const TrainOptions& o) {
   NANODDP_CHECK(o.depth >= 1 && o.depth <= kMaxDepth, "--depth must be between 1 and {} (got {})", kMaxDepth, o.depth);
   NANODDP_CHECK(o.max_seq_len >= 1 && o.max_seq_len <= kMaxSeqLen, "--max_seq_len must be between 1 and {} (got {})",
                 kMaxSeqLen, o.max_seq_len);
@@ -85,6 +84,10 @@ void validate_options(const TrainOptions& o) {
   NANODDP_CHECK(o.head_dim >= 2 && o.head_dim % 2 == 0, "--head_dim must be even and at least 2 (got {}): rotary "
                 "embeddings rotate pairs of dimensions", o.head_dim);
   NANODDP_CHECK(o.n_kv_head >= 0, "--n_kv_head must be 0 (= n_head) or positive (got {})", o.n_kv_head);
+}
+
+// The batch, the step budget and the data's stage.
+void validate_batch_and_stage(const TrainOptions& o) {
   // Bounded so that device_batch_size x max_seq_len x world size stays inside int64 for any world
   // below 2^19 ranks (2^24 x 2^20 x 2^19 = 2^63): an overflow wrapped to 0, then divided by it. No
   // device holds such a batch.
@@ -99,26 +102,33 @@ void validate_options(const TrainOptions& o) {
   NANODDP_CHECK(o.mask == "assistant" || o.mask == "all", "--mask must be assistant or all (got '{}')", o.mask);
   NANODDP_CHECK(o.stage == "base" || o.stage == "sft" || o.stage == "rl", "--stage must be base, sft or rl (got "
                 "'{}')", o.stage);
-  if (o.stage == "rl") {
-    NANODDP_CHECK(!o.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
-    positive(o.task_count, "task_count");
-    // Checked even for a questions file, which ignores it: as many as data/tasks.cpp can make.
-    at_most(o.task_count, kMaxTaskItems, "task_count", "the number of a bundled task's problems");
-    NANODDP_CHECK(o.num_samples >= 2, "--num_samples must be at least 2 (got {}): RL learns from how an example's "
-                  "samples differ from their mean reward, and a single sample never does", o.num_samples);
-    at_most(o.num_samples, kMaxRlSamples, "num_samples", "the completions per question");
-    positive(o.examples_per_step, "examples_per_step");
-    NANODDP_CHECK(o.examples_per_step <= kMaxRlSamplesPerStep / o.num_samples, "--examples_per_step {} is too large: "
-                  "the completions sampled per step, examples_per_step x num_samples ({} x {}), are at most {}",
-                  o.examples_per_step, o.examples_per_step, o.num_samples, kMaxRlSamplesPerStep);
-    positive(o.max_new_tokens, "max_new_tokens");
-    // A completion ends where the context does: longer is a typo, not a request.
-    at_most(o.max_new_tokens, kMaxSeqLen, "max_new_tokens", "a completion's length in tokens");
-    NANODDP_CHECK(std::isfinite(o.temperature) && o.temperature > 0, "--temperature must be positive (got {}): RL "
-                  "learns from differences between samples, and greedy samples do not differ", o.temperature);
-    NANODDP_CHECK(o.top_k == 0 || o.top_k >= 2, "--top_k must be 0 (all tokens) or at least 2 (got {}): RL "
-                  "learns from differences between samples, and --top_k 1 samples greedily", o.top_k);
-  }
+}
+
+// RL's own options, checked only for --stage rl.
+void validate_rl(const TrainOptions& o) {
+  if (o.stage != "rl") return;
+  NANODDP_CHECK(!o.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
+  positive(o.task_count, "task_count");
+  // Checked even for a questions file, which ignores it: as many as data/tasks.cpp can make.
+  at_most(o.task_count, kMaxTaskItems, "task_count", "the number of a bundled task's problems");
+  NANODDP_CHECK(o.num_samples >= 2, "--num_samples must be at least 2 (got {}): RL learns from how an example's "
+                "samples differ from their mean reward, and a single sample never does", o.num_samples);
+  at_most(o.num_samples, kMaxRlSamples, "num_samples", "the completions per question");
+  positive(o.examples_per_step, "examples_per_step");
+  NANODDP_CHECK(o.examples_per_step <= kMaxRlSamplesPerStep / o.num_samples, "--examples_per_step {} is too large: "
+                "the completions sampled per step, examples_per_step x num_samples ({} x {}), are at most {}",
+                o.examples_per_step, o.examples_per_step, o.num_samples, kMaxRlSamplesPerStep);
+  positive(o.max_new_tokens, "max_new_tokens");
+  // A completion ends where the context does: longer is a typo, not a request.
+  at_most(o.max_new_tokens, kMaxSeqLen, "max_new_tokens", "a completion's length in tokens");
+  NANODDP_CHECK(std::isfinite(o.temperature) && o.temperature > 0, "--temperature must be positive (got {}): RL "
+                "learns from differences between samples, and greedy samples do not differ", o.temperature);
+  NANODDP_CHECK(o.top_k == 0 || o.top_k >= 2, "--top_k must be 0 (all tokens) or at least 2 (got {}): RL "
+                "learns from differences between samples, and --top_k 1 samples greedily", o.top_k);
+}
+
+// The compute budget, the optimizer, its precision and its learning rates.
+void validate_optimizer(const TrainOptions& o) {
   NANODDP_CHECK(o.target_flops == -1 || (std::isfinite(o.target_flops) && o.target_flops > 0),
                 "--target_flops must be -1 (off) or a positive number (got {})", o.target_flops);
   NANODDP_CHECK(std::isfinite(o.target_param_data_ratio) && o.target_param_data_ratio > 0,
@@ -146,6 +156,10 @@ void validate_options(const TrainOptions& o) {
   NANODDP_CHECK(std::isfinite(o.init_lr_frac) && o.init_lr_frac > 0, "--init_lr_frac must be positive (got {})",
                 o.init_lr_frac);
   learning_rate_factor(o.init_lr_frac, "init_lr_frac");
+}
+
+// The schedule of the learning rate, the gradient buckets, evaluation, saving and sampling.
+void validate_schedule(const TrainOptions& o) {
   NANODDP_CHECK(o.sample_every == -1 || o.sample_every >= 1, "--sample_every must be -1 (only at the end) or at "
                 "least 1 (got {})", o.sample_every);
   fraction(o.warmup_ratio, "warmup_ratio");
@@ -167,6 +181,10 @@ void validate_options(const TrainOptions& o) {
   at_most(o.stop_at, kMaxSteps, "stop_at", "a step number");
   NANODDP_CHECK(o.sample_tokens >= 0, "--sample_tokens must be 0 (no sample) or positive (got {})", o.sample_tokens);
   at_most(o.sample_tokens, kMaxSeqLen, "sample_tokens", "a sample's length in tokens");
+}
+
+// The machine: timeouts, threads, peak FLOPs, and how the run starts.
+void validate_runtime(const TrainOptions& o) {
   NANODDP_CHECK(std::isfinite(o.timeout) && o.timeout > 0, "--timeout must be a positive number of seconds (got {})",
                 o.timeout);
   NANODDP_CHECK(o.timeout <= kMaxTimeoutSeconds, "--timeout {} is too large: at most {:g} seconds", o.timeout,
@@ -179,6 +197,17 @@ void validate_options(const TrainOptions& o) {
   // weights come from the checkpoint resumed); only train's own --init_from conflicts with --resume.
   NANODDP_CHECK(o.init_from.empty() || o.resume.empty() || o.stage != "base", "--init_from starts a new run and "
                 "--resume continues one: give one of them");
+}
+
+}  // namespace
+
+void validate_options(const TrainOptions& o) {
+  validate_model_shape(o);
+  validate_batch_and_stage(o);
+  validate_rl(o);
+  validate_optimizer(o);
+  validate_schedule(o);
+  validate_runtime(o);
 }
 
 // nanochat's and PyTorch's names (bfloat16, float32) are accepted too.
