@@ -4,7 +4,6 @@
 // with a clear error. Skipped without a GPU.
 #include <gtest/gtest.h>
 
-
 #include "collective_checks.h"
 #include "comm/nccl_group.h"
 #include "core/device.h"
