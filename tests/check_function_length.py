@@ -38,7 +38,8 @@ ALLOWED_FOR_NOW = [
 ]
 
 QUALIFIERS = {"const", "noexcept", "override", "final", "mutable", "volatile", "try", "&", "&&"}
-SCOPE = re.compile(r"\b(namespace|class|struct|union|extern)\b")
+SCOPE = re.compile(r"(namespace|class|struct|union|extern)\b")
+TEMPLATE = re.compile(r"^\s*template\s*<")
 
 
 def blank(text):
@@ -106,8 +107,27 @@ def match_brace(text, i):
     return len(text) - 1
 
 
+def strip_template(head):
+    """The head without a leading `template <...>` (its default arguments may hold `=`)."""
+    m = TEMPLATE.match(head)
+    if not m:
+        return head
+    depth, i = 1, m.end()
+    while i < len(head) and depth:
+        depth += {"<": 1, ">": -1}.get(head[i], 0)
+        i += 1
+    return strip_template(head[i:])
+
+
+def opens_scope(head):
+    """Whether a `{` after this head opens a namespace, class, struct, union or extern block."""
+    h = re.sub(r"alignas\s*\([^)]*\)", "", strip_template(head)).strip()
+    m = SCOPE.match(h)
+    return m is not None and (m.group(1) in ("namespace", "extern") or "(" not in h)
+
+
 def top_level(head):
-    """The head with everything inside (), [] and <> dropped, so that `=` and `:` found are its own."""
+    """The head with everything inside () and [] dropped, so that `=` and `:` found are its own."""
     out, depth = [], 0
     for c in head:
         if c in "([":
@@ -121,6 +141,7 @@ def top_level(head):
 
 def opens_function(head):
     """Whether a `{` after this head opens a function body (see the module's note)."""
+    head = strip_template(head)
     if "(" not in head or "=" in top_level(head).replace("operator=", "").replace("==", ""):
         return False
     tail = head.rstrip()
@@ -149,7 +170,7 @@ def long_functions(path, text):
             head_start = i + 1
         elif c == "{":
             head = code[head_start:i]
-            if SCOPE.search(top_level(head)) and "(" not in top_level(head).split("{")[0]:
+            if opens_scope(head):
                 head_start = i + 1  # descend into the namespace or class
             elif in_initialiser_list(head):
                 i = match_brace(code, i) + 1  # a member's brace initialiser; the head goes on

@@ -52,11 +52,12 @@ too_long = dict(ok)
 too_long["src/b/long.cpp"] = ("namespace n {\nnamespace {\nint helper() { return 1; }\n}  // namespace\n"
                               "struct S {\n  S(int v) : v_{v}, w_(v) " + body(limit + 1) + "  int v_{0}, w_;\n"
                               "  int method() const noexcept " + body(limit + 1) + "};\n"
-                              "auto free_fn(int a) -> int " + body(limit + 1) + "}\n")
+                              "auto free_fn(int a) -> int " + body(limit + 1)
+                              + "template <typename T, typename = void>\nstruct S make_s(T t) " + body(limit + 1) + "}\n")
 rc, out = run(too_long)
 expect(rc == 1, f"functions of {limit + 1} lines passed (rc {rc})", out)
 for needle in (f"src/b/long.cpp:6: S is {limit + 1} lines", f"src/b/long.cpp:{6 + limit + 2}: method is",
-               f"free_fn is {limit + 1} lines", "3 functions over"):
+               f"free_fn is {limit + 1} lines", f"make_s is {limit + 1} lines", "4 functions over"):
     expect(needle in out, f"the report lacks '{needle}'", out)
 expect("fine.cpp" not in out and "kernel.cu" not in out and "allowed" not in out and "table" not in out,
        "a function that is allowed was blamed", out)
