@@ -87,8 +87,8 @@ def parameter_shapes(cfg):
 
 def window_sizes(cfg):
     """Left window of every layer: a query at t sees keys t - w .. t. "L" is the whole sequence,
-    "S" a quarter of it rounded up to a multiple of 128 (FlashAttention's tile); the pattern is
-    tiled over the layers and the last layer is always "L"."""
+    "S" a quarter of it rounded up to a multiple of 128 (FlashAttention's tile; 2048 -> 512); the
+    pattern is tiled over the layers and the last layer is always "L"."""
     long_window = cfg["max_seq_len"]
     short_window = -(-long_window // 4 // 128) * 128
     pattern = cfg.get("window_pattern", "SSSL").upper()
@@ -181,7 +181,8 @@ def forward(w, cfg, idx):
     B, T = idx.shape
     L = cfg["n_layer"]
     cos, sin = rotary_tables(T, cfg["n_embd"] // cfg["n_head"], cfg.get("rope_base", 100000.0))
-    rope = (cos.float(), sin.float())
+    dtype = w["transformer.wte.weight"].dtype  # f32, or f64 for the self-test's finite differences
+    rope = (cos.to(dtype), sin.to(dtype))
     windows = window_sizes(cfg)
     x = smear(rms_norm(F.embedding(idx, w["transformer.wte.weight"])), w)
     x0 = x
