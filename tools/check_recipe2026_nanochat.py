@@ -154,14 +154,16 @@ def check_model_and_step(gpt, sched, cfg, B, T, report):
         opt.step()
         ours = twin.optimizer_step(w, {n: out["grad." + n] for n in w}, dict(cfg, optimizer=dict(o, step=it)))
         muon = (o["matrix_lr"] * lrm_of(it), wd_of(it))
-        worst, ties, count = (0.0, ""), 0, 0
+        worst, ties, count, largest = (0.0, ""), 0, 0, 0.0
         for n, p in m.named_parameters():
             lr_wd = None
             if n.startswith("transformer.h."):
                 lr_wd = muon[0] * max(1.0, p.shape[0] / p.shape[1]) ** 0.5 * muon[1]
             err, t = step_error(ours[n], p.detach(), w[n], lr_wd)
             worst, ties, count = max(worst, (err, n)), ties + t, count + p.numel()
-        report(f"optimizer step at loop step {it}, |difference| / (bound) (worst: {worst[1]})", worst[0], 1.0)
+            largest = max(largest, (ours[n] - p.detach()).abs().max().item())
+        report(f"optimizer step at loop step {it}: largest |difference| of a new weight {largest:.3g}; "
+               f"largest |difference| / its bound (worst: {worst[1]})", worst[0], 1.0)
         report(f"  elements where the cautious mask tips the other way (of {count})", ties, count * 1e-4)
 
 
