@@ -145,12 +145,37 @@ def test_cautious_weight_decay():
     g = torch.Generator().manual_seed(8)
     p, grad = torch.randn(32, 96, generator=g), torch.randn(32, 96, generator=g)
     lr, wd = 0.01, 0.5
-    plain = twin.muon_first_step(p, grad, lr, 0.9, 0.0, 0.9, 5)
-    decayed = twin.muon_first_step(p, grad, lr, 0.9, wd, 0.9, 5)
+    plain = twin.muon_step(p, grad, {}, lr, 0.9, 0.0, 0.9, 5)
+    decayed = twin.muon_step(p, grad, {}, lr, 0.9, wd, 0.9, 5)
     u = (p - plain) / lr
     want = lr * wd * p * (u * p >= 0)
     worst = ((plain - decayed) - want).abs().max().item()
     check(worst < 1e-6 and 0 < int((u * p < 0).sum()) < p.numel(), f"cautious weight decay only where u p >= 0 ({worst:.2g})")
+
+
+def test_state_is_carried():
+    # Two AdamW steps of x0_lambdas (betas 0.96, 0.95, lr scalar_lr, no decay) from gradients g1,
+    # g2, written out: m = 0.04 g1 -> 0.96 m + 0.04 g2, likewise v, bias corrections 1 - beta^2.
+    # Tolerance: f32 rounding of a few operations on values ~1.
+    cfg = small_config(optimizer=dict(num_iterations=1000, step=100))
+    w = random_weights(cfg)
+    g = torch.Generator().manual_seed(9)
+    g1, g2 = ({n: torch.randn(t.shape, generator=g) for n, t in w.items()} for _ in range(2))
+    opt = twin.Optimizer(cfg)
+    w2 = opt.step(opt.step(w, g1, 100), g2, 101)
+    m = 0.96 * 0.04 * g1["x0_lambdas"] + 0.04 * g2["x0_lambdas"]
+    v = 0.95 * 0.05 * g1["x0_lambdas"] ** 2 + 0.05 * g2["x0_lambdas"] ** 2
+    first = w["x0_lambdas"] - 0.5 * g1["x0_lambdas"] / (g1["x0_lambdas"].abs() + 1e-10)
+    want = first - 0.5 / (1 - 0.96 ** 2) * m / ((v / (1 - 0.95 ** 2)).sqrt() + 1e-10)
+    err = (w2["x0_lambdas"] - want).abs().max().item()
+    check(err < 1e-5, f"the second AdamW step uses the first's moments ({err:.2g})")
+    # Training on one batch lowers its loss, and its first step is the one-step golden's.
+    idx, targets = tokens(cfg, 2, 32), tokens(cfg, 2, 32, seed=2)
+    losses, trained = twin.train(w, cfg, idx, targets, 4)
+    one = twin.train(w, cfg, idx, targets, 1)[1]
+    step = twin.golden(w, cfg, idx, targets)
+    check(bool((losses[1:] < losses[:-1]).all()), f"the loss falls over 4 steps on one batch ({losses.tolist()})")
+    check(all(torch.equal(one[n], step["step." + n]) for n in one), "one training step is the golden's step.*")
 
 
 def test_orthogonalize():
@@ -185,7 +210,7 @@ def run_twin(directory):
 
 
 def test_file_protocol():
-    cfg = small_config(optimizer=dict(step=0))
+    cfg = small_config(optimizer=dict(step=0, steps=2, num_iterations=100))
     w = random_weights(cfg)
     idx, targets = tokens(cfg, 2, 16).int(), tokens(cfg, 2, 16, seed=2).int()
     targets[0, 3] = -1
@@ -200,8 +225,9 @@ def test_file_protocol():
         from torch_golden import load_safetensors
         out = load_safetensors(os.path.join(d, "golden.safetensors"))
         want = {"logits": [32, cfg["vocab_size"]], "loss": [1]}
-        want.update({p + n: list(t.shape) for n, t in w.items() for p in ("grad.", "step.")})
-        check({n: list(t.shape) for n, t in out.items()} == want, "golden.safetensors holds logits, loss, grad.*, step.*")
+        want.update({p + n: list(t.shape) for n, t in w.items() for p in ("grad.", "step.", "trained.")})
+        want["losses"] = [2]
+        check({n: list(t.shape) for n, t in out.items()} == want, "golden.safetensors holds logits, loss, grad.*, step.*, losses, trained.*")
         direct = twin.golden(w, cfg, idx.long(), targets.long())
         check(all(torch.equal(out[n], direct[n].detach()) for n in want), "the file holds what the functions compute")
         with open(os.path.join(d, "config.json"), "w") as f:

@@ -10,6 +10,10 @@ Reads DIR/input.safetensors (every weight under nanochat's state-dict names, plu
   grad.<name>   the gradient of every parameter
   step.<name>   every parameter after one optimizer step from those gradients, optimizer state
                 fresh (zero moments, Adam's bias-correction count 1), schedules at loop step `step`
+and, when the optimizer's `steps` is K > 1, K training steps on the same batch with the state
+carried (what one step from fresh state cannot see: Adam's betas, NorMuon's running mean):
+  losses        the loss before each step [K]
+  trained.<name> every parameter after the K steps
 
 This is an independent implementation written from nanochat's facts (docs/recipe2026.md says
 which commit and how it was checked against nanochat's own code): autograd gives the gradients,
@@ -20,8 +24,8 @@ config.json: vocab_size, n_layer, n_embd, n_head, n_kv_head, max_seq_len (nanoch
 sequence_len, which sizes the sliding windows), softcap (15), rope_base (100000), window_pattern
 ("SSSL"), recipe ("2026"). "optimizer": embedding_lr (0.3), unembedding_lr (0.008), matrix_lr
 (0.02), scalar_lr (0.5), weight_decay (Muon's, already scaled by the caller; 0.28), ns_steps (5),
-beta2 (0.9), step (the training loop's 0-based step; 0), num_iterations (needed unless step is 0
-and warmup_steps > 0), warmup_steps (40), warmdown_ratio (0.65), final_lr_frac (0.05).
+beta2 (0.9), step (the training loop's 0-based step; 0), steps (1), num_iterations (needed past
+loop step 0, or with warmup_steps 0), warmup_steps (40), warmdown_ratio (0.65), final_lr_frac (0.05).
 Defaults in brackets are nanochat's base_train.py's.
 """
 import json
@@ -266,11 +270,13 @@ def adamw_groups(cfg, opt):
     ]
 
 
-def adamw_first_step(p, g, lr, beta1, beta2, wd, eps=1e-10):
-    """Decoupled weight decay, then Adam with zero moments and bias-correction count 1."""
-    m = (1 - beta1) * g
-    v = (1 - beta2) * g * g
-    return p * (1 - lr * wd) - (lr / (1 - beta1)) * m / ((v / (1 - beta2)).sqrt() + eps)
+def adamw_step(p, g, state, lr, beta1, beta2, wd, eps=1e-10):
+    """Decoupled weight decay, then bias-corrected Adam. state: {"t", "m", "v"}, updated."""
+    state["t"] = state.get("t", 0) + 1
+    m = state["m"] = torch.lerp(state.get("m", torch.zeros_like(g)), g, 1 - beta1)
+    v = state["v"] = torch.lerp(state.get("v", torch.zeros_like(g)), g * g, 1 - beta2)
+    t = state["t"]
+    return p * (1 - lr * wd) - (lr / (1 - beta1 ** t)) * m / ((v / (1 - beta2 ** t)).sqrt() + eps)
 
 
 # Polar Express coefficients (a, b, c) of its 5 iterations, from Amsel et al. 2025 as nanochat uses them.
@@ -302,44 +308,55 @@ def orthogonalize(G, steps):
     return X * (math.sqrt(min(rows, cols)) / X.norm().clamp_min(1e-6))
 
 
-def normuon_scale(X, beta2):
-    """NorMuon from a zero second moment: per row (rows >= cols) or per column (wide), divide by
-    the root of beta2's running mean of the squared entries, then restore X's Frobenius norm."""
+def normuon_scale(X, state, beta2):
+    """NorMuon: per row (rows >= cols) or per column (wide), divide by the root of beta2's running
+    mean of the mean squared entry (state["second"], updated), then restore X's Frobenius norm."""
     dim = 1 if X.shape[0] >= X.shape[1] else 0  # the dimension averaged over
     mean_sq = X.square().mean(dim=dim, keepdim=True)
-    inv_rms = ((1 - beta2) * mean_sq).clamp_min(1e-10).rsqrt()
+    second = state["second"] = torch.lerp(state.get("second", torch.zeros_like(mean_sq)), mean_sq, 1 - beta2)
+    inv_rms = second.clamp_min(1e-10).rsqrt()
     norm_before = (mean_sq.sum() * X.shape[dim]).sqrt()
     norm_after = (mean_sq * X.shape[dim] * inv_rms.square()).sum().sqrt()
     return X * (inv_rms * (norm_before / norm_after.clamp_min(1e-10)))
 
 
-def muon_first_step(p, g, lr, momentum, wd, beta2, steps):
-    """Nesterov momentum from a zero buffer, orthogonalise, NorMuon, then p -= lr' (u + wd p m)
-    with lr' = lr sqrt(max(1, rows / cols)) and m = 1 where u and p agree in sign or either is
-    zero (cautious weight decay)."""
-    buf = (1 - momentum) * g
-    u = g + momentum * (buf - g)
-    u = normuon_scale(orthogonalize(u, steps), beta2)
+def muon_step(p, g, state, lr, momentum, wd, beta2, steps):
+    """Nesterov momentum (state["buf"]), orthogonalise, NorMuon, then p -= lr' (u + wd p m) with
+    lr' = lr sqrt(max(1, rows / cols)) and m = 1 where u and p agree in sign or either is zero
+    (cautious weight decay). state starts empty and is updated."""
+    buf = state["buf"] = torch.lerp(state.get("buf", torch.zeros_like(g)), g, 1 - momentum)
+    u = torch.lerp(g, buf, momentum)
+    u = normuon_scale(orthogonalize(u, steps), state, beta2)
     lr = lr * max(1.0, p.shape[0] / p.shape[1]) ** 0.5
     agree = (u * p >= 0).to(p.dtype)
     return p - (lr * u + lr * wd * p * agree)
 
 
+class Optimizer:
+    """MuonAdamW over the weights of one config; state per parameter name, empty at first."""
+
+    def __init__(self, cfg):
+        self.cfg, self.opt = cfg, cfg.get("optimizer", {})
+        self.state = {n: {} for n in parameter_names(cfg)}
+
+    def step(self, w, grads, it):
+        """Every parameter after one step at loop step it (the schedules' argument)."""
+        opt, lrm = self.opt, lr_multiplier(it, self.opt)
+        new = {}
+        for names, lr, beta1, beta2, wd in adamw_groups(self.cfg, opt):
+            for n in names:
+                new[n] = adamw_step(w[n], grads[n], self.state[n], lr * lrm, beta1, beta2, wd)
+        momentum, wd = muon_momentum(it, opt), muon_weight_decay(it, opt)
+        for n in parameter_names(self.cfg):
+            if n.startswith("transformer.h."):
+                new[n] = muon_step(w[n], grads[n], self.state[n], opt.get("matrix_lr", 0.02) * lrm, momentum, wd,
+                                   opt.get("beta2", 0.9), opt.get("ns_steps", 5))
+        return new
+
+
 def optimizer_step(w, grads, cfg):
-    """Every parameter after one MuonAdamW step at loop step opt["step"]."""
-    opt = cfg.get("optimizer", {})
-    it = opt.get("step", 0)
-    lrm = lr_multiplier(it, opt)
-    new = {}
-    for names, lr, beta1, beta2, wd in adamw_groups(cfg, opt):
-        for n in names:
-            new[n] = adamw_first_step(w[n], grads[n], lr * lrm, beta1, beta2, wd)
-    momentum, wd = muon_momentum(it, opt), muon_weight_decay(it, opt)
-    for n in parameter_names(cfg):
-        if n.startswith("transformer.h."):
-            new[n] = muon_first_step(w[n], grads[n], opt.get("matrix_lr", 0.02) * lrm, momentum, wd,
-                                     opt.get("beta2", 0.9), opt.get("ns_steps", 5))
-    return new
+    """Every parameter after one MuonAdamW step from fresh state at loop step optimizer.step."""
+    return Optimizer(cfg).step(w, grads, cfg.get("optimizer", {}).get("step", 0))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -359,6 +376,9 @@ def read_inputs(directory):
     missing = [k for k in ("vocab_size", "n_layer", "n_embd", "n_head", "n_kv_head", "max_seq_len") if k not in cfg]
     if missing:
         raise UsageError(f"config.json lacks {', '.join(missing)}")
+    steps = cfg.get("optimizer", {}).get("steps", 1)
+    if not isinstance(steps, int) or steps < 1:
+        raise UsageError(f"config.json's optimizer.steps is {steps!r}; it counts training steps, 1 or more")
     if cfg["n_embd"] < SMEAR_CHANNELS:
         raise UsageError(f"n_embd {cfg['n_embd']} is below the smear gate's {SMEAR_CHANNELS} channels")
     idx, targets = tensors.pop("inputs", None), tensors.pop("targets", None)
@@ -371,18 +391,43 @@ def read_inputs(directory):
     return tensors, cfg, idx.long(), targets.long()
 
 
-def golden(w, cfg, idx, targets):
-    """The tensors of golden.safetensors (see the file's docstring)."""
+def gradients(w, cfg, idx, targets):
+    """(logits [B, T, vocab], loss, {name: gradient}) at weights w, in f32."""
     params = {n: w[n].detach().float().clone().requires_grad_(True) for n in parameter_names(cfg)}
     logits = forward(params, cfg, idx)
     loss = loss_of(logits, targets)
     loss.backward()
-    grads = {n: p.grad for n, p in params.items()}
+    return logits.detach(), loss.detach(), {n: p.grad for n, p in params.items()}
+
+
+def train(w, cfg, idx, targets, steps):
+    """(loss before each step [steps], weights after them): steps training steps on the same
+    batch, the optimizer's state carried, at loop steps optimizer.step, +1, ..."""
+    opt = Optimizer(cfg)
+    first = cfg.get("optimizer", {}).get("step", 0)
+    w = {n: w[n].detach().float() for n in parameter_names(cfg)}
+    losses = []
+    for k in range(steps):
+        _, loss, grads = gradients(w, cfg, idx, targets)
+        losses.append(loss)
+        with torch.no_grad():
+            w = opt.step(w, grads, first + k)
+    return torch.stack(losses), w
+
+
+def golden(w, cfg, idx, targets):
+    """The tensors of golden.safetensors (see the file's docstring)."""
+    logits, loss, grads = gradients(w, cfg, idx, targets)
     out = {"logits": logits.reshape(-1, logits.size(-1)), "loss": loss.reshape(1)}
     out.update({"grad." + n: g for n, g in grads.items()})
     with torch.no_grad():
-        stepped = optimizer_step({n: p.detach() for n, p in params.items()}, grads, cfg)
+        stepped = optimizer_step({n: w[n].detach().float() for n in grads}, grads, cfg)
     out.update({"step." + n: stepped[n] for n in parameter_names(cfg)})
+    steps = cfg.get("optimizer", {}).get("steps", 1)
+    if steps > 1:
+        losses, trained = train(w, cfg, idx, targets, steps)
+        out["losses"] = losses
+        out.update({"trained." + n: trained[n] for n in parameter_names(cfg)})
     return out
 
 
