@@ -135,6 +135,13 @@ def test_zero_gradient_step_only_decays():
               "transformer.h.2.mlp.c_fc.weight": 1 - 0.02 * lrm * 2 * muon_wd}  # [128, 32]: lr x sqrt(4)
     worst = max((new[n] - w[n] * f).abs().max().item() / w[n].abs().max().item() for n, f in factor.items())
     # Both sides round p (1 - lr wd) once or twice in f32: a few 1e-8 of the largest weight.
+    # The schedules' values at step 500 given explicitly (at another step) give the same step.
+    o = cfg["optimizer"]
+    fixed = dict(o, lr_multiplier=twin.lr_multiplier(500, o), momentum=twin.muon_momentum(500, o),
+                 muon_weight_decay=twin.muon_weight_decay(500, o), step=7)
+    grads = {n: torch.randn(t.shape, generator=torch.Generator().manual_seed(5)) for n, t in w.items()}
+    a, b = twin.optimizer_step(w, grads, cfg), twin.optimizer_step(w, grads, dict(cfg, optimizer=fixed))
+    check(all(torch.equal(a[n], b[n]) for n in a), "explicit lr_multiplier, momentum, muon_weight_decay")
     check(worst < 1e-6, f"a zero-gradient step multiplies each weight by 1 - lr * wd of its group ({worst:.2g})")
 
 

@@ -25,8 +25,10 @@ sequence_len, which sizes the sliding windows), softcap (15), rope_base (100000)
 ("SSSL"), recipe ("2026"). "optimizer": embedding_lr (0.3), unembedding_lr (0.008), matrix_lr
 (0.02), scalar_lr (0.5), weight_decay (Muon's, already scaled by the caller; 0.28), ns_steps (5),
 beta2 (0.9), step (the training loop's 0-based step; 0), steps (1), num_iterations (needed past
-loop step 0, or with warmup_steps 0), warmup_steps (40), warmdown_ratio (0.65), final_lr_frac (0.05).
-Defaults in brackets are nanochat's base_train.py's.
+loop step 0, or with warmup_steps 0), warmup_steps (40), warmdown_ratio (0.65), final_lr_frac (0.05),
+smear_lr (0.2, fixed in nanochat). Defaults in brackets are nanochat's base_train.py's. Optional
+lr_multiplier, momentum and muon_weight_decay replace the schedules' values at every step, to test
+an optimizer apart from its schedules.
 """
 import json
 import math
@@ -266,7 +268,7 @@ def adamw_groups(cfg, opt):
         (ve, emb * s * 0.5, 0.8, 0.995, 0.01),
         (["resid_lambdas"], scalar * 0.01, 0.8, 0.95, 0.05),
         (["x0_lambdas"], scalar, 0.96, 0.95, 0.0),
-        (["smear_gate.weight", "smear_lambda", "backout_lambda"], 0.2, 0.8, 0.95, 0.0),
+        (["smear_gate.weight", "smear_lambda", "backout_lambda"], opt.get("smear_lr", 0.2), 0.8, 0.95, 0.0),
     ]
 
 
@@ -341,12 +343,14 @@ class Optimizer:
 
     def step(self, w, grads, it):
         """Every parameter after one step at loop step it (the schedules' argument)."""
-        opt, lrm = self.opt, lr_multiplier(it, self.opt)
+        opt = self.opt
+        lrm = opt["lr_multiplier"] if "lr_multiplier" in opt else lr_multiplier(it, opt)
         new = {}
         for names, lr, beta1, beta2, wd in adamw_groups(self.cfg, opt):
             for n in names:
                 new[n] = adamw_step(w[n], grads[n], self.state[n], lr * lrm, beta1, beta2, wd)
-        momentum, wd = muon_momentum(it, opt), muon_weight_decay(it, opt)
+        momentum = opt["momentum"] if "momentum" in opt else muon_momentum(it, opt)
+        wd = opt["muon_weight_decay"] if "muon_weight_decay" in opt else muon_weight_decay(it, opt)
         for n in parameter_names(self.cfg):
             if n.startswith("transformer.h."):
                 new[n] = muon_step(w[n], grads[n], self.state[n], opt.get("matrix_lr", 0.02) * lrm, momentum, wd,
