@@ -157,7 +157,8 @@ def test_cautious_weight_decay():
     u = (p - plain) / lr
     want = lr * wd * p * (u * p >= 0)
     worst = ((plain - decayed) - want).abs().max().item()
-    check(worst < 1e-6 and 0 < int((u * p < 0).sum()) < p.numel(), f"cautious weight decay only where u p >= 0 ({worst:.2g})")
+    check(worst < 1e-6 and 0 < int((u * p < 0).sum()) < p.numel(),
+          f"cautious weight decay only where u p >= 0 ({worst:.2g})")
 
 
 def test_state_is_carried():
@@ -234,9 +235,16 @@ def test_file_protocol():
         want = {"logits": [32, cfg["vocab_size"]], "loss": [1]}
         want.update({p + n: list(t.shape) for n, t in w.items() for p in ("grad.", "step.", "trained.")})
         want["losses"] = [2]
-        check({n: list(t.shape) for n, t in out.items()} == want, "golden.safetensors holds logits, loss, grad.*, step.*, losses, trained.*")
+        check({n: list(t.shape) for n, t in out.items()} == want,
+              "golden.safetensors holds logits, loss, grad.*, step.*, losses, trained.*")
         direct = twin.golden(w, cfg, idx.long(), targets.long())
         check(all(torch.equal(out[n], direct[n].detach()) for n in want), "the file holds what the functions compute")
+        bad = idx.clone()
+        bad[1, 2] = cfg["vocab_size"]
+        write_safetensors(os.path.join(d, "input.safetensors"), dict(w, inputs=bad, targets=targets))
+        r = run_twin(d)
+        check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "token ids" in r.stderr,
+              f"a token id past the vocabulary is refused in one line ({r.stderr.strip()})")
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(dict(cfg, recipe="classic"), f)
         r = run_twin(d)

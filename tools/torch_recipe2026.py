@@ -79,7 +79,8 @@ def parameter_shapes(cfg):
     V = (cfg["vocab_size"] + 63) // 64 * 64
     kv = Hkv * (C // H)
     shapes = {"resid_lambdas": [L], "x0_lambdas": [L], "smear_lambda": [1], "backout_lambda": [1],
-              "transformer.wte.weight": [V, C], "lm_head.weight": [V, C], "smear_gate.weight": [1, SMEAR_CHANNELS]}
+              "transformer.wte.weight": [V, C], "lm_head.weight": [V, C],
+              "smear_gate.weight": [1, SMEAR_CHANNELS]}
     for l in range(L):
         h = f"transformer.h.{l}."
         shapes.update({h + "attn.c_q.weight": [C, C], h + "attn.c_k.weight": [kv, C], h + "attn.c_v.weight": [kv, C],
@@ -353,8 +354,8 @@ class Optimizer:
         wd = opt["muon_weight_decay"] if "muon_weight_decay" in opt else muon_weight_decay(it, opt)
         for n in parameter_names(self.cfg):
             if n.startswith("transformer.h."):
-                new[n] = muon_step(w[n], grads[n], self.state[n], opt.get("matrix_lr", 0.02) * lrm, momentum, wd,
-                                   opt.get("beta2", 0.9), opt.get("ns_steps", 5))
+                new[n] = muon_step(w[n], grads[n], self.state[n], opt.get("matrix_lr", 0.02) * lrm, momentum,
+                                   wd, opt.get("beta2", 0.9), opt.get("ns_steps", 5))
         return new
 
 
@@ -377,17 +378,23 @@ def read_inputs(directory):
     if cfg.get("recipe") != "2026":
         raise UsageError(f"config.json's recipe is {cfg.get('recipe')!r}; this twin is for \"2026\" "
                          "(tools/torch_golden.py is the classic one)")
-    missing = [k for k in ("vocab_size", "n_layer", "n_embd", "n_head", "n_kv_head", "max_seq_len") if k not in cfg]
+    required = ("vocab_size", "n_layer", "n_embd", "n_head", "n_kv_head", "max_seq_len")
+    missing = [k for k in required if k not in cfg]
     if missing:
         raise UsageError(f"config.json lacks {', '.join(missing)}")
     steps = cfg.get("optimizer", {}).get("steps", 1)
     if not isinstance(steps, int) or steps < 1:
         raise UsageError(f"config.json's optimizer.steps is {steps!r}; it counts training steps, 1 or more")
-    if cfg["n_embd"] < SMEAR_CHANNELS:
-        raise UsageError(f"n_embd {cfg['n_embd']} is below the smear gate's {SMEAR_CHANNELS} channels")
+    C, H, Hkv = cfg["n_embd"], cfg["n_head"], cfg["n_kv_head"]
+    if C < SMEAR_CHANNELS or C % H or (C // H) % 2 or H % Hkv:
+        raise UsageError(f"n_embd {C}, n_head {H}, n_kv_head {Hkv}: the 2026 model needs n_embd >= "
+                         f"{SMEAR_CHANNELS} in heads of an even size and n_kv_head dividing n_head")
     idx, targets = tensors.pop("inputs", None), tensors.pop("targets", None)
-    if idx is None or targets is None:
-        raise UsageError("input.safetensors lacks `inputs` or `targets`")
+    if idx is None or targets is None or idx.shape != targets.shape or idx.dim() != 2:
+        raise UsageError("input.safetensors needs `inputs` and `targets` of one shape [B, T]")
+    V = cfg["vocab_size"]
+    if idx.numel() and (idx.min() < 0 or idx.max() >= V or targets.min() < -1 or targets.max() >= V):
+        raise UsageError(f"token ids must lie in [0, {V}) (targets may also be -1, ignored)")
     for n, shape in parameter_shapes(cfg).items():
         if n not in tensors or list(tensors[n].shape) != shape:
             got = list(tensors[n].shape) if n in tensors else "nothing"
