@@ -42,7 +42,7 @@ show_logs() {
 }
 
 # Cancels the cluster's jobs (their steps' slurmstepd would outlive slurmd), then stops the daemons
-# newest first and waits for them.
+# newest first, each with SIGTERM and after 5 s SIGKILL.
 stop_cluster() {
   if [ -S "$dir/munge.socket" ] && [ ${#pids[@]} -ge 2 ]; then
     timeout 10 scancel --quiet --full --user=root >/dev/null 2>&1 || true
@@ -52,13 +52,24 @@ stop_cluster() {
     done
   fi
   local i
-  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill -TERM "${pids[$i]}" 2>/dev/null || true; done
+  # One at a time: slurmd and slurmctld still talk to munged while they shut down.
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill -TERM "${pids[$i]}" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "${pids[$i]}" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "${pids[$i]}" 2>/dev/null || true
     wait "${pids[$i]}" 2>/dev/null || true
   done
   pids=()
+}
+
+# Stops COMMAND (srun cancels its step on SIGTERM), SIGKILL after 5 s.
+stop_command() {
+  [ -f "$dir/command.pid" ] || return 0
+  local pid
+  pid=$(cat "$dir/command.pid")
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
 }
 
 on_exit() {
@@ -68,6 +79,7 @@ on_exit() {
     kill -KILL "$watchdog" 2>/dev/null
     wait "$watchdog" 2>/dev/null || true
   fi
+  stop_command
   stop_cluster
   [ "$rc" -ne 0 ] && show_logs
   rm -rf "$dir"
@@ -137,11 +149,12 @@ pids+=($!)
 slurmd -D -N localhost -f "$SLURM_CONF" </dev/null >>"$dir/slurmd.log" 2>&1 &
 pids+=($!)
 
-# The watchdog: when this script dies without its trap (SIGKILL), it stops the daemons.
+# The watchdog: when this script dies without its trap (SIGKILL), it stops COMMAND and the cluster.
 parent=$$
 ( trap '' TERM INT
   while kill -0 "$parent" 2>/dev/null; do sleep 1; done
-  kill -TERM "${pids[@]}" 2>/dev/null; sleep 3; kill -KILL "${pids[@]}" 2>/dev/null
+  stop_command
+  stop_cluster
   rm -rf "$dir" ) </dev/null >/dev/null 2>&1 &
 watchdog=$!
 
@@ -154,4 +167,7 @@ for _ in $(seq 150); do
 done
 [ "$state" = idle ] || die 2 "the node did not become idle within 30 s (sinfo says '${state:-nothing}'; logs follow)"
 
-"$@"
+# In the background, so that a SIGTERM to this script is handled at once, not after COMMAND.
+"$@" &
+echo $! >"$dir/command.pid"
+wait $!
