@@ -128,6 +128,7 @@ SlurmdParameters=config_overrides
 ReturnToService=2
 InactiveLimit=0
 KillWait=5
+MailProg=/bin/true
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
