@@ -23,6 +23,11 @@ done
 # slurmd runs each task as the user who submitted it, which needs root; the daemons run as root here.
 [ "$(id -u)" -eq 0 ] || die 4 "a private Slurm cluster needs root (slurmd starts tasks as their user): run as root"
 
+# slurmd 22.05 starts its cgroup plugin whatever ProctrackType and TaskPlugin say, and stops without
+# a cgroup file system at /sys/fs/cgroup (systemd mounts one; a bare chroot has none).
+awk '$2 ~ "^/sys/fs/cgroup" {found = 1} END {exit !found}' /proc/self/mounts ||
+  die 2 "no cgroup file system at /sys/fs/cgroup, which slurmd 22.05 needs: mount one (in a chroot: mount --rbind /sys/fs/cgroup ROOT/sys/fs/cgroup)"
+
 # Slurm variables of an outer job (a test run inside an allocation) would send srun there.
 for v in $(compgen -e | grep '^SLURM_' || true); do unset "$v"; done
 
