@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,21 +27,12 @@ using testing::ScratchDir;
 
 // `nanoddp train` flags of a tiny model: 2 ranks x 4 rows x 32 tokens, one micro-step each.
 std::vector<std::string> train_flags(const std::string& data, const std::string& out) {
-  return {"train", "--data",
-          data,    "--out",
-          out,     "--depth",
-          "2",     "--aspect_ratio",
-          "32",    "--head_dim",
-          "32",    "--max_seq_len",
-          "32",    "--device_batch_size",
-          "4",     "--total_batch_size",
-          "256",   "--num_iterations",
-          "6",     "--eval_every",
-          "3",     "--eval_tokens",
-          "512",   "--threads",
-          "1",     "--peak_flops",
-          "1e9",   "--timeout",
-          "30"};
+  std::vector<std::string> flags = {"train", "--data", data, "--out", out};
+  std::istringstream rest(
+      "--depth 2 --aspect_ratio 32 --head_dim 32 --max_seq_len 32 --device_batch_size 4 --total_batch_size 256 "
+      "--num_iterations 6 --eval_every 3 --eval_tokens 512 --threads 1 --peak_flops 1e9 --timeout 30");
+  for (std::string word; rest >> word;) flags.push_back(word);
+  return flags;
 }
 
 // What the cluster needs, "" when it is all there. The script says the same when it runs; asking
@@ -51,8 +43,7 @@ std::string missing_requirement() {
       "command -v $t >/dev/null || echo -n \"$t \"; done");
   if (!r.output.empty())
     return "Slurm is not installed (missing " + r.output +
-           "): run scripts/setup.sh as root, which installs "
-           "Debian's slurmctld, slurmd, slurm-client and munge";
+           "): run scripts/setup.sh as root, which installs Debian's slurmctld, slurmd, slurm-client and munge";
   if (::geteuid() != 0) return "a private Slurm cluster needs root (slurmd starts tasks as their user)";
   return "";
 }
