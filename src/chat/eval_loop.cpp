@@ -30,8 +30,10 @@ EvalCounts evaluate_problems(model::GPT& model, const data::Tokenizer& tok, cons
   for (size_t i = static_cast<size_t>(rank); i < problems.size(); i += static_cast<size_t>(world)) {
     const auto prompt = data::render_for_completion(tok, problems[i].conversation);
     // A prompt that fills the context leaves no room for an answer: it would be scored as wrong.
-    NANODDP_CHECK(static_cast<int64_t>(prompt.size()) < context, "question {} of {} is {} tokens, not shorter than "
-                  "the model's context of {}: shorten the task's questions", i + 1, s.task, prompt.size(), context);
+    NANODDP_CHECK(static_cast<int64_t>(prompt.size()) < context,
+                  "question {} of {} is {} tokens, not shorter than "
+                  "the model's context of {}: shorten the task's questions",
+                  i + 1, s.task, prompt.size(), context);
     std::vector<bool> right;
     for (int64_t k = 0; k < s.num_samples; k++) {
       so.seed = sample_seed(s.seed, i, static_cast<uint64_t>(k), static_cast<uint64_t>(s.num_samples));

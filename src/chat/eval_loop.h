@@ -21,7 +21,7 @@ namespace nanoddp::chat {
 struct EvalSettings {
   int64_t num_samples = 1;  // answers per problem: the k of pass@k
   int64_t max_tokens = 64;
-  float temperature = 0;    // 0 = greedy
+  float temperature = 0;  // 0 = greedy
   int64_t top_k = 0;
   uint64_t seed = 42;
   data::RewardRule reward = data::RewardRule::Gsm8k;

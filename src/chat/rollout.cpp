@@ -31,9 +31,10 @@ Rollout rollout(model::GPT& model, const data::Tokenizer& tok, const data::Quest
                 const RolloutSettings& s) {
   Rollout r;
   r.prompt = data::render_for_completion(tok, question.conversation);
-  NANODDP_CHECK(static_cast<int64_t>(r.prompt.size()) < model.config().max_seq_len, "an RL question is {} tokens, "
-                "not shorter than the model's context of {}: shorten the task's questions", r.prompt.size(),
-                model.config().max_seq_len);
+  NANODDP_CHECK(static_cast<int64_t>(r.prompt.size()) < model.config().max_seq_len,
+                "an RL question is {} tokens, "
+                "not shorter than the model's context of {}: shorten the task's questions",
+                r.prompt.size(), model.config().max_seq_len);
   std::vector<uint64_t> seeds;
   for (int64_t i = 0; i < s.num_samples; i++)
     seeds.push_back(sample_seed(s.seed, draw, static_cast<uint64_t>(i), static_cast<uint64_t>(s.num_samples)));

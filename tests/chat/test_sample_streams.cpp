@@ -24,10 +24,11 @@ TEST(SampleStreams, DifferPerSampleAndRepeatPerSeed) {
 }
 
 // Seeds 0 and 1 with small places must not alias the way seed ^ place would (seed 1 at place 0 =
-// seed 0 at place 1).
+// seed 0 at place 1), nor give the run's seed itself to an answer.
 TEST(SampleStreams, NeighbouringSeedsAndPlacesDoNotAlias) {
   EXPECT_NE(chat::sample_seed(1, 0, 0, 1), chat::sample_seed(0, 1, 0, 1));
   EXPECT_NE(chat::sample_seed(0, 0, 1, 2), chat::sample_seed(1, 0, 0, 2));
+  for (uint64_t seed : {0, 1, 42}) EXPECT_NE(chat::sample_seed(seed, 0, 0, 1), seed);
 }
 
 }  // namespace

@@ -47,7 +47,8 @@ TEST(StopRule, GenerationEndsAtTheFirstStopId) {
     const model::SampleOptions so = chat::reply_options(*tok, 24, 1.f, 0, seed);
     const auto ids = model::generate(*gpt, prompt, so);
     ASSERT_FALSE(ids.empty());
-    for (size_t i = 0; i + 1 < ids.size(); i++) ASSERT_FALSE(so.stops(ids[i])) << "seed " << seed << " went past a stop";
+    for (size_t i = 0; i + 1 < ids.size(); i++)
+      ASSERT_FALSE(so.stops(ids[i])) << "seed " << seed << " went past a stop";
     if (!so.stops(ids.back())) {
       EXPECT_EQ(ids.size(), 24u) << "seed " << seed << " ended without a stop id before max_tokens";
       EXPECT_EQ(model::generation_end(ids, so), model::GenerationEnd::Length);
