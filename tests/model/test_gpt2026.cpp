@@ -91,7 +91,8 @@ TEST(Params2026, NamesOrderKindsAndCountFollowNanochat) {
     total += p.data.numel();
   }
   // named_parameters(): the GPT's own scalars, then its modules in the order they were registered.
-  const std::vector<std::string> head = {"resid_lambdas", "x0_lambdas", "smear_lambda", "backout_lambda",
+  const std::vector<std::string> head = {"resid_lambdas",          "x0_lambdas",
+                                         "smear_lambda",           "backout_lambda",
                                          "transformer.wte.weight", "transformer.h.0.attn.c_q.weight"};
   EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 6), head);
   const std::vector<std::string> tail = {"lm_head.weight", "smear_gate.weight", "value_embeds.0.weight",

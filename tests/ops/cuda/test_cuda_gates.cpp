@@ -29,7 +29,8 @@ TEST_P(CudaGates, ValueGateMatchesCpu) {
   const int64_t n = 70, c = 64, groups = 2, k = 12, d = 32;
   Tensor x = rounded(randn({n, c}, 1), dt), w = rounded(randn({groups, k}, 2, 0.3f), dt);
   Tensor ve = rounded(randn({n, groups * d}, 3), dt), v = rounded(randn(ve.shape(), 4), dt);
-  Tensor gv = to_gpu(v, dt), ggate = testing::poisoned({n, groups}, DType::F32), gate = Tensor::empty({n, groups}, DType::F32);
+  Tensor gv = to_gpu(v, dt), ggate = testing::poisoned({n, groups}, DType::F32),
+         gate = Tensor::empty({n, groups}, DType::F32);
   Tensor cv = Tensor::empty(v.shape(), DType::F32);
   copy(cv, v);
   ops::value_gate_forward(gv, ggate, to_gpu(x, dt), to_gpu(w, dt), to_gpu(ve, dt));
