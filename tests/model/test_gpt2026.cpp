@@ -106,6 +106,14 @@ TEST(Params2026, NamesOrderKindsAndCountFollowNanochat) {
   for (const char* s : {"smear_gate.weight", "smear_lambda", "backout_lambda"})
     EXPECT_EQ(gpt.parameter(s).kind, model::ParamKind::Smear) << s;
   EXPECT_EQ(total, c.num_params());
+  // nanochat's estimate_flops: 6 x the weights of its Linear layers (the blocks' matrices and gates,
+  // lm_head, the smear gate; not the embeddings or the scalars) + 12 H D min(window, T) per layer.
+  int64_t matmul = 0;
+  for (const auto& p : gpt.parameters())
+    if (p.kind == model::ParamKind::Matrix || p.kind == model::ParamKind::LmHead || p.name == "smear_gate.weight")
+      matmul += p.data.numel();
+  const double attention = 12.0 * 2 * 16 * (128 + 128 + 512);  // windows S, S, L at max_seq_len 512
+  EXPECT_DOUBLE_EQ(c.flops_per_token(512), 6.0 * static_cast<double>(matmul) + attention);
 }
 
 TEST(Init2026, FollowsNanochat) {

@@ -382,7 +382,7 @@ TEST(Recipe, A2026RunTrainsAndTheOtherRecipeCannotResumeOrStartFromIt) {
   ASSERT_TRUE(result.eval.has_value());
   EXPECT_TRUE(std::isfinite(result.eval->loss));
   const auto meta = nlohmann::json::parse(testing::read_file(
-      dir.str(fmt::format("checkpoints/step_{:06d}/meta.json", train::latest_checkpoint(dir.str())))));
+      dir.str(fmt::format("checkpoints/step_{:06d}/meta.json", *train::latest_checkpoint(dir.str())))));
   EXPECT_EQ(meta.at("model_config").at("recipe"), "2026");
   auto resume = o;
   resume.recipe = "classic";
