@@ -79,6 +79,13 @@ TEST(Config2026, JsonRecordsTheRecipeAndOldConfigsReadAsClassic) {
   bad = c.to_json();
   bad["window_pattern"] = "SXL";
   EXPECT_THROW(GPTConfig::from_json(bad), Error);
+  // The smear gate reads 24 channels: a narrower 2026 model is refused by name.
+  try {
+    GPTConfig::from_depth(1, 1000, 256, 16, 16, 0, Recipe::R2026);
+    ADD_FAILURE() << "a 16-channel 2026 model was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at least 24"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Params2026, NamesOrderKindsAndCountFollowNanochat) {
