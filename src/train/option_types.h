@@ -14,6 +14,7 @@
 
 #include "core/option_value.h"
 #include "data/tasks.h"
+#include "model/config.h"
 
 namespace nanoddp::train {
 
@@ -44,6 +45,10 @@ inline constexpr std::array<EnumWord<DtypeChoice>, 8> kDtypeWords = {
 enum class MuonPrecision { BF16, F32 };
 inline constexpr std::array<EnumWord<MuonPrecision>, 2> kMuonPrecisionWords = {
     {{MuonPrecision::BF16, "bf16"}, {MuonPrecision::F32, "f32"}}};
+
+// The model's architecture (--recipe); the words are GPTConfig's JSON values (model::recipe_name).
+inline constexpr std::array<EnumWord<model::Recipe>, 2> kRecipeWords = {
+    {{model::Recipe::Classic, "classic"}, {model::Recipe::R2026, "2026"}}};
 
 inline constexpr std::array<EnumWord<data::RewardRule>, 4> kRewardWords = {
     {{data::RewardRule::Auto, "auto"},
@@ -76,6 +81,8 @@ template <>
 struct OptionText<train::MuonPrecision> : EnumText<train::MuonPrecision, train::kMuonPrecisionWords> {};
 template <>
 struct OptionText<data::RewardRule> : EnumText<data::RewardRule, train::kRewardWords> {};
+template <>
+struct OptionText<model::Recipe> : EnumText<model::Recipe, train::kRecipeWords> {};
 
 template <>
 struct OptionText<train::ResumeSpec> {

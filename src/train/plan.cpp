@@ -26,8 +26,8 @@ Plan make_rl_plan(Plan p, const TrainOptions& o, int world) {
 
 Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) {
   Plan p;
-  p.config = model::GPTConfig::from_depth(o.model.depth, meta.vocab_size, o.model.max_seq_len, o.model.aspect_ratio,
-                                          o.model.head_dim, o.model.n_kv_head);
+  p.config = model::GPTConfig::from_depth(o.model.depth, meta.vocab_size, o.model.max_seq_len, o.model.aspect_ratio, o.model.head_dim,
+                                          o.model.n_kv_head, o.model.recipe, o.model.window_pattern);
   if (o.chat.stage == RunStage::Rl) return make_rl_plan(p, o, world);
   // Tokens of one micro-step over all ranks.
   const int64_t per_micro = o.batch.device_batch_size * o.model.max_seq_len * world;

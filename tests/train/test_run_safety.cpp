@@ -379,6 +379,31 @@ TEST(InitFrom, ANewRunStartsFromTheWeightsOfAnother) {
   NANODDP_EXPECT_ERROR(train_single(b_opts), "--init_from", "nope.safetensors");
 }
 
+// --recipe 2026 trains (its extra parameters through the optimizer too), records the recipe, and
+// a run of the other recipe can neither resume it nor start from its weights: one line naming both.
+TEST(Recipe, A2026RunTrainsAndTheOtherRecipeCannotResumeOrStartFromIt) {
+  testing::ScratchDir dir("recipe_2026"), other("recipe_classic");
+  auto o = tiny(dir.str());
+  o.model.recipe = model::Recipe::R2026;
+  o.batch.num_iterations = 2;
+  o.eval.eval_every = 2;
+  const auto result = train_single(o);
+  ASSERT_TRUE(result.eval.has_value());
+  EXPECT_TRUE(std::isfinite(result.eval->loss));
+  const auto meta = nlohmann::json::parse(testing::read_file(
+      dir.str(fmt::format("checkpoints/step_{:06d}/meta.json", *train::latest_checkpoint(dir.str())))));
+  EXPECT_EQ(meta.at("model_config").at("recipe"), "2026");
+  auto resume = o;
+  resume.model.recipe = model::Recipe::Classic;
+  resume.output.resume = resume_spec("latest");
+  resume.batch.num_iterations = 4;
+  NANODDP_EXPECT_ERROR(train_single(resume), "holds a --recipe 2026 model and this run is --recipe classic",
+                       "give --recipe 2026");
+  auto start = tiny(other.str());
+  start.output.init_from = dir.str();
+  NANODDP_EXPECT_ERROR(train_single(start), "--init_from", "--recipe 2026");
+}
+
 TEST(RunFolder, ARunKeepsItsTokenizerAndExportWritesItBesideTheWeights) {
   testing::ScratchDir dir("run_tokenizer");
   const std::string bin = testing::nanoddp_binary(), corpus = dir.str("corpus.jsonl"), tok = dir.str("t.tiktoken");
