@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
       for (const auto& it : data::make_task("arithmetic", 2000, 1)) out << data::task_item_conversation_json(it) << "\n";
     }
     auto group = dist::make_single_rank_group(Device::cpu());
-    bench::StepBench run({.depth = a.depth, .vocab = a.vocab, .seq = a.seq, .batch = a.batch, .optimizer = "muon"},
+    bench::StepBench run({.depth = a.depth, .vocab = a.vocab, .seq = a.seq, .batch = a.batch, .optimizer = ddp::OptimizerKind::Muon},
                          *group);
     const double tokens = static_cast<double>(a.batch) * a.seq;
     const double base = best_seconds(a.warmup, a.steps, [&] { run.step(); });

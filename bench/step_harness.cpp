@@ -19,7 +19,7 @@ StepBench::StepBench(const StepBenchConfig& c, dist::ProcessGroup& group)
   model_->init_weights(1);
   reducer_ = std::make_unique<ddp::Reducer>(*model_, group,
                                             ddp::ReducerOptions{.zero = c.zero,
-                                                                .whole_matrices = c.optimizer == "muon",
+                                                                .whole_matrices = c.optimizer == ddp::OptimizerKind::Muon,
                                                                 .first_bucket_mb = c.first_bucket_mb,
                                                                 .bucket_cap_mb = c.bucket_cap_mb});
   reducer_->broadcast_parameters();

@@ -23,7 +23,7 @@ struct StepBenchConfig {
   int64_t batch = 16;  // rows of this rank's micro-batch
   Device device = Device::cpu();
   DType act_dtype = DType::F32;
-  std::string optimizer = "adamw";  // adamw (AdamW everywhere) or muon (nanochat: Muon + AdamW)
+  ddp::OptimizerKind optimizer = ddp::OptimizerKind::AdamW;  // or Muon (nanochat: Muon + AdamW)
   int zero = 0;
   double first_bucket_mb = 1.0, bucket_cap_mb = 25.0;  // PyTorch DDP's defaults
   double muon_momentum = 0.9;

@@ -95,7 +95,8 @@ std::vector<Result> run_nanoddp(const Args& a, const std::vector<DType>& acts) {
     cs.push_back(Contender{.act = act,
                            .bench = std::make_unique<bench::StepBench>(
                                bench::StepBenchConfig{.depth = a.depth, .vocab = a.vocab, .seq = a.seq,
-                                                      .batch = a.batch, .act_dtype = act, .optimizer = a.optimizer},
+                                                      .batch = a.batch, .act_dtype = act,
+                                                      .optimizer = parse_option<ddp::OptimizerKind>(a.optimizer, "--optimizer")},
                                *group),
                            .stats = {},
                            .detail = {}});

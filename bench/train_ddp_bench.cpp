@@ -33,7 +33,7 @@ using cli::add_option_flags;
 struct BenchTrainOptions {
   int64_t depth = 4, vocab = 4096, seq = 128, global_batch = 16;
   int steps = 20, warmup = 3;
-  std::string optimizer = "adamw";
+  ddp::OptimizerKind optimizer = ddp::OptimizerKind::AdamW;
   int zero = 0;
   double bucket_cap_mb = 25, first_bucket_mb = 1;
   std::string device = "cpu";
@@ -127,7 +127,7 @@ void run(const BenchTrainOptions& o) {
   const double hidden = world > 1 && alone > 0 ? std::clamp(1.0 - exposed / alone, 0.0, 1.0) : 0.0;
   log::print0("bench_train_ddp: {} rank(s) x {} rows x {} tokens, {} threads/rank, {} ({:.2f}M params), "
               "optimizer {} zero {}, {} buckets", world, batch, o.seq, ops::cpu_threads(), ctx->backend,
-              config.num_params() / 1e6, o.optimizer, o.zero, reducer.layout().buckets.size());
+              config.num_params() / 1e6, option_text(o.optimizer), o.zero, reducer.layout().buckets.size());
   log::print0("  step {:.1f} ms | {:.0f} tok/s | comm alone {:.2f} ms/step | exposed {:.2f} ms/step | hidden {:.0f}%",
               step_s * 1e3, tok_s, alone * 1e3, exposed * 1e3, 100 * hidden);
   // Optimizer state on the largest rank: about 1/W of the replicated state with --zero 1 or 2.

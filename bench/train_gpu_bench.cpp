@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
                           .batch = a.batch,
                           .device = dev,
                           .act_dtype = DType::BF16,
-                          .optimizer = "muon",
+                          .optimizer = ddp::OptimizerKind::Muon,
                           .muon_momentum = 0.95},
                          *group);
     double loss = 0;

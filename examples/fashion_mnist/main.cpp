@@ -189,9 +189,11 @@ int load_checkpoint(const std::string& path, Mlp& model, ddp::Optimizer& optimiz
                 "wrote", path);
   for (auto& p : model.parameters()) weights.read_into(p.name, p.data);
   model.refresh_compute_weights();
-  SafetensorsFile state(optimizer_path(path));
-  NANODDP_CHECK(optimizer.state_matches(state), "{} does not hold this optimizer's state", state.path());
-  optimizer.load_state(state);
+  const SafetensorsFile file(optimizer_path(path));
+  ddp::NamedTensors state;
+  for (const std::string& name : file.names()) state.emplace(name, file.read(name));
+  NANODDP_CHECK(optimizer.state_matches(state), "{} does not hold this optimizer's state", file.path());
+  optimizer.load_state(state, file.path());
   return std::stoi(done->second);
 }
 
@@ -224,7 +226,7 @@ int run(const Args& a) {
   ddp::Reducer reducer(model, group, ddp::ReducerOptions{});
   reducer.broadcast_parameters();  // every rank starts from rank 0's weights
   ddp::OptimizerConfig oc;
-  oc.optimizer = "adamw";  // Adam: AdamW without weight decay, torch.optim.Adam's betas and eps
+  oc.optimizer = ddp::OptimizerKind::AdamW;  // Adam: AdamW without weight decay, torch.optim.Adam's betas and eps
   oc.adamw_matrix_lr = a.lr;
   oc.adam_beta1 = 0.9;
   oc.adam_beta2 = 0.999;

@@ -11,6 +11,7 @@
 #include "cli/path_checks.h"
 #include "cli/rank_setup.h"
 #include "cli/stop_signal.h"
+#include "comm/backend_kind.h"
 #include "comm/consistency.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -40,10 +41,10 @@ struct EvalArgs {
   int64_t max_tokens = 64;
   uint64_t seed = 42;
   std::string device = "cpu";
-  std::string dtype = "auto";
-  std::string backend = "auto";
+  train::DtypeChoice dtype = train::DtypeChoice::Auto;
+  dist::BackendKind backend = dist::BackendKind::Auto;
   double timeout = 300;
-  std::string reward = "auto";
+  data::RewardRule reward = data::RewardRule::Auto;
   template <typename V>
   void visit(V&& v) {
     v(checkpoint, "checkpoint", "Checkpoint directory, or a run's --out (its newest checkpoint)");
@@ -78,7 +79,6 @@ void check_eval_flags(const EvalArgs& a) {
   // As train's --timeout: longer waits overflow the clocks' integer nanoseconds.
   NANODDP_CHECK(std::isfinite(a.timeout) && a.timeout > 0 && a.timeout <= 1e9, "--timeout must be a positive number "
                 "of seconds, at most 1e9 (got {})", a.timeout);
-  train::activation_dtype(a.dtype, Device::cpu());  // the name's check
 }
 
 }  // namespace
@@ -90,8 +90,7 @@ void add_eval_command(CLI::App& root) {
   cmd->callback([args] {
     const EvalArgs& a = *args;
     check_eval_flags(a);
-    const data::RewardRule asked = data::parse_reward_rule(a.reward);  // a misspelt rule fails before the rendezvous
-    const RankSetup rank = join_process_group(a.device, a.backend, a.timeout);
+    const RankSetup rank = join_process_group(a.device, option_text(a.backend), a.timeout);
     const Device device = rank.device;
     dist::ProcessGroup& group = *rank.context->group;
     check_input_path("--checkpoint", a.checkpoint, PathKind::Directory);
@@ -103,7 +102,10 @@ void add_eval_command(CLI::App& root) {
       dist::Fields fields;
       EvalArgs named = a;
       named.visit([&](const auto& value, const char* name, const char*) {
-        fields.emplace_back(fmt::format("--{}", name), fmt::format("{}", value));
+        if constexpr (TextOption<std::decay_t<decltype(value)>>)
+          fields.emplace_back(fmt::format("--{}", name), option_text(value));
+        else
+          fields.emplace_back(fmt::format("--{}", name), fmt::format("{}", value));
       });
       fields.emplace_back("the checkpoint's step", std::to_string(train::read_checkpoint_meta(dir).value("step", -1)));
       dist::check_consistent(group, fields);
@@ -111,7 +113,7 @@ void add_eval_command(CLI::App& root) {
     auto model = train::load_model(dir, device, a.dtype);
     auto tok = train::load_checkpoint_tokenizer(dir, "");
     const auto questions = data::load_questions(a.task, a.count, a.task_seed);
-    const data::RewardRule reward = data::resolve_reward_rule(asked, a.task, questions);
+    const data::RewardRule reward = data::resolve_reward_rule(a.reward, a.task, questions);
     // Checked before any answer is sampled: the loop runs problems x num_samples times.
     const int64_t problems = static_cast<int64_t>(questions.size());
     NANODDP_CHECK(problems <= kMaxEvalAnswers / a.num_samples, "--num_samples {} x {} problems of {} is too large: an "

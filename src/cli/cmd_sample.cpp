@@ -29,7 +29,7 @@ struct SampleArgs {
   uint64_t seed = 42;
   std::string data = "";
   std::string device = "cpu";
-  std::string dtype = "auto";
+  train::DtypeChoice dtype = train::DtypeChoice::Auto;
   template <typename V>
   void visit(V&& v) {
     v(checkpoint, "checkpoint", "Checkpoint directory, or a run's OUT directory (its newest checkpoint)");

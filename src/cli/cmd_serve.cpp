@@ -74,7 +74,7 @@ struct ServeArgs {
   uint64_t seed = 42;
   std::string data = "";
   std::string device = "cpu";
-  std::string dtype = "auto";
+  train::DtypeChoice dtype = train::DtypeChoice::Auto;
   int64_t max_request_bytes = 64 << 10;
   int64_t max_queue = 16;
   int64_t max_connections = 256;

@@ -15,7 +15,7 @@ namespace nanoddp::ddp {
 namespace {
 
 bool uses_muon(const OptimizerConfig& cfg, const model::Parameter& p) {
-  return cfg.optimizer == "muon" && is_muon_matrix(p);
+  return cfg.optimizer == OptimizerKind::Muon && is_muon_matrix(p);
 }
 
 // The sum of squares of each region, all computed before one read-back: on a GPU one host
@@ -33,8 +33,6 @@ std::vector<float> sums_of_squares(const std::vector<Tensor>& regions, Device de
 
 Optimizer::Optimizer(model::ParameterSet& model, Reducer& reducer, const OptimizerConfig& cfg)
     : model_(model), reducer_(reducer), cfg_(cfg) {
-  NANODDP_CHECK(cfg.optimizer == "muon" || cfg.optimizer == "adamw" || cfg.optimizer == "sgd", "the optimizer must "
-                "be muon, adamw or sgd (got '{}')", cfg.optimizer);
   const double s = model.adamw_lr_scale();
   auto& params = model.parameters();
   NANODDP_CHECK(!params.empty(), "the optimizer got a model without parameters");
@@ -43,7 +41,7 @@ Optimizer::Optimizer(model::ParameterSet& model, Reducer& reducer, const Optimiz
   const Device dev = params[0].data.device();
   // Muon updates whole matrices, so under sharding each must lie in one rank's shard. Checked for
   // every rank's shard, so that all ranks stop here together rather than two of them.
-  if (reducer.sharded() && cfg.optimizer == "muon")
+  if (reducer.sharded() && cfg.optimizer == OptimizerKind::Muon)
     for (const Bucket& b : layout.buckets)
       for (const BucketEntry& e : b.entries) {
         if (!uses_muon(cfg, params[e.param])) continue;
@@ -66,7 +64,7 @@ Optimizer::Optimizer(model::ParameterSet& model, Reducer& reducer, const Optimiz
         muon_.push_back({e.param, Tensor::zeros(p.data.shape(), DType::F32, dev)});
         continue;
       }
-      float lr = static_cast<float>(cfg.optimizer == "sgd"                     ? cfg.sgd_lr
+      float lr = static_cast<float>(cfg.optimizer == OptimizerKind::Sgd         ? cfg.sgd_lr
                                     : p.kind == model::ParamKind::Embedding ? cfg.embedding_lr * s
                                     : p.kind == model::ParamKind::LmHead  ? cfg.unembedding_lr * s
                                                                           : cfg.adamw_matrix_lr);
@@ -170,10 +168,10 @@ void Optimizer::step(double lr_multiplier, double momentum) {
   auto& params = model_.parameters();
   if (cfg_.grad_clip > 0) clip_gradients();
   muon_step(lr_multiplier, momentum);
-  adam_step_++;
+  steps_taken_++;
   for (AdamPiece& a : adam_) {
     model::Parameter& p = params[a.param];
-    if (cfg_.optimizer == "sgd") {
+    if (cfg_.optimizer == OptimizerKind::Sgd) {
       const Tensor pd = p.data.view({p.data.numel()}).region(a.offset, {a.numel});
       const Tensor pg = p.grad.view({p.grad.numel()}).region(a.offset, {a.numel});
       if (cfg_.weight_decay != 0) ops::axpy(pg, pd, static_cast<float>(cfg_.weight_decay));
@@ -185,7 +183,7 @@ void Optimizer::step(double lr_multiplier, double momentum) {
     }
     ops::AdamWStep s{static_cast<float>(a.base_lr * lr_multiplier), static_cast<float>(cfg_.adam_beta1),
                      static_cast<float>(cfg_.adam_beta2), static_cast<float>(cfg_.adam_eps),
-                     static_cast<float>(cfg_.weight_decay), adam_step_};
+                     static_cast<float>(cfg_.weight_decay), steps_taken_};
     const Tensor pd = p.data.view({p.data.numel()}), pg = p.grad.view({p.grad.numel()});
     ops::adamw_update(pd.region(a.offset, {a.numel}), pg.region(a.offset, {a.numel}), a.m, a.v, s);
   }
@@ -223,41 +221,53 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
   }
   for (const auto& m : muon_) out.emplace_back("muon.momentum." + params[m.param].name, m.momentum);
   Tensor step = Tensor::empty({1}, DType::I64);
-  step.data<int64_t>()[0] = adam_step_;
+  step.data<int64_t>()[0] = steps_taken_;  // under AdamW's name: the checkpoint format predates SGD
   out.emplace_back("adamw.step", step);
   return out;
 }
 
 namespace {
 
-// adamw.step of an optimizer file: an int64 scalar, or an error naming the file (read_into checks
-// the dtype and size; a damaged or foreign file must not reach data<int64_t>() unchecked).
-int64_t read_adam_step(const SafetensorsFile& file) {
-  Tensor step = Tensor::empty({1}, DType::I64);
-  file.read_into("adamw.step", step);
-  return step.data<int64_t>()[0];
+// adamw.step of a saved state: an int64 scalar, or an error naming `source` (a damaged or foreign
+// file must not reach data<int64_t>() unchecked).
+int64_t saved_steps(const NamedTensors& saved, std::string_view source) {
+  const auto it = saved.find("adamw.step");
+  NANODDP_CHECK(it != saved.end(), "optimizer state {} has no 'adamw.step'", source);
+  const Tensor& t = it->second;
+  NANODDP_CHECK(t.dtype() == DType::I64 && t.numel() == 1, "optimizer state {}: 'adamw.step' is {} {} where one "
+                "int64 was expected: the file is damaged or was not written by nanoddp", source, dtype_name(t.dtype()),
+                t.shape().str());
+  return t.copy_to(Device::cpu()).data<int64_t>()[0];
 }
 
 }  // namespace
 
-bool Optimizer::state_matches(const SafetensorsFile& file) const {
+bool Optimizer::state_matches(const NamedTensors& saved) const {
   const auto expected = state();
-  if (file.names().size() != expected.size()) return false;
-  for (const auto& [name, t] : expected)
-    if (!file.contains(name) || (name != "adamw.step" && file.shape(name) != t.shape())) return false;
+  if (saved.size() != expected.size()) return false;
+  for (const auto& [name, t] : expected) {
+    const auto it = saved.find(name);
+    if (it == saved.end() || (name != "adamw.step" && it->second.shape() != t.shape())) return false;
+  }
   return true;
 }
 
-void Optimizer::load_state(const SafetensorsFile& file) {
+void Optimizer::load_state(const NamedTensors& saved, std::string_view source) {
   auto expected = state();
+  NANODDP_CHECK(saved.size() == expected.size(), "optimizer state {} holds {} tensors where this run expects {}: it "
+                "was saved with other sharding settings", source, saved.size(), expected.size());
   for (auto& [name, t] : expected) {
-    NANODDP_CHECK(file.contains(name), "optimizer state {} has no '{}': it was saved by a run with another world "
-                  "size, --zero or --optimizer; resume with the same settings", file.path(), name);
-    if (name != "adamw.step") file.read_into(name, t);
+    const auto it = saved.find(name);
+    NANODDP_CHECK(it != saved.end(), "optimizer state {} has no '{}': it was saved by a run with another world "
+                  "size, --zero or --optimizer; resume with the same settings", source, name);
+    if (name == "adamw.step") continue;
+    const Tensor& src = it->second;
+    NANODDP_CHECK(src.dtype() == t.dtype() && src.shape() == t.shape(), "optimizer state {}: '{}' is {} {} where {} "
+                  "{} was expected", source, name, dtype_name(src.dtype()), src.shape().str(), dtype_name(t.dtype()),
+                  t.shape().str());
+    copy(t, src);
   }
-  NANODDP_CHECK(file.names().size() == expected.size(), "optimizer state {} holds {} tensors where this run expects "
-                "{}: it was saved with other sharding settings", file.path(), file.names().size(), expected.size());
-  adam_step_ = read_adam_step(file);
+  steps_taken_ = saved_steps(saved, source);
 }
 
 }  // namespace nanoddp::ddp
@@ -285,7 +295,7 @@ void Optimizer::load_state_resharded(const std::vector<const SafetensorsFile*>& 
     for (const std::string& name : f->names()) {
       if (!seen.insert(name).second) continue;
       if (name == "adamw.step") {
-        step = read_adam_step(*f);
+        step = saved_steps({{name, f->read(name)}}, f->path());
         continue;
       }
       const bool m = name.rfind("adamw.m.", 0) == 0, v = name.rfind("adamw.v.", 0) == 0;
@@ -335,7 +345,7 @@ void Optimizer::load_state_resharded(const std::vector<const SafetensorsFile*>& 
                   "--optimizer", name);
     it->second.file->read_into(it->second.name, mm.momentum);
   }
-  adam_step_ = step;
+  steps_taken_ = step;
 }
 
 }  // namespace nanoddp::ddp

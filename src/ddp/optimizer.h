@@ -12,19 +12,25 @@
 // the replicated state.
 #pragma once
 
+#include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "core/safetensors.h"
+#include "ddp/optimizer_kind.h"
 #include "ddp/reducer.h"
 
 namespace nanoddp::ddp {
 
+// Tensors by name, as a checkpoint's optimizer file holds them (the caller reads the file).
+using NamedTensors = std::map<std::string, Tensor>;
+
 struct OptimizerConfig {
-  // "muon" (nanochat: Muon + AdamW), "adamw" (AdamW everywhere) or "sgd" (SGD with momentum
-  // everywhere, torch.optim.SGD's rule: buf = momentum buf + g (+ weight_decay p first); p -= lr buf).
-  std::string optimizer = "muon";
+  // Muon (nanochat: Muon + AdamW), AdamW (everywhere) or Sgd (SGD with momentum everywhere,
+  // torch.optim.SGD's rule: buf = momentum buf + g (+ weight_decay p first); p -= lr buf).
+  OptimizerKind optimizer = OptimizerKind::Muon;
   double embedding_lr = 0.2;       // AdamW, times s
   double unembedding_lr = 0.004;   // AdamW, times s
   double matrix_lr = 0.02;         // Muon
@@ -37,7 +43,7 @@ struct OptimizerConfig {
   // rank all of them; the same bits, W times the work). Note [split Newton-Schulz].
   bool split_newton_schulz = true;
   double grad_clip = 0;             // clip the gradients' global L2 norm to this (0 = off)
-  double sgd_lr = 0.01, sgd_momentum = 0.9;  // "sgd" (the state keeps its buffer where AdamW keeps m)
+  double sgd_lr = 0.01, sgd_momentum = 0.9;  // Sgd (the state keeps its buffer where AdamW keeps m)
 };
 
 class Optimizer {
@@ -54,7 +60,7 @@ class Optimizer {
   // Collective: every rank calls it.
   bool unscale_and_check(float inv_scale);
 
-  int64_t steps_taken() const { return adam_step_; }
+  int64_t steps_taken() const { return steps_taken_; }
   // How many Muon matrices this rank orthogonalised in the last step (Note [split Newton-Schulz]).
   size_t muon_orthogonalised() const { return muon_orthogonalised_; }
   // The gradients' global L2 norm before clipping in the last step (computed only with grad_clip).
@@ -62,10 +68,12 @@ class Optimizer {
   size_t state_bytes() const;
   // This rank's optimizer state, named by parameter and offset, for checkpoints.
   std::vector<std::pair<std::string, Tensor>> state() const;
-  void load_state(const SafetensorsFile& file);
-  // Whether `file` holds exactly the pieces this rank's state has (then load_state reads it; else
+  // Reads `saved` (all of a state() saved by the same world size and sharding; `source` names it
+  // in errors, e.g. the file it was read from) into this rank's state.
+  void load_state(const NamedTensors& saved, std::string_view source);
+  // Whether `saved` holds exactly the pieces this rank's state has (then load_state reads it; else
   // the checkpoint was sharded otherwise and load_state_resharded is needed).
-  bool state_matches(const SafetensorsFile& file) const;
+  bool state_matches(const NamedTensors& saved) const;
   // The state saved by any world size and --zero (every rank's file of the checkpoint; under
   // --zero 0 rank 0's alone is enough), resharded for this one: Note [resharding] in optimizer.cpp.
   void load_state_resharded(const std::vector<const SafetensorsFile*>& files);
@@ -75,6 +83,7 @@ class Optimizer {
     int param;
     int64_t offset, numel;  // within the parameter
     float base_lr;
+    // AdamW's first and second moments; with the Sgd optimizer m is SGD's momentum buffer (v unused).
     Tensor m, v;
   };
   struct MuonMatrix {
@@ -101,7 +110,8 @@ class Optimizer {
   // muon_'s indices grouped by the matrices' shape (in order of first appearance): Newton-Schulz
   // takes a group at once, which a GPU runs as batches (ops::newton_schulz).
   std::vector<std::vector<size_t>> muon_groups_;
-  int64_t adam_step_ = 0;
+  // Optimizer steps taken (every optimizer's: AdamW's bias correction reads it), saved as adamw.step.
+  int64_t steps_taken_ = 0;
   size_t muon_orthogonalised_ = 0;
 };
 

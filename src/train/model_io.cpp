@@ -159,7 +159,7 @@ bool all_finite(const Tensor& t) {
   return true;
 }
 
-std::unique_ptr<model::GPT> load_model(const std::string& dir, Device device, const std::string& dtype) {
+std::unique_ptr<model::GPT> load_model(const std::string& dir, Device device, DtypeChoice dtype) {
   const DType act = activation_dtype(dtype, device);
   const auto meta = read_checkpoint_meta(dir);
   NANODDP_CHECK(meta.contains("model_config"), "{}/meta.json has no model_config", dir);

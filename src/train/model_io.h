@@ -12,6 +12,7 @@
 
 #include "data/tokenizer.h"
 #include "model/gpt.h"
+#include "train/option_types.h"
 
 namespace nanoddp::train {
 
@@ -25,7 +26,7 @@ bool all_finite(const Tensor& t);
 // dtype: the activations, as train's --dtype names them (auto: bf16 on CUDA, fp32 on the CPU); the
 // weights are the checkpoint's f32 master weights whatever it was trained in.
 std::unique_ptr<model::GPT> load_model(const std::string& checkpoint_dir, Device device,
-                                       const std::string& dtype = "auto");
+                                       DtypeChoice dtype = DtypeChoice::Auto);
 // The tokenizer a checkpoint's training data used: the run's own copy (OUT/tokenizer/), else its
 // dataset directory recorded in meta.json; `data_dir` overrides where to look, and must then hold
 // the same tokenizer as the run's copy where it keeps one (check_dataset_tokenizer).

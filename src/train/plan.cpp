@@ -44,7 +44,8 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
   } else if (o.batch.num_epochs > 0) {
     p.num_iterations = -1;  // the trainer counts the epoch's tokens once its loader exists
   } else if (o.batch.target_flops > 0) {
-    const double steps = o.batch.target_flops / (p.config.flops_per_token(o.model.max_seq_len) * static_cast<double>(total));
+    const double steps = o.batch.target_flops /
+                         (p.config.flops_per_token(o.model.max_seq_len) * static_cast<double>(total));
     check_budget_steps(steps, fmt::format("--target_flops {:g}", o.batch.target_flops));
     p.num_iterations = std::llround(steps);
   } else {
@@ -57,7 +58,8 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
   if (p.num_iterations < 1 && o.batch.num_epochs <= 0) {
     // Say why: the budget given is smaller than one step.
     const double step_flops = p.config.flops_per_token(o.model.max_seq_len) * static_cast<double>(total);
-    NANODDP_CHECK(o.batch.target_flops <= 0, "the run would take 0 steps: --target_flops {:g} is less than half of one step, "
+    NANODDP_CHECK(o.batch.target_flops <= 0,
+                  "the run would take 0 steps: --target_flops {:g} is less than half of one step, "
                   "which costs {:.3g} FLOPs ({:.3g} per token x {} tokens per step); raise it or set --num_iterations",
                   o.batch.target_flops, step_flops, p.config.flops_per_token(o.model.max_seq_len), total);
     NANODDP_FAIL("the run would take 0 steps: --target_param_data_ratio {:g} x {} parameters is fewer tokens than one "

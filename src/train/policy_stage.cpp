@@ -69,8 +69,8 @@ PolicyStage::PolicyStage(const StageContext& ctx) : ctx_(ctx) {
                   "not shorter than the model's context of {}: shorten or remove it", i + 1, o.rl.task, n,
                   ctx.plan.config.max_seq_len);
   }
-  questions_ = std::make_unique<QuestionSource>(std::move(questions), ctx.group.rank(), ctx.group.size(), o.input.shuffle,
-                                                o.input.seed, o.rl.examples_per_step);
+  questions_ = std::make_unique<QuestionSource>(std::move(questions), ctx.group.rank(), ctx.group.size(),
+                                                o.input.shuffle, o.input.seed, o.rl.examples_per_step);
 }
 
 void PolicyStage::forward_backward(float loss_scale, StepPhases& phases) {

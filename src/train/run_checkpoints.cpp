@@ -181,8 +181,10 @@ void RunCheckpoints::claim_run_folder(int64_t resume) {
   const std::string existing = own ? "" : describe_run(opts_.output.out);
   // With no complete checkpoint there is nothing to continue (a run that failed or was stopped
   // before its first save): only the other two ways are offered.
-  NANODDP_CHECK(existing.empty() || opts_.output.overwrite, "--out {} holds {}: {}choose another --out, or pass --overwrite "
-                "to move it aside (it is never deleted)", opts_.output.out, existing,
+  NANODDP_CHECK(existing.empty() || opts_.output.overwrite,
+                "--out {} holds {}: {}choose another --out, or pass --overwrite "
+                "to move it aside (it is never deleted)",
+                opts_.output.out, existing,
                 latest_checkpoint(opts_.output.out) ? "continue it with --resume latest, " : "");
   group_.barrier()->wait();  // every rank has looked before rank 0 moves anything
   run_id_ = own ? info->run_id : new_run_id();
@@ -296,8 +298,10 @@ void RunCheckpoints::load_state(int64_t step, const std::string& dir, const nloh
   const nlohmann::json& saved_options = meta.at("options");
   const int saved_world = meta.at("world_size");
   const int saved_zero = saved_options.value("zero", 0);
-  const bool same_buckets = saved_options.value("bucket_cap_mb", opts_.optim.bucket_cap_mb) == opts_.optim.bucket_cap_mb &&
-                            saved_options.value("first_bucket_mb", opts_.optim.first_bucket_mb) == opts_.optim.first_bucket_mb;
+  const bool same_buckets = saved_options.value("bucket_cap_mb", opts_.optim.bucket_cap_mb) ==
+                                opts_.optim.bucket_cap_mb &&
+                            saved_options.value("first_bucket_mb", opts_.optim.first_bucket_mb) ==
+                                opts_.optim.first_bucket_mb;
   const bool same_sharding = saved_world == group_.size() && saved_zero == static_cast<int>(opts_.optim.zero) &&
                              (saved_zero == 0 || same_buckets);
   bool resharded = false;
@@ -310,11 +314,15 @@ void RunCheckpoints::load_state(int64_t step, const std::string& dir, const nloh
                     p.name);
     // The same settings by an older build may still have placed the Muon matrices otherwise
     // (bucket_layout.h): then this rank's file lacks its pieces, and resharding finds them.
-    std::unique_ptr<SafetensorsFile> own;
-    if (same_sharding) own = std::make_unique<SafetensorsFile>(dir + "/" + CheckpointFiles::optimizer(group_.rank()));
-    resharded = !own || !optimizer_.state_matches(*own);
+    const std::string own_path = dir + "/" + CheckpointFiles::optimizer(group_.rank());
+    ddp::NamedTensors own;
+    if (same_sharding) {
+      const SafetensorsFile file(own_path);
+      for (const std::string& name : file.names()) own.emplace(name, file.read(name));
+    }
+    resharded = !same_sharding || !optimizer_.state_matches(own);
     if (!resharded) {
-      optimizer_.load_state(*own);
+      optimizer_.load_state(own, own_path);
     } else {
       std::vector<std::unique_ptr<SafetensorsFile>> files;
       std::vector<const SafetensorsFile*> views;
@@ -340,9 +348,10 @@ RunState RunCheckpoints::restore(int64_t step, const nlohmann::json& dataset_ide
   // this one): the file is damaged, or the data is not the checkpoint's.
   const int64_t cursor = meta.at("loader").at("cursor");
   if (cursor > units_per_epoch)
-    fail_unresumable(opts_.output.out, step, fmt::format("{}/meta.json: its data position (cursor {}) lies beyond the {} "
-                                                  "units of an epoch of this run's data", dir, cursor,
-                                                  units_per_epoch));
+    fail_unresumable(opts_.output.out, step,
+                     fmt::format("{}/meta.json: its data position (cursor {}) lies beyond the {} "
+                                 "units of an epoch of this run's data",
+                                 dir, cursor, units_per_epoch));
   check_fits(step, dir, meta, dataset_identity);
   load_state(step, dir, meta);
   // Another --dtype may continue a run (the master weights and optimizer state are f32 in every

@@ -75,7 +75,8 @@ class TokenStage final : public Stage {
 TokenStage::TokenStage(const StageContext& ctx) : ctx_(ctx) {
   const TrainOptions& o = ctx.opts;
   // Rank-strided: each rank reads its own rows of the one seeded order.
-  data::LoaderOptions lo{o.batch.device_batch_size, o.model.max_seq_len, ctx.group.rank(), ctx.group.size(), o.input.shuffle, o.input.seed};
+  data::LoaderOptions lo{o.batch.device_batch_size, o.model.max_seq_len, ctx.group.rank(),
+                         ctx.group.size(),          o.input.shuffle,     o.input.seed};
   lo.vocab_size = ctx.plan.config.vocab_size;
   lo.step_units = ctx.plan.grad_accum * ctx.group.size();  // an epoch ends after a whole step (Note [data order])
   // Evaluation reads rows in order, not steps.
@@ -211,7 +212,8 @@ double TokenStage::describe_step(const std::vector<double>& /*figures*/, int64_t
 
 std::string TokenStage::describe_batch() const {
   return fmt::format("{} tokens/step = {} ranks x {} rows x {} tokens x {} accumulation", ctx_.plan.tokens_per_step,
-                     ctx_.group.size(), ctx_.opts.batch.device_batch_size, ctx_.opts.model.max_seq_len, ctx_.plan.grad_accum);
+                     ctx_.group.size(), ctx_.opts.batch.device_batch_size, ctx_.opts.model.max_seq_len,
+                     ctx_.plan.grad_accum);
 }
 
 std::optional<EvalResult> TokenStage::evaluate_bpb() {

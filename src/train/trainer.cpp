@@ -51,7 +51,7 @@ void check_ranks_agree(const TrainOptions& opts, const data::DatasetMeta& meta, 
 
 ddp::OptimizerConfig optimizer_config(const TrainOptions& opts) {
   ddp::OptimizerConfig oc;
-  oc.optimizer = option_text(opts.optim.optimizer);
+  oc.optimizer = opts.optim.optimizer;
   oc.embedding_lr = opts.optim.embedding_lr * opts.optim.init_lr_frac;
   oc.unembedding_lr = opts.optim.unembedding_lr * opts.optim.init_lr_frac;
   oc.matrix_lr = opts.optim.matrix_lr * opts.optim.init_lr_frac;
@@ -137,7 +137,8 @@ class Trainer {
 Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device device)
     : opts_(opts), group_(group), device_(device) {
   // --save_best ranks evaluations: a run without any (RL; SFT without validation conversations) says so now.
-  const bool evaluates = opts_.chat.stage != RunStage::Rl && (opts_.chat.conversations.empty() || !opts_.chat.val_conversations.empty());
+  const bool evaluates = opts_.chat.stage != RunStage::Rl &&
+                         (opts_.chat.conversations.empty() || !opts_.chat.val_conversations.empty());
   NANODDP_CHECK(!opts_.output.save_best || evaluates,
                 "--save_best keeps the checkpoint with the lowest validation bpb, but this run evaluates nothing{}: "
                 "drop --save_best{}", opts_.chat.stage == RunStage::Rl ? " (RL is measured by its reward)" : "",
@@ -172,7 +173,8 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
   reducer_ = std::make_unique<ddp::Reducer>(*model_, group, ro);
   optimizer_ = std::make_unique<ddp::Optimizer>(*model_, *reducer_, optimizer_config(opts));
   // MFU's denominator: the user's --peak_flops, else the device's datasheet peak (ops/profile.h).
-  peak_ = opts.runtime.peak_flops > 0 ? ops::PeakFlops{opts.runtime.peak_flops, "--peak_flops"} : ops::peak_flops(device_);
+  peak_ = opts.runtime.peak_flops > 0 ? ops::PeakFlops{opts.runtime.peak_flops, "--peak_flops"}
+                                      : ops::peak_flops(device_);
   const StageContext ctx{opts_, group_, *model_, *reducer_, *tokenizer_, token_bytes_, plan_, peak_};
   stage_ = opts.chat.stage == RunStage::Rl ? make_policy_stage(ctx) : make_token_stage(ctx);
   if (plan_.num_iterations < 0) plan_.num_iterations = stage_->steps_for_epochs(opts.batch.num_epochs);
@@ -195,7 +197,8 @@ std::optional<int64_t> Trainer::start() {
   if (resume >= stop) {
     // A restart after the final checkpoint (the job died while sampling, say) has nothing left to do;
     // nor has --resume auto ("continue if there is anything to continue").
-    if (resume == stop && (opts_.output.resume.mode == ResumeSpec::Mode::Auto || (checkpoints_->restarted() && opts_.output.resume.empty()))) {
+    if (resume == stop && (opts_.output.resume.mode == ResumeSpec::Mode::Auto ||
+                           (checkpoints_->restarted() && opts_.output.resume.empty()))) {
       log::print0("{} is complete at step {}: nothing left to train (raise --num_iterations to train further)",
                   opts_.output.out, resume);
       return std::nullopt;
@@ -205,7 +208,8 @@ std::optional<int64_t> Trainer::start() {
                  opts_.output.stop_at > 0 ? fmt::format(", --stop_at {}", opts_.output.stop_at) : "");
   }
   // Weights first: a bad --init_from must fail before --overwrite moves anything.
-  if (resume < 0 && !opts_.output.init_from.empty()) init_weights_from(*model_, plan_.config, opts_.output.init_from, opts_.input.data);
+  if (resume < 0 && !opts_.output.init_from.empty())
+    init_weights_from(*model_, plan_.config, opts_.output.init_from, opts_.input.data);
   checkpoints_->claim(resume);
   write_environment(opts_, group_, device_, arithmetic_name(*model_, scaler_->scale()), peak_);
   if (resume >= 0) {
@@ -252,15 +256,18 @@ TrainResult Trainer::run() {
     // the untrained step 0.
     const bool last = step == stop;
     bool best = false;
-    if (last || epoch_ended_ || (opts_.eval.eval_every > 0 && step % opts_.eval.eval_every == 0)) best = evaluate_and_log(step);
+    if (last || epoch_ended_ || (opts_.eval.eval_every > 0 && step % opts_.eval.eval_every == 0))
+      best = evaluate_and_log(step);
     if (epoch_ended_) log_epoch(step);
-    if (last || save_due || best || (opts_.output.save_every > 0 && step % opts_.output.save_every == 0 && step > start_step_))
+    if (last || save_due || best ||
+        (opts_.output.save_every > 0 && step % opts_.output.save_every == 0 && step > start_step_))
       save(step, best);
     // A stop asked for during the last step needs nothing more: the run ends as complete (without
     // its final sample), not as one to continue (there is nothing left to resume).
     if (stop_requested && !last) return stopped(step);
     if (last) break;
-    const double lr = lr_multiplier(step, n, opts_.optim.warmup_ratio, opts_.optim.warmdown_ratio, opts_.optim.final_lr_frac);
+    const double lr = lr_multiplier(step, n, opts_.optim.warmup_ratio, opts_.optim.warmdown_ratio,
+                                    opts_.optim.final_lr_frac);
     Stopwatch sw;
     train_step(step, lr);
     const Agreed agreed = agree();
@@ -301,8 +308,8 @@ void Trainer::print_header() const {
                     peak_.flops > 0 ? fmt::format("{:.4g} TFLOP/s per device ({})", peak_.flops / 1e12, peak_.what)
                                     : peak_.what);
   log::print0("batch: {} | {} steps | {} threads/rank | optimizer {} zero {} | backend {}{}", stage_->describe_batch(),
-              plan_.num_iterations, ops::cpu_threads(), option_text(opts_.optim.optimizer), opts_.optim.zero, group_.backend_name(),
-              arithmetic);
+              plan_.num_iterations, ops::cpu_threads(), option_text(opts_.optim.optimizer), opts_.optim.zero,
+              group_.backend_name(), arithmetic);
 }
 
 TrainResult Trainer::stopped(int64_t step) {

@@ -77,12 +77,16 @@ void validate_model_shape(const TrainOptions& o) {
                 kMaxSeqLen, o.model.max_seq_len);
   positive(o.model.aspect_ratio, "aspect_ratio");
   // Divided, not multiplied: depth x aspect_ratio itself can overflow (it showed n_embd=-2).
-  NANODDP_CHECK(o.model.aspect_ratio <= kMaxModelDim / o.model.depth, "--aspect_ratio {} is too large: the model's width "
-                "depth x aspect_ratio ({} x {}) is at most {}", o.model.aspect_ratio, o.model.depth, o.model.aspect_ratio, kMaxModelDim);
+  NANODDP_CHECK(o.model.aspect_ratio <= kMaxModelDim / o.model.depth,
+                "--aspect_ratio {} is too large: the model's width "
+                "depth x aspect_ratio ({} x {}) is at most {}",
+                o.model.aspect_ratio, o.model.depth, o.model.aspect_ratio, kMaxModelDim);
   at_most(o.model.head_dim, kMaxModelDim, "head_dim", "the attention head size");
   at_most(o.model.n_kv_head, kMaxModelDim, "n_kv_head", "the number of key/value heads");
-  NANODDP_CHECK(o.model.head_dim >= 2 && o.model.head_dim % 2 == 0, "--head_dim must be even and at least 2 (got {}): rotary "
-                "embeddings rotate pairs of dimensions", o.model.head_dim);
+  NANODDP_CHECK(o.model.head_dim >= 2 && o.model.head_dim % 2 == 0,
+                "--head_dim must be even and at least 2 (got {}): rotary "
+                "embeddings rotate pairs of dimensions",
+                o.model.head_dim);
   NANODDP_CHECK(o.model.n_kv_head >= 0, "--n_kv_head must be 0 (= n_head) or positive (got {})", o.model.n_kv_head);
 }
 
@@ -130,8 +134,10 @@ void validate_optimizer(const TrainOptions& o) {
                 "--target_flops must be -1 (off) or a positive number (got {})", o.batch.target_flops);
   NANODDP_CHECK(std::isfinite(o.batch.target_param_data_ratio) && o.batch.target_param_data_ratio > 0,
                 "--target_param_data_ratio must be positive (got {})", o.batch.target_param_data_ratio);
-  NANODDP_CHECK(std::isfinite(o.runtime.loss_scale_init) && o.runtime.loss_scale_init >= 1, "--loss_scale_init must be a finite "
-                "number of at least 1 (got {})", o.runtime.loss_scale_init);
+  NANODDP_CHECK(std::isfinite(o.runtime.loss_scale_init) && o.runtime.loss_scale_init >= 1,
+                "--loss_scale_init must be a finite "
+                "number of at least 1 (got {})",
+                o.runtime.loss_scale_init);
   // The scale multiplies an f32 loss and doubles from here: above 2^64 the first scaled gradient
   // overflows f32 (max ~2^128), and the halving that follows would take ~64 skipped steps.
   NANODDP_CHECK(o.runtime.loss_scale_init <= 0x1p64, "--loss_scale_init {} is too large: at most 2^64 = {:g}",
@@ -147,8 +153,8 @@ void validate_optimizer(const TrainOptions& o) {
   fraction(o.optim.sgd_momentum, "sgd_momentum");
   learning_rate_factor(o.optim.weight_decay, "weight_decay");
   finite_non_negative(o.optim.grad_clip, "grad_clip");
-  NANODDP_CHECK(std::isfinite(o.optim.init_lr_frac) && o.optim.init_lr_frac > 0, "--init_lr_frac must be positive (got {})",
-                o.optim.init_lr_frac);
+  NANODDP_CHECK(std::isfinite(o.optim.init_lr_frac) && o.optim.init_lr_frac > 0,
+                "--init_lr_frac must be positive (got {})", o.optim.init_lr_frac);
   learning_rate_factor(o.optim.init_lr_frac, "init_lr_frac");
 }
 
@@ -159,21 +165,25 @@ void validate_schedule(const TrainOptions& o) {
   fraction(o.optim.warmup_ratio, "warmup_ratio");
   fraction(o.optim.warmdown_ratio, "warmdown_ratio");
   fraction(o.optim.final_lr_frac, "final_lr_frac");
-  NANODDP_CHECK(o.optim.warmup_ratio + o.optim.warmdown_ratio <= 1, "--warmup_ratio + --warmdown_ratio must be at most 1 (got "
-                "{} + {})", o.optim.warmup_ratio, o.optim.warmdown_ratio);
+  NANODDP_CHECK(o.optim.warmup_ratio + o.optim.warmdown_ratio <= 1,
+                "--warmup_ratio + --warmdown_ratio must be at most 1 (got "
+                "{} + {})",
+                o.optim.warmup_ratio, o.optim.warmdown_ratio);
   bucket_size(o.optim.bucket_cap_mb, "bucket_cap_mb");
   bucket_size(o.optim.first_bucket_mb, "first_bucket_mb");
-  NANODDP_CHECK(o.eval.eval_every >= -1, "--eval_every must be -1 (only at the end) or at least 0 (got {})", o.eval.eval_every);
+  NANODDP_CHECK(o.eval.eval_every >= -1, "--eval_every must be -1 (only at the end) or at least 0 (got {})",
+                o.eval.eval_every);
   positive(o.eval.eval_tokens, "eval_tokens");
   at_most(o.eval.eval_tokens, kMaxBatchTokens, "eval_tokens", "the tokens of one evaluation");
   NANODDP_CHECK(o.output.save_every >= -1, "--save_every must be -1 (only at the end) or at least 0 (got {})",
                 o.output.save_every);
   finite_non_negative(o.output.save_minutes, "save_minutes");
-  NANODDP_CHECK(o.output.keep_last >= 1, "--keep_last must be at least 1 (got {}): the newest checkpoint is always kept",
-                o.output.keep_last);
+  NANODDP_CHECK(o.output.keep_last >= 1,
+                "--keep_last must be at least 1 (got {}): the newest checkpoint is always kept", o.output.keep_last);
   minus_one_or_positive(o.output.stop_at, "stop_at", "off");
   at_most(o.output.stop_at, kMaxSteps, "stop_at", "a step number");
-  NANODDP_CHECK(o.eval.sample_tokens >= 0, "--sample_tokens must be 0 (no sample) or positive (got {})", o.eval.sample_tokens);
+  NANODDP_CHECK(o.eval.sample_tokens >= 0, "--sample_tokens must be 0 (no sample) or positive (got {})",
+                o.eval.sample_tokens);
   at_most(o.eval.sample_tokens, kMaxSeqLen, "sample_tokens", "a sample's length in tokens");
 }
 
@@ -184,12 +194,15 @@ void validate_runtime(const TrainOptions& o) {
   NANODDP_CHECK(o.runtime.timeout <= kMaxTimeoutSeconds, "--timeout {} is too large: at most {:g} seconds", o.runtime.timeout,
                 kMaxTimeoutSeconds);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  NANODDP_CHECK(o.runtime.threads >= 0 && o.runtime.threads <= cores, "--threads must be between 0 (all cores) and {}, the cores "
-                "of this machine (got {})", cores, o.runtime.threads);
+  NANODDP_CHECK(o.runtime.threads >= 0 && o.runtime.threads <= cores,
+                "--threads must be between 0 (all cores) and {}, the cores "
+                "of this machine (got {})",
+                cores, o.runtime.threads);
   finite_non_negative(o.runtime.peak_flops, "peak_flops");
   // sft and rl set init_from to their --source, which a resumed run keeps as its provenance (the
   // weights come from the checkpoint resumed); only train's own --init_from conflicts with --resume.
-  NANODDP_CHECK(o.output.init_from.empty() || o.output.resume.empty() || o.chat.stage != RunStage::Base, "--init_from starts a new run and "
+  NANODDP_CHECK(o.output.init_from.empty() || o.output.resume.empty() || o.chat.stage != RunStage::Base,
+                "--init_from starts a new run and "
                 "--resume continues one: give one of them");
 }
 
@@ -214,11 +227,6 @@ DType activation_dtype(DtypeChoice dtype, Device device) {
     case DtypeChoice::Auto: break;
   }
   return device.is_cuda() ? DType::BF16 : DType::F32;
-}
-
-// nanochat's and PyTorch's names (bfloat16, float32) are accepted too (option_types.h).
-DType activation_dtype(const std::string& dtype, Device device) {
-  return activation_dtype(parse_option<DtypeChoice>(dtype, "--dtype"), device);
 }
 
 const char* dtype_flag(DType dtype) {

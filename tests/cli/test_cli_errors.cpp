@@ -602,15 +602,16 @@ TEST_F(Cli, Sample) {
   expect_success({"data", "prepare", "--input", corpus("sample_docs.jsonl", 10), "--out", other, "--tokenizer",
                   tokenizer("sample_tok.tiktoken"), "--val_every", "2"});
   expect_failure({"sample", "--checkpoint", run, "--data", other}, {"sample_other_data", "was tokenized with"});
-  expect_failure({"sample", "--checkpoint", run, "--dtype", "fp8"}, {"--dtype must be auto, fp32, bf16 or fp16"});
+  expect_failure({"sample", "--checkpoint", run, "--dtype", "fp8"},
+                 {"--dtype: must be auto, fp32, bf16 or fp16 (got 'fp8')"});
   // A prompt of 20 bytes with its BOS fills the context of 16 (was: the prompt echoed, exit 0).
   expect_failure({"sample", "--checkpoint", run, "--prompt", std::string(20, 'a')}, {"--prompt is 21 tokens",
                                                                                      "context of 16"});
   // The same for chat's one message (was: "the last message is ... tokens", not naming the flag).
   expect_failure({"chat", "--checkpoint", run, "--prompt", std::string(20, 'a')},
                  {"--prompt: the last message is", "longer than the model's context of 16"});
-  expect_failure({"chat", "--checkpoint", run, "--prompt", "hi", "--dtype", "half"}, {"--dtype must be"});
-  expect_failure({"eval", "--checkpoint", run, "--task", "arithmetic", "--dtype", "int8"}, {"--dtype must be"});
+  expect_failure({"chat", "--checkpoint", run, "--prompt", "hi", "--dtype", "half"}, {"--dtype: must be"});
+  expect_failure({"eval", "--checkpoint", run, "--task", "arithmetic", "--dtype", "int8"}, {"--dtype: must be"});
   // A question that fills the model's context (16 tokens) has no room for an answer. Was: scored as
   // wrong, accuracy 0 and exit 0.
   expect_failure({"eval", "--checkpoint", run, "--task", "arithmetic", "--count", "2"},

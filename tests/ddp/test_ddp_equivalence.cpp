@@ -44,7 +44,7 @@ std::pair<Tensor, Tensor> micro_batch(int s, int i) {
 
 ddp::OptimizerConfig optimizer(const std::string& name) {
   ddp::OptimizerConfig oc;
-  oc.optimizer = name;
+  oc.optimizer = parse_option<ddp::OptimizerKind>(name, "optimizer");
   // f32 Newton-Schulz: in bf16 a 1e-7 change of the gradient (reduction order) moves Muon's update
   // by percents (see tests/model/test_torch_golden.cpp), which would hide real mistakes.
   oc.ns_bf16 = false;

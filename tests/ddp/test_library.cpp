@@ -57,7 +57,7 @@ TEST(LibraryMixedPrecision, Bf16ComputeCopiesFollowTheF32WeightsThroughEveryStep
   auto ctx = dist::init_distributed(dist::DistOptions{}, Device::cpu(), dist::discover_environment(no_launcher));
   ddp::Reducer reducer(model, *ctx->group, ddp::ReducerOptions{});
   ddp::OptimizerConfig oc;
-  oc.optimizer = "adamw";
+  oc.optimizer = ddp::OptimizerKind::AdamW;
   oc.adamw_matrix_lr = 0.05;
   ddp::Optimizer optimizer(model, reducer, oc);
   model::Parameter& w = model.parameters()[0];

@@ -154,7 +154,7 @@ TEST(ReducerErrors, ReplicatedStateFromEveryRankReshards) {
   testing::run_ranks(2, [&](int r, dist::ProcessGroup& group) {
     Params m({{3, 2}, {3}});
     ddp::Reducer reducer(m, group, {});
-    ddp::Optimizer o(m, reducer, {.optimizer = "adamw"});
+    ddp::Optimizer o(m, reducer, {.optimizer = ddp::OptimizerKind::AdamW});
     auto ready = reducer.sync_hook();
     for (int i = 0; i < 2; i++) {
       ops::fill(m.parameters()[i].grad, 0.25f * (i + 1) * (r + 1));
@@ -170,7 +170,7 @@ TEST(ReducerErrors, ReplicatedStateFromEveryRankReshards) {
   auto group = dist::make_single_rank_group(Device::cpu());
   Params m({{3, 2}, {3}});
   ddp::Reducer reducer(m, *group, {.zero = 1});
-  ddp::Optimizer o(m, reducer, {.optimizer = "adamw"});
+  ddp::Optimizer o(m, reducer, {.optimizer = ddp::OptimizerKind::AdamW});
   o.load_state_resharded({&f0, &f1});
   EXPECT_EQ(o.steps_taken(), 1);
   for (const auto& [name, t] : o.state()) {

@@ -198,7 +198,8 @@ TEST(Rl, EvalScoresByTheRewardFlag) {
   EXPECT_EQ(exact["correct"].get<int64_t>(), 0);  // "#### 7" is not the whole reply "7"
   Proc bad(nanoddp_argv({"eval", "--checkpoint", toy().sft, "--task", toy().questions, "--reward", "fuzzy"}));
   EXPECT_NE(bad.wait_exit(60s), 0);
-  EXPECT_NE(bad.err().find("unknown --reward 'fuzzy'"), std::string::npos) << bad.err();
+  EXPECT_NE(bad.err().find("--reward: must be auto, gsm8k, contains or exact (got 'fuzzy')"), std::string::npos)
+      << bad.err();
 }
 
 // Every sample scoring 0 for RlRunTally::kQuietSteps (5) steps in a row: one warning naming what

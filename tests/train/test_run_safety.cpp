@@ -276,8 +276,18 @@ TEST(Options, EveryMeaninglessValueIsRefusedWithItsRange) {
        "--device_batch_size must be between 1 and 16777216"},
       {"warmup + warmdown > 1", [](auto& o) { o.optim.warmup_ratio = 0.6; }, "at most 1"},
       {"zero 3", [](auto& o) { o.optim.zero = 3; }, "--zero must be 0, 1 or 2"},
-      {"loss scale 0", [](auto& o) { o.runtime.dtype = train::DtypeChoice::F16; o.runtime.loss_scale_init = 0; }, "--loss_scale_init must be"},
-      {"resume and init_from", [](auto& o) { o.output.resume = resume_spec("latest"); o.output.init_from = "x"; }, "give one of them"},
+      {"loss scale 0",
+       [](auto& o) {
+         o.runtime.dtype = train::DtypeChoice::F16;
+         o.runtime.loss_scale_init = 0;
+       },
+       "--loss_scale_init must be"},
+      {"resume and init_from",
+       [](auto& o) {
+         o.output.resume = resume_spec("latest");
+         o.output.init_from = "x";
+       },
+       "give one of them"},
   };
   testing::ScratchDir out("bad_options");
   for (const auto& c : cases) {

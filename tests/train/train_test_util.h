@@ -54,7 +54,9 @@ inline train::TrainOptions tiny_saving(const std::string& out, int64_t iteration
 }
 
 // --resume's value from its flag text ("latest", "auto", "7"), as the command line reads it.
-inline train::ResumeSpec resume_spec(std::string_view text) { return parse_option<train::ResumeSpec>(text, "--resume"); }
+inline train::ResumeSpec resume_spec(std::string_view text) {
+  return parse_option<train::ResumeSpec>(text, "--resume");
+}
 
 inline train::TrainResult train_single(const train::TrainOptions& o) {
   auto group = dist::make_single_rank_group(Device::cpu());
