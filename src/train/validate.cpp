@@ -100,7 +100,7 @@ void validate_options(const TrainOptions& o) {
   NANODDP_CHECK(o.stage == "base" || o.stage == "sft" || o.stage == "rl", "--stage must be base, sft or rl (got "
                 "'{}')", o.stage);
   if (o.stage == "rl") {
-    NANODDP_CHECK(!o.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
+    NANODDP_CHECK(!o.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic, addition");
     positive(o.task_count, "task_count");
     // Checked even for a questions file, which ignores it: as many as data/tasks.cpp can make.
     at_most(o.task_count, kMaxTaskItems, "task_count", "the number of a bundled task's problems");
