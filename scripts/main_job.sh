@@ -52,8 +52,11 @@ $bin run --standalone --nproc_per_node 2 eval --checkpoint "$work/sft" --task "$
 
 stage 7 "reinforce on addition questions (RL, 2 processes, $rl_steps steps), evaluate, chat, compare"
 $bin task --name addition --count 800 --seed 3 --format questions --out "$work/add_rl.jsonl"
+# 16 samples per question and 2% of base training's learning rates: with chat_rl's 5% and 8 samples,
+# 30 steps took the greedy accuracy from 57% down to 42% (measured; see README).
 $bin run --standalone --nproc_per_node 2 rl --source "$work/sft" --task "$work/add_rl.jsonl" --out "$work/rl" \
-  --num_samples 8 --examples_per_step 8 --max_new_tokens 40 --num_iterations "$rl_steps" --overwrite
+  --num_samples 16 --examples_per_step 4 --init_lr_frac 0.02 --max_new_tokens 40 --num_iterations "$rl_steps" \
+  --overwrite
 $bin run --standalone --nproc_per_node 2 eval --checkpoint "$work/rl" --task "$work/add_test.jsonl" \
   --max_tokens 40 | tee "$work/rl_eval.txt"
 question="Ava has 7 apples. Ava gets 5 more. How many apples does Ava have now?"
