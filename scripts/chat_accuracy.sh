@@ -20,8 +20,8 @@ if [ -z "$base" ] || [ -z "$sft" ] || [ -z "$rl" ]; then
   exit 1
 fi
 problems=$(tail -1 "$3" | sed -n 's/.*"n":\([0-9]*\).*/\1/p')
-echo "accuracy on ${problems} held-out problems: base ${base}%, after SFT ${sft}% (+$((sft - base)))," \
-  "after RL ${rl}% ($((rl - sft)) from RL)"
+printf 'accuracy on %s held-out problems: base %d%%, after SFT %d%% (%+d from SFT), after RL %d%% (%+d from RL)\n' \
+  "$problems" "$base" "$sft" $((sft - base)) "$rl" $((rl - sft))
 if [ "$rl" -lt "$min_percent" ]; then
   echo "chat_accuracy.sh: the final accuracy ${rl}% is under the floor of ${min_percent}%: the chat stages did not" \
     "teach what the default main job does; see the sft and rl runs' metrics.jsonl" >&2

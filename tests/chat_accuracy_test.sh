@@ -18,7 +18,7 @@ check() { bash "$root/scripts/chat_accuracy.sh" "$scratch/base" "$scratch/sft" "
 set +e
 out=$(check 35); rc=$?
 [ "$rc" = 0 ] || fail "an accuracy at the floor failed (rc $rc): $out"
-[[ "$out" == *"base 1%, after SFT 29% (+28), after RL 35% (6 from RL)"* ]] || fail "wrong summary: $out"
+[[ "$out" == *"base 1%, after SFT 29% (+28 from SFT), after RL 35% (+6 from RL)"* ]] || fail "wrong summary: $out"
 [[ "$out" == *"100 held-out problems"* ]] || fail "the problem count is missing: $out"
 out=$(check 36); rc=$?
 [ "$rc" = 1 ] || fail "an accuracy under the floor passed (rc $rc): $out"
