@@ -22,6 +22,7 @@
 #include "ops/cuda/cudnn_library.h"
 #include "ops/cuda/elementwise.cuh"
 #include "ops/cuda/embedding.cuh"
+#include "ops/cuda/gates.cuh"
 #include "ops/cuda/matmul.h"
 #include "ops/cuda/newton_schulz.cuh"
 #include "ops/cuda/optimizer.cuh"
@@ -51,6 +52,39 @@ std::unique_ptr<cuda::CudnnAttention> cudnn_for(cuda::AttentionRoute r, int devi
     return nullptr;
   return std::make_unique<cuda::CudnnAttention>(device, r != cuda::AttentionRoute::kCudnnNondeterministic);
 }
+
+// How newton_schulz and polar_express cut a list of same-shape [rows, cols] matrices into batches:
+// each matrix seen as [m, n] with m <= n, `per` matrices to a batch, a batch's X at most 2^25
+// elements (64 MiB in bf16) so that its scratch stays small beside the model's memory.
+struct NsBatches {
+  static constexpr int64_t kMaxBatchElements = int64_t{1} << 25;
+  int64_t rows, cols, m, n, total, per;
+  bool tall;  // more rows than columns
+
+  explicit NsBatches(const std::vector<Tensor>& xs)
+      : rows(xs[0].dim(0)),
+        cols(xs[0].dim(1)),
+        m(std::min(rows, cols)),
+        n(std::max(rows, cols)),
+        total(static_cast<int64_t>(xs.size())),
+        tall(rows > cols) {
+    const int64_t fit = std::max<int64_t>(1, kMaxBatchElements / std::max<int64_t>(1, m * n));
+    per = std::min<int64_t>({cuda::kNsMaxBatch, fit, total});
+  }
+
+  // The scratch of launch_ns_normalise for one batch.
+  Tensor normalise_scratch(Device dev) const {
+    return Tensor::empty({static_cast<int64_t>(cuda::ns_normalise_scratch_bytes(static_cast<int>(per)))}, DType::U8,
+                         dev);
+  }
+
+  // The matrices [first, first + count) of xs, as the load and store kernels take them.
+  static cuda::NsMatrices pointers(const std::vector<Tensor>& xs, int64_t first, int64_t count) {
+    cuda::NsMatrices ptrs{};
+    for (int64_t i = 0; i < count; i++) ptrs.p[i] = xs[static_cast<size_t>(first + i)].data<float>();
+    return ptrs;
+  }
+};
 
 class CudaBackend final : public Backend {
  public:
@@ -359,26 +393,18 @@ void CudaBackend::muon_momentum(const Tensor& g, const Tensor& buf, float moment
 void CudaBackend::newton_schulz(const std::vector<Tensor>& xs, int steps, bool bf16) {
   cudaStream_t s = begin();
   constexpr float a = 3.4445f, b = -4.7750f, c = 2.0315f;
-  // At most 2^25 elements of X per batch (64 MiB in bf16), so that a batch's scratch stays small
-  // beside the model's memory.
-  constexpr int64_t kMaxBatchElements = int64_t{1} << 25;
-  const int64_t rows = xs[0].dim(0), cols = xs[0].dim(1);
-  const bool tr = rows > cols;
-  const int64_t m = tr ? cols : rows, n = tr ? rows : cols;
-  const auto total = static_cast<int64_t>(xs.size());
-  const int64_t fit = std::max<int64_t>(1, kMaxBatchElements / std::max<int64_t>(1, m * n));
-  const int64_t per = std::min<int64_t>({cuda::kNsMaxBatch, fit, total});  // matrices per batch
+  const NsBatches batches(xs);
+  const int64_t rows = batches.rows, cols = batches.cols, m = batches.m, n = batches.n, per = batches.per;
+  const bool tr = batches.tall;
   const DType t = bf16 ? DType::BF16 : DType::F32;
   const Device dev = xs[0].device();
   Tensor X = Tensor::empty({per, m, n}, t, dev), A = Tensor::empty({per, m, m}, t, dev);
   Tensor cA = Tensor::empty({per, m, m}, t, dev), B = Tensor::empty({per, m, m}, t, dev);
   Tensor BX = Tensor::empty({per, m, n}, t, dev);
-  Tensor norm = Tensor::empty({static_cast<int64_t>(cuda::ns_normalise_scratch_bytes(static_cast<int>(per)))},
-                              DType::U8, dev);
-  for (int64_t first = 0; first < total; first += per) {
-    const int64_t k = std::min(per, total - first);
-    cuda::NsMatrices ptrs{};
-    for (int64_t i = 0; i < k; i++) ptrs.p[i] = xs[static_cast<size_t>(first + i)].data<float>();
+  Tensor norm = batches.normalise_scratch(dev);
+  for (int64_t first = 0; first < batches.total; first += per) {
+    const int64_t k = std::min(per, batches.total - first);
+    const cuda::NsMatrices ptrs = NsBatches::pointers(xs, first, k);
     const int kb = static_cast<int>(k);
     const cuda::GemmBatch mn_mn{k, m * n, m * n, m * m}, mm_mm{k, m * m, m * m, m * m}, mm_mn{k, m * m, m * n, m * n};
     NANODDP_CUDA_CHECK(cuda::launch_ns_load(t, X.raw(), ptrs, kb, rows, cols, tr, s));
@@ -404,24 +430,18 @@ void CudaBackend::newton_schulz(const std::vector<Tensor>& xs, int steps, bool b
 // A, AA = A A, B = round(c AA), B = round(round(b A) + B), XB, X = round(round(a X) + XB).
 void CudaBackend::polar_express(const std::vector<Tensor>& xs, int steps, bool bf16) {
   cudaStream_t s = begin();
-  constexpr int64_t kMaxBatchElements = int64_t{1} << 25;  // as newton_schulz
-  const int64_t rows = xs[0].dim(0), cols = xs[0].dim(1);
-  const bool tall = rows > cols;
-  const int64_t m = tall ? cols : rows, n = tall ? rows : cols;
-  const auto total = static_cast<int64_t>(xs.size());
-  const int64_t fit = std::max<int64_t>(1, kMaxBatchElements / std::max<int64_t>(1, m * n));
-  const int64_t per = std::min<int64_t>({cuda::kNsMaxBatch, fit, total});
+  const NsBatches batches(xs);
+  const int64_t rows = batches.rows, cols = batches.cols, m = batches.m, n = batches.n, per = batches.per;
+  const bool tall = batches.tall;
   const DType t = bf16 ? DType::BF16 : DType::F32;
   const Device dev = xs[0].device();
   Tensor X = Tensor::empty({per, m, n}, t, dev), XB = Tensor::empty({per, m, n}, t, dev);
   Tensor A = Tensor::empty({per, m, m}, t, dev), AA = Tensor::empty({per, m, m}, t, dev);
   Tensor B = Tensor::empty({per, m, m}, t, dev);
-  Tensor norm = Tensor::empty({static_cast<int64_t>(cuda::ns_normalise_scratch_bytes(static_cast<int>(per)))},
-                              DType::U8, dev);
-  for (int64_t first = 0; first < total; first += per) {
-    const int64_t k = std::min(per, total - first);
-    cuda::NsMatrices ptrs{};
-    for (int64_t i = 0; i < k; i++) ptrs.p[i] = xs[static_cast<size_t>(first + i)].data<float>();
+  Tensor norm = batches.normalise_scratch(dev);
+  for (int64_t first = 0; first < batches.total; first += per) {
+    const int64_t k = std::min(per, batches.total - first);
+    const cuda::NsMatrices ptrs = NsBatches::pointers(xs, first, k);
     const int kb = static_cast<int>(k);
     const cuda::GemmBatch xx{k, m * n, m * n, m * m}, mm{k, m * m, m * m, m * m};
     const cuda::GemmBatch bx{k, m * m, m * n, m * n}, xb{k, m * n, m * m, m * n};
@@ -452,6 +472,57 @@ void CudaBackend::normuon_update(const Tensor& p, const Tensor& g, const Tensor&
   Tensor scratch = Tensor::empty({2 * v.numel()}, DType::F32, p.device());  // mean squares, scales
   NANODDP_CUDA_CHECK(cuda::launch_normuon_update(p.data<float>(), g.data<float>(), v.data<float>(), p.dim(0),
                                                  p.dim(1), lr, weight_decay, beta2, scratch.data<float>(), s));
+}
+
+void CudaBackend::value_gate_forward(const Tensor& v, const Tensor& gate, const Tensor& x, const Tensor& w,
+                                     const Tensor& ve) {
+  cudaStream_t s = begin();
+  const int64_t n = x.dim(0), groups = w.dim(0);
+  NANODDP_CUDA_CHECK(cuda::launch_value_gate_forward(elem(v), v.raw(), gate.data<float>(), x.raw(), w.raw(), ve.raw(),
+                                                     n, x.dim(1), groups, w.dim(1), v.numel() / (n * groups), s));
+}
+
+void CudaBackend::value_gate_backward(const Tensor& dx, const Tensor& dw, const Tensor& dve, const Tensor& dv,
+                                      const Tensor& x, const Tensor& w, const Tensor& ve, const Tensor& gate) {
+  cudaStream_t s = begin();
+  const int64_t n = x.dim(0), groups = w.dim(0);
+  NANODDP_CUDA_CHECK(cuda::launch_value_gate_backward(elem(x), dx.raw(), dw.data<float>(), dve.raw(), dv.raw(),
+                                                      x.raw(), w.raw(), ve.raw(), gate.data<float>(), n, x.dim(1),
+                                                      groups, w.dim(1), dv.numel() / (n * groups), s));
+}
+
+void CudaBackend::smear_forward(const Tensor& y, const Tensor& gate, const Tensor& x, const Tensor& prev,
+                                const Tensor& w, const Tensor& lambda, int64_t seq) {
+  cudaStream_t s = begin();
+  NANODDP_CUDA_CHECK(cuda::launch_smear_forward(elem(x), y.raw(), gate.data<float>(), x.raw(),
+                                                prev.defined() ? prev.raw() : nullptr, w.raw(), lambda.data<float>(),
+                                                x.dim(0), x.dim(1), w.numel(), seq, s));
+}
+
+void CudaBackend::smear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dlambda, const Tensor& dgate,
+                                 const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& lambda,
+                                 const Tensor& gate, int64_t seq) {
+  cudaStream_t s = begin();
+  NANODDP_CUDA_CHECK(cuda::launch_smear_backward(elem(x), dx.raw(), dw.data<float>(), dlambda.data<float>(),
+                                                 dgate.data<float>(), dy.raw(), x.raw(), w.raw(), lambda.data<float>(),
+                                                 gate.data<float>(), x.dim(0), x.dim(1), w.numel(), seq, s));
+}
+
+void CudaBackend::scalar_mix_forward(const Tensor& y, const Tensor& x, const Tensor& a, const Tensor& b, float sign) {
+  cudaStream_t s = begin();
+  NANODDP_CUDA_CHECK(cuda::launch_scalar_mix_forward(elem(y), y.raw(), x.raw(), a.defined() ? a.data<float>() : nullptr,
+                                                     b.data<float>(), sign, y.numel(), s));
+}
+
+void CudaBackend::scalar_mix_backward(const Tensor& dy, const Tensor& dx, const Tensor& da, const Tensor& db,
+                                      const Tensor& y_in, const Tensor& x, const Tensor& a, const Tensor& b,
+                                      float sign) {
+  cudaStream_t s = begin();
+  const bool has_a = a.defined();
+  NANODDP_CUDA_CHECK(cuda::launch_scalar_mix_backward(elem(dy), dy.raw(), dx.raw(), has_a ? da.data<float>() : nullptr,
+                                                      db.data<float>(), y_in.raw(), x.raw(),
+                                                      has_a ? a.data<float>() : nullptr, b.data<float>(), sign,
+                                                      dy.numel(), s));
 }
 
 }  // namespace
