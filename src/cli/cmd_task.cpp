@@ -34,7 +34,8 @@ struct TaskArgs {
 }  // namespace
 
 void add_task_command(CLI::App& root) {
-  auto* cmd = root.add_subcommand("task", "Write a bundled chat task (spelling, letters, arithmetic, addition) as JSONL");
+  auto* cmd =
+      root.add_subcommand("task", "Write a bundled chat task (spelling, letters, arithmetic, addition) as JSONL");
   auto args = std::make_shared<TaskArgs>();
   add_option_flags(*cmd, *args);
   cmd->callback([args] {
