@@ -68,7 +68,8 @@ struct EvalArgs {
 
 // Before the rendezvous, identically on every rank.
 void check_eval_flags(const EvalArgs& a) {
-  NANODDP_CHECK(!a.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
+  NANODDP_CHECK(!a.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic, "
+                "addition");
   // Checked even for a questions file, which ignores it: as many as a bundled task can make.
   NANODDP_CHECK(a.count >= 1 && a.count <= (int64_t{1} << 24), "--count must be between 1 and {} (got {})",
                 int64_t{1} << 24, a.count);

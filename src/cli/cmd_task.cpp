@@ -22,7 +22,7 @@ struct TaskArgs {
   std::string words = "";
   template <typename V>
   void visit(V&& v) {
-    v(name, "name", "spelling, letters or arithmetic");
+    v(name, "name", "spelling, letters, arithmetic (two steps) or addition (one step, small numbers)");
     v(count, "count", "Items to write");
     v(seed, "seed", "Seed of the items (another seed, other items: e.g. one for training, one for evaluation)");
     v(format, "format", "conversations (for sft) or questions (JSON lines with an answer, for rl and eval)");
@@ -34,7 +34,8 @@ struct TaskArgs {
 }  // namespace
 
 void add_task_command(CLI::App& root) {
-  auto* cmd = root.add_subcommand("task", "Write a bundled chat task (spelling, letters, arithmetic) as JSONL");
+  auto* cmd =
+      root.add_subcommand("task", "Write a bundled chat task (spelling, letters, arithmetic, addition) as JSONL");
   auto args = std::make_shared<TaskArgs>();
   add_option_flags(*cmd, *args);
   cmd->callback([args] {

@@ -3,7 +3,9 @@
 //  - "spelling": spell a word letter by letter (nanochat's SpellingBee idea);
 //  - "letters":  count how often a letter occurs in a word, spelling it out first;
 //  - "arithmetic": a short word problem with two operations (GSM8K's convention: the solution
-//    ends with a line "#### N" holding the final answer).
+//    ends with a line "#### N" holding the final answer);
+//  - "addition": the same kind of word problem with one addition of numbers 1-10 (its first step),
+//    which a depth-4 model learns on a CPU in minutes (the main job's chat task).
 // Words come from the npm package word-list (scripts/setup.sh installs it); the same (name, seed,
 // count) always gives the same items.
 #pragma once

@@ -108,7 +108,8 @@ void validate_batch(const TrainOptions& o) {
 // RL's own options, checked only for --stage rl.
 void validate_rl(const TrainOptions& o) {
   if (o.chat.stage != RunStage::Rl) return;
-  NANODDP_CHECK(!o.rl.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
+  NANODDP_CHECK(!o.rl.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic, "
+                "addition");
   positive(o.rl.task_count, "task_count");
   // Checked even for a questions file, which ignores it: as many as data/tasks.cpp can make.
   at_most(o.rl.task_count, kMaxTaskItems, "task_count", "the number of a bundled task's problems");

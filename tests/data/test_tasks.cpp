@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "data/conversation.h"
 #include "data/tasks.h"
@@ -62,6 +63,26 @@ TEST(Tasks, ArithmeticIsRightAndNeverNegative) {
     EXPECT_EQ(it.answer, std::to_string(want));
     EXPECT_TRUE(answer_is_correct(it.solution, it.answer));
   }
+}
+
+TEST(Tasks, AdditionIsOneRightSumOfSmallNumbers) {
+  std::set<std::pair<long, long>> pairs;
+  for (const auto& it : make_task("addition", 1000, 4)) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(it.question, m, std::regex("has (\\d+) .* gets (\\d+) more\\. How many")))
+        << it.question;
+    const long a = std::stol(m[1]), b = std::stol(m[2]);
+    EXPECT_TRUE(a >= 1 && a <= 10 && b >= 1 && b <= 10) << it.question;
+    EXPECT_EQ(it.question.find("away"), std::string::npos) << it.question;  // one step, no subtraction
+    EXPECT_EQ(it.answer, std::to_string(a + b));
+    EXPECT_TRUE(answer_is_correct(it.solution, it.answer)) << it.solution;
+    pairs.insert({a, b});
+  }
+  // All 10 x 10 pairs occur in 1000 draws (a given pair is missed with chance 0.99^1000, about 4e-5;
+  // the seed is fixed, so this is deterministic).
+  EXPECT_EQ(pairs.size(), 100u);
+  EXPECT_EQ(resolve_reward_rule(RewardRule::Auto, "addition"), RewardRule::Gsm8k);
+  EXPECT_EQ(load_questions("addition", 5, 4).size(), 5u);  // eval and rl take it by name
 }
 
 TEST(Tasks, SameSeedSameItemsAndValidConversations) {
