@@ -14,7 +14,7 @@ namespace nanoddp::model {
 
 // Which optimizer group a parameter belongs to (nanochat: AdamW for the embedding and the LM
 // head, Muon for every matrix in the blocks).
-enum class ParamKind { Embedding, Matrix, LmHead };
+enum class ParamKind { Embedding, Matrix, LmHead, ValueEmbedding, ResidLambda, X0Lambda, Smear };
 
 struct Parameter {
   std::string name;  // nanochat's state-dict name, e.g. "transformer.h.0.attn.c_q.weight"

