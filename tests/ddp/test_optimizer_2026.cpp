@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include "comm/process_group.h"
@@ -247,6 +248,131 @@ TEST(Optimizer2026, TwoStepsMatchTheSlowReference) {
     // so 2e-6 absolute leaves a margin of about 10 while a missing stage moves elements by 1e-3.
     for (size_t j = 0; j < want[p].size(); j++) EXPECT_NEAR(got[p][j], want[p][j], 2e-6) << specs()[p].name << "[" << j << "]";
   }
+}
+
+using Params = std::vector<std::vector<float>>;
+
+// Small buckets (about 150 and 250 floats), so the toy spans several and sharding splits them.
+ddp::ReducerOptions reducer_options(int zero) {
+  return {.zero = zero, .whole_matrices = true, .first_bucket_mb = 0.0006, .bucket_cap_mb = 0.001};
+}
+
+// One rank accumulating `world` micro-batches per step, for `steps` steps.
+std::vector<Params> one_rank(int world, int steps) {
+  omp_set_num_threads(1);
+  Toy toy;
+  auto group = dist::make_single_rank_group(Device::cpu());
+  ddp::Reducer reducer(toy, *group, reducer_options(0));
+  ddp::Optimizer opt(toy, reducer, config_2026());
+  std::vector<Params> out;
+  for (int s = 0; s < steps; s++) {
+    backward(toy, reducer, s, 0, world, world);
+    step(opt, s);
+    out.push_back(params_of(toy));
+  }
+  return out;
+}
+
+// `world` ranks as threads, micro-batch r on rank r. With save_dir, each rank writes its optimizer
+// state there after the first step and stops.
+std::vector<std::vector<Params>> ranks(int world, int zero, bool split, int steps, const std::string& save_dir = "") {
+  std::vector<std::vector<Params>> out(static_cast<size_t>(world));
+  testing::run_ranks(world, [&](int r, dist::ProcessGroup& group) {
+    Toy toy;
+    ddp::Reducer reducer(toy, group, reducer_options(zero));
+    ddp::OptimizerConfig oc = config_2026();
+    oc.split_newton_schulz = split;
+    ddp::Optimizer opt(toy, reducer, oc);
+    for (int s = 0; s < steps; s++) {
+      backward(toy, reducer, s, r, 1, 1);
+      step(opt, s);
+      out[static_cast<size_t>(r)].push_back(params_of(toy));
+    }
+    if (save_dir.empty()) return;
+    SafetensorsWriter w;
+    for (const auto& [name, t] : opt.state()) w.add(name, t);
+    w.write(fmt::format("{}/optim_rank{}.safetensors", save_dir, r));
+  });
+  return out;
+}
+
+struct Case {
+  int world, zero;
+  bool split;
+};
+
+class Optimizer2026Ranks : public ::testing::TestWithParam<Case> {};
+
+// 2 ranks average g0 + g1 by one commutative addition and an exact halving, as the single rank
+// does (Note [accumulation order], model/gpt.cpp), and every later operation of a parameter is the
+// same arithmetic on the same bits wherever it runs: so the runs agree bit for bit.
+TEST_P(Optimizer2026Ranks, EqualOneRankAccumulatingBitwise) {
+  const auto [world, zero, split] = GetParam();
+  const auto want = one_rank(world, 3);
+  const auto got = ranks(world, zero, split, 3);
+  for (int r = 0; r < world; r++)
+    for (int s = 0; s < 3; s++)
+      for (size_t p = 0; p < want[s].size(); p++)
+        EXPECT_EQ(got[r][s][p], want[s][p]) << "rank " << r << " step " << s << " " << specs()[p].name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, Optimizer2026Ranks,
+                         ::testing::Values(Case{2, 0, true}, Case{2, 0, false}, Case{2, 1, true}, Case{2, 2, true}),
+                         [](const auto& info) {
+                           return fmt::format("zero{}{}", info.param.zero, info.param.split ? "" : "_unsplit");
+                         });
+
+// Restores the parameters after step 1 of a one-rank run and continues for two steps.
+Params resume_one_rank(const Params& after_first, const std::function<void(ddp::Optimizer&)>& load) {
+  omp_set_num_threads(1);
+  Toy toy;
+  auto& ps = toy.parameters();
+  for (size_t p = 0; p < ps.size(); p++) std::copy(after_first[p].begin(), after_first[p].end(), ps[p].data.data<float>());
+  auto group = dist::make_single_rank_group(Device::cpu());
+  ddp::Reducer reducer(toy, *group, reducer_options(0));
+  ddp::Optimizer opt(toy, reducer, config_2026());
+  load(opt);
+  for (int s = 1; s < 3; s++) {
+    backward(toy, reducer, s, 0, 2, 2);
+    step(opt, s);
+  }
+  return params_of(toy);
+}
+
+TEST(Optimizer2026, ResumeFromSavedStateIsBitwise) {
+  const auto want = one_rank(2, 3);
+  testing::ScratchDir scratch("optim2026");
+  const std::string dir = scratch.str();
+  // The same run, stopped after step 1, its state written and read back.
+  {
+    omp_set_num_threads(1);
+    Toy toy;
+    auto group = dist::make_single_rank_group(Device::cpu());
+    ddp::Reducer reducer(toy, *group, reducer_options(0));
+    ddp::Optimizer opt(toy, reducer, config_2026());
+    backward(toy, reducer, 0, 0, 2, 2);
+    step(opt, 0);
+    SafetensorsWriter w;
+    for (const auto& [name, t] : opt.state()) w.add(name, t);
+    w.write(dir + "/one.safetensors");
+  }
+  SafetensorsFile one(dir + "/one.safetensors");
+  EXPECT_TRUE(one.contains("muon.variance.transformer.h.0.mlp.c_proj.weight"));
+  EXPECT_EQ(one.shape("muon.variance.transformer.h.0.mlp.c_proj.weight"), Shape({16}));  // wide: per column
+  EXPECT_EQ(one.shape("muon.variance.transformer.h.0.mlp.c_fc.weight"), Shape({16}));    // tall: per row
+  const Params plain = resume_one_rank(want[0], [&](ddp::Optimizer& o) {
+    ASSERT_TRUE(o.state_matches(one));
+    o.load_state(one);
+  });
+  EXPECT_EQ(plain, want[2]);
+  // Saved by 2 ranks under --zero 1 (each rank's file holds its shard), resharded for one rank.
+  ranks(2, 1, true, 1, dir);
+  SafetensorsFile r0(dir + "/optim_rank0.safetensors"), r1(dir + "/optim_rank1.safetensors");
+  const Params resharded = resume_one_rank(want[0], [&](ddp::Optimizer& o) {
+    EXPECT_FALSE(o.state_matches(r0));
+    o.load_state_resharded({&r0, &r1});
+  });
+  EXPECT_EQ(resharded, want[2]);
 }
 
 }  // namespace
