@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "comm/process_group.h"
+#include "core/error.h"
 #include "core/safetensors.h"
 #include "ddp/optimizer.h"
 #include "ddp/reducer.h"
@@ -373,6 +374,33 @@ TEST(Optimizer2026, ResumeFromSavedStateIsBitwise) {
     o.load_state_resharded({&r0, &r1});
   });
   EXPECT_EQ(resharded, want[2]);
+}
+
+// A classic run's state has no NorMuon variance: resuming it with the 2026 optimizer must stop with
+// what to do, not start the variance from zero unnoticed.
+TEST(Optimizer2026, ClassicStateIsRefusedNamingTheRecipe) {
+  testing::ScratchDir scratch("optim2026_classic");
+  Toy toy;
+  auto group = dist::make_single_rank_group(Device::cpu());
+  ddp::Reducer reducer(toy, *group, reducer_options(0));
+  {
+    ddp::OptimizerConfig classic = config_2026();
+    classic.recipe_2026 = false;
+    ddp::Optimizer opt(toy, reducer, classic);
+    SafetensorsWriter w;
+    for (const auto& [name, t] : opt.state()) w.add(name, t);
+    w.write(scratch.str("classic.safetensors"));
+  }
+  SafetensorsFile file(scratch.str("classic.safetensors"));
+  ddp::Optimizer opt(toy, reducer, config_2026());
+  EXPECT_FALSE(opt.state_matches(file));
+  try {
+    opt.load_state_resharded({&file});
+    FAIL() << "a classic state loaded into the 2026 optimizer";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NorMuon variance"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--recipe"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
