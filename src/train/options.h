@@ -93,6 +93,9 @@ struct TrainOptions {
   int threads = 0;
   double peak_flops = 0;
   bool trace = false;
+  // nanochat's 2026 recipe (train/recipe_options.h: the defaults that differ by recipe).
+  double scalar_lr = 0.5;
+  int64_t warmup_steps = 0;
 
   // Each name is a flag and a JSON key: checkpoints store options by it and restore() reads some back,
   // so renaming a field breaks resuming older checkpoints.
@@ -184,6 +187,9 @@ struct TrainOptions {
     v(trace, "trace", "Write OUT/trace.json: every rank's data, forward, backward, gradient collectives and optimizer "
       "on one time axis (Chrome trace format: open in ui.perfetto.dev or chrome://tracing)");
     v(peak_flops, "peak_flops", "Peak FLOP/s of one device for MFU (0 = the GPU's datasheet figure; a CPU then reports no MFU)");
+    v(scalar_lr, "scalar_lr", "Recipe 2026: AdamW lr of x0_lambdas, and of resid_lambdas times 0.01");
+    v(warmup_steps, "warmup_steps", "Recipe 2026: steps of linear LR warmup (default 40; the classic recipe uses "
+      "--warmup_ratio)");
   }
 };
 

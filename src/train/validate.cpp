@@ -149,6 +149,9 @@ void validate_options(const TrainOptions& o) {
   NANODDP_CHECK(o.sample_every == -1 || o.sample_every >= 1, "--sample_every must be -1 (only at the end) or at "
                 "least 1 (got {})", o.sample_every);
   fraction(o.warmup_ratio, "warmup_ratio");
+  learning_rate_factor(o.scalar_lr, "scalar_lr");
+  NANODDP_CHECK(o.warmup_steps >= 0 && o.warmup_steps <= kMaxSteps, "--warmup_steps must be between 0 and {} (got {})",
+                kMaxSteps, o.warmup_steps);
   fraction(o.warmdown_ratio, "warmdown_ratio");
   fraction(o.final_lr_frac, "final_lr_frac");
   NANODDP_CHECK(o.warmup_ratio + o.warmdown_ratio <= 1, "--warmup_ratio + --warmdown_ratio must be at most 1 (got "

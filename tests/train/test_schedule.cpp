@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/error.h"
 #include "train/schedule.h"
 
 namespace nanoddp::train {
@@ -81,6 +82,11 @@ TEST(Schedule2026, ScalingWithTheTokensParamsRatio) {
   EXPECT_DOUBLE_EQ(given.weight_decay, 0.14);
   // A model 1/64 of the reference: 2^19 64^-0.383 = 2^(19 - 2.298), rounded to 2^17.
   EXPECT_EQ(recipe_scaling_2026(1'000'000 / 64, 1'000'000, 12.0, -1, 0.28).total_batch_size, 1 << 17);
+}
+
+TEST(Schedule2026, ARatioGivingNoTokensIsAnError) {
+  // 0.1 x 5 parameters is 0 tokens after the floor: the weight decay's D_ref / D would divide by 0.
+  EXPECT_THROW(recipe_scaling_2026(5, 1'000'000, 0.1, -1, 0.28), Error);
 }
 
 }  // namespace

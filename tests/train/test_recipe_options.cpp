@@ -1,0 +1,74 @@
+// The flags whose defaults depend on the recipe, and the 2026 optimizer's settings from them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "core/error.h"
+#include "train/recipe_options.h"
+
+namespace nanoddp::train {
+namespace {
+
+auto given_of(const std::set<std::string>& flags) {
+  return [flags](const std::string& f) { return flags.count(f) > 0; };
+}
+
+TEST(RecipeOptions, The2026DefaultsAreNanochatsAndGivenFlagsAreKept) {
+  TrainOptions o;
+  o.embedding_lr = 0.25;  // as if given
+  apply_recipe_defaults(o, true, given_of({"embedding_lr"}));
+  EXPECT_EQ(o.embedding_lr, 0.25);
+  EXPECT_EQ(o.unembedding_lr, 0.008);
+  EXPECT_EQ(o.weight_decay, 0.28);
+  EXPECT_EQ(o.warmup_steps, 40);
+  EXPECT_EQ(o.warmdown_ratio, 0.65);
+  EXPECT_EQ(o.final_lr_frac, 0.05);
+  EXPECT_EQ(o.target_param_data_ratio, 12);
+  EXPECT_EQ(o.total_batch_size, -1);
+  // The classic recipe keeps the struct's defaults.
+  TrainOptions c;
+  apply_recipe_defaults(c, false, given_of({}));
+  EXPECT_EQ(c.embedding_lr, TrainOptions{}.embedding_lr);
+  EXPECT_EQ(c.total_batch_size, TrainOptions{}.total_batch_size);
+}
+
+TEST(RecipeOptions, EachRecipeRefusesTheOthersWarmupNamingItsOwn) {
+  TrainOptions o;
+  try {
+    apply_recipe_defaults(o, false, given_of({"warmup_steps"}));
+    FAIL() << "--warmup_steps accepted by the classic recipe";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--warmup_ratio"), std::string::npos) << e.what();
+  }
+  try {
+    apply_recipe_defaults(o, true, given_of({"warmup_ratio"}));
+    FAIL() << "--warmup_ratio accepted by the 2026 recipe";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--warmup_steps"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RecipeOptions, OptimizerConfigScalesEveryLrButTheSmearGroups) {
+  TrainOptions o;
+  o.init_lr_frac = 0.5;
+  o.embedding_lr = 0.3;
+  o.unembedding_lr = 0.008;
+  o.matrix_lr = 0.02;
+  o.scalar_lr = 0.4;
+  RecipeScaling s;
+  s.lr_scale = 2.0;
+  s.weight_decay = 0.07;
+  const ddp::OptimizerConfig oc = optimizer_config_2026(o, s);
+  EXPECT_TRUE(oc.recipe_2026);
+  EXPECT_DOUBLE_EQ(oc.embedding_lr, 0.3);
+  EXPECT_DOUBLE_EQ(oc.unembedding_lr, 0.008);
+  EXPECT_DOUBLE_EQ(oc.matrix_lr, 0.02);
+  EXPECT_DOUBLE_EQ(oc.scalar_lr, 0.4);
+  EXPECT_DOUBLE_EQ(oc.smear_lr, 0.1);  // 0.2 x init_lr_frac, not batch-scaled
+  EXPECT_DOUBLE_EQ(oc.muon_weight_decay, 0.07);
+}
+
+}  // namespace
+}  // namespace nanoddp::train
