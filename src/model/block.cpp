@@ -29,8 +29,11 @@ namespace {
 // Per-head RMSNorm: rows of head_dim.
 Tensor heads_as_rows(const Tensor& t) { return t.view({t.numel() / t.dim(-1), t.dim(-1)}); }
 
-// The classic model's attention sees every earlier position (no sliding window: ops.h).
-constexpr int64_t kFullWindow = 0;
+// 1 / sqrt(head_dim); recipe 2026 scales q and k by 1.2 each after their norm, folded in here.
+float attention_scale(const GPTConfig& c) {
+  const float qk = c.is_2026() ? 1.2f * 1.2f : 1.f;
+  return qk / std::sqrt(static_cast<float>(c.head_dim()));
+}
 
 }  // namespace
 
@@ -51,13 +54,15 @@ void GPT::attention_forward(Workspace& ws, int layer, KVCache* cache) {
   linear(ws.dq.view({n, c}), a.xn1, params_[w.c_q]);
   linear(ws.dk.view({n, ckv}), a.xn1, params_[w.c_k]);
   linear(a.v.view({n, ckv}), a.xn1, params_[w.c_v]);
+  if (w.value_embed >= 0) value_gate_forward(ws, layer);
   ops::rotary(ws.dq, ws.dq, rope_cos_, rope_sin_, pos0, false);
   ops::rotary(ws.dk, ws.dk, rope_cos_, rope_sin_, pos0, false);
   ops::rmsnorm_forward(heads_as_rows(a.qn), a.rstd_q, heads_as_rows(ws.dq), kNormEps);
   ops::rmsnorm_forward(heads_as_rows(a.kn), a.rstd_k, heads_as_rows(ws.dk), kNormEps);
-  const float scale = 1.f / std::sqrt(static_cast<float>(config_.head_dim()));
+  const float scale = attention_scale(config_);
+  const int64_t window = config_.window(layer);
   if (cache == nullptr) {
-    ops::attention_forward(a.att, a.lse, a.qn, a.kn, a.v, ws.seq, scale, kFullWindow);
+    ops::attention_forward(a.att, a.lse, a.qn, a.kn, a.v, ws.seq, scale, window);
   } else {
     // Append this step's keys and values at positions [pos0, pos0 + T) of each batch row.
     const int64_t row = config_.kv_dim(), t = ws.seq;
@@ -66,8 +71,7 @@ void GPT::attention_forward(Workspace& ws, int layer, KVCache* cache) {
       ops::cast(cache->k_[layer].region(dst, {t * row}), a.kn.region(src, {t * row}));
       ops::cast(cache->v_[layer].region(dst, {t * row}), a.v.region(src, {t * row}));
     }
-    ops::attention_forward(a.att, a.lse, a.qn, cache->k_[layer], cache->v_[layer], pos0 + t, scale,
-                           kFullWindow);
+    ops::attention_forward(a.att, a.lse, a.qn, cache->k_[layer], cache->v_[layer], pos0 + t, scale, window);
   }
   // x += att c_proj^T
   ops::matmul(ws.x, a.att.view({n, c}), false, params_[w.attn_proj].compute, true, 1.f, 1.f);
@@ -105,8 +109,8 @@ void GPT::attention_backward(Workspace& ws, int layer, bool accumulate, const Gr
   linear_weight_grad(params_[w.attn_proj], ws.dx, a.att.view({n, c}), accumulate);
   ready(w.attn_proj);
   ops::matmul(ws.datt.view({n, c}), ws.dx, false, params_[w.attn_proj].compute, false);
-  const float scale = 1.f / std::sqrt(static_cast<float>(config_.head_dim()));
-  ops::attention_backward(ws.dq, ws.dk, ws.dv, ws.datt, a.qn, a.kn, a.v, a.att, a.lse, scale, kFullWindow);
+  ops::attention_backward(ws.dq, ws.dk, ws.dv, ws.datt, a.qn, a.kn, a.v, a.att, a.lse, attention_scale(config_),
+                          config_.window(layer));
   // Back through the QK norm (in place) and the rotation (its inverse).
   ops::rmsnorm_backward(heads_as_rows(ws.dq), heads_as_rows(ws.dq), heads_as_rows(a.qn), a.rstd_q, false);
   ops::rmsnorm_backward(heads_as_rows(ws.dk), heads_as_rows(ws.dk), heads_as_rows(a.kn), a.rstd_k, false);
@@ -122,6 +126,7 @@ void GPT::attention_backward(Workspace& ws, int layer, bool accumulate, const Gr
   ops::matmul(ws.dxn, dq, false, params_[w.c_q].compute, false);
   ops::matmul(ws.dxn, dk, false, params_[w.c_k].compute, false, 1.f, 1.f);
   ops::matmul(ws.dxn, dv, false, params_[w.c_v].compute, false, 1.f, 1.f);
+  if (w.value_embed >= 0) value_gate_backward(ws, layer, accumulate, ready);
   ops::rmsnorm_backward(ws.dx, ws.dxn, a.xn1, a.rstd1, /*accumulate=*/true);
 }
 

@@ -55,19 +55,35 @@ GPT::GPT(const GPTConfig& config, Device device, DType act_dtype)
     params_.push_back(std::move(p));
     return static_cast<int>(params_.size()) - 1;
   };
+  // nanochat's named_parameters() order: the GPT's own scalars come before its submodules.
+  const int64_t layers = config_.n_layer;
+  if (config_.is_2026()) {
+    scalars_.resid = add("resid_lambdas", ParamKind::ResidLambda, {layers});
+    scalars_.x0 = add("x0_lambdas", ParamKind::X0Lambda, {layers});
+    scalars_.smear_lambda = add("smear_lambda", ParamKind::Smear, {1});
+    scalars_.backout = add("backout_lambda", ParamKind::Smear, {1});
+  }
   wte_ = add("transformer.wte.weight", ParamKind::Embedding, {vp, c});
-  for (int64_t l = 0; l < config_.n_layer; l++) {
+  for (int64_t l = 0; l < layers; l++) {
     const std::string h = fmt::format("transformer.h.{}.", l);
     BlockWeights b{};
     b.c_q = add(h + "attn.c_q.weight", ParamKind::Matrix, {c, c});
     b.c_k = add(h + "attn.c_k.weight", ParamKind::Matrix, {ckv, c});
     b.c_v = add(h + "attn.c_v.weight", ParamKind::Matrix, {ckv, c});
     b.attn_proj = add(h + "attn.c_proj.weight", ParamKind::Matrix, {c, c});
+    if (config_.has_value_embedding(l))
+      b.ve_gate = add(h + "attn.ve_gate.weight", ParamKind::Matrix, {config_.n_kv_head, GPTConfig::kValueGateChannels});
     b.c_fc = add(h + "mlp.c_fc.weight", ParamKind::Matrix, {4 * c, c});
     b.mlp_proj = add(h + "mlp.c_proj.weight", ParamKind::Matrix, {c, 4 * c});
     blocks_.push_back(b);
   }
   lm_head_ = add("lm_head.weight", ParamKind::LmHead, {vp, c});
+  if (config_.is_2026()) {
+    scalars_.smear_gate = add("smear_gate.weight", ParamKind::Smear, {1, GPTConfig::kSmearGateChannels});
+    for (int64_t l = 0; l < layers; l++)
+      if (config_.has_value_embedding(l))
+        blocks_[l].value_embed = add(fmt::format("value_embeds.{}.weight", l), ParamKind::ValueEmbedding, {vp, ckv});
+  }
   build_rotary(config_, rope_cos_, rope_sin_, device);
 }
 
@@ -80,6 +96,10 @@ Parameter& GPT::parameter(const std::string& name) {
 }
 
 void GPT::init_weights(uint64_t seed) {
+  if (config_.is_2026()) {
+    init_weights_2026(seed);
+    return;
+  }
   for (auto& p : params_) {
     const bool zero = p.name == "lm_head.weight" || p.name.ends_with("c_proj.weight");
     float std = 0.f;
@@ -164,6 +184,19 @@ Workspace& GPT::workspace(std::unique_ptr<Workspace>& slot, int64_t batch, int64
   ws->dv = act({batch, seq, hkv, d});
   ws->dh = act({n, 4 * c});
   ws->a = act({n, 4 * c});
+  if (config_.is_2026()) {
+    for (int64_t l = 0; l < config_.n_layer; l++) {
+      ws->layers[l].xin = act({n, c});
+      if (config_.has_value_embedding(l)) ws->layers[l].gate = f32({n, hkv});
+    }
+    ws->x0 = act({n, c});
+    ws->smear_gate = f32({n});
+    ws->dsmear = f32({n});
+    ws->xmid = act({n, c});
+    ws->dx0 = act({n, c});
+    ws->dmid = act({n, c});
+    ws->dscalars = f32({2 * config_.n_layer + 2});
+  }
   slot = std::move(ws);
   return *slot;
 }
@@ -175,10 +208,15 @@ void GPT::load_batch(Workspace& ws, const Tensor& inputs, const Tensor* targets)
 
 void GPT::forward_trunk(Workspace& ws, KVCache* cache) {
   embed_forward(ws);
+  const bool r2026 = config_.is_2026();
+  if (r2026) smear_forward(ws, cache);
   for (int l = 0; l < static_cast<int>(config_.n_layer); l++) {
+    if (r2026) mix_forward(ws, l);
     attention_forward(ws, l, cache);
     mlp_forward(ws, l);
+    if (r2026 && l == config_.backout_layer()) ops::cast(ws.xmid, ws.x);
   }
+  if (r2026) backout_forward(ws);
 }
 
 // Note [accumulation order]
@@ -244,9 +282,17 @@ int64_t GPT::forward_backward_deferred(const Tensor& losses, const Tensor& input
   trace::record("forward", trace::kCompute, trace_start, trace_mid);
   head_forward_backward(ws, losses, grad_scale, accumulate, true);
   ready(lm_head_);
+  const bool r2026 = config_.is_2026();
+  if (r2026) backout_backward(ws);
   for (int l = static_cast<int>(config_.n_layer) - 1; l >= 0; l--) {
+    if (r2026 && l == config_.backout_layer()) ops::axpy(ws.dx, ws.dmid, 1.f);
     mlp_backward(ws, l, accumulate, ready);
     attention_backward(ws, l, accumulate, ready);
+    if (r2026) mix_backward(ws, l);
+  }
+  if (r2026) {
+    smear_backward(ws, accumulate, ready);  // ws.dx becomes the gradient of norm(wte[ids])
+    finish_scalar_grads(ws, accumulate, ready);
   }
   // x = norm(wte[ids]): through the norm, then scatter into the embedding rows.
   ops::rmsnorm_backward(ws.dxn, ws.dx, ws.emb, ws.rstd_e, false);

@@ -7,6 +7,15 @@
 //   mlp:  c_proj(relu(c_fc(x))^2)
 // Norms have no weight and eps = f32 machine epsilon; no Linear has a bias.
 //
+// Recipe 2026 (GPTConfig::recipe; nanochat at commit 92d63d4), the differences:
+//   x0 = smear(norm(wte[idx])): x0[t] = e[t] + smear_lambda sigmoid(e[t, :24] . smear_gate) e[t - 1]
+//   each block l: x = resid_lambdas[l] x + x0_lambdas[l] x0 before it; on alternating layers (the
+//     last always) v += 3 sigmoid(xn[:, :12] ve_gate^T) * value_embeds[l][idx] per kv head;
+//     q, k scaled by 1.2 after the QK norm (folded into the attention scale: 1.44 / sqrt(head_dim));
+//     attention in windows (GPTConfig::window)
+//   after the blocks: x -= backout_lambda x_mid, x_mid the output of block n_layer / 2.
+// The code for these lives in recipe2026.cpp.
+//
 // Memory: activations for backward are kept per layer (see Workspace in gpt.cpp); the LM head
 // runs in row chunks so that [tokens, vocab] logits never exist for the whole batch at once.
 #pragma once
@@ -91,7 +100,31 @@ class GPT final : public ParameterSet {
   friend class KVCache;
   struct BlockWeights {
     int c_q, c_k, c_v, attn_proj, c_fc, mlp_proj;  // indices into params_
+    int ve_gate = -1, value_embed = -1;            // recipe 2026, layers with a value embedding
   };
+  // Recipe 2026's parameters other than the blocks' (indices into params_).
+  struct ScalarWeights {
+    int resid = -1, x0 = -1, smear_lambda = -1, backout = -1, smear_gate = -1;
+  };
+
+  void add_2026_parameters();
+  void init_weights_2026(uint64_t seed);
+  // Recipe 2026: the smear after the embedding's norm (reading and updating the cache's previous
+  // token when given), and its backward from ws.dx0 (the gradient of x0) into ws.dx.
+  void smear_forward(Workspace& ws, KVCache* cache);
+  void smear_backward(Workspace& ws, bool accumulate, const GradReadyFn& ready);
+  // x = resid_lambdas[l] x + x0_lambdas[l] x0 before block l, and its backward (ws.dx in place,
+  // ws.dx0 accumulating).
+  void mix_forward(Workspace& ws, int layer);
+  void mix_backward(Workspace& ws, int layer);
+  // x -= backout_lambda x_mid after the blocks, and its backward into ws.dbackout.
+  void backout_forward(Workspace& ws);
+  void backout_backward(Workspace& ws);
+  // v += gate * value_embeds[l][ids] (attention's forward), and its backward after dv is known.
+  void value_gate_forward(Workspace& ws, int layer);
+  void value_gate_backward(Workspace& ws, int layer, bool accumulate, const GradReadyFn& ready);
+  // The scalar gradients gathered in ws.dscalars, into (or added to) their parameters' grads.
+  void finish_scalar_grads(Workspace& ws, bool accumulate, const GradReadyFn& ready);
 
   // The activation storage for this shape in `slot` (reallocated when the shape changes).
   Workspace& workspace(std::unique_ptr<Workspace>& slot, int64_t batch, int64_t seq);
@@ -122,6 +155,7 @@ class GPT final : public ParameterSet {
   std::vector<Parameter> params_;
   std::vector<BlockWeights> blocks_;
   int wte_ = 0, lm_head_ = 0;
+  ScalarWeights scalars_;
   Tensor rope_cos_, rope_sin_;  // f32 [rotary_rows, head_dim / 2], values rounded to bf16
   std::unique_ptr<Workspace> train_ws_;  // training and evaluation
   std::unique_ptr<Workspace> infer_ws_;  // forward_next
@@ -130,7 +164,9 @@ class GPT final : public ParameterSet {
   bool phase_timing_ = false;
 };
 
-// Keys and values of past positions, per layer: [B, max_seq_len, n_kv_head, head_dim] each.
+// Keys and values of past positions, per layer: [B, max_seq_len, n_kv_head, head_dim] each. Recipe
+// 2026 also keeps each row's last normalised token embedding [B, n_embd], which the next token's
+// smear mixes in. Windowed layers keep every position too; attention reads only their window.
 class KVCache {
  public:
   KVCache(const GPT& model, int64_t batch);
@@ -144,6 +180,7 @@ class KVCache {
  private:
   friend class GPT;
   std::vector<Tensor> k_, v_;
+  Tensor prev_;  // recipe 2026: [B, C] act, the embedding at position length_ - 1
   int64_t length_ = 0, capacity_ = 0;
 };
 

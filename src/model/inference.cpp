@@ -13,6 +13,7 @@ KVCache::KVCache(const GPT& model, int64_t batch) : capacity_(model.config().max
     k_.push_back(Tensor::zeros({batch, capacity_, c.n_kv_head, c.head_dim()}, model.act_dtype(), model.device()));
     v_.push_back(Tensor::zeros({batch, capacity_, c.n_kv_head, c.head_dim()}, model.act_dtype(), model.device()));
   }
+  if (c.is_2026()) prev_ = Tensor::zeros({batch, c.n_embd}, model.act_dtype(), model.device());
 }
 
 void KVCache::replicate(const KVCache& one) {
@@ -24,6 +25,7 @@ void KVCache::replicate(const KVCache& one) {
       copy(v_[l].rows(b, b + 1), one.v_[l]);
     }
   }
+  for (int64_t b = 0; prev_.defined() && b < batch; b++) copy(prev_.rows(b, b + 1), one.prev_);
   length_ = one.length_;
 }
 

@@ -13,7 +13,9 @@
 namespace nanoddp::model {
 
 // Which optimizer group a parameter belongs to (nanochat: AdamW for the embedding and the LM
-// head, Muon for every matrix in the blocks).
+// head, Muon for every matrix in the blocks). Recipe 2026 adds its own AdamW groups: the value
+// embeddings, the per-layer residual and x0 scalars, and the smear gate with the smear and backout
+// scalars; its value-embedding gates are Matrix (they live in the blocks).
 enum class ParamKind { Embedding, Matrix, LmHead, ValueEmbedding, ResidLambda, X0Lambda, Smear };
 
 struct Parameter {

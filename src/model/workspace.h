@@ -21,6 +21,9 @@ struct LayerActs {
   Tensor att, lse;    // attention output [B, T, H, D] act (= [N, C]); log-sum-exp f32 [B, H, T]
   Tensor xn2, rstd2;  // norm(x) entering the MLP [N, C] act; f32 [N]
   Tensor h;           // c_fc(xn2), before relu^2 [N, 4C] act
+  // Recipe 2026 only:
+  Tensor xin;         // the residual stream entering the block, before the scalar mix [N, C] act
+  Tensor gate;        // the value-embedding gate f32 [N, Hkv] (layers with a value embedding)
 };
 
 struct Workspace {
@@ -41,6 +44,14 @@ struct Workspace {
   Tensor dq;            // [B, T, H, D] act
   Tensor dk, dv;        // [B, T, Hkv, D] act
   Tensor dh, a;         // [N, 4C] act: MLP hidden gradient; relu^2 output (recomputed in backward)
+
+  // Recipe 2026 only. The value embedding (and its gradient) borrow a and dh, free in attention.
+  Tensor x0;            // smear(emb), the input every block mixes in [N, C] act
+  Tensor smear_gate;    // sigmoid of the smear's gate f32 [N]; dsmear: its backward scratch f32 [N]
+  Tensor dsmear;
+  Tensor xmid;          // the output of block n_layer / 2 [N, C] act
+  Tensor dx0, dmid;     // gradients of x0 and of xmid's backout path [N, C] act
+  Tensor dscalars;      // f32 [2 L + 2]: resid_lambdas, x0_lambdas, smear_lambda, backout_lambda
 };
 
 }  // namespace nanoddp::model

@@ -260,4 +260,120 @@ void normuon_update(const Tensor& p, const Tensor& g, const Tensor& v, float lr,
   backend(p.device()).normuon_update(p, g, v, lr, weight_decay, beta2);
 }
 
+// Note [2026 gates]: nanochat's 2026 model mixes tensors through learned gates and scalars (value
+// embeddings into the values, the previous token into the embedding, the first layer's input and
+// the mid-depth residual into the stream). Each is one op here rather than a chain of slices,
+// sigmoids and broadcasts: the gates read the first K channels of a row, which no contiguous view
+// can express, and their weight and scalar gradients are reductions over every token that must come
+// out the same on every run (each is summed in a fixed order, f32 on CUDA, double on the CPU).
+namespace {
+
+void act_like(const Tensor& a, const Tensor& b) {
+  NANODDP_ASSERT(a.dtype() == b.dtype() && is_float(a.dtype()), "{} and {} tensors where one act dtype is needed",
+                 dtype_name(a.dtype()), dtype_name(b.dtype()));
+  same_device(a, b);
+}
+
+void check_value_gate(const Tensor& v, const Tensor& gate, const Tensor& x, const Tensor& w, const Tensor& ve) {
+  NANODDP_ASSERT(x.ndim() == 2 && w.ndim() == 2 && w.dim(1) <= x.dim(1), "value gate: x {} and w {}",
+                 x.shape().str(), w.shape().str());
+  const int64_t n = x.dim(0), groups = w.dim(0);
+  NANODDP_ASSERT(v.numel() % (n * groups) == 0 && v.numel() == ve.numel(), "value gate: v {} and ve {} for {} x {}",
+                 v.shape().str(), ve.shape().str(), n, groups);
+  is_f32(gate, n * groups);
+  act_like(v, x);
+  act_like(v, ve);
+  act_like(v, w);
+  same_device(v, gate);
+}
+
+void check_smear(const Tensor& x, const Tensor& gate, const Tensor& w, const Tensor& lambda, int64_t seq) {
+  NANODDP_ASSERT(x.ndim() == 2 && seq >= 1 && x.dim(0) % seq == 0, "smear: x {} in rows of {}", x.shape().str(), seq);
+  NANODDP_ASSERT(w.numel() <= x.dim(1), "smear: gate of {} channels over {}", w.numel(), x.dim(1));
+  is_f32(gate, x.dim(0));
+  is_f32(lambda, 1);
+  act_like(x, w);
+  same_device(x, gate);
+  same_device(x, lambda);
+}
+
+}  // namespace
+
+void value_gate_forward(const Tensor& v, const Tensor& gate, const Tensor& x, const Tensor& w, const Tensor& ve) {
+  check_value_gate(v, gate, x, w, ve);
+  OpTimer timer("value_gate_forward", v.device());
+  backend(v.device()).value_gate_forward(v, gate, x, w, ve);
+}
+
+void value_gate_backward(const Tensor& dx, const Tensor& dw, const Tensor& dve, const Tensor& dv, const Tensor& x,
+                         const Tensor& w, const Tensor& ve, const Tensor& gate) {
+  check_value_gate(dv, gate, x, w, ve);
+  same_shape(dx, x);
+  act_like(dx, x);
+  NANODDP_ASSERT(dve.numel() == ve.numel(), "value gate: dve {} for ve {}", dve.shape().str(), ve.shape().str());
+  act_like(dve, ve);
+  is_f32(dw, w.numel());
+  same_device(dw, x);
+  OpTimer timer("value_gate_backward", x.device());
+  backend(x.device()).value_gate_backward(dx, dw, dve, dv, x, w, ve, gate);
+}
+
+void smear_forward(const Tensor& y, const Tensor& gate, const Tensor& x, const Tensor& prev, const Tensor& w,
+                   const Tensor& lambda, int64_t seq) {
+  check_smear(x, gate, w, lambda, seq);
+  same_shape(y, x);
+  act_like(y, x);
+  NANODDP_ASSERT(y.raw() != x.raw(), "smear_forward: y must not alias x");
+  if (prev.defined()) {
+    NANODDP_ASSERT(prev.numel() == x.dim(0) / seq * x.dim(1), "smear: prev {} for x {}", prev.shape().str(),
+                   x.shape().str());
+    act_like(prev, x);
+  }
+  OpTimer timer("smear_forward", x.device());
+  backend(x.device()).smear_forward(y, gate, x, prev, w, lambda, seq);
+}
+
+void smear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dlambda, const Tensor& dgate, const Tensor& dy,
+                    const Tensor& x, const Tensor& w, const Tensor& lambda, const Tensor& gate, int64_t seq) {
+  check_smear(x, gate, w, lambda, seq);
+  same_shape(dx, x);
+  same_shape(dy, x);
+  act_like(dx, x);
+  act_like(dy, x);
+  NANODDP_ASSERT(dx.raw() != dy.raw(), "smear_backward: dx must not alias dy");
+  is_f32(dw, w.numel());
+  is_f32(dlambda, 1);
+  is_f32(dgate, x.dim(0));
+  same_device(dw, x);
+  same_device(dlambda, x);
+  same_device(dgate, x);
+  OpTimer timer("smear_backward", x.device());
+  backend(x.device()).smear_backward(dx, dw, dlambda, dgate, dy, x, w, lambda, gate, seq);
+}
+
+void scalar_mix_forward(const Tensor& y, const Tensor& x, const Tensor& a, const Tensor& b, float s) {
+  same_shape(y, x);
+  act_like(y, x);
+  if (a.defined()) is_f32(a, 1);
+  is_f32(b, 1);
+  OpTimer timer("scalar_mix_forward", y.device());
+  backend(y.device()).scalar_mix_forward(y, x, a, b, s);
+}
+
+void scalar_mix_backward(const Tensor& dy, const Tensor& dx, const Tensor& da, const Tensor& db, const Tensor& y_in,
+                         const Tensor& x, const Tensor& a, const Tensor& b, float s) {
+  for (const Tensor* t : {&dx, &y_in, &x}) {
+    same_shape(dy, *t);
+    act_like(dy, *t);
+  }
+  if (a.defined()) {
+    is_f32(a, 1);
+    is_f32(da, 1);
+  }
+  is_f32(b, 1);
+  is_f32(db, 1);
+  OpTimer timer("scalar_mix_backward", dy.device());
+  backend(dy.device()).scalar_mix_backward(dy, dx, da, db, y_in, x, a, b, s);
+}
+
 }  // namespace nanoddp::ops

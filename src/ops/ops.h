@@ -120,7 +120,31 @@ struct AdamWStep {
      orthogonalised update, read only) and v f32, the second moment per row [rows] when rows >= cols, else  \
      per column [cols]. With u = mean of g^2 along the other dim: v = lerp(v, u, 1 - beta2); g' = g *        \
      rsqrt(max(v, 1e-10)) rescaled so that ||g'||_F = ||g||_F; then p -= lr g' + lr wd p [g' p >= 0]. */      \
-  X(normuon_update, (const Tensor& p, const Tensor& g, const Tensor& v, float lr, float weight_decay, float beta2))
+  X(normuon_update, (const Tensor& p, const Tensor& g, const Tensor& v, float lr, float weight_decay, float beta2)) \
+  /* ---- nanochat 2026's gates (act tensors unless said; sums in f32, in a fixed order; see Note [2026      \
+     gates] in ops.cpp). value gate: x [N, C], w [G, K] with K <= C, ve and v [N, G * D]; gate f32 [N, G]     \
+     = 3 sigmoid(x[:, :K] w^T); v += gate * ve per group of D. Backward: dve = gate * dv; dz = sum_D(dv ve)  \
+     gate (1 - gate / 3), written over gate; dw f32 [G, K] = dz^T x[:, :K] (overwritten);                    \
+     dx[:, :K] += dz w. */                                                                                   \
+  X(value_gate_forward, (const Tensor& v, const Tensor& gate, const Tensor& x, const Tensor& w, const Tensor& ve)) \
+  X(value_gate_backward, (const Tensor& dx, const Tensor& dw, const Tensor& dve, const Tensor& dv,             \
+                          const Tensor& x, const Tensor& w, const Tensor& ve, const Tensor& gate))            \
+  /* ---- smear: x, y [B * seq, C] (rows of `seq` positions), w [1, K], lambda f32 [1]; gate f32 [N] =       \
+     sigmoid(x[n, :K] . w); y[n] = x[n] + lambda gate[n] x[n - 1]; at position 0 of a row x[n - 1] is       \
+     prev [B, C] when prev is defined (decoding after a cached token), else y[n] = x[n]. y must not alias  \
+     x. Backward (no prev): dgate f32 [N] scratch; dx = dy + lambda gate[n + 1] dy[n + 1] + dz[n] w,         \
+     dz[n] = lambda gate (1 - gate) (dy[n] . x[n - 1]); dw f32 [1, K] and dlambda f32 [1] overwritten. */      \
+  X(smear_forward, (const Tensor& y, const Tensor& gate, const Tensor& x, const Tensor& prev, const Tensor& w,   \
+                    const Tensor& lambda, int64_t seq))                                                        \
+  X(smear_backward, (const Tensor& dx, const Tensor& dw, const Tensor& dlambda, const Tensor& dgate,            \
+                     const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& lambda, const Tensor& gate, \
+                     int64_t seq))                                                                             \
+  /* ---- scalar mix: y = a y + s b x over y, x of one shape; a, b f32 [1] on the device (parameters: read   \
+     there), a undefined means 1. Backward, from dy and the forward's input y_in: da = sum(dy y_in) (when a  \
+     is defined), db = s sum(dy x), both f32 [1] overwritten; dx += s b dy; then dy *= a. */                 \
+  X(scalar_mix_forward, (const Tensor& y, const Tensor& x, const Tensor& a, const Tensor& b, float s))           \
+  X(scalar_mix_backward, (const Tensor& dy, const Tensor& dx, const Tensor& da, const Tensor& db,              \
+                          const Tensor& y_in, const Tensor& x, const Tensor& a, const Tensor& b, float s))
 
 #define NANODDP_OP_DECLARE(name, params) void name params;
 NANODDP_OPS(NANODDP_OP_DECLARE)

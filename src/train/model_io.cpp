@@ -66,6 +66,13 @@ model::GPTConfig import_config(const SafetensorsFile& f, const ImportOptions& o,
     NANODDP_CHECK(c.vocab_size > 0, "{} has no nanoddp metadata: pass --vocab_size (the tokenizer's, before padding "
                   "to {}) or --data (the dataset the model was trained on)", f.path(), wte[0]);
     c.max_seq_len = o.max_seq_len;
+    // nanochat's 2026 model has per-layer scalars; its window pattern is not in the tensors: its
+    // default, SSSL.
+    if (f.contains("resid_lambdas")) {
+      c.recipe = model::Recipe::R2026;
+      c.rope_base = 100000.f;
+      c.window_pattern = "SSSL";
+    }
     c.validate();
   }
   NANODDP_CHECK(c.max_seq_len <= kMaxImportSeqLen, "{}: max_seq_len {} is beyond the {} nanoddp supports; pass a "

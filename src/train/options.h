@@ -16,6 +16,8 @@ struct TrainOptions {
   int64_t aspect_ratio = 64;
   int64_t head_dim = 128;
   int64_t n_kv_head = 0;
+  std::string recipe = "classic";
+  std::string window_pattern = "SSSL";
   // batch and length of training
   int64_t device_batch_size = 32;
   // 524288 = 2^19 tokens = 32 rows x 2048 tokens x 8 GPUs: one micro-step per step on an 8-GPU node.
@@ -106,6 +108,10 @@ struct TrainOptions {
     v(aspect_ratio, "aspect_ratio", "model_dim = depth * aspect_ratio");
     v(head_dim, "head_dim", "Target attention head size: n_head = ceil(model_dim / head_dim)");
     v(n_kv_head, "n_kv_head", "Key/value heads for grouped-query attention (0 = n_head)");
+    v(recipe, "recipe", "Model architecture: classic (nanochat late 2025) or 2026 (nanochat today: value embeddings, "
+      "smear, backout, per-layer scalars, sliding windows; docs/recipe2026.md)");
+    v(window_pattern, "window_pattern", "--recipe 2026: attention windows per layer, tiled: S = a quarter of "
+      "max_seq_len (rounded up to 128), L = all of it; the last layer is always L");
     v(device_batch_size, "device_batch_size", "Rows per micro-batch on each rank (B)");
     v(total_batch_size, "total_batch_size", "Tokens per optimizer step over all ranks; gradient accumulation = "
       "total / (B * T * world), which must divide exactly (-1 = one micro-step)");

@@ -27,7 +27,7 @@ Plan make_rl_plan(Plan p, const TrainOptions& o, int world) {
 Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) {
   Plan p;
   p.config = model::GPTConfig::from_depth(o.depth, meta.vocab_size, o.max_seq_len, o.aspect_ratio, o.head_dim,
-                                          o.n_kv_head);
+                                          o.n_kv_head, model::parse_recipe(o.recipe), o.window_pattern);
   if (o.stage == "rl") return make_rl_plan(p, o, world);
   // Tokens of one micro-step over all ranks.
   const int64_t per_micro = o.device_batch_size * o.max_seq_len * world;

@@ -33,6 +33,14 @@ std::string join_steps(const std::vector<int64_t>& steps) {
   return list;
 }
 
+// Weights of one recipe cannot train as the other (different parameters): one line naming both.
+void check_same_recipe(const model::GPTConfig& saved, const model::GPTConfig& run, const std::string& what,
+                       const std::string& action) {
+  NANODDP_CHECK(saved.recipe == run.recipe, "{} holds a --recipe {} model and this run is --recipe {}: to {}, give "
+                "--recipe {}", what, model::recipe_name(saved.recipe), model::recipe_name(run.recipe), action,
+                model::recipe_name(saved.recipe));
+}
+
 // A checkpoint of this run that cannot be resumed (a file unreadable, truncated or incomplete):
 // `why` names the file; the message says which earlier checkpoint can be resumed instead. Nothing
 // is moved or deleted.
@@ -218,6 +226,7 @@ void RunCheckpoints::check_fits(int64_t step, const std::string& dir, const nloh
   NANODDP_CHECK(saved_config.vocab_size == plan_.config.vocab_size, "checkpoint {} has a vocabulary of {} tokens but "
                 "--data {} has {}: resume with the dataset it was trained on", dir, saved_config.vocab_size, opts_.data,
                 plan_.config.vocab_size);
+  check_same_recipe(saved_config, plan_.config, fmt::format("checkpoint {}", dir), "resume");
   NANODDP_CHECK(saved_config == plan_.config, "checkpoint {} holds another model configuration ({}); resume with the "
                 "same --depth and model flags", dir, meta.at("model_config").dump());
   // The ids must mean the same text, --allow_changed_data or not: that flag lets a run go on over
@@ -432,6 +441,8 @@ void init_weights_from(model::GPT& model, const model::GPTConfig& config, const 
   if (fs::is_directory(path)) {
     const std::string dir = resolve_checkpoint(path);
     const nlohmann::json meta = read_checkpoint_meta(dir);
+    if (meta.contains("model_config")) check_same_recipe(model::GPTConfig::from_json(meta.at("model_config")), config,
+                                                         fmt::format("--init_from {}", dir), "start from it");
     if (meta.contains("model_config"))
       NANODDP_CHECK(model::GPTConfig::from_json(meta.at("model_config")) == config, "--init_from {}: its model "
                     "({}) is not this run's: give the same --depth and model flags and a dataset of its vocabulary",

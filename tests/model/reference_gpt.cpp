@@ -24,6 +24,39 @@ void set_weights(model::GPT& gpt, const Weights& w) {
   gpt.refresh_compute_weights();
 }
 
+namespace {
+
+double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+
+// Recipe 2026's smear: e[t] += smear_lambda sigmoid(e[t, :24] . smear_gate) e[t - 1] for t >= 1.
+Vec smear(const Vec& e, const Weights& w, int64_t batch, int64_t seq, int64_t C) {
+  const Vec& gate = w.at("smear_gate.weight");
+  Vec out = e;
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t t = 1; t < seq; t++) {
+      const int64_t i = b * seq + t;
+      double z = 0;
+      for (size_t j = 0; j < gate.size(); j++) z += e[i * C + j] * gate[j];
+      for (int64_t ch = 0; ch < C; ch++) out[i * C + ch] += w.at("smear_lambda")[0] * sigmoid(z) * e[(i - 1) * C + ch];
+    }
+  return out;
+}
+
+// Recipe 2026's value embedding: v += 3 sigmoid(xn[:, :12] ve_gate^T) * table[ids], per kv head.
+void add_value_embedding(Vec& v, const Vec& xn, const Weights& w, const std::string& table, const std::string& gate,
+                         const std::vector<int32_t>& ids, const model::GPTConfig& c) {
+  const int64_t n = static_cast<int64_t>(ids.size()), hkv = c.n_kv_head, d = c.head_dim(), k = 12;
+  const Vec ve = reference::embedding(w.at(table), ids, c.kv_dim());
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t h = 0; h < hkv; h++) {
+      double z = 0;
+      for (int64_t j = 0; j < k; j++) z += xn[i * c.n_embd + j] * w.at(gate)[h * k + j];
+      for (int64_t e = 0; e < d; e++) v[(i * hkv + h) * d + e] += 3 * sigmoid(z) * ve[(i * hkv + h) * d + e];
+    }
+}
+
+}  // namespace
+
 double reference_loss(const model::GPTConfig& c, const Weights& w, const std::vector<int32_t>& ids,
                       const std::vector<int32_t>& targets, int64_t batch, int64_t seq) {
   const double eps = 1.1920929e-07;
@@ -45,18 +78,34 @@ double reference_loss(const model::GPTConfig& c, const Weights& w, const std::ve
     for (size_t i = 0; i < x.size(); i++) x[i] += y[i];
   };
   Vec x = reference::rmsnorm(reference::embedding(w.at("transformer.wte.weight"), ids, C), C, eps);
+  const bool r2026 = c.is_2026();
+  if (r2026) x = smear(x, w, batch, seq, C);
+  const Vec x0 = x;
+  Vec x_mid;
   for (int64_t l = 0; l < c.n_layer; l++) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
+    if (r2026)
+      for (int64_t i = 0; i < n * C; i++) x[i] = w.at("resid_lambdas")[l] * x[i] + w.at("x0_lambdas")[l] * x0[i];
     Vec xn = reference::rmsnorm(x, C, eps);
     Vec q = lin(xn, h + "attn.c_q.weight", C, C), k = lin(xn, h + "attn.c_k.weight", ckv, C),
         v = lin(xn, h + "attn.c_v.weight", ckv, C);
+    if (c.has_value_embedding(l))
+      add_value_embedding(v, xn, w, "value_embeds." + std::to_string(l) + ".weight", h + "attn.ve_gate.weight", ids,
+                          c);
     q = reference::rmsnorm(reference::rotary(q, batch, seq, c.n_head, d, cos, sin, 0, false), d, eps);
     k = reference::rmsnorm(reference::rotary(k, batch, seq, c.n_kv_head, d, cos, sin, 0, false), d, eps);
-    Vec att = reference::attention(q, k, v, batch, seq, seq, c.n_head, c.n_kv_head, d, seq, 1.0 / std::sqrt(d));
+    if (r2026)
+      for (Vec* t : {&q, &k})
+        for (double& e : *t) e *= 1.2;
+    Vec att = reference::attention(q, k, v, batch, seq, seq, c.n_head, c.n_kv_head, d, seq, 1.0 / std::sqrt(d),
+                                   nullptr, c.window(l));
     add(x, lin(att, h + "attn.c_proj.weight", C, C));
     Vec a = reference::relu2(lin(reference::rmsnorm(x, C, eps), h + "mlp.c_fc.weight", 4 * C, C));
     add(x, reference::matmul(a, false, w.at(h + "mlp.c_proj.weight"), true, n, C, 4 * C));
+    if (r2026 && l == c.n_layer / 2) x_mid = x;
   }
+  if (r2026)
+    for (int64_t i = 0; i < n * C; i++) x[i] -= w.at("backout_lambda")[0] * x_mid[i];
   Vec logits = lin(reference::rmsnorm(x, C, eps), "lm_head.weight", vp, C);
   Vec losses = reference::softcap_cross_entropy(logits, targets, vp, c.vocab_size, c.softcap);
   double sum = 0;

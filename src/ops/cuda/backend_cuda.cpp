@@ -22,6 +22,7 @@
 #include "ops/cuda/cudnn_library.h"
 #include "ops/cuda/elementwise.cuh"
 #include "ops/cuda/embedding.cuh"
+#include "ops/cuda/gates.cuh"
 #include "ops/cuda/matmul.h"
 #include "ops/cuda/newton_schulz.cuh"
 #include "ops/cuda/optimizer.cuh"
@@ -452,6 +453,57 @@ void CudaBackend::normuon_update(const Tensor& p, const Tensor& g, const Tensor&
   Tensor scratch = Tensor::empty({2 * v.numel()}, DType::F32, p.device());  // mean squares, scales
   NANODDP_CUDA_CHECK(cuda::launch_normuon_update(p.data<float>(), g.data<float>(), v.data<float>(), p.dim(0),
                                                  p.dim(1), lr, weight_decay, beta2, scratch.data<float>(), s));
+}
+
+void CudaBackend::value_gate_forward(const Tensor& v, const Tensor& gate, const Tensor& x, const Tensor& w,
+                                     const Tensor& ve) {
+  cudaStream_t s = begin();
+  const int64_t n = x.dim(0), groups = w.dim(0);
+  NANODDP_CUDA_CHECK(cuda::launch_value_gate_forward(elem(v), v.raw(), gate.data<float>(), x.raw(), w.raw(), ve.raw(),
+                                                     n, x.dim(1), groups, w.dim(1), v.numel() / (n * groups), s));
+}
+
+void CudaBackend::value_gate_backward(const Tensor& dx, const Tensor& dw, const Tensor& dve, const Tensor& dv,
+                                      const Tensor& x, const Tensor& w, const Tensor& ve, const Tensor& gate) {
+  cudaStream_t s = begin();
+  const int64_t n = x.dim(0), groups = w.dim(0);
+  NANODDP_CUDA_CHECK(cuda::launch_value_gate_backward(elem(x), dx.raw(), dw.data<float>(), dve.raw(), dv.raw(),
+                                                      x.raw(), w.raw(), ve.raw(), gate.data<float>(), n, x.dim(1),
+                                                      groups, w.dim(1), dv.numel() / (n * groups), s));
+}
+
+void CudaBackend::smear_forward(const Tensor& y, const Tensor& gate, const Tensor& x, const Tensor& prev,
+                                const Tensor& w, const Tensor& lambda, int64_t seq) {
+  cudaStream_t s = begin();
+  NANODDP_CUDA_CHECK(cuda::launch_smear_forward(elem(x), y.raw(), gate.data<float>(), x.raw(),
+                                                prev.defined() ? prev.raw() : nullptr, w.raw(), lambda.data<float>(),
+                                                x.dim(0), x.dim(1), w.numel(), seq, s));
+}
+
+void CudaBackend::smear_backward(const Tensor& dx, const Tensor& dw, const Tensor& dlambda, const Tensor& dgate,
+                                 const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& lambda,
+                                 const Tensor& gate, int64_t seq) {
+  cudaStream_t s = begin();
+  NANODDP_CUDA_CHECK(cuda::launch_smear_backward(elem(x), dx.raw(), dw.data<float>(), dlambda.data<float>(),
+                                                 dgate.data<float>(), dy.raw(), x.raw(), w.raw(), lambda.data<float>(),
+                                                 gate.data<float>(), x.dim(0), x.dim(1), w.numel(), seq, s));
+}
+
+void CudaBackend::scalar_mix_forward(const Tensor& y, const Tensor& x, const Tensor& a, const Tensor& b, float sign) {
+  cudaStream_t s = begin();
+  NANODDP_CUDA_CHECK(cuda::launch_scalar_mix_forward(elem(y), y.raw(), x.raw(), a.defined() ? a.data<float>() : nullptr,
+                                                     b.data<float>(), sign, y.numel(), s));
+}
+
+void CudaBackend::scalar_mix_backward(const Tensor& dy, const Tensor& dx, const Tensor& da, const Tensor& db,
+                                      const Tensor& y_in, const Tensor& x, const Tensor& a, const Tensor& b,
+                                      float sign) {
+  cudaStream_t s = begin();
+  const bool has_a = a.defined();
+  NANODDP_CUDA_CHECK(cuda::launch_scalar_mix_backward(elem(dy), dy.raw(), dx.raw(), has_a ? da.data<float>() : nullptr,
+                                                      db.data<float>(), y_in.raw(), x.raw(),
+                                                      has_a ? a.data<float>() : nullptr, b.data<float>(), sign,
+                                                      dy.numel(), s));
 }
 
 }  // namespace
