@@ -68,19 +68,34 @@ AdamGroup adam_group(const OptimizerConfig& cfg, model::ParamKind kind, double s
 }
 
 // Row equilibration of each x [rows, cols] of xs, in place: row i times ||x||_F / (sqrt(rows)
-// max(||row i||, 1e-6)). RMSNorm without weight gives row i times sqrt(cols) / ||row i|| (its eps
-// plays the clamp's part: 1e-12 / cols under the mean square is 1e-6 under the norm); times
-// ||x||_F / sqrt(rows cols) that is the equilibrated row. rstd: scratch [rows].
+// max(||row i||, 1e-6)). RMSNorm without eps gives each row's norm as sqrt(cols) / rstd (a zero
+// row's rstd is inf, its norm 0; the normalised rows go to scratch y and are not used). The rstd of
+// the whole group is read back at once, and the factors, exact with nanochat's clamp (rows of dead
+// ReLU^2 units are 0 or tiny, and the clamp decides how far they are blown up), go back as one
+// upload. y [rows, cols]; rstd, factors [n * rows].
 void equilibrate_rows(const std::vector<Tensor>& xs) {
   if (xs.empty()) return;
   const Device device = xs[0].device();
-  const int64_t rows = xs[0].dim(0), cols = xs[0].dim(1);
-  const std::vector<float> sums = sums_of_squares(xs, device);
-  Tensor rstd = Tensor::empty({rows}, DType::F32, device);
-  for (size_t i = 0; i < xs.size(); i++) {
-    ops::rmsnorm_forward(xs[i], rstd, xs[i], static_cast<float>(1e-12 / double(cols)));
-    ops::scale(xs[i], static_cast<float>(std::sqrt(double(sums[i]) / double(rows * cols))));
+  const int64_t rows = xs[0].dim(0), cols = xs[0].dim(1), n = static_cast<int64_t>(xs.size());
+  Tensor y = Tensor::empty({rows, cols}, DType::F32, device), rstd = Tensor::empty({n * rows}, DType::F32, device);
+  for (int64_t i = 0; i < n; i++) ops::rmsnorm_forward(y, rstd.region(i * rows, {rows}), xs[size_t(i)], 0.f);
+  const Tensor host = device.is_cpu() ? rstd : rstd.copy_to(Device::cpu());
+  Tensor factors = Tensor::empty({n * rows}, DType::F32);
+  const float* r = host.data<float>();
+  float* f = factors.data<float>();
+  std::vector<double> norms(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < n; i++) {
+    double total = 0;
+    for (int64_t k = 0; k < rows; k++) {
+      const double rs = r[i * rows + k];
+      norms[size_t(k)] = std::isinf(rs) ? 0.0 : std::sqrt(double(cols)) / rs;
+      total += norms[size_t(k)] * norms[size_t(k)];
+    }
+    const double target = std::sqrt(total / double(rows));
+    for (int64_t k = 0; k < rows; k++) f[i * rows + k] = static_cast<float>(target / std::max(norms[size_t(k)], 1e-6));
   }
+  const Tensor on_device = device.is_cpu() ? factors : factors.copy_to(device);
+  for (int64_t i = 0; i < n; i++) ops::scale_rows(xs[size_t(i)], on_device.region(i * rows, {rows}));
 }
 
 // Each x of xs times sqrt(min(rows, cols)) / max(||x||_F, 1e-6): nanochat's correction for the
