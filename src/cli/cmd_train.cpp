@@ -30,7 +30,7 @@ void add_train_command(CLI::App& root) {
     // Epochs count passes over the data, so with --num_epochs a step is one micro-step unless
     // --total_batch_size is given (its default, nanochat's 524288 tokens, is larger than a small text).
     if (opts->num_epochs > 0 && cmd->get_option("--total_batch_size")->count() == 0) opts->total_batch_size = -1;
-    train::apply_recipe_defaults(*opts, /*recipe_2026=*/false,
+    train::apply_recipe_defaults(*opts, opts->recipe == "2026",
                                  [&](const std::string& flag) { return cmd->get_option("--" + flag)->count() > 0; });
     run_train_command(*opts);
   });

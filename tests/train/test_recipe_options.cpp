@@ -6,6 +6,8 @@
 #include <string>
 
 #include "core/error.h"
+#include "model/gpt.h"
+#include "train/plan.h"
 #include "train/recipe_options.h"
 
 namespace nanoddp::train {
@@ -68,6 +70,38 @@ TEST(RecipeOptions, OptimizerConfigScalesEveryLrButTheSmearGroups) {
   EXPECT_DOUBLE_EQ(oc.scalar_lr, 0.4);
   EXPECT_DOUBLE_EQ(oc.smear_lr, 0.1);  // 0.2 x init_lr_frac, not batch-scaled
   EXPECT_DOUBLE_EQ(oc.muon_weight_decay, 0.07);
+}
+
+// base_train's scaling parameters are the block matrices and lm_head: counted from the config, they
+// equal the model's Matrix and LmHead parameters.
+TEST(RecipeOptions, ScalingParamsAreTheBlockMatricesAndLmHead) {
+  const auto c = model::GPTConfig::from_depth(3, 300, 256, 64, 64, 0, model::Recipe::R2026, "SSSL");
+  model::GPT gpt(c, Device::cpu());
+  int64_t want = 0;
+  for (const auto& p : gpt.parameters())
+    if (p.kind == model::ParamKind::Matrix || p.kind == model::ParamKind::LmHead) want += p.data.numel();
+  EXPECT_EQ(scaling_params(c), want);
+}
+
+// --recipe 2026 with --total_batch_size -1: the plan takes the scaled batch and trains on
+// floor(target tokens / batch) steps.
+TEST(RecipeOptions, PlanOf2026ChoosesTheBatchFromTheRatio) {
+  TrainOptions o;
+  o.recipe = "2026";
+  o.depth = 2;
+  o.max_seq_len = 64;
+  o.head_dim = 64;
+  o.device_batch_size = 1;
+  apply_recipe_defaults(o, true, [](const std::string&) { return false; });
+  data::DatasetMeta meta;
+  meta.vocab_size = 300;
+  const Plan p = make_plan(o, meta, 1);
+  const auto d12 = model::GPTConfig::from_depth(12, 300, 64, 64, 64, 0, model::Recipe::R2026, "SSSL");
+  const RecipeScaling want = recipe_scaling_2026(scaling_params(p.config), scaling_params(d12), 12, -1, 0.28);
+  EXPECT_EQ(p.tokens_per_step, want.total_batch_size);
+  EXPECT_EQ(p.grad_accum, want.total_batch_size / 64);
+  EXPECT_EQ(p.num_iterations, want.target_tokens / want.total_batch_size);
+  EXPECT_DOUBLE_EQ(p.scaling.weight_decay, want.weight_decay);
 }
 
 }  // namespace
