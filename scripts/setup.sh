@@ -22,6 +22,10 @@ done
 # chromium and chromium-driver run the browser test of `nanoddp serve`'s page (tests/cli/serve_browser.py).
 # libzstd-dev and libsnappy-dev decompress the pages of parquet files (data prepare reads nanochat's shards).
 # clang-format checks the layout of the files in tests/format_allowlist.txt (tests/check_format.sh).
+# slurmctld, slurmd, slurm-client and munge (Slurm 22.05) let tests/launch/slurm_cluster.sh start a
+# private one-node cluster (own key, socket, ports and folders) for the real srun test. In a root
+# without an init system (CI) apt starts no service; under systemd it enables munge, slurmd and
+# slurmctld (the last two stay down without /etc/slurm/slurm.conf), which the tests neither use nor need.
 packages=(
   build-essential cmake pkg-config git ca-certificates
   clang libclang-rt-dev clang-format
@@ -31,6 +35,7 @@ packages=(
   libgloo-dev libopenmpi-dev openmpi-bin
   python3-torch python3-numpy dataset-fashion-mnist zlib1g-dev libzstd-dev libsnappy-dev
   nodejs npm iproute2 procps
+  slurmctld slurmd slurm-client munge
   chromium chromium-driver
 )
 

@@ -4,7 +4,6 @@
 // checkpoints, --resume and the learning-rate flags are train's, under every launcher.
 #include "cli/commands.h"
 #include "cli/option_flags.h"
-#include "data/tasks.h"
 
 namespace nanoddp::cli {
 
@@ -14,13 +13,13 @@ void add_rl_command(CLI::App& root) {
   // chat_rl's settings: one epoch over the questions, 16 questions x 16 samples per step, every
   // learning rate at 5% of base training's, decaying linearly to zero; no evaluation loss (the reward
   // is logged every step; `nanoddp eval` measures accuracy).
-  opts->stage = "rl";
-  opts->num_epochs = 1;
-  opts->warmdown_ratio = 1.0;
-  opts->device_batch_size = 8;
-  opts->total_batch_size = -1;
-  opts->eval_every = -1;
-  opts->init_lr_frac = 0.05;
+  opts->chat.stage = train::RunStage::Rl;
+  opts->batch.num_epochs = 1;
+  opts->optim.warmdown_ratio = 1.0;
+  opts->batch.device_batch_size = 8;
+  opts->batch.total_batch_size = -1;
+  opts->eval.eval_every = -1;
+  opts->optim.init_lr_frac = 0.05;
   add_option_flags(*cmd, *opts);
   remove_flags(*cmd, {"--depth", "--max_seq_len", "--aspect_ratio", "--head_dim", "--n_kv_head", "--data", "--conversations", "--val_conversations", "--mask", "--init_from", "--stage",
                       "--total_batch_size", "--eval_every", "--eval_tokens", "--target_flops",
@@ -31,7 +30,6 @@ void add_rl_command(CLI::App& root) {
   cmd->get_option("--device_batch_size")->description("Most sampled rows per forward/backward pass");
   cmd->callback([opts, source] {
     train::TrainOptions o = *opts;
-    data::parse_reward_rule(o.reward);  // a misspelt --reward fails before the checkpoint is read
     take_source_model(o, *source);
     run_train_command(o);
   });

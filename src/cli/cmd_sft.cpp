@@ -41,11 +41,11 @@ void take_source_model(train::TrainOptions& o, const std::string& source) {
                 "from a checkpoint written by `nanoddp train`, `sft` or `rl`, or by `nanoddp import --data DIR`", dir);
   if (meta.contains("options")) {
     const auto& src = meta.at("options");
-    o.depth = src.at("depth");
-    o.aspect_ratio = src.at("aspect_ratio");
-    o.head_dim = src.at("head_dim");
-    o.n_kv_head = src.at("n_kv_head");
-    o.max_seq_len = src.at("max_seq_len");
+    o.model.depth = src.at("depth");
+    o.model.aspect_ratio = src.at("aspect_ratio");
+    o.model.head_dim = src.at("head_dim");
+    o.model.n_kv_head = src.at("n_kv_head");
+    o.model.max_seq_len = src.at("max_seq_len");
   } else {
     // `nanoddp import` (nanochat's weights, say): the shape flags that give its model_config back,
     // --depth layers of depth x --aspect_ratio wide, in heads of --head_dim.
@@ -55,18 +55,18 @@ void take_source_model(train::TrainOptions& o, const std::string& source) {
     NANODDP_CHECK(c.n_layer > 0 && c.n_head > 0 && c.n_embd % c.n_layer == 0 && c.n_embd % c.n_head == 0, "--source "
                   "{}: a model {} wide with {} layers and {} heads is not one that --depth and --aspect_ratio make "
                   "(the width must be a multiple of the depth)", dir, c.n_embd, c.n_layer, c.n_head);
-    o.depth = c.n_layer;
-    o.aspect_ratio = c.n_embd / c.n_layer;
-    o.head_dim = c.n_embd / c.n_head;
-    o.n_kv_head = c.n_kv_head;
-    o.max_seq_len = c.max_seq_len;
+    o.model.depth = c.n_layer;
+    o.model.aspect_ratio = c.n_embd / c.n_layer;
+    o.model.head_dim = c.n_embd / c.n_head;
+    o.model.n_kv_head = c.n_kv_head;
+    o.model.max_seq_len = c.max_seq_len;
   }
-  o.data = meta.at("data_dir");
-  o.init_from = dir;
+  o.input.data = meta.at("data_dir");
+  o.output.init_from = dir;
 }
 
-void remove_flags(CLI::App& cmd, const std::vector<const char*>& flags) {
-  for (const char* flag : flags) cmd.remove_option(cmd.get_option(flag));
+void remove_flags(CLI::App& cmd, const std::vector<std::string>& flags) {
+  for (const std::string& flag : flags) cmd.remove_option(cmd.get_option(flag));
 }
 
 void add_sft_command(CLI::App& root) {
@@ -75,17 +75,17 @@ void add_sft_command(CLI::App& root) {
   // SFT's defaults where they differ from base training's (nanochat's chat_sft): one epoch, the
   // learning rate decaying linearly to zero over it, one micro-step per step, an evaluation only at
   // the end; the run is recorded as stage sft.
-  opts->stage = "sft";
-  opts->num_epochs = 1;
-  opts->warmdown_ratio = 1.0;
-  opts->total_batch_size = -1;
-  opts->eval_every = -1;
+  opts->chat.stage = train::RunStage::Sft;
+  opts->batch.num_epochs = 1;
+  opts->optim.warmdown_ratio = 1.0;
+  opts->batch.total_batch_size = -1;
+  opts->eval.eval_every = -1;
   add_option_flags(*cmd, *opts);
   // --data means conversation files here; the dataset (for the tokenizer) and the model's shape
   // are the source's (take_source_model), so their flags would be ignored: they are not offered.
   remove_flags(*cmd, {"--data", "--conversations", "--val_conversations", "--init_from", "--stage", "--depth",
                       "--max_seq_len", "--aspect_ratio", "--head_dim", "--n_kv_head"});
-  remove_flags(*cmd, kRlFlags);
+  remove_flags(*cmd, section_flags(train::RlOptions{}));
   auto in = std::make_shared<SftInputs>();
   cmd->add_option("--source", in->source, "The checkpoint to fine-tune: a checkpoint directory or a run's --out")
       ->required();
@@ -94,8 +94,8 @@ void add_sft_command(CLI::App& root) {
   cmd->callback([opts, in] {
     train::TrainOptions o = *opts;
     take_source_model(o, in->source);
-    o.conversations = join(in->data);
-    o.val_conversations = join(in->val_data);
+    o.chat.conversations = join(in->data);
+    o.chat.val_conversations = join(in->val_data);
     run_train_command(o);
   });
 }

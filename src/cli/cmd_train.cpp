@@ -13,8 +13,9 @@ namespace nanoddp::cli {
 void run_train_command(const train::TrainOptions& opts) {
   // Bad flag values fail here, before any rendezvous, identically on every rank.
   train::validate_options(opts);
-  check_output_path("--out", opts.out, PathKind::Directory);
-  const RankSetup rank = join_process_group(opts.device, opts.backend, opts.timeout);
+  check_output_path("--out", opts.output.out, PathKind::Directory);
+  const RankSetup rank = join_process_group(opts.runtime.device, option_text(opts.runtime.backend),
+                                            opts.runtime.timeout);
   const train::TrainResult r = train::run_training(opts, *rank.context->group, rank.device);
   // Stopped by SIGTERM/SIGINT after saving: exit as a process killed by it would (128 + signal),
   // so launchers and schedulers see that the run did not finish.
@@ -25,12 +26,13 @@ void add_train_command(CLI::App& root) {
   auto* cmd = root.add_subcommand("train", "Train a GPT (nanochat's recipe) on prepared token shards");
   auto opts = std::make_shared<train::TrainOptions>();
   add_option_flags(*cmd, *opts);
-  remove_flags(*cmd, kRlFlags);
+  remove_flags(*cmd, section_flags(train::RlOptions{}));
   cmd->callback([cmd, opts] {
     // Epochs count passes over the data, so with --num_epochs a step is one micro-step unless
     // --total_batch_size is given (its default, nanochat's 524288 tokens, is larger than a small text).
-    if (opts->num_epochs > 0 && cmd->get_option("--total_batch_size")->count() == 0) opts->total_batch_size = -1;
-    train::apply_recipe_defaults(*opts, opts->recipe == "2026",
+    if (opts->batch.num_epochs > 0 && cmd->get_option("--total_batch_size")->count() == 0)
+      opts->batch.total_batch_size = -1;
+    train::apply_recipe_defaults(*opts, opts->model.recipe == model::Recipe::R2026,
                                  [&](const std::string& flag) { return cmd->get_option("--" + flag)->count() > 0; });
     run_train_command(*opts);
   });

@@ -33,15 +33,19 @@ void add_env_command(CLI::App& root);        // nanoddp env (alias: info)
 // The sampling flags of sample, chat and eval, checked before a model is loaded.
 void check_sampling_flags(int64_t max_tokens, double temperature, int64_t top_k);
 
-// The flags only `nanoddp rl` takes (train and sft remove them).
-inline const std::vector<const char*> kRlFlags = {
-    "--task", "--task_count", "--task_seed", "--num_samples", "--examples_per_step", "--max_new_tokens",
-    "--temperature", "--top_k", "--reward"};
+// The flags of one section of the options (train/options.h), e.g. rl's: the flags only `nanoddp rl`
+// takes, which train and sft remove.
+template <typename Section>
+std::vector<std::string> section_flags(Section section) {
+  std::vector<std::string> flags;
+  section.visit([&](auto&, const char* name, const char*) { flags.push_back(std::string("--") + name); });
+  return flags;
+}
 
 // sft and rl: the model shape flags, dataset and initial weights of the checkpoint `source` (a
 // checkpoint directory or a run's --out) go into `o`.
 void take_source_model(train::TrainOptions& o, const std::string& source);
-void remove_flags(CLI::App& cmd, const std::vector<const char*>& flags);
+void remove_flags(CLI::App& cmd, const std::vector<std::string>& flags);
 
 // Trains `opts` in this process as one rank of whatever launched it (nanoddp run, torchrun-style
 // variables, mpirun, srun, or alone): what `train` and the chat stages run.

@@ -184,6 +184,65 @@ std::string first_slurm_host(std::string_view list) {
   return host;
 }
 
+namespace {
+
+// srun's variables (the header lists them); false when this process is no task of an srun step.
+bool read_slurm(const EnvLookup& env, DistEnv& d) {
+  auto procid = int_var(env, "SLURM_PROCID", 0, 1 << 24);
+  // Only a task that srun started has a step id. The batch script of `sbatch -n N` also has
+  // SLURM_PROCID=0 and SLURM_NTASKS=N but is one process: taken for rank 0 it would wait for
+  // ranks that nothing starts until the rendezvous timeout.
+  if (procid && !env("SLURM_STEP_ID") && !env("SLURM_STEPID")) {
+    const int tasks = int_var(env, "SLURM_NTASKS", 1, 1 << 24).value_or(1);
+    NANODDP_CHECK(tasks == 1,
+                  "this process is a Slurm job's batch script (SLURM_NTASKS={} but no SLURM_STEP_ID), not a task "
+                  "that srun started: start the ranks with `srun nanoddp ...`, or with `nanoddp run "
+                  "--nproc_per_node N ...` per node",
+                  tasks);
+    procid.reset();  // a one-task job's script: a single process
+  }
+  if (!procid) return false;
+  d.launcher = Launcher::Srun;
+  d.rank = *procid;
+  d.world_size = int_var(env, "SLURM_NTASKS", 1, 1 << 24).value_or(1);
+  d.local_rank = int_var(env, "SLURM_LOCALID", 0, 1 << 24).value_or(0);
+  d.node_rank = int_var(env, "SLURM_NODEID", 0, 1 << 24).value_or(0);
+  // The step's real layout first: SLURM_STEP_TASKS_PER_NODE (srun's own step), then
+  // SLURM_TASKS_PER_NODE (the allocation's, as sbatch left it); SLURM_NTASKS_PER_NODE is only the
+  // --ntasks-per-node maximum, which a node of an uneven layout may not reach.
+  const char* layout_var = nullptr;
+  std::optional<std::string> layout;  // "4(x2),2": tasks on each node of the step
+  for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})
+    if (layout = env(name); layout && !layout->empty()) {
+      layout_var = name;
+      break;
+    }
+  if (layout_var != nullptr) {
+    auto counts = expand_tasks_per_node(*layout);
+    NANODDP_CHECK(size_t(d.node_rank) < counts.size(), "{}='{}' has no entry for node {}", layout_var, *layout,
+                  d.node_rank);
+    d.local_world_size = counts[d.node_rank];
+  } else if (auto per_node = int_var(env, "SLURM_NTASKS_PER_NODE", 1, 1 << 24)) {
+    d.local_world_size = *per_node;
+  } else {
+    d.local_world_size = d.local_rank + 1;
+  }
+  read_master(env, d);
+  if (d.master_addr.empty()) {
+    // The step's nodes: rank 0 runs on the first of them, which need not be the allocation's first
+    // (`srun -w`, `--relative`, or a step on part of the allocation).
+    for (const char* name : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})
+      if (auto nodes = env(name); nodes && !nodes->empty()) {
+        d.master_addr = first_slurm_host(*nodes);
+        break;
+      }
+  }
+  check_ranks(d, "SLURM_PROCID", "SLURM_NTASKS");
+  return true;
+}
+
+}  // namespace
+
 DistEnv discover_environment(const EnvLookup& env) {
   DistEnv d;
   auto restart = int_var(env, "NANODDP_RESTART_COUNT", 0, 1 << 30);
@@ -221,45 +280,7 @@ DistEnv discover_environment(const EnvLookup& env) {
     return d;
   }
 
-  if (auto procid = int_var(env, "SLURM_PROCID", 0, 1 << 24)) {
-    d.launcher = Launcher::Srun;
-    d.rank = *procid;
-    d.world_size = int_var(env, "SLURM_NTASKS", 1, 1 << 24).value_or(1);
-    d.local_rank = int_var(env, "SLURM_LOCALID", 0, 1 << 24).value_or(0);
-    d.node_rank = int_var(env, "SLURM_NODEID", 0, 1 << 24).value_or(0);
-    // The step's real layout first: SLURM_STEP_TASKS_PER_NODE (srun's own step), then
-    // SLURM_TASKS_PER_NODE (the allocation's, as sbatch left it); SLURM_NTASKS_PER_NODE is only the
-    // --ntasks-per-node maximum, which a node of an uneven layout may not reach.
-    const char* layout_var = nullptr;
-    std::optional<std::string> layout;  // "4(x2),2": tasks on each node of the step
-    for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})
-      if (layout = env(name); layout && !layout->empty()) {
-        layout_var = name;
-        break;
-      }
-    if (layout_var != nullptr) {
-      auto counts = expand_tasks_per_node(*layout);
-      NANODDP_CHECK(size_t(d.node_rank) < counts.size(), "{}='{}' has no entry for node {}", layout_var, *layout,
-                    d.node_rank);
-      d.local_world_size = counts[d.node_rank];
-    } else if (auto per_node = int_var(env, "SLURM_NTASKS_PER_NODE", 1, 1 << 24)) {
-      d.local_world_size = *per_node;
-    } else {
-      d.local_world_size = d.local_rank + 1;
-    }
-    read_master(env, d);
-    if (d.master_addr.empty()) {
-      // The step's nodes: rank 0 runs on the first of them, which need not be the allocation's first
-      // (`srun -w`, `--relative`, or a step on part of the allocation).
-      for (const char* name : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})
-        if (auto nodes = env(name); nodes && !nodes->empty()) {
-          d.master_addr = first_slurm_host(*nodes);
-          break;
-        }
-    }
-    check_ranks(d, "SLURM_PROCID", "SLURM_NTASKS");
-    return d;
-  }
+  if (read_slurm(env, d)) return d;
 
   read_master(env, d);
   return d;

@@ -2,11 +2,13 @@
 //  - nanoddp run / torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
 //    MASTER_ADDR, MASTER_PORT, NANODDP_RESTART_COUNT (TORCHELASTIC_RESTART_COUNT accepted);
 //  - mpirun (Open MPI): OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK / _LOCAL_SIZE;
-//  - srun (Slurm): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID; the tasks on this node
+//  - srun (Slurm), a task of a step (SLURM_STEP_ID or SLURM_STEPID set): SLURM_PROCID,
+//    SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID; the tasks on this node
 //    from SLURM_STEP_TASKS_PER_NODE, else SLURM_TASKS_PER_NODE, else SLURM_NTASKS_PER_NODE (only a
 //    maximum); the first host of SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST, SLURM_NODELIST) as
 //    the master;
-//  - nothing: a single process.
+//  - nothing, or the batch script of a one-task Slurm job: a single process (the batch script of a
+//    job of several tasks is an error: srun starts the ranks).
 // The first that applies wins, in that order. MASTER_ADDR / MASTER_PORT, when set, are taken under
 // every launcher.
 #pragma once

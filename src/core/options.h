@@ -8,16 +8,18 @@
 // and everything that reads options walks that list: the CLI binds one flag per field
 // (cli/option_flags.h), config files and checkpoint metadata go through options_to_json /
 // options_from_json, and options_diff names the fields two copies disagree on (used to compare
-// ranks and to check a resume).
+// ranks and to check a resume). Word-valued fields (enums, core/option_value.h) are JSON strings.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
+#include "core/option_value.h"
 
 namespace nanoddp {
 
@@ -26,7 +28,12 @@ namespace nanoddp {
 template <typename Options>
 nlohmann::json options_to_json(Options opts) {
   nlohmann::json j = nlohmann::json::object();
-  opts.visit([&](auto& field, const char* name, const char*) { j[name] = field; });
+  opts.visit([&](auto& field, const char* name, const char*) {
+    if constexpr (TextOption<std::decay_t<decltype(field)>>)
+      j[name] = option_text(field);
+    else
+      j[name] = field;
+  });
   return j;
 }
 
@@ -40,10 +47,17 @@ void options_from_json(Options& opts, const nlohmann::json& j, std::string_view 
     auto it = j.find(name);
     if (it == j.end()) return;
     matched++;
-    try {
-      it->get_to(field);
-    } catch (const nlohmann::json::exception& e) {
-      NANODDP_FAIL("{}: option '{}' has the wrong type ({})", source, name, e.what());
+    using T = std::decay_t<decltype(field)>;
+    if constexpr (TextOption<T>) {
+      NANODDP_CHECK(it->is_string(), "{}: option '{}' must be {} (got {})", source, name, OptionText<T>::expected(),
+                    it->dump());
+      field = parse_option<T>(it->template get<std::string>(), fmt::format("{}: option '{}'", source, name));
+    } else {
+      try {
+        it->get_to(field);
+      } catch (const nlohmann::json::exception& e) {
+        NANODDP_FAIL("{}: option '{}' has the wrong type ({})", source, name, e.what());
+      }
     }
   });
   // Some key matched no field: find it to name it (this quadratic scan runs only on the error path).

@@ -88,8 +88,8 @@ void GPT::backout_forward(Workspace& ws) {
 
 void GPT::backout_backward(Workspace& ws) {
   ops::fill(ws.dmid, 0.f);
-  ops::scalar_mix_backward(ws.dx, ws.dmid, Tensor(), ws.dscalars.region(2 * config_.n_layer + 1, {1}), ws.xmid,
-                           ws.xmid, Tensor(), params_[scalars_.backout].data, -1.f);
+  ops::scalar_mix_backward(ws.dx, ws.dmid, Tensor(), ws.dscalars.region(2 * config_.n_layer + 1, {1}), ws.xmid, ws.xmid,
+                           Tensor(), params_[scalars_.backout].data, -1.f);
 }
 
 void GPT::value_gate_forward(Workspace& ws, int layer) {
@@ -123,8 +123,10 @@ void GPT::value_gate_backward(Workspace& ws, int layer, bool accumulate, const G
 
 void GPT::finish_scalar_grads(Workspace& ws, bool accumulate, const GradReadyFn& ready) {
   const int64_t layers = config_.n_layer;
-  const std::pair<int, int64_t> spans[] = {
-      {scalars_.resid, 0}, {scalars_.x0, layers}, {scalars_.smear_lambda, 2 * layers}, {scalars_.backout, 2 * layers + 1}};
+  const std::pair<int, int64_t> spans[] = {{scalars_.resid, 0},
+                                           {scalars_.x0, layers},
+                                           {scalars_.smear_lambda, 2 * layers},
+                                           {scalars_.backout, 2 * layers + 1}};
   for (const auto& [index, offset] : spans) {
     Parameter& p = params_[index];
     const Tensor g = ws.dscalars.region(offset, p.grad.shape());

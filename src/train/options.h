@@ -1,106 +1,29 @@
 // Every option of `nanoddp train`, with its default and help text, in one place (see
-// core/options.h). Flag names follow nanochat's base_train.py where nanochat has the option.
-// The CLI binds them, checkpoints store them, and ranks compare them at start-up.
+// core/options.h), in sections that `--help` shows as groups. Flag names follow nanochat's
+// base_train.py where nanochat has the option. The CLI binds them, checkpoints store them, and ranks
+// compare them at start-up. Word-valued options are typed (option_types.h) and parsed where text
+// enters, so code compares enums, never strings.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "comm/backend_kind.h"
+#include "ddp/optimizer_kind.h"
+#include "train/option_types.h"
+
 namespace nanoddp::train {
 
-struct TrainOptions {
-  // model
-  // Defaults are nanochat's d20 settings (its speedrun model).
+// The model's shape. Defaults are nanochat's d20 settings (its speedrun model).
+struct ModelOptions {
   int64_t depth = 20;
   int64_t max_seq_len = 2048;
   int64_t aspect_ratio = 64;
   int64_t head_dim = 128;
   int64_t n_kv_head = 0;
-  std::string recipe = "classic";
+  model::Recipe recipe = model::Recipe::Classic;
   std::string window_pattern = "SSSL";
-  // batch and length of training
-  int64_t device_batch_size = 32;
-  // 524288 = 2^19 tokens = 32 rows x 2048 tokens x 8 GPUs: one micro-step per step on an 8-GPU node.
-  int64_t total_batch_size = 524288;
-  int64_t num_iterations = -1;
-  double num_epochs = -1;
-  double target_flops = -1;
-  double target_param_data_ratio = 20;
-  // optimization
-  std::string optimizer = "muon";
-  // An int, not a bool: 0, 1 or 2 (see the help text).
-  int zero = 0;
-  double embedding_lr = 0.2;
-  double unembedding_lr = 0.004;
-  double matrix_lr = 0.02;
-  double adamw_matrix_lr = 0.003;
-  std::string muon_precision = "bf16";
-  double weight_decay = 0.0;
-  double grad_clip = 0.0;
-  double init_lr_frac = 1.0;
-  double warmup_ratio = 0.0;
-  double warmdown_ratio = 0.2;
-  double final_lr_frac = 0.0;
-  // Bucket sizes are PyTorch DDP's defaults.
-  double bucket_cap_mb = 25;
-  double first_bucket_mb = 1;
-  // data and output
-  std::string data = "data";
-  // Chat stages (SFT and RL): conversations instead of token shards.
-  std::string conversations = "";
-  std::string val_conversations = "";
-  std::string mask = "assistant";
-  std::string stage = "base";
-  // RL (nanoddp rl; nanochat's chat_rl): questions instead of token shards.
-  std::string task = "";
-  int64_t task_count = 1000;
-  uint64_t task_seed = 1;
-  int64_t num_samples = 16;
-  int64_t examples_per_step = 16;
-  int64_t max_new_tokens = 256;
-  double temperature = 1.0;
-  int64_t top_k = 50;
-  // How a completion scores: auto, gsm8k, contains or exact (data/tasks.h).
-  std::string reward = "auto";
-  std::string out = "out";
-  uint64_t seed = 42;
-  bool shuffle = true;
-  // evaluation, checkpoints, sampling
-  int64_t eval_every = 250;
-  // nanochat's: 20 full batches of validation tokens.
-  int64_t eval_tokens = 20 * 524288;
-  int64_t save_every = -1;
-  // Besides --save_every: a checkpoint at least this often, so that a killed run loses at most
-  // about this much work (nanochat saves only at the end; schedulers kill jobs).
-  double save_minutes = 30;
-  int keep_last = 3;
-  bool save_best = false;
-  std::string resume = "";
-  bool overwrite = false;
-  bool allow_changed_data = false;
-  std::string init_from = "";
-  int64_t stop_at = -1;
-  int64_t sample_tokens = 0;
-  int64_t sample_every = -1;
-  std::string sample_prompt = "The";
-  // runtime
-  std::string device = "cpu";
-  std::string backend = "auto";
-  std::string dtype = "auto";
-  // torch.cuda.amp.GradScaler's defaults: init_scale 2^16, growth_interval 2000.
-  double loss_scale_init = 65536;
-  int64_t loss_scale_growth_interval = 2000;
-  // 300 s, the store's default wait (rendezvous/store.h).
-  double timeout = 300;
-  int threads = 0;
-  double peak_flops = 0;
-  bool trace = false;
-  // nanochat's 2026 recipe (train/recipe_options.h: the defaults that differ by recipe).
-  double scalar_lr = 0.5;
-  int64_t warmup_steps = 0;
 
-  // Each name is a flag and a JSON key: checkpoints store options by it and restore() reads some back,
-  // so renaming a field breaks resuming older checkpoints.
   template <typename V>
   void visit(V&& v) {
     v(depth, "depth", "Transformer depth: n_layer = depth, model_dim = depth * aspect_ratio (nanochat's one knob)");
@@ -112,6 +35,21 @@ struct TrainOptions {
       "smear, backout, per-layer scalars, sliding windows; docs/recipe2026.md)");
     v(window_pattern, "window_pattern", "--recipe 2026: attention windows per layer, tiled: S = a quarter of "
       "max_seq_len (rounded up to 128), L = all of it; the last layer is always L");
+  }
+};
+
+// How many tokens a step takes and how many steps a run takes.
+struct BatchOptions {
+  int64_t device_batch_size = 32;
+  // 524288 = 2^19 tokens = 32 rows x 2048 tokens x 8 GPUs: one micro-step per step on an 8-GPU node.
+  int64_t total_batch_size = 524288;
+  int64_t num_iterations = -1;
+  double num_epochs = -1;
+  double target_flops = -1;
+  double target_param_data_ratio = 20;
+
+  template <typename V>
+  void visit(V&& v) {
     v(device_batch_size, "device_batch_size", "Rows per micro-batch on each rank (B)");
     v(total_batch_size, "total_batch_size", "Tokens per optimizer step over all ranks; gradient accumulation = "
       "total / (B * T * world), which must divide exactly (-1 = one micro-step)");
@@ -120,13 +58,45 @@ struct TrainOptions {
     v(num_epochs, "num_epochs", "Passes over the training data (-1 = off; --num_iterations wins when both are set)");
     v(target_flops, "target_flops", "Train for this many FLOPs (-1 = off)");
     v(target_param_data_ratio, "target_param_data_ratio", "Train on ratio * params tokens (Chinchilla: 20)");
-    v(optimizer, "optimizer", "muon: Muon for block matrices + AdamW for embeddings (nanochat); adamw: AdamW only");
+  }
+};
+
+// The optimizer, its learning rates and schedule, and DDP's gradient buckets.
+struct OptimOptions {
+  ddp::OptimizerKind optimizer = ddp::OptimizerKind::Muon;
+  // An int, not a bool: 0, 1 or 2 (see the help text).
+  int zero = 0;
+  double embedding_lr = 0.2;
+  double unembedding_lr = 0.004;
+  double matrix_lr = 0.02;
+  double adamw_matrix_lr = 0.003;
+  MuonPrecision muon_precision = MuonPrecision::BF16;
+  double sgd_lr = 0.01;
+  double sgd_momentum = 0.9;
+  double weight_decay = 0.0;
+  double grad_clip = 0.0;
+  double init_lr_frac = 1.0;
+  double warmup_ratio = 0.0;
+  double warmdown_ratio = 0.2;
+  double final_lr_frac = 0.0;
+  // Bucket sizes are PyTorch DDP's defaults.
+  double bucket_cap_mb = 25;
+  double first_bucket_mb = 1;
+  // nanochat's 2026 recipe (train/recipe_options.h: the defaults that differ by recipe).
+  double scalar_lr = 0.5;
+  int64_t warmup_steps = 0;
+
+  template <typename V>
+  void visit(V&& v) {
+    v(optimizer, "optimizer", "muon: Muon for block matrices + AdamW for embeddings (nanochat); adamw: AdamW only; sgd: SGD with momentum only");
     v(zero, "zero", "Optimizer sharding: 0 replicated, 1 sharded state, 2 sharded state + gradients");
     v(embedding_lr, "embedding_lr", "AdamW lr of wte, times (model_dim/768)^-0.5");
     v(unembedding_lr, "unembedding_lr", "AdamW lr of lm_head, times (model_dim/768)^-0.5");
     v(matrix_lr, "matrix_lr", "Muon lr of the block matrices");
     v(adamw_matrix_lr, "adamw_matrix_lr", "AdamW lr of the block matrices with --optimizer adamw");
     v(muon_precision, "muon_precision", "Arithmetic of Muon's Newton-Schulz: bf16 (nanochat) or f32");
+    v(sgd_lr, "sgd_lr", "SGD lr of every parameter with --optimizer sgd");
+    v(sgd_momentum, "sgd_momentum", "SGD momentum with --optimizer sgd (torch.optim.SGD's rule)");
     v(weight_decay, "weight_decay", "AdamW weight decay");
     v(grad_clip, "grad_clip", "Clip the gradients' global L2 norm to this before the update (0 = off; "
       "torch.nn.utils.clip_grad_norm_'s rule)");
@@ -137,11 +107,60 @@ struct TrainOptions {
     v(final_lr_frac, "final_lr_frac", "LR multiplier reached at the end of the warmdown");
     v(bucket_cap_mb, "bucket_cap_mb", "Gradient bucket size cap in MiB (PyTorch DDP: 25)");
     v(first_bucket_mb, "first_bucket_mb", "Size of the first gradient bucket in MiB (PyTorch DDP: 1)");
+    v(scalar_lr, "scalar_lr", "Recipe 2026: AdamW lr of x0_lambdas, and of resid_lambdas times 0.01");
+    v(warmup_steps, "warmup_steps", "Recipe 2026: steps of linear LR warmup (default 40; the classic recipe uses "
+      "--warmup_ratio)");
+  }
+};
+
+// The token shards and the order they are read in.
+struct DataOptions {
+  std::string data = "data";
+  uint64_t seed = 42;
+  bool shuffle = true;
+
+  template <typename V>
+  void visit(V&& v) {
     v(data, "data", "Dataset directory written by `nanoddp data prepare`");
+    v(seed, "seed", "Seed of the initial weights and the data order");
+    v(shuffle, "shuffle", "Shuffle training rows each epoch, seeded by seed and epoch (on by default; --shuffle=false "
+      "reads them in order)");
+  }
+};
+
+// What the run is, and for the chat stages (SFT and RL) conversations instead of token shards.
+struct ChatOptions {
+  RunStage stage = RunStage::Base;
+  std::string conversations = "";
+  std::string val_conversations = "";
+  LossMask mask = LossMask::Assistant;
+
+  template <typename V>
+  void visit(V&& v) {
+    v(stage, "stage", "What this run is, recorded in its checkpoints: base, sft or rl");
     v(conversations, "conversations", "Train on these JSONL conversation files (comma-separated) instead of --data's "
       "shards; --data still gives the tokenizer");
     v(val_conversations, "val_conversations", "Evaluate on these JSONL conversation files (comma-separated)");
     v(mask, "mask", "With --conversations: train on the assistant's tokens (assistant) or on every token (all)");
+  }
+};
+
+// RL (nanoddp rl; nanochat's chat_rl): questions instead of token shards. Only `nanoddp rl`
+// offers these flags (cli/commands.h).
+struct RlOptions {
+  std::string task = "";
+  int64_t task_count = 1000;
+  uint64_t task_seed = 1;
+  int64_t num_samples = 16;
+  int64_t examples_per_step = 16;
+  int64_t max_new_tokens = 256;
+  double temperature = 1.0;
+  int64_t top_k = 50;
+  // How a completion scores: auto, gsm8k, contains or exact (data/tasks.h).
+  data::RewardRule reward = data::RewardRule::Auto;
+
+  template <typename V>
+  void visit(V&& v) {
     v(task, "task", "RL: a JSONL file of questions with answers (nanoddp task --format questions), or a bundled "
       "task's name");
     v(task_count, "task_count", "RL with a bundled task's name: how many problems");
@@ -155,13 +174,27 @@ struct TrainOptions {
     v(reward, "reward", "RL: how a completion scores: gsm8k (the answer after its last \"####\"), contains (the "
       "answer as a whole word or number), exact (the whole reply), auto (gsm8k for the bundled tasks and answers "
       "with \"####\", else contains)");
-    v(stage, "stage", "What this run is, recorded in its checkpoints: base, sft or rl");
+  }
+};
+
+// Where the run writes, when it saves, and how it starts: fresh, resumed or from other weights.
+struct OutputOptions {
+  std::string out = "out";
+  int64_t save_every = -1;
+  // Besides --save_every: a checkpoint at least this often, so that a killed run loses at most
+  // about this much work (nanochat saves only at the end; schedulers kill jobs).
+  double save_minutes = 30;
+  int keep_last = 3;
+  bool save_best = false;
+  ResumeSpec resume;
+  bool overwrite = false;
+  bool allow_changed_data = false;
+  std::string init_from = "";
+  int64_t stop_at = -1;
+
+  template <typename V>
+  void visit(V&& v) {
     v(out, "out", "Output directory: metrics.jsonl and checkpoints/");
-    v(seed, "seed", "Seed of the initial weights and the data order");
-    v(shuffle, "shuffle", "Shuffle training rows each epoch, seeded by seed and epoch (on by default; --shuffle=false "
-      "reads them in order)");
-    v(eval_every, "eval_every", "Evaluate validation loss and bits per byte every N steps (-1 = only at the end)");
-    v(eval_tokens, "eval_tokens", "Validation tokens per evaluation (over all ranks)");
     v(save_every, "save_every", "Save a checkpoint every N steps (-1 = only at the end)");
     v(save_minutes, "save_minutes", "Also save a checkpoint when this many minutes have passed since the last one "
       "(0 = off)");
@@ -177,9 +210,44 @@ struct TrainOptions {
     v(init_from, "init_from", "Start a new run from these weights: a checkpoint, a run's --out folder or a "
       ".safetensors file (optimizer state and data position start fresh)");
     v(stop_at, "stop_at", "Save a checkpoint at this step and stop, without changing the schedule");
+  }
+};
+
+// Validation loss and the samples printed during and after training.
+struct EvalOptions {
+  int64_t eval_every = 250;
+  // nanochat's: 20 full batches of validation tokens.
+  int64_t eval_tokens = 20 * 524288;
+  int64_t sample_tokens = 0;
+  int64_t sample_every = -1;
+  std::string sample_prompt = "The";
+
+  template <typename V>
+  void visit(V&& v) {
+    v(eval_every, "eval_every", "Evaluate validation loss and bits per byte every N steps (-1 = only at the end)");
+    v(eval_tokens, "eval_tokens", "Validation tokens per evaluation (over all ranks)");
     v(sample_tokens, "sample_tokens", "At the end, rank 0 prints this many sampled tokens (0 = none)");
     v(sample_every, "sample_every", "Also sample every N steps (-1 = only at the end; needs --sample_tokens)");
     v(sample_prompt, "sample_prompt", "Prompt of the final sample");
+  }
+};
+
+// Devices, process group, arithmetic and instrumentation.
+struct RuntimeOptions {
+  std::string device = "cpu";
+  dist::BackendKind backend = dist::BackendKind::Auto;
+  DtypeChoice dtype = DtypeChoice::Auto;
+  // torch.cuda.amp.GradScaler's defaults: init_scale 2^16, growth_interval 2000.
+  double loss_scale_init = 65536;
+  int64_t loss_scale_growth_interval = 2000;
+  // 300 s, the store's default wait (rendezvous/store.h).
+  double timeout = 300;
+  int threads = 0;
+  double peak_flops = 0;
+  bool trace = false;
+
+  template <typename V>
+  void visit(V&& v) {
     v(device, "device", "cpu or cuda");
     v(backend, "backend", "Process group: auto, gloo, mpi, nccl");
     v(dtype, "dtype", "Activations and matmul inputs: fp32, bf16 (f32 accumulation, master weights, gradients and "
@@ -190,12 +258,42 @@ struct TrainOptions {
       "scale doubles (an overflow halves it and skips the step)");
     v(timeout, "timeout", "Seconds before a collective or rendezvous that does not complete is an error");
     v(threads, "threads", "CPU threads per rank (0 = OMP_NUM_THREADS or all cores)");
+    v(peak_flops, "peak_flops", "Peak FLOP/s of one device for MFU (0 = the GPU's datasheet figure; a CPU then reports no MFU)");
     v(trace, "trace", "Write OUT/trace.json: every rank's data, forward, backward, gradient collectives and optimizer "
       "on one time axis (Chrome trace format: open in ui.perfetto.dev or chrome://tracing)");
-    v(peak_flops, "peak_flops", "Peak FLOP/s of one device for MFU (0 = the GPU's datasheet figure; a CPU then reports no MFU)");
-    v(scalar_lr, "scalar_lr", "Recipe 2026: AdamW lr of x0_lambdas, and of resid_lambdas times 0.01");
-    v(warmup_steps, "warmup_steps", "Recipe 2026: steps of linear LR warmup (default 40; the classic recipe uses "
-      "--warmup_ratio)");
+  }
+};
+// Each field is a flag and a JSON key named by its own name, flat (--depth, "depth"), whatever its
+// section: checkpoints store options by it and restore() reads some back, so renaming a field breaks
+// resuming older checkpoints.
+struct TrainOptions {
+  ModelOptions model;
+  BatchOptions batch;
+  OptimOptions optim;
+  DataOptions input;
+  ChatOptions chat;
+  RlOptions rl;
+  OutputOptions output;
+  EvalOptions eval;
+  RuntimeOptions runtime;
+
+  // f(title, section) for each section, in the order --help shows them.
+  template <typename F>
+  void visit_sections(F&& f) {
+    f("Model", model);
+    f("Batch and length", batch);
+    f("Optimization", optim);
+    f("Data", input);
+    f("Chat stages", chat);
+    f("RL", rl);
+    f("Output and checkpoints", output);
+    f("Evaluation and sampling", eval);
+    f("Runtime", runtime);
+  }
+  // v(field, name, help) for every field of every section.
+  template <typename V>
+  void visit(V&& v) {
+    visit_sections([&](const char*, auto& section) { section.visit(v); });
   }
 };
 

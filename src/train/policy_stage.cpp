@@ -38,11 +38,11 @@ class PolicyStage final : public Stage {
   void set_position(const data::LoaderState& s) override { questions_->set_state(s); }
   int64_t units_per_epoch() const override { return questions_->units_per_epoch(); }
   void describe_data(nlohmann::json& identity) const override {
-    identity["task"] = {{"task", ctx_.opts.task}, {"questions", questions_->size()}};
+    identity["task"] = {{"task", ctx_.opts.rl.task}, {"questions", questions_->size()}};
   }
   int64_t steps_for_epochs(double num_epochs) const override {
     const double steps =
-        num_epochs * static_cast<double>(questions_->size()) / static_cast<double>(ctx_.opts.examples_per_step);
+        num_epochs * static_cast<double>(questions_->size()) / static_cast<double>(ctx_.opts.rl.examples_per_step);
     check_budget_steps(steps, fmt::format("--num_epochs {:g} over {} questions", num_epochs, questions_->size()));
     return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(steps)));
   }
@@ -59,25 +59,25 @@ class PolicyStage final : public Stage {
 
 PolicyStage::PolicyStage(const StageContext& ctx) : ctx_(ctx) {
   const TrainOptions& o = ctx.opts;
-  auto questions = data::load_questions(o.task, o.task_count, o.task_seed);
-  reward_ = data::resolve_reward_rule(data::parse_reward_rule(o.reward), o.task, questions);
+  auto questions = data::load_questions(o.rl.task, o.rl.task_count, o.rl.task_seed);
+  reward_ = data::resolve_reward_rule(o.rl.reward, o.rl.task, questions);
   // Every question must leave room for an answer; checked now, not when a late question is drawn
   // hours into the run (and again on every resume).
   for (size_t i = 0; i < questions.size(); i++) {
     const size_t n = data::render_for_completion(ctx.tokenizer, questions[i].conversation).size();
     NANODDP_CHECK(static_cast<int64_t>(n) < ctx.plan.config.max_seq_len, "RL question {} of --task {} is {} tokens, "
-                  "not shorter than the model's context of {}: shorten or remove it", i + 1, o.task, n,
+                  "not shorter than the model's context of {}: shorten or remove it", i + 1, o.rl.task, n,
                   ctx.plan.config.max_seq_len);
   }
-  questions_ = std::make_unique<QuestionSource>(std::move(questions), ctx.group.rank(), ctx.group.size(), o.shuffle,
-                                                o.seed, o.examples_per_step);
+  questions_ = std::make_unique<QuestionSource>(std::move(questions), ctx.group.rank(), ctx.group.size(), o.input.shuffle,
+                                                o.input.seed, o.rl.examples_per_step);
 }
 
 void PolicyStage::forward_backward(float loss_scale, StepPhases& phases) {
   const TrainOptions& o = ctx_.opts;
-  const RlSettings rs{.num_samples = o.num_samples, .max_new_tokens = o.max_new_tokens,
-                      .temperature = static_cast<float>(o.temperature), .top_k = o.top_k,
-                      .device_batch_size = o.device_batch_size, .seed = o.seed, .loss_scale = loss_scale,
+  const RlSettings rs{.num_samples = o.rl.num_samples, .max_new_tokens = o.rl.max_new_tokens,
+                      .temperature = static_cast<float>(o.rl.temperature), .top_k = o.rl.top_k,
+                      .device_batch_size = o.batch.device_batch_size, .seed = o.input.seed, .loss_scale = loss_scale,
                       .reward = reward_};
   Stopwatch compute;
   stats_ = rl_forward_backward(ctx_.model, ctx_.reducer, ctx_.tokenizer, *questions_, ctx_.plan.grad_accum, rs);
@@ -104,7 +104,7 @@ double PolicyStage::describe_step(const std::vector<double>& figures, int64_t /*
 
 std::string PolicyStage::describe_batch() const {
   return fmt::format("{} questions/step = {} ranks x {} questions x {} samples (of {} questions) | reward {}",
-                     ctx_.opts.examples_per_step, ctx_.group.size(), ctx_.plan.grad_accum, ctx_.opts.num_samples,
+                     ctx_.opts.rl.examples_per_step, ctx_.group.size(), ctx_.plan.grad_accum, ctx_.opts.rl.num_samples,
                      questions_->size(), data::reward_rule_name(reward_));
 }
 

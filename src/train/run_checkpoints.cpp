@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
@@ -95,7 +94,7 @@ void RunCheckpoints::lock() {
   std::string error;
   if (group_.rank() == 0) {
     try {
-      lock_ = std::make_unique<RunLock>(opts_.out);
+      lock_ = std::make_unique<RunLock>(opts_.output.out);
     } catch (const Error& e) {
       error = e.what();
     }
@@ -103,7 +102,7 @@ void RunCheckpoints::lock() {
   std::vector<double> failed{error.empty() ? 0.0 : 1.0};
   dist::allreduce_scalars(group_, failed, dist::ReduceOp::Max);
   if (!error.empty()) throw Error(error);
-  NANODDP_CHECK(failed[0] == 0, "rank 0 could not take --out {} for this run (its message says why)", opts_.out);
+  NANODDP_CHECK(failed[0] == 0, "rank 0 could not take --out {} for this run (its message says why)", opts_.output.out);
 }
 
 int64_t RunCheckpoints::find_resume_step() {
@@ -128,33 +127,28 @@ int64_t RunCheckpoints::find_resume_step() {
 // A launcher restart implies "auto", but only for a run its own job started (run.json's job_id): a
 // restart never picks up another run that happens to be in --out.
 int64_t RunCheckpoints::resume_step() {
-  std::string mode = opts_.resume;
+  using Mode = ResumeSpec::Mode;
+  ResumeSpec resume = opts_.output.resume;
   const char* restarts = std::getenv("NANODDP_RESTART_COUNT");
   restarted_ = restarts != nullptr && std::atoll(restarts) > 0;
-  if (mode.empty() && restarted_) {
-    const auto info = read_run_info(opts_.out);
+  if (resume.empty() && restarted_) {
+    const auto info = read_run_info(opts_.output.out);
     const std::string job = current_job_id();
-    if (info && !job.empty() && info->job_id == job) mode = "auto";
+    if (info && !job.empty() && info->job_id == job) resume.mode = Mode::Auto;
   }
-  if (mode.empty()) return -1;
-  auto latest = latest_checkpoint(opts_.out);
-  if (mode == "auto") return latest ? *latest : -1;
-  if (mode == "latest") {
-    NANODDP_CHECK(latest.has_value(), "--resume latest: no complete checkpoint under {}/checkpoints", opts_.out);
+  if (resume.empty()) return -1;
+  auto latest = latest_checkpoint(opts_.output.out);
+  if (resume.mode == Mode::Auto) return latest ? *latest : -1;
+  if (resume.mode == Mode::Latest) {
+    NANODDP_CHECK(latest.has_value(), "--resume latest: no complete checkpoint under {}/checkpoints", opts_.output.out);
     return *latest;
   }
-  // The whole value, digits only: stoll read "5abc" or "9e2" as an earlier step, and resuming
-  // it would set the later checkpoints aside.
-  int64_t step = -1;
-  const char* end = mode.data() + mode.size();
-  const auto [ptr, ec] = std::from_chars(mode.data(), end, step);
-  NANODDP_CHECK(!mode.empty() && ec == std::errc() && ptr == end && step >= 0,
-                "--resume must be latest, auto or a step number (got '{}')", mode);
-  if (!std::filesystem::exists(checkpoint_dir(opts_.out, step) + "/DONE")) {
+  const int64_t step = resume.step;
+  if (!std::filesystem::exists(checkpoint_dir(opts_.output.out, step) + "/DONE")) {
     // Say which steps there are, so the user can pick one.
-    const std::string have = join_steps(complete_checkpoint_steps(opts_.out));
+    const std::string have = join_steps(complete_checkpoint_steps(opts_.output.out));
     NANODDP_FAIL("--resume {}: no complete checkpoint at {} (complete checkpoints: {})", step,
-                 checkpoint_dir(opts_.out, step), have.empty() ? "none" : have);
+                 checkpoint_dir(opts_.output.out, step), have.empty() ? "none" : have);
   }
   return step;
 }
@@ -163,41 +157,41 @@ void RunCheckpoints::claim(int64_t resume) {
   claim_run_folder(resume);
   // Under the lock, a step_N.tmp without DONE is no other run's save in progress.
   if (group_.rank() == 0)
-    for (const std::string& name : remove_interrupted_saves(opts_.out))
-      log::print0("removed {}/checkpoints/{}: a save that was interrupted", opts_.out, name);
+    for (const std::string& name : remove_interrupted_saves(opts_.output.out))
+      log::print0("removed {}/checkpoints/{}: a save that was interrupted", opts_.output.out, name);
   keep_tokenizer();
 }
 
 // A resumed run keeps its identity; a fresh one gets a new run id. Every rank checks, then rank 0
 // alone changes the folder between two barriers.
 void RunCheckpoints::claim_run_folder(int64_t resume) {
-  const auto info = read_run_info(opts_.out);
+  const auto info = read_run_info(opts_.output.out);
   if (resume >= 0) {
     if (info) {
       run_id_ = info->run_id;
     } else {
       // A run of an older version, or imported: it gets an identity now.
-      run_id_ = read_checkpoint_meta(checkpoint_dir(opts_.out, resume)).value("run_id", new_run_id());
-      if (group_.rank() == 0) write_run_info(opts_.out, {run_id_, current_job_id()});
+      run_id_ = read_checkpoint_meta(checkpoint_dir(opts_.output.out, resume)).value("run_id", new_run_id());
+      if (group_.rank() == 0) write_run_info(opts_.output.out, {run_id_, current_job_id()});
     }
     return;
   }
   // A restart of a job whose first attempt died before its first checkpoint starts over in its own folder.
   const bool own = restarted_ && info && !current_job_id().empty() && info->job_id == current_job_id();
-  const std::string existing = own ? "" : describe_run(opts_.out);
+  const std::string existing = own ? "" : describe_run(opts_.output.out);
   // With no complete checkpoint there is nothing to continue (a run that failed or was stopped
   // before its first save): only the other two ways are offered.
-  NANODDP_CHECK(existing.empty() || opts_.overwrite, "--out {} holds {}: {}choose another --out, or pass --overwrite "
-                "to move it aside (it is never deleted)", opts_.out, existing,
-                latest_checkpoint(opts_.out) ? "continue it with --resume latest, " : "");
+  NANODDP_CHECK(existing.empty() || opts_.output.overwrite, "--out {} holds {}: {}choose another --out, or pass --overwrite "
+                "to move it aside (it is never deleted)", opts_.output.out, existing,
+                latest_checkpoint(opts_.output.out) ? "continue it with --resume latest, " : "");
   group_.barrier()->wait();  // every rank has looked before rank 0 moves anything
   run_id_ = own ? info->run_id : new_run_id();
   if (group_.rank() == 0) {
     if (!existing.empty()) {
-      log::print0("--overwrite: moved {} aside to {}", opts_.out, move_run_aside(opts_.out));
-      lock_ = std::make_unique<RunLock>(opts_.out);  // the lock file moved with the old folder
+      log::print0("--overwrite: moved {} aside to {}", opts_.output.out, move_run_aside(opts_.output.out));
+      lock_ = std::make_unique<RunLock>(opts_.output.out);  // the lock file moved with the old folder
     }
-    write_run_info(opts_.out, {run_id_, current_job_id()});
+    write_run_info(opts_.output.out, {run_id_, current_job_id()});
   }
   group_.barrier()->wait();
 }
@@ -207,7 +201,7 @@ void RunCheckpoints::claim_run_folder(int64_t resume) {
 void RunCheckpoints::keep_tokenizer() {
   namespace fs = std::filesystem;
   if (group_.rank() != 0 || !dataset_.tokenizer.ends_with(".tiktoken")) return;
-  const fs::path src = fs::path(opts_.data) / dataset_.tokenizer, dest = fs::path(opts_.out) / "tokenizer";
+  const fs::path src = fs::path(opts_.input.data) / dataset_.tokenizer, dest = fs::path(opts_.output.out) / "tokenizer";
   if (!fs::is_regular_file(src) || fs::exists(dest / src.filename())) return;
   fs::create_directories(dest);
   data::copy_tokenizer_file(src.string(), (dest / src.filename()).string());
@@ -221,10 +215,10 @@ void RunCheckpoints::check_fits(int64_t step, const std::string& dir, const nloh
   try {
     saved_config = model::GPTConfig::from_json(meta.at("model_config"));
   } catch (const std::exception& e) {
-    fail_unresumable(opts_.out, step, fmt::format("{}/meta.json has no valid model_config ({})", dir, e.what()));
+    fail_unresumable(opts_.output.out, step, fmt::format("{}/meta.json has no valid model_config ({})", dir, e.what()));
   }
   NANODDP_CHECK(saved_config.vocab_size == plan_.config.vocab_size, "checkpoint {} has a vocabulary of {} tokens but "
-                "--data {} has {}: resume with the dataset it was trained on", dir, saved_config.vocab_size, opts_.data,
+                "--data {} has {}: resume with the dataset it was trained on", dir, saved_config.vocab_size, opts_.input.data,
                 plan_.config.vocab_size);
   check_same_recipe(saved_config, plan_.config, fmt::format("checkpoint {}", dir), "resume");
   NANODDP_CHECK(saved_config == plan_.config, "checkpoint {} holds another model configuration ({}); resume with the "
@@ -235,8 +229,8 @@ void RunCheckpoints::check_fits(int64_t step, const std::string& dir, const nloh
   const std::string saved_tokenizer = meta.value("tokenizer", "");
   NANODDP_CHECK(saved_tokenizer.empty() || saved_tokenizer == dataset_.tokenizer, "checkpoint {} was trained with "
                 "the tokenizer {} but --data {} uses {}: resume with a dataset of the same tokenizer, or start a new "
-                "run (--out)", dir, saved_tokenizer, opts_.data, dataset_.tokenizer);
-  check_dataset_tokenizer(dir, opts_.data);
+                "run (--out)", dir, saved_tokenizer, opts_.input.data, dataset_.tokenizer);
+  check_dataset_tokenizer(dir, opts_.input.data);
   // These shape the optimizer state and what the loader's cursor counts; other options (learning
   // rates, evaluation and save cadence, ...) may change across a resume.
   // The world size and --zero may change: the optimizer state is resharded (Note [resharding] in
@@ -250,14 +244,14 @@ void RunCheckpoints::check_fits(int64_t step, const std::string& dir, const nloh
                   "setting", dir, key, saved.dump(), now.dump());
   }
   check_batch(dir, meta);
-  if (opts_.allow_changed_data) return;
+  if (opts_.output.allow_changed_data) return;
   // Another seed or dataset would silently train on other rows than the checkpoint's run.
   NANODDP_CHECK(!saved_options.contains("seed") || saved_options.at("seed") == now_options.at("seed"),
                 "checkpoint {} was trained with --seed {} but this run has {}: use the same seed, or pass "
-                "--allow_changed_data", dir, saved_options.value("seed", nlohmann::json()).dump(), opts_.seed);
+                "--allow_changed_data", dir, saved_options.value("seed", nlohmann::json()).dump(), opts_.input.seed);
   NANODDP_CHECK(!meta.contains("dataset") || meta.at("dataset") == dataset_identity, "checkpoint {} was trained on "
                 "another dataset ({}) than --data {} ({}): give the same --data, or pass --allow_changed_data", dir,
-                meta.contains("dataset") ? meta.at("dataset").dump() : "", opts_.data, dataset_identity.dump());
+                meta.contains("dataset") ? meta.at("dataset").dump() : "", opts_.input.data, dataset_identity.dump());
 }
 
 // The batch is compared as the tokens a step takes, not as the flag: --total_batch_size -1 (one
@@ -265,12 +259,12 @@ void RunCheckpoints::check_fits(int64_t step, const std::string& dir, const nloh
 // another schedule and amount of data. RL counts questions (--examples_per_step) instead.
 void RunCheckpoints::check_batch(const std::string& dir, const nlohmann::json& meta) {
   const nlohmann::json& saved_options = meta.at("options");
-  if (opts_.stage == "rl") {
+  if (opts_.chat.stage == RunStage::Rl) {
     NANODDP_CHECK(!saved_options.contains("examples_per_step") ||
-                      saved_options.at("examples_per_step") == nlohmann::json(opts_.examples_per_step),
+                      saved_options.at("examples_per_step") == nlohmann::json(opts_.rl.examples_per_step),
                   "checkpoint {} was trained with --examples_per_step {} but this run has {}; resume with the same "
                   "setting", dir, saved_options.value("examples_per_step", nlohmann::json()).dump(),
-                  opts_.examples_per_step);
+                  opts_.rl.examples_per_step);
     return;
   }
   const int saved_world = meta.at("world_size");
@@ -280,10 +274,10 @@ void RunCheckpoints::check_batch(const std::string& dir, const nlohmann::json& m
       "tokens_per_step", saved_flag > 0 ? saved_flag
                                         : saved_options.value("device_batch_size", int64_t{0}) *
                                               saved_options.value("max_seq_len", int64_t{0}) * saved_world);
-  const int64_t per_micro = opts_.device_batch_size * opts_.max_seq_len * group_.size();
+  const int64_t per_micro = opts_.batch.device_batch_size * opts_.model.max_seq_len * group_.size();
   NANODDP_CHECK(saved_tokens == plan_.tokens_per_step, "checkpoint {} was trained with {} tokens per step "
                 "(--total_batch_size {} on {} rank(s)) but this run takes {} (--total_batch_size {} on {}): {}",
-                dir, saved_tokens, saved_flag, saved_world, plan_.tokens_per_step, opts_.total_batch_size,
+                dir, saved_tokens, saved_flag, saved_world, plan_.tokens_per_step, opts_.batch.total_batch_size,
                 group_.size(),
                 saved_tokens % per_micro == 0
                     ? fmt::format("resume with --total_batch_size {}, so that the batch, the schedule and the data "
@@ -302,9 +296,9 @@ void RunCheckpoints::load_state(int64_t step, const std::string& dir, const nloh
   const nlohmann::json& saved_options = meta.at("options");
   const int saved_world = meta.at("world_size");
   const int saved_zero = saved_options.value("zero", 0);
-  const bool same_buckets = saved_options.value("bucket_cap_mb", opts_.bucket_cap_mb) == opts_.bucket_cap_mb &&
-                            saved_options.value("first_bucket_mb", opts_.first_bucket_mb) == opts_.first_bucket_mb;
-  const bool same_sharding = saved_world == group_.size() && saved_zero == static_cast<int>(opts_.zero) &&
+  const bool same_buckets = saved_options.value("bucket_cap_mb", opts_.optim.bucket_cap_mb) == opts_.optim.bucket_cap_mb &&
+                            saved_options.value("first_bucket_mb", opts_.optim.first_bucket_mb) == opts_.optim.first_bucket_mb;
+  const bool same_sharding = saved_world == group_.size() && saved_zero == static_cast<int>(opts_.optim.zero) &&
                              (saved_zero == 0 || same_buckets);
   bool resharded = false;
   try {
@@ -331,22 +325,22 @@ void RunCheckpoints::load_state(int64_t step, const std::string& dir, const nloh
       optimizer_.load_state_resharded(views);
     }
   } catch (const Error& e) {
-    fail_unresumable(opts_.out, step, e.what());
+    fail_unresumable(opts_.output.out, step, e.what());
   }
   model_.refresh_compute_weights();
   if (resharded)
     log::print0("resharded the optimizer state of {} rank(s) (--zero {}) onto {} (--zero {})", saved_world,
-                saved_zero, group_.size(), opts_.zero);
+                saved_zero, group_.size(), opts_.optim.zero);
 }
 
 RunState RunCheckpoints::restore(int64_t step, const nlohmann::json& dataset_identity, int64_t units_per_epoch) {
-  const std::string dir = checkpoint_dir(opts_.out, step);
-  const nlohmann::json meta = read_resumable_meta(opts_.out, step);
+  const std::string dir = checkpoint_dir(opts_.output.out, step);
+  const nlohmann::json meta = read_resumable_meta(opts_.output.out, step);
   // A cursor past the epoch's end would silently skip to the next epoch (1e15 skipped the rest of
   // this one): the file is damaged, or the data is not the checkpoint's.
   const int64_t cursor = meta.at("loader").at("cursor");
   if (cursor > units_per_epoch)
-    fail_unresumable(opts_.out, step, fmt::format("{}/meta.json: its data position (cursor {}) lies beyond the {} "
+    fail_unresumable(opts_.output.out, step, fmt::format("{}/meta.json: its data position (cursor {}) lies beyond the {} "
                                                   "units of an epoch of this run's data", dir, cursor,
                                                   units_per_epoch));
   check_fits(step, dir, meta, dataset_identity);
@@ -379,16 +373,16 @@ RunState RunCheckpoints::restore(int64_t step, const nlohmann::json& dataset_ide
 void RunCheckpoints::set_aside_later(int64_t step) {
   if (group_.rank() != 0) return;
   std::string dest;
-  const std::vector<int64_t> moved = set_aside_checkpoints_after(opts_.out, step, &dest);
+  const std::vector<int64_t> moved = set_aside_checkpoints_after(opts_.output.out, step, &dest);
   if (moved.empty()) return;
   log::print0("resuming step {} abandons the later checkpoints (step {}): moved to {}, not deleted", step,
               join_steps(moved), dest);
 }
 
 std::optional<double> RunCheckpoints::kept_best_bpb() const {
-  const std::optional<int64_t> best = best_checkpoint(opts_.out);
+  const std::optional<int64_t> best = best_checkpoint(opts_.output.out);
   if (!best) return std::nullopt;
-  const nlohmann::json meta = read_checkpoint_meta(checkpoint_dir(opts_.out, *best));
+  const nlohmann::json meta = read_checkpoint_meta(checkpoint_dir(opts_.output.out, *best));
   if (!meta.contains("val_bpb") || !meta.at("val_bpb").is_number()) return std::nullopt;
   return meta.at("val_bpb").get<double>();
 }
@@ -411,10 +405,10 @@ void RunCheckpoints::save(int64_t step, const RunState& state, const nlohmann::j
             {"loader", {{"epoch", state.position.epoch}, {"cursor", state.position.cursor}}},
             {"world_size", group_.size()},
             {"run_id", run_id_},
-            {"stage", opts_.stage},
-            {"source", opts_.init_from.empty() ? nlohmann::json() : nlohmann::json(opts_.init_from)},
+            {"stage", option_text(opts_.chat.stage)},
+            {"source", opts_.output.init_from.empty() ? nlohmann::json() : nlohmann::json(opts_.output.init_from)},
             {"dataset", dataset_identity},
-            {"data_dir", std::filesystem::absolute(opts_.data).string()},
+            {"data_dir", std::filesystem::absolute(opts_.input.data).string()},
             {"tokenizer", dataset_.tokenizer},
             {"tokens_per_step", plan_.tokens_per_step},
             {"tokens_seen", step * plan_.tokens_per_step},
@@ -425,13 +419,13 @@ void RunCheckpoints::save(int64_t step, const RunState& state, const nlohmann::j
     c.meta["loss_scale"] = {{"scale", state.loss_scale->first}, {"good_steps", state.loss_scale->second}};
   c.meta["activations"] = dtype_flag(model_.act_dtype());  // --dtype as resolved (auto: by device)
   Stopwatch save_time;
-  save_checkpoint(opts_.out, c, group_, opts_.keep_last);
+  save_checkpoint(opts_.output.out, c, group_, opts_.output.keep_last);
   // Under `nanoddp run`, how long a save takes sizes the time the launcher gives a stop that saves
   // (docs/launcher.md, "Stops that save"): every rank reports its own save.
   if (const char* file = std::getenv("NANODDP_SAVE_SECONDS_FILE")) std::ofstream(file) << save_time.seconds() << "\n";
   since_save_ = Stopwatch();
-  log::print0("saved checkpoint {}{}", checkpoint_dir(opts_.out, step),
-              best ? fmt::format(" (the best so far: {}/best)", opts_.out) : "");
+  log::print0("saved checkpoint {}{}", checkpoint_dir(opts_.output.out, step),
+              best ? fmt::format(" (the best so far: {}/best)", opts_.output.out) : "");
 }
 
 void init_weights_from(model::GPT& model, const model::GPTConfig& config, const std::string& path,

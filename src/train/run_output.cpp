@@ -51,11 +51,11 @@ void write_environment(const TrainOptions& opts, dist::ProcessGroup& group, Devi
                                                     : peak.what}};
   if (device.is_cuda()) env["gpu"] = cuda_device_name(device.index);
   for (const auto& [k, v] : dist::build_fingerprint()) env[k] = v;
-  write_file_atomically(opts.out + "/environment.json", env.dump(2) + "\n");
+  write_file_atomically(opts.output.out + "/environment.json", env.dump(2) + "\n");
 }
 
 void write_trace(const TrainOptions& opts, dist::ProcessGroup& group) {
-  if (!opts.trace) return;
+  if (!opts.runtime.trace) return;
   trace::enable(false);
   if (trace::dropped() > 0)
     log::warn("--trace: {} events beyond the first {} were not recorded", trace::dropped(), trace::kMaxEvents);
@@ -64,7 +64,7 @@ void write_trace(const TrainOptions& opts, dist::ProcessGroup& group) {
   std::string json = R"({"displayTimeUnit":"ms","otherData":{"tool":"nanoddp --trace"},"traceEvents":[)";
   for (size_t r = 0; r < ranks.size(); r++) json += (r > 0 ? "," : "") + ranks[r];
   json += "]}\n";
-  const std::string path = opts.out + "/trace.json";
+  const std::string path = opts.output.out + "/trace.json";
   write_file_atomically(path, json);
   log::print0("trace: {} ({} ranks; open it in https://ui.perfetto.dev or chrome://tracing)", path, ranks.size());
 }
@@ -95,20 +95,20 @@ void summarize(const std::string& out, int64_t steps, int64_t last_step, double 
 
 void print_sample(const TrainOptions& opts, dist::ProcessGroup& group, model::GPT& model,
                   const data::Tokenizer& tokenizer) {
-  if (opts.sample_tokens <= 0 || group.rank() != 0) return;
+  if (opts.eval.sample_tokens <= 0 || group.rank() != 0) return;
   std::vector<int32_t> prompt{tokenizer.bos_id()};
-  auto text = tokenizer.encode(opts.sample_prompt);
+  auto text = tokenizer.encode(opts.eval.sample_prompt);
   prompt.insert(prompt.end(), text.begin(), text.end());
   model::SampleOptions so;
-  so.max_tokens = opts.sample_tokens;
+  so.max_tokens = opts.eval.sample_tokens;
   so.temperature = 0.8f;
   so.top_k = 40;
-  so.seed = opts.seed;
+  so.seed = opts.input.seed;
   // Training documents are separated by BOS, so generating one ends the text.
   so.stop_token = tokenizer.bos_id();
   auto ids = model::generate(model, prompt, so);
   if (!ids.empty() && ids.back() == so.stop_token) ids.pop_back();
-  log::print0("sample: {}{}", opts.sample_prompt, tokenizer.decode(ids));
+  log::print0("sample: {}{}", opts.eval.sample_prompt, tokenizer.decode(ids));
 }
 
 }  // namespace nanoddp::train

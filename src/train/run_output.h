@@ -43,7 +43,7 @@ void summarize(const std::string& out, int64_t steps, int64_t last_step, double 
                const std::string& tokens, double last_loss,
                const std::optional<std::pair<int64_t, EvalResult>>& best_eval);
 
-// Rank 0: samples opts.sample_tokens tokens after opts.sample_prompt and prints them.
+// Rank 0: samples opts.eval.sample_tokens tokens after opts.eval.sample_prompt and prints them.
 void print_sample(const TrainOptions& opts, dist::ProcessGroup& group, model::GPT& model,
                   const data::Tokenizer& tokenizer);
 

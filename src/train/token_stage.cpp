@@ -43,7 +43,7 @@ class TokenStage final : public Stage {
   void set_position(const data::LoaderState& s) override { loader_->set_state(s); }
   int64_t units_per_epoch() const override { return loader_->units_per_epoch(); }
   void describe_data(nlohmann::json& identity) const override {
-    if (!ctx_.opts.conversations.empty()) identity["conversations"] = ctx_.opts.conversations;
+    if (!ctx_.opts.chat.conversations.empty()) identity["conversations"] = ctx_.opts.chat.conversations;
   }
   int64_t steps_for_epochs(double num_epochs) const override {
     const double steps = num_epochs * static_cast<double>(loader_->tokens_per_epoch()) /
@@ -75,7 +75,7 @@ class TokenStage final : public Stage {
 TokenStage::TokenStage(const StageContext& ctx) : ctx_(ctx) {
   const TrainOptions& o = ctx.opts;
   // Rank-strided: each rank reads its own rows of the one seeded order.
-  data::LoaderOptions lo{o.device_batch_size, o.max_seq_len, ctx.group.rank(), ctx.group.size(), o.shuffle, o.seed};
+  data::LoaderOptions lo{o.batch.device_batch_size, o.model.max_seq_len, ctx.group.rank(), ctx.group.size(), o.input.shuffle, o.input.seed};
   lo.vocab_size = ctx.plan.config.vocab_size;
   lo.step_units = ctx.plan.grad_accum * ctx.group.size();  // an epoch ends after a whole step (Note [data order])
   // Evaluation reads rows in order, not steps.
@@ -83,23 +83,23 @@ TokenStage::TokenStage(const StageContext& ctx) : ctx_(ctx) {
   val.shuffle = false;
   val.seed = 0;
   val.step_units = 0;
-  if (o.conversations.empty()) {
-    loader_ = std::make_unique<data::TokenLoader>(o.data, "train", lo);
+  if (o.chat.conversations.empty()) {
+    loader_ = std::make_unique<data::TokenLoader>(o.input.data, "train", lo);
     // The val split is opened now, before any training: a split too small for one window stops the
     // run here, not after its last step with nothing saved.
-    val_loader_ = std::make_unique<data::TokenLoader>(o.data, "val", val);
+    val_loader_ = std::make_unique<data::TokenLoader>(o.input.data, "val", val);
   } else {
-    loader_ = std::make_unique<data::ConversationLoader>(split_list(o.conversations), ctx.tokenizer, lo,
-                                                         o.mask == "all");
+    loader_ = std::make_unique<data::ConversationLoader>(split_list(o.chat.conversations), ctx.tokenizer, lo,
+                                                         o.chat.mask == LossMask::All);
     // The validation conversations are read now as well, so that a file too small or without
     // assistant turns stops the run before it trains, not after.
-    if (!o.val_conversations.empty())
-      val_loader_ = std::make_unique<data::ConversationLoader>(split_list(o.val_conversations), ctx.tokenizer, val,
-                                                               o.mask == "all");
+    if (!o.chat.val_conversations.empty())
+      val_loader_ = std::make_unique<data::ConversationLoader>(split_list(o.chat.val_conversations), ctx.tokenizer, val,
+                                                               o.chat.mask == LossMask::All);
   }
-  inputs_ = Tensor::empty({o.device_batch_size, o.max_seq_len}, DType::I32);
-  targets_ = Tensor::empty({o.device_batch_size, o.max_seq_len}, DType::I32);
-  losses_ = Tensor::zeros({ctx.plan.grad_accum * o.device_batch_size * o.max_seq_len}, DType::F32,
+  inputs_ = Tensor::empty({o.batch.device_batch_size, o.model.max_seq_len}, DType::I32);
+  targets_ = Tensor::empty({o.batch.device_batch_size, o.model.max_seq_len}, DType::I32);
+  losses_ = Tensor::zeros({ctx.plan.grad_accum * o.batch.device_batch_size * o.model.max_seq_len}, DType::F32,
                           ctx.model.device());
   scored_.assign(static_cast<size_t>(ctx.plan.grad_accum), 0);
   check_step_fits(loader_->tokens_per_epoch());
@@ -112,8 +112,8 @@ void TokenStage::check_step_fits(int64_t epoch_tokens) const {
   const int64_t step = ctx_.plan.tokens_per_step;
   if (step <= epoch_tokens) return;
   const TrainOptions& o = ctx_.opts;
-  const int64_t per_micro = o.device_batch_size * o.max_seq_len * ctx_.group.size();
-  if (o.num_epochs > 0) {
+  const int64_t per_micro = o.batch.device_batch_size * o.model.max_seq_len * ctx_.group.size();
+  if (o.batch.num_epochs > 0) {
     // epoch_tokens is whole micro-steps here (data::epoch_units): the largest batch that fits.
     NANODDP_CHECK(epoch_tokens >= per_micro, "--num_epochs: the training split holds {} tokens, less than one "
                   "micro-step (device_batch_size x max_seq_len x world size = {}): lower --device_batch_size or "
@@ -146,7 +146,7 @@ void TokenStage::check_step_fits(int64_t epoch_tokens) const {
 void TokenStage::forward_backward(float loss_scale, StepPhases& phases) {
   const int accum = static_cast<int>(ctx_.plan.grad_accum);
   const bool cuda = ctx_.model.device().is_cuda();
-  const int64_t rows = ctx_.opts.device_batch_size * ctx_.opts.max_seq_len;
+  const int64_t rows = ctx_.opts.batch.device_batch_size * ctx_.opts.model.max_seq_len;
   Stopwatch all;
   double data_seconds = 0;
   for (int m = 0; m < accum; m++) {
@@ -178,7 +178,7 @@ void TokenStage::forward_backward(float loss_scale, StepPhases& phases) {
 // the numbers of before, when all did).
 Stage::LossReading TokenStage::read_loss() {
   const Tensor host = losses_.device().is_cpu() ? losses_ : losses_.copy_to(Device::cpu());
-  const int64_t rows = ctx_.opts.device_batch_size * ctx_.opts.max_seq_len;
+  const int64_t rows = ctx_.opts.batch.device_batch_size * ctx_.opts.model.max_seq_len;
   const float* l = host.data<float>();
   double loss = 0;
   int64_t scoring = 0;
@@ -199,7 +199,7 @@ double TokenStage::describe_step(const std::vector<double>& /*figures*/, int64_t
   const double step_tokens = static_cast<double>(ctx_.plan.tokens_per_step);
   const double tok_s = step_tokens / seconds;
   // Model FLOP/s per device, and MFU against the device's peak when one is known.
-  const double flops_s = ctx_.plan.config.flops_per_token(ctx_.opts.max_seq_len) * tok_s / ctx_.group.size();
+  const double flops_s = ctx_.plan.config.flops_per_token(ctx_.opts.model.max_seq_len) * tok_s / ctx_.group.size();
   line.update({{"tokens", step_after * ctx_.plan.tokens_per_step}, {"tokens_per_s", tok_s}, {"flops_per_s", flops_s}});
   console += fmt::format(" | tokens_per_s {:.0f} | flops_per_s {:.1f}G", tok_s, flops_s / 1e9);
   if (ctx_.peak.flops > 0) {
@@ -211,14 +211,14 @@ double TokenStage::describe_step(const std::vector<double>& /*figures*/, int64_t
 
 std::string TokenStage::describe_batch() const {
   return fmt::format("{} tokens/step = {} ranks x {} rows x {} tokens x {} accumulation", ctx_.plan.tokens_per_step,
-                     ctx_.group.size(), ctx_.opts.device_batch_size, ctx_.opts.max_seq_len, ctx_.plan.grad_accum);
+                     ctx_.group.size(), ctx_.opts.batch.device_batch_size, ctx_.opts.model.max_seq_len, ctx_.plan.grad_accum);
 }
 
 std::optional<EvalResult> TokenStage::evaluate() {
   // Chat stages evaluate on held-out conversations, only where the assistant speaks, or not at all.
   if (!val_loader_) return std::nullopt;
   val_loader_->set_state(data::LoaderState{});  // a loader starts at epoch 0, cursor 0
-  return train::evaluate(ctx_.model, *val_loader_, ctx_.opts.device_batch_size, ctx_.opts.max_seq_len,
+  return train::evaluate(ctx_.model, *val_loader_, ctx_.opts.batch.device_batch_size, ctx_.opts.model.max_seq_len,
                          ctx_.plan.eval_micro_batches, ctx_.token_bytes, ctx_.group);
 }
 

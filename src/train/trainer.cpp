@@ -52,14 +52,16 @@ void check_ranks_agree(const TrainOptions& opts, const data::DatasetMeta& meta, 
 
 ddp::OptimizerConfig optimizer_config(const TrainOptions& opts) {
   ddp::OptimizerConfig oc;
-  oc.optimizer = opts.optimizer;
-  oc.embedding_lr = opts.embedding_lr * opts.init_lr_frac;
-  oc.unembedding_lr = opts.unembedding_lr * opts.init_lr_frac;
-  oc.matrix_lr = opts.matrix_lr * opts.init_lr_frac;
-  oc.adamw_matrix_lr = opts.adamw_matrix_lr * opts.init_lr_frac;
-  oc.grad_clip = opts.grad_clip;
-  oc.weight_decay = opts.weight_decay;
-  oc.ns_bf16 = opts.muon_precision == "bf16";
+  oc.optimizer = option_text(opts.optim.optimizer);
+  oc.embedding_lr = opts.optim.embedding_lr * opts.optim.init_lr_frac;
+  oc.unembedding_lr = opts.optim.unembedding_lr * opts.optim.init_lr_frac;
+  oc.matrix_lr = opts.optim.matrix_lr * opts.optim.init_lr_frac;
+  oc.adamw_matrix_lr = opts.optim.adamw_matrix_lr * opts.optim.init_lr_frac;
+  oc.grad_clip = opts.optim.grad_clip;
+  oc.weight_decay = opts.optim.weight_decay;
+  oc.ns_bf16 = opts.optim.muon_precision == MuonPrecision::BF16;
+  oc.sgd_lr = opts.optim.sgd_lr * opts.optim.init_lr_frac;
+  oc.sgd_momentum = opts.optim.sgd_momentum;
   return oc;
 }
 
@@ -136,22 +138,22 @@ class Trainer {
 Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device device)
     : opts_(opts), group_(group), device_(device) {
   // --save_best ranks evaluations: a run without any (RL; SFT without validation conversations) says so now.
-  const bool evaluates = opts_.stage != "rl" && (opts_.conversations.empty() || !opts_.val_conversations.empty());
-  NANODDP_CHECK(!opts_.save_best || evaluates,
+  const bool evaluates = opts_.chat.stage != RunStage::Rl && (opts_.chat.conversations.empty() || !opts_.chat.val_conversations.empty());
+  NANODDP_CHECK(!opts_.output.save_best || evaluates,
                 "--save_best keeps the checkpoint with the lowest validation bpb, but this run evaluates nothing{}: "
-                "drop --save_best{}", opts_.stage == "rl" ? " (RL is measured by its reward)" : "",
-                opts_.stage == "rl" ? "" : " or give --val_conversations");
+                "drop --save_best{}", opts_.chat.stage == RunStage::Rl ? " (RL is measured by its reward)" : "",
+                opts_.chat.stage == RunStage::Rl ? "" : " or give --val_conversations");
   // First: everything below that computes (the MFU measurement included) runs on these threads.
-  ops::set_cpu_threads(opts.threads);
-  meta_ = data::read_dataset_meta(opts.data);
+  ops::set_cpu_threads(opts.runtime.threads);
+  meta_ = data::read_dataset_meta(opts.input.data);
   // Before the expensive set-up, so a mismatched rank fails fast with a clear message.
   check_ranks_agree(opts, meta_, group);
-  tokenizer_ = data::load_dataset_tokenizer(opts.data);
+  tokenizer_ = data::load_dataset_tokenizer(opts.input.data);
   token_bytes_ = tokenizer_->token_bytes();
   plan_ = make_plan(opts, meta_, group.size());
   // The sample's prompt must leave room for a token: said now, not with an empty sample after the run.
-  if (opts.sample_tokens > 0)
-    model::check_prompt_fits(1 + static_cast<int64_t>(tokenizer_->encode(opts.sample_prompt).size()),
+  if (opts.eval.sample_tokens > 0)
+    model::check_prompt_fits(1 + static_cast<int64_t>(tokenizer_->encode(opts.eval.sample_prompt).size()),
                              plan_.config.max_seq_len, "--sample_prompt");
   // Before allocating: a model that cannot fit is refused with the estimate instead of being killed
   // by the OOM killer after a silent minute. GPU memory is the CUDA allocator's to report.
@@ -159,26 +161,26 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
     const char* local = std::getenv("LOCAL_WORLD_SIZE");
     check_fits_in_memory(plan_.config, opts, local != nullptr ? std::max(1, std::atoi(local)) : 1);
   }
-  model_ = std::make_unique<model::GPT>(plan_.config, device_, activation_dtype(opts.dtype, device_));
-  scaler_ = std::make_unique<LossScaler>(model_->act_dtype() == DType::F16, opts.loss_scale_init,
-                                         opts.loss_scale_growth_interval);
-  model_->init_weights(opts.seed);
+  model_ = std::make_unique<model::GPT>(plan_.config, device_, activation_dtype(opts.runtime.dtype, device_));
+  scaler_ = std::make_unique<LossScaler>(model_->act_dtype() == DType::F16, opts.runtime.loss_scale_init,
+                                         opts.runtime.loss_scale_growth_interval);
+  model_->init_weights(opts.input.seed);
   // Muon orthogonalises each matrix whole, so with --zero no matrix may be split across ranks.
-  ddp::ReducerOptions ro{.zero = static_cast<int>(opts.zero),
-                         .whole_matrices = opts.optimizer == "muon",
-                         .first_bucket_mb = opts.first_bucket_mb,
-                         .bucket_cap_mb = opts.bucket_cap_mb};
+  ddp::ReducerOptions ro{.zero = static_cast<int>(opts.optim.zero),
+                         .whole_matrices = opts.optim.optimizer == ddp::OptimizerKind::Muon,
+                         .first_bucket_mb = opts.optim.first_bucket_mb,
+                         .bucket_cap_mb = opts.optim.bucket_cap_mb};
   reducer_ = std::make_unique<ddp::Reducer>(*model_, group, ro);
   optimizer_ = std::make_unique<ddp::Optimizer>(
       *model_, *reducer_, plan_.config.is_2026() ? optimizer_config_2026(opts, plan_.scaling) : optimizer_config(opts));
   // MFU's denominator: the user's --peak_flops, else the device's datasheet peak (ops/profile.h).
-  peak_ = opts.peak_flops > 0 ? ops::PeakFlops{opts.peak_flops, "--peak_flops"} : ops::peak_flops(device_);
+  peak_ = opts.runtime.peak_flops > 0 ? ops::PeakFlops{opts.runtime.peak_flops, "--peak_flops"} : ops::peak_flops(device_);
   const StageContext ctx{opts_, group_, *model_, *reducer_, *tokenizer_, token_bytes_, plan_, peak_};
-  stage_ = opts.stage == "rl" ? make_policy_stage(ctx) : make_token_stage(ctx);
-  if (plan_.num_iterations < 0) plan_.num_iterations = stage_->steps_for_epochs(opts.num_epochs);
+  stage_ = opts.chat.stage == RunStage::Rl ? make_policy_stage(ctx) : make_token_stage(ctx);
+  if (plan_.num_iterations < 0) plan_.num_iterations = stage_->steps_for_epochs(opts.batch.num_epochs);
   checkpoints_ = std::make_unique<RunCheckpoints>(opts_, group_, meta_, plan_, *model_, *optimizer_);
   // --stop_at ends early without changing num_iterations, so the LR schedule stays the full run's.
-  stop_ = opts.stop_at > 0 ? std::min(opts.stop_at, plan_.num_iterations) : plan_.num_iterations;
+  stop_ = opts.output.stop_at > 0 ? std::min(opts.output.stop_at, plan_.num_iterations) : plan_.num_iterations;
 }
 
 nlohmann::json Trainer::dataset_identity() const {
@@ -195,17 +197,17 @@ std::optional<int64_t> Trainer::start() {
   if (resume >= stop) {
     // A restart after the final checkpoint (the job died while sampling, say) has nothing left to do;
     // nor has --resume auto ("continue if there is anything to continue").
-    if (resume == stop && (opts_.resume == "auto" || (checkpoints_->restarted() && opts_.resume.empty()))) {
+    if (resume == stop && (opts_.output.resume.mode == ResumeSpec::Mode::Auto || (checkpoints_->restarted() && opts_.output.resume.empty()))) {
       log::print0("{} is complete at step {}: nothing left to train (raise --num_iterations to train further)",
-                  opts_.out, resume);
+                  opts_.output.out, resume);
       return std::nullopt;
     }
     NANODDP_FAIL("the checkpoint to resume is at step {}, {} this run's last step {} (--num_iterations {}{}): "
                  "raise --num_iterations to train further", resume, resume == stop ? "already" : "beyond", stop, n,
-                 opts_.stop_at > 0 ? fmt::format(", --stop_at {}", opts_.stop_at) : "");
+                 opts_.output.stop_at > 0 ? fmt::format(", --stop_at {}", opts_.output.stop_at) : "");
   }
   // Weights first: a bad --init_from must fail before --overwrite moves anything.
-  if (resume < 0 && !opts_.init_from.empty()) init_weights_from(*model_, plan_.config, opts_.init_from, opts_.data);
+  if (resume < 0 && !opts_.output.init_from.empty()) init_weights_from(*model_, plan_.config, opts_.output.init_from, opts_.input.data);
   checkpoints_->claim(resume);
   write_environment(opts_, group_, device_, arithmetic_name(*model_, scaler_->scale()), peak_);
   if (resume >= 0) {
@@ -213,7 +215,7 @@ std::optional<int64_t> Trainer::start() {
     stage_->set_position(state.position);
     result_.eval = state.eval;
     if (state.loss_scale) scaler_->restore(state.loss_scale->first, state.loss_scale->second);
-    if (opts_.save_best) kept_best_bpb_ = checkpoints_->kept_best_bpb();
+    if (opts_.output.save_best) kept_best_bpb_ = checkpoints_->kept_best_bpb();
   } else {
     // A fresh run starts every rank from rank 0's weights (as PyTorch DDP's constructor does); a resumed
     // one has loaded the same file on every rank.
@@ -232,10 +234,10 @@ TrainResult Trainer::run() {
   const int64_t resume = *started;
   start_step_ = std::max<int64_t>(0, resume);
   // The loop evaluates its first step (the resumed one) only on the --eval_every cadence.
-  const bool resume_evaluated = opts_.eval_every > 0 && resume >= 0 && resume % opts_.eval_every == 0;
-  metrics_ = std::make_unique<MetricsLog>(opts_.out, group_.rank() == 0, resume, resume_evaluated);
+  const bool resume_evaluated = opts_.eval.eval_every > 0 && resume >= 0 && resume % opts_.eval.eval_every == 0;
+  metrics_ = std::make_unique<MetricsLog>(opts_.output.out, group_.rank() == 0, resume, resume_evaluated);
   StopSignals signals;  // Note [stopping on a signal]
-  if (opts_.trace) {
+  if (opts_.runtime.trace) {
     // One time axis for all ranks: zero is the moment they leave this barrier.
     group_.barrier()->wait();
     trace::set_origin();
@@ -252,17 +254,18 @@ TrainResult Trainer::run() {
     // the untrained step 0.
     const bool last = step == stop;
     bool best = false;
-    if (last || epoch_ended_ || (opts_.eval_every > 0 && step % opts_.eval_every == 0)) best = evaluate_and_log(step);
+    if (last || epoch_ended_ || (opts_.eval.eval_every > 0 && step % opts_.eval.eval_every == 0)) best = evaluate_and_log(step);
     if (epoch_ended_) log_epoch(step);
-    if (last || save_due || best || (opts_.save_every > 0 && step % opts_.save_every == 0 && step > start_step_))
+    if (last || save_due || best || (opts_.output.save_every > 0 && step % opts_.output.save_every == 0 && step > start_step_))
       save(step, best);
     // A stop asked for during the last step needs nothing more: the run ends as complete (without
     // its final sample), not as one to continue (there is nothing left to resume).
     if (stop_requested && !last) return stopped(step);
     if (last) break;
-    const double lr = plan_.config.is_2026()
-                          ? lr_multiplier_2026(step, n, opts_.warmup_steps, opts_.warmdown_ratio, opts_.final_lr_frac)
-                          : lr_multiplier(step, n, opts_.warmup_ratio, opts_.warmdown_ratio, opts_.final_lr_frac);
+    const double lr = plan_.config.is_2026() ? lr_multiplier_2026(step, n, opts_.optim.warmup_steps,
+                                                                  opts_.optim.warmdown_ratio, opts_.optim.final_lr_frac)
+                                             : lr_multiplier(step, n, opts_.optim.warmup_ratio, opts_.optim.warmdown_ratio,
+                                                             opts_.optim.final_lr_frac);
     Stopwatch sw;
     train_step(step, lr);
     const Agreed agreed = agree();
@@ -280,17 +283,17 @@ TrainResult Trainer::run() {
     NANODDP_CHECK(std::isfinite(agreed.loss), "step {}: the training loss is {}; stopping before it reaches a "
                   "checkpoint. Lower the learning rates (or check the data), or resume from an earlier checkpoint",
                   step + 1, agreed.loss);
-    if (opts_.sample_every > 0 && (step + 1) % opts_.sample_every == 0 && step + 1 < n)
+    if (opts_.eval.sample_every > 0 && (step + 1) % opts_.eval.sample_every == 0 && step + 1 < n)
       print_sample(opts_, group_, *model_, *tokenizer_);
     stop_requested = agreed.stop;
-    save_due = stop_requested || (opts_.save_minutes > 0 && agreed.since_save >= opts_.save_minutes * 60);
+    save_due = stop_requested || (opts_.output.save_minutes > 0 && agreed.since_save >= opts_.output.save_minutes * 60);
   }
   result_.last_step = stop;
   log::end_status0();
   write_trace(opts_, group_);
   // A --stop_at run is a pause, not the end: no sample; nor when a signal asked to stop.
   if (stop == n && !stop_requested) print_sample(opts_, group_, *model_, *tokenizer_);
-  summarize(opts_.out, stop - start_step_, stop, train_seconds_,
+  summarize(opts_.output.out, stop - start_step_, stop, train_seconds_,
             stage_->describe_tokens(trained_tokens_, train_seconds_), result_.last_loss, best_eval_);
   return result_;
 }
@@ -303,7 +306,7 @@ void Trainer::print_header() const {
                     peak_.flops > 0 ? fmt::format("{:.4g} TFLOP/s per device ({})", peak_.flops / 1e12, peak_.what)
                                     : peak_.what);
   log::print0("batch: {} | {} steps | {} threads/rank | optimizer {} zero {} | backend {}{}", stage_->describe_batch(),
-              plan_.num_iterations, ops::cpu_threads(), opts_.optimizer, opts_.zero, group_.backend_name(),
+              plan_.num_iterations, ops::cpu_threads(), option_text(opts_.optim.optimizer), opts_.optim.zero, group_.backend_name(),
               arithmetic);
 }
 
@@ -340,7 +343,7 @@ void Trainer::finish_and_update(int64_t step, double lr_mult) {
     if (plan_.config.is_2026()) {
       // nanochat's 2026 schedules of Muon's momentum and weight decay.
       const int64_t n = plan_.num_iterations;
-      momentum = muon_momentum_2026(step, n, opts_.warmdown_ratio);
+      momentum = muon_momentum_2026(step, n, opts_.optim.warmdown_ratio);
       optimizer_->set_muon_weight_decay(muon_weight_decay_2026(step, n, plan_.scaling.weight_decay));
     }
     scaler_->update(*optimizer_, step, lr_mult, momentum);
@@ -390,7 +393,7 @@ double Trainer::log_step(int64_t step, double lr, double seconds, const Agreed& 
                {"backward_ms", 1000 * phases_.backward}, {"comm_ms", 1000 * phases_.exposed_comm},
                {"optimizer_ms", 1000 * phases_.optimizer}, {"host_rss_mb", mem.host_rss_mb},
                {"host_peak_mb", mem.host_peak_mb}});
-  if (opts_.grad_clip > 0) line["grad_norm"] = optimizer_->last_grad_norm();
+  if (opts_.optim.grad_clip > 0) line["grad_norm"] = optimizer_->last_grad_norm();
   if (device_.is_cuda()) line["device_peak_mb"] = mem.device_peak_mb;
   log::status0(console);
   metrics_->write(line);
@@ -410,7 +413,7 @@ bool Trainer::evaluate_and_log(int64_t step) {
   log::print0("step {:05d} | val loss {:.4f} | val bpb {:.4f} | {} tokens in {:.1f}s", step, r->loss, r->bpb,
               r->tokens, sw.seconds());
   metrics_->write({{"step", step}, {"val_loss", r->loss}, {"val_bpb", r->bpb}});
-  if (!opts_.save_best || step == start_step_ || (kept_best_bpb_ && r->bpb >= *kept_best_bpb_)) return false;
+  if (!opts_.output.save_best || step == start_step_ || (kept_best_bpb_ && r->bpb >= *kept_best_bpb_)) return false;
   kept_best_bpb_ = r->bpb;
   return true;
 }
@@ -419,7 +422,7 @@ bool Trainer::evaluate_and_log(int64_t step) {
 // the loader's cursor at the epoch's end ends it; the next loop turn evaluates the state after it
 // and prints one line: the epoch's mean training loss and the validation of its end.
 void Trainer::count_epoch_step(double loss) {
-  if (opts_.num_epochs <= 0) return;
+  if (opts_.batch.num_epochs <= 0) return;
   epoch_loss_sum_ += loss;
   epoch_steps_++;
   epoch_ended_ = stage_->position().cursor >= stage_->units_per_epoch();

@@ -73,124 +73,126 @@ void fraction(double v, const char* flag) {
 }  // namespace
 
 void validate_options(const TrainOptions& o) {
-  NANODDP_CHECK(o.depth >= 1 && o.depth <= kMaxDepth, "--depth must be between 1 and {} (got {})", kMaxDepth, o.depth);
-  NANODDP_CHECK(o.max_seq_len >= 1 && o.max_seq_len <= kMaxSeqLen, "--max_seq_len must be between 1 and {} (got {})",
-                kMaxSeqLen, o.max_seq_len);
-  positive(o.aspect_ratio, "aspect_ratio");
+  NANODDP_CHECK(o.model.depth >= 1 && o.model.depth <= kMaxDepth, "--depth must be between 1 and {} (got {})", kMaxDepth, o.model.depth);
+  NANODDP_CHECK(o.model.max_seq_len >= 1 && o.model.max_seq_len <= kMaxSeqLen, "--max_seq_len must be between 1 and {} (got {})",
+                kMaxSeqLen, o.model.max_seq_len);
+  positive(o.model.aspect_ratio, "aspect_ratio");
   // Divided, not multiplied: depth x aspect_ratio itself can overflow (it showed n_embd=-2).
-  NANODDP_CHECK(o.aspect_ratio <= kMaxModelDim / o.depth, "--aspect_ratio {} is too large: the model's width "
-                "depth x aspect_ratio ({} x {}) is at most {}", o.aspect_ratio, o.depth, o.aspect_ratio, kMaxModelDim);
-  at_most(o.head_dim, kMaxModelDim, "head_dim", "the attention head size");
-  at_most(o.n_kv_head, kMaxModelDim, "n_kv_head", "the number of key/value heads");
-  NANODDP_CHECK(o.head_dim >= 2 && o.head_dim % 2 == 0, "--head_dim must be even and at least 2 (got {}): rotary "
-                "embeddings rotate pairs of dimensions", o.head_dim);
-  NANODDP_CHECK(o.n_kv_head >= 0, "--n_kv_head must be 0 (= n_head) or positive (got {})", o.n_kv_head);
+  NANODDP_CHECK(o.model.aspect_ratio <= kMaxModelDim / o.model.depth, "--aspect_ratio {} is too large: the model's width "
+                "depth x aspect_ratio ({} x {}) is at most {}", o.model.aspect_ratio, o.model.depth, o.model.aspect_ratio, kMaxModelDim);
+  at_most(o.model.head_dim, kMaxModelDim, "head_dim", "the attention head size");
+  at_most(o.model.n_kv_head, kMaxModelDim, "n_kv_head", "the number of key/value heads");
+  NANODDP_CHECK(o.model.head_dim >= 2 && o.model.head_dim % 2 == 0, "--head_dim must be even and at least 2 (got {}): rotary "
+                "embeddings rotate pairs of dimensions", o.model.head_dim);
+  NANODDP_CHECK(o.model.n_kv_head >= 0, "--n_kv_head must be 0 (= n_head) or positive (got {})", o.model.n_kv_head);
   // Bounded so that device_batch_size x max_seq_len x world size stays inside int64 for any world
   // below 2^19 ranks (2^24 x 2^20 x 2^19 = 2^63): an overflow wrapped to 0, then divided by it. No
   // device holds such a batch.
-  NANODDP_CHECK(o.device_batch_size >= 1 && o.device_batch_size <= kMaxDeviceBatch,
-                "--device_batch_size must be between 1 and {} (got {})", kMaxDeviceBatch, o.device_batch_size);
-  minus_one_or_positive(o.total_batch_size, "total_batch_size", "one micro-step per step");
-  at_most(o.total_batch_size, kMaxBatchTokens, "total_batch_size", "the tokens of one step");
-  minus_one_or_positive(o.num_iterations, "num_iterations", "from --target_flops or --target_param_data_ratio");
-  at_most(o.num_iterations, kMaxSteps, "num_iterations", "the number of optimizer steps");
-  NANODDP_CHECK(o.num_epochs == -1 || (std::isfinite(o.num_epochs) && o.num_epochs > 0),
-                "--num_epochs must be -1 (off) or a positive number (got {})", o.num_epochs);
-  NANODDP_CHECK(o.mask == "assistant" || o.mask == "all", "--mask must be assistant or all (got '{}')", o.mask);
-  NANODDP_CHECK(o.stage == "base" || o.stage == "sft" || o.stage == "rl", "--stage must be base, sft or rl (got "
-                "'{}')", o.stage);
-  if (o.stage == "rl") {
-    NANODDP_CHECK(!o.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
-    positive(o.task_count, "task_count");
+  NANODDP_CHECK(o.batch.device_batch_size >= 1 && o.batch.device_batch_size <= kMaxDeviceBatch,
+                "--device_batch_size must be between 1 and {} (got {})", kMaxDeviceBatch, o.batch.device_batch_size);
+  minus_one_or_positive(o.batch.total_batch_size, "total_batch_size", "one micro-step per step");
+  at_most(o.batch.total_batch_size, kMaxBatchTokens, "total_batch_size", "the tokens of one step");
+  minus_one_or_positive(o.batch.num_iterations, "num_iterations", "from --target_flops or --target_param_data_ratio");
+  at_most(o.batch.num_iterations, kMaxSteps, "num_iterations", "the number of optimizer steps");
+  NANODDP_CHECK(o.batch.num_epochs == -1 || (std::isfinite(o.batch.num_epochs) && o.batch.num_epochs > 0),
+                "--num_epochs must be -1 (off) or a positive number (got {})", o.batch.num_epochs);
+  // --optimizer, --stage, --mask, --dtype, --resume and the like are typed (option_types.h): their
+  // words were checked where they were read.
+  if (o.chat.stage == RunStage::Rl) {
+    NANODDP_CHECK(!o.rl.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
+    positive(o.rl.task_count, "task_count");
     // Checked even for a questions file, which ignores it: as many as data/tasks.cpp can make.
-    at_most(o.task_count, kMaxTaskItems, "task_count", "the number of a bundled task's problems");
-    NANODDP_CHECK(o.num_samples >= 2, "--num_samples must be at least 2 (got {}): RL learns from how an example's "
-                  "samples differ from their mean reward, and a single sample never does", o.num_samples);
-    at_most(o.num_samples, kMaxRlSamples, "num_samples", "the completions per question");
-    positive(o.examples_per_step, "examples_per_step");
-    NANODDP_CHECK(o.examples_per_step <= kMaxRlSamplesPerStep / o.num_samples, "--examples_per_step {} is too large: "
+    at_most(o.rl.task_count, kMaxTaskItems, "task_count", "the number of a bundled task's problems");
+    NANODDP_CHECK(o.rl.num_samples >= 2, "--num_samples must be at least 2 (got {}): RL learns from how an example's "
+                  "samples differ from their mean reward, and a single sample never does", o.rl.num_samples);
+    at_most(o.rl.num_samples, kMaxRlSamples, "num_samples", "the completions per question");
+    positive(o.rl.examples_per_step, "examples_per_step");
+    NANODDP_CHECK(o.rl.examples_per_step <= kMaxRlSamplesPerStep / o.rl.num_samples, "--examples_per_step {} is too large: "
                   "the completions sampled per step, examples_per_step x num_samples ({} x {}), are at most {}",
-                  o.examples_per_step, o.examples_per_step, o.num_samples, kMaxRlSamplesPerStep);
-    positive(o.max_new_tokens, "max_new_tokens");
+                  o.rl.examples_per_step, o.rl.examples_per_step, o.rl.num_samples, kMaxRlSamplesPerStep);
+    positive(o.rl.max_new_tokens, "max_new_tokens");
     // A completion ends where the context does: longer is a typo, not a request.
-    at_most(o.max_new_tokens, kMaxSeqLen, "max_new_tokens", "a completion's length in tokens");
-    NANODDP_CHECK(std::isfinite(o.temperature) && o.temperature > 0, "--temperature must be positive (got {}): RL "
-                  "learns from differences between samples, and greedy samples do not differ", o.temperature);
-    NANODDP_CHECK(o.top_k == 0 || o.top_k >= 2, "--top_k must be 0 (all tokens) or at least 2 (got {}): RL "
-                  "learns from differences between samples, and --top_k 1 samples greedily", o.top_k);
+    at_most(o.rl.max_new_tokens, kMaxSeqLen, "max_new_tokens", "a completion's length in tokens");
+    NANODDP_CHECK(std::isfinite(o.rl.temperature) && o.rl.temperature > 0, "--temperature must be positive (got {}): RL "
+                  "learns from differences between samples, and greedy samples do not differ", o.rl.temperature);
+    NANODDP_CHECK(o.rl.top_k == 0 || o.rl.top_k >= 2, "--top_k must be 0 (all tokens) or at least 2 (got {}): RL "
+                  "learns from differences between samples, and --top_k 1 samples greedily", o.rl.top_k);
   }
-  NANODDP_CHECK(o.target_flops == -1 || (std::isfinite(o.target_flops) && o.target_flops > 0),
-                "--target_flops must be -1 (off) or a positive number (got {})", o.target_flops);
-  NANODDP_CHECK(std::isfinite(o.target_param_data_ratio) && o.target_param_data_ratio > 0,
-                "--target_param_data_ratio must be positive (got {})", o.target_param_data_ratio);
-  NANODDP_CHECK(o.optimizer == "muon" || o.optimizer == "adamw", "--optimizer must be muon or adamw (got '{}')",
-                o.optimizer);
-  NANODDP_CHECK(o.muon_precision == "bf16" || o.muon_precision == "f32", "--muon_precision must be bf16 or f32 "
-                "(got '{}')", o.muon_precision);
-  activation_dtype(o.dtype, Device::cpu());  // the name's check
-  NANODDP_CHECK(std::isfinite(o.loss_scale_init) && o.loss_scale_init >= 1, "--loss_scale_init must be a finite "
-                "number of at least 1 (got {})", o.loss_scale_init);
+  NANODDP_CHECK(o.batch.target_flops == -1 || (std::isfinite(o.batch.target_flops) && o.batch.target_flops > 0),
+                "--target_flops must be -1 (off) or a positive number (got {})", o.batch.target_flops);
+  NANODDP_CHECK(std::isfinite(o.batch.target_param_data_ratio) && o.batch.target_param_data_ratio > 0,
+                "--target_param_data_ratio must be positive (got {})", o.batch.target_param_data_ratio);
+  NANODDP_CHECK(std::isfinite(o.runtime.loss_scale_init) && o.runtime.loss_scale_init >= 1, "--loss_scale_init must be a finite "
+                "number of at least 1 (got {})", o.runtime.loss_scale_init);
   // The scale multiplies an f32 loss and doubles from here: above 2^64 the first scaled gradient
   // overflows f32 (max ~2^128), and the halving that follows would take ~64 skipped steps.
-  NANODDP_CHECK(o.loss_scale_init <= 0x1p64, "--loss_scale_init {} is too large: at most 2^64 = {:g}",
-                o.loss_scale_init, 0x1p64);
-  NANODDP_CHECK(o.loss_scale_growth_interval >= 1, "--loss_scale_growth_interval must be at least 1 (got {})",
-                o.loss_scale_growth_interval);
-  NANODDP_CHECK(o.zero >= 0 && o.zero <= 2, "--zero must be 0, 1 or 2 (got {})", o.zero);
-  learning_rate_factor(o.embedding_lr, "embedding_lr");
-  learning_rate_factor(o.unembedding_lr, "unembedding_lr");
-  learning_rate_factor(o.matrix_lr, "matrix_lr");
-  learning_rate_factor(o.adamw_matrix_lr, "adamw_matrix_lr");
-  learning_rate_factor(o.weight_decay, "weight_decay");
-  finite_non_negative(o.grad_clip, "grad_clip");
-  NANODDP_CHECK(std::isfinite(o.init_lr_frac) && o.init_lr_frac > 0, "--init_lr_frac must be positive (got {})",
-                o.init_lr_frac);
-  learning_rate_factor(o.init_lr_frac, "init_lr_frac");
-  NANODDP_CHECK(o.sample_every == -1 || o.sample_every >= 1, "--sample_every must be -1 (only at the end) or at "
-                "least 1 (got {})", o.sample_every);
-  fraction(o.warmup_ratio, "warmup_ratio");
-  learning_rate_factor(o.scalar_lr, "scalar_lr");
-  NANODDP_CHECK(o.warmup_steps >= 0 && o.warmup_steps <= kMaxSteps, "--warmup_steps must be between 0 and {} (got {})",
-                kMaxSteps, o.warmup_steps);
-  fraction(o.warmdown_ratio, "warmdown_ratio");
-  fraction(o.final_lr_frac, "final_lr_frac");
-  NANODDP_CHECK(o.warmup_ratio + o.warmdown_ratio <= 1, "--warmup_ratio + --warmdown_ratio must be at most 1 (got "
-                "{} + {})", o.warmup_ratio, o.warmdown_ratio);
-  bucket_size(o.bucket_cap_mb, "bucket_cap_mb");
-  bucket_size(o.first_bucket_mb, "first_bucket_mb");
-  NANODDP_CHECK(o.eval_every >= -1, "--eval_every must be -1 (only at the end) or at least 0 (got {})", o.eval_every);
-  positive(o.eval_tokens, "eval_tokens");
-  at_most(o.eval_tokens, kMaxBatchTokens, "eval_tokens", "the tokens of one evaluation");
-  NANODDP_CHECK(o.save_every >= -1, "--save_every must be -1 (only at the end) or at least 0 (got {})",
-                o.save_every);
-  finite_non_negative(o.save_minutes, "save_minutes");
-  NANODDP_CHECK(o.keep_last >= 1, "--keep_last must be at least 1 (got {}): the newest checkpoint is always kept",
-                o.keep_last);
-  minus_one_or_positive(o.stop_at, "stop_at", "off");
-  at_most(o.stop_at, kMaxSteps, "stop_at", "a step number");
-  NANODDP_CHECK(o.sample_tokens >= 0, "--sample_tokens must be 0 (no sample) or positive (got {})", o.sample_tokens);
-  at_most(o.sample_tokens, kMaxSeqLen, "sample_tokens", "a sample's length in tokens");
-  NANODDP_CHECK(std::isfinite(o.timeout) && o.timeout > 0, "--timeout must be a positive number of seconds (got {})",
-                o.timeout);
-  NANODDP_CHECK(o.timeout <= kMaxTimeoutSeconds, "--timeout {} is too large: at most {:g} seconds", o.timeout,
+  NANODDP_CHECK(o.runtime.loss_scale_init <= 0x1p64, "--loss_scale_init {} is too large: at most 2^64 = {:g}",
+                o.runtime.loss_scale_init, 0x1p64);
+  NANODDP_CHECK(o.runtime.loss_scale_growth_interval >= 1, "--loss_scale_growth_interval must be at least 1 (got {})",
+                o.runtime.loss_scale_growth_interval);
+  NANODDP_CHECK(o.optim.zero >= 0 && o.optim.zero <= 2, "--zero must be 0, 1 or 2 (got {})", o.optim.zero);
+  learning_rate_factor(o.optim.embedding_lr, "embedding_lr");
+  learning_rate_factor(o.optim.unembedding_lr, "unembedding_lr");
+  learning_rate_factor(o.optim.matrix_lr, "matrix_lr");
+  learning_rate_factor(o.optim.adamw_matrix_lr, "adamw_matrix_lr");
+  learning_rate_factor(o.optim.sgd_lr, "sgd_lr");
+  fraction(o.optim.sgd_momentum, "sgd_momentum");
+  learning_rate_factor(o.optim.weight_decay, "weight_decay");
+  finite_non_negative(o.optim.grad_clip, "grad_clip");
+  NANODDP_CHECK(std::isfinite(o.optim.init_lr_frac) && o.optim.init_lr_frac > 0, "--init_lr_frac must be positive (got {})",
+                o.optim.init_lr_frac);
+  learning_rate_factor(o.optim.init_lr_frac, "init_lr_frac");
+  NANODDP_CHECK(o.eval.sample_every == -1 || o.eval.sample_every >= 1, "--sample_every must be -1 (only at the end) or at "
+                "least 1 (got {})", o.eval.sample_every);
+  fraction(o.optim.warmup_ratio, "warmup_ratio");
+  learning_rate_factor(o.optim.scalar_lr, "scalar_lr");
+  NANODDP_CHECK(o.optim.warmup_steps >= 0 && o.optim.warmup_steps <= kMaxSteps, "--warmup_steps must be between 0 "
+                "and {} (got {})", kMaxSteps, o.optim.warmup_steps);
+  fraction(o.optim.warmdown_ratio, "warmdown_ratio");
+  fraction(o.optim.final_lr_frac, "final_lr_frac");
+  NANODDP_CHECK(o.optim.warmup_ratio + o.optim.warmdown_ratio <= 1, "--warmup_ratio + --warmdown_ratio must be at most 1 (got "
+                "{} + {})", o.optim.warmup_ratio, o.optim.warmdown_ratio);
+  bucket_size(o.optim.bucket_cap_mb, "bucket_cap_mb");
+  bucket_size(o.optim.first_bucket_mb, "first_bucket_mb");
+  NANODDP_CHECK(o.eval.eval_every >= -1, "--eval_every must be -1 (only at the end) or at least 0 (got {})", o.eval.eval_every);
+  positive(o.eval.eval_tokens, "eval_tokens");
+  at_most(o.eval.eval_tokens, kMaxBatchTokens, "eval_tokens", "the tokens of one evaluation");
+  NANODDP_CHECK(o.output.save_every >= -1, "--save_every must be -1 (only at the end) or at least 0 (got {})",
+                o.output.save_every);
+  finite_non_negative(o.output.save_minutes, "save_minutes");
+  NANODDP_CHECK(o.output.keep_last >= 1, "--keep_last must be at least 1 (got {}): the newest checkpoint is always kept",
+                o.output.keep_last);
+  minus_one_or_positive(o.output.stop_at, "stop_at", "off");
+  at_most(o.output.stop_at, kMaxSteps, "stop_at", "a step number");
+  NANODDP_CHECK(o.eval.sample_tokens >= 0, "--sample_tokens must be 0 (no sample) or positive (got {})", o.eval.sample_tokens);
+  at_most(o.eval.sample_tokens, kMaxSeqLen, "sample_tokens", "a sample's length in tokens");
+  NANODDP_CHECK(std::isfinite(o.runtime.timeout) && o.runtime.timeout > 0, "--timeout must be a positive number of seconds (got {})",
+                o.runtime.timeout);
+  NANODDP_CHECK(o.runtime.timeout <= kMaxTimeoutSeconds, "--timeout {} is too large: at most {:g} seconds", o.runtime.timeout,
                 kMaxTimeoutSeconds);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  NANODDP_CHECK(o.threads >= 0 && o.threads <= cores, "--threads must be between 0 (all cores) and {}, the cores "
-                "of this machine (got {})", cores, o.threads);
-  finite_non_negative(o.peak_flops, "peak_flops");
+  NANODDP_CHECK(o.runtime.threads >= 0 && o.runtime.threads <= cores, "--threads must be between 0 (all cores) and {}, the cores "
+                "of this machine (got {})", cores, o.runtime.threads);
+  finite_non_negative(o.runtime.peak_flops, "peak_flops");
   // sft and rl set init_from to their --source, which a resumed run keeps as its provenance (the
   // weights come from the checkpoint resumed); only train's own --init_from conflicts with --resume.
-  NANODDP_CHECK(o.init_from.empty() || o.resume.empty() || o.stage != "base", "--init_from starts a new run and "
+  NANODDP_CHECK(o.output.init_from.empty() || o.output.resume.empty() || o.chat.stage != RunStage::Base, "--init_from starts a new run and "
                 "--resume continues one: give one of them");
 }
 
-// nanochat's and PyTorch's names (bfloat16, float32) are accepted too.
-DType activation_dtype(const std::string& dtype, Device device) {
-  if (dtype == "bf16" || dtype == "bfloat16") return DType::BF16;
-  if (dtype == "fp32" || dtype == "float32" || dtype == "f32") return DType::F32;
-  if (dtype == "fp16" || dtype == "float16") return DType::F16;
-  NANODDP_CHECK(dtype == "auto", "--dtype must be auto, fp32, bf16 or fp16 (got '{}')", dtype);
+DType activation_dtype(DtypeChoice dtype, Device device) {
+  switch (dtype) {
+    case DtypeChoice::F32: return DType::F32;
+    case DtypeChoice::BF16: return DType::BF16;
+    case DtypeChoice::F16: return DType::F16;
+    case DtypeChoice::Auto: break;
+  }
   return device.is_cuda() ? DType::BF16 : DType::F32;
+}
+
+// nanochat's and PyTorch's names (bfloat16, float32) are accepted too (option_types.h).
+DType activation_dtype(const std::string& dtype, Device device) {
+  return activation_dtype(parse_option<DtypeChoice>(dtype, "--dtype"), device);
 }
 
 const char* dtype_flag(DType dtype) {
@@ -205,7 +207,7 @@ double estimate_rank_bytes(const model::GPTConfig& c, const TrainOptions& o) {
   const double params = static_cast<double>(c.num_params());
   // f32 weights, gradients and two optimizer moments (AdamW; Muon keeps one, plus its scratch).
   const double state = 16 * params;
-  const double tokens = static_cast<double>(o.device_batch_size) * static_cast<double>(o.max_seq_len);
+  const double tokens = static_cast<double>(o.batch.device_batch_size) * static_cast<double>(o.model.max_seq_len);
   // Per layer and token the backward keeps ~16 activations of width C (norms, q/k/v, attention
   // output, the 4C MLP hidden layer twice); the LM head's logits are f32 of the padded vocabulary.
   const double acts = tokens * (static_cast<double>(c.n_layer) * 16.0 * static_cast<double>(c.n_embd) +
@@ -231,7 +233,7 @@ void check_fits_in_memory(const model::GPTConfig& config, const TrainOptions& op
   NANODDP_CHECK(need <= available, "this model needs about {:.1f} GiB on this machine ({} rank(s), {:.0f}M parameters, "
                 "{} x {} tokens per micro-batch) but only {:.1f} GiB is available: lower --depth, --device_batch_size or "
                 "--max_seq_len, or use fewer ranks per machine", need / (1 << 30), std::max(1, local_ranks),
-                config.num_params() / 1e6, opts.device_batch_size, opts.max_seq_len, available / (1 << 30));
+                config.num_params() / 1e6, opts.batch.device_batch_size, opts.model.max_seq_len, available / (1 << 30));
 }
 
 }  // namespace nanoddp::train

@@ -18,6 +18,8 @@ void validate_options(const TrainOptions& opts);
 
 // The activation dtype --dtype names on this device: auto is bf16 on CUDA (nanochat's autocast) and
 // fp32 on the CPU.
+DType activation_dtype(DtypeChoice dtype, Device device);
+// The same from the flag's text (commands that read --dtype themselves); throws on another word.
 DType activation_dtype(const std::string& dtype, Device device);
 // The --dtype value that names an activation type: fp32, bf16 or fp16.
 const char* dtype_flag(DType dtype);

@@ -205,8 +205,14 @@ TEST_F(Cli, UsageErrorsExitTwo) {
     // One line (was: CLI11's second line, "Run with --help for more information.").
     EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
   }
-  // A misspelt backend is named even where one process needs none (was: ignored, exit 0).
-  expect_failure({"train", "--backend", "glo", "--data", path("no_such_data")}, {"unknown backend 'glo'"});
+  // A misspelt backend is named even where one process needs none (was: ignored, exit 0); like every
+  // word-valued flag it is read where the command line is, with the words it may be.
+  EXPECT_EQ(expect_failure({"train", "--backend", "glo", "--data", path("no_such_data")},
+                           {"--backend", "must be auto, gloo, mpi or nccl (got 'glo')"}).status, 2);
+  EXPECT_EQ(expect_failure({"train", "--optimizer", "adam"}, {"--optimizer", "must be muon, adamw or sgd (got 'adam')"})
+                .status, 2);
+  EXPECT_EQ(expect_failure({"sft", "--mask", "user"}, {"--mask", "must be assistant or all (got 'user')"}).status, 2);
+  EXPECT_EQ(expect_failure({"train", "--resume", "5abc"}, {"--resume", "latest, auto or a step number"}).status, 2);
 }
 
 // Habits from argparse and torchrun: a typo gets the nearest command or flag, and a flag given twice
@@ -680,6 +686,44 @@ TEST_F(Cli, Train) {
   expect_failure({"train", "--depth", "1", "--max_seq_len", "16", "--device_batch_size", "2", "--total_batch_size",
                   "32", "--target_flops", "1000", "--data", data, "--out", path("run")},
                  {"--target_flops 1000 is less than half of one step, which costs"});
+}
+
+// --optimizer sgd, which the library has always had, through the command line: it trains, with its
+// own learning rate and momentum, and the checkpoint records them.
+TEST_F(Cli, TrainWithSgd) {
+  const std::string data = dataset("data");
+  const Outcome o = nanoddp({"train", "--depth", "1", "--max_seq_len", "16", "--device_batch_size", "2",
+                             "--total_batch_size", "32", "--num_iterations", "3", "--eval_every", "-1", "--eval_tokens",
+                             "32", "--data", data, "--out", path("run"), "--optimizer", "sgd", "--sgd_lr", "0.05",
+                             "--sgd_momentum", "0.5"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.out.find("optimizer sgd"), std::string::npos) << o.out;
+  const auto meta = nlohmann::json::parse(testing::read_file(path("run/checkpoints/step_000003/meta.json")));
+  EXPECT_EQ(meta.at("options").at("optimizer"), "sgd");
+  EXPECT_EQ(meta.at("options").at("sgd_lr"), 0.05);
+  EXPECT_EQ(meta.at("options").at("sgd_momentum"), 0.5);
+  // A momentum above 1 lets the buffer grow without bound: refused by name.
+  expect_failure({"train", "--optimizer", "sgd", "--sgd_momentum", "1.5", "--data", data}, {"--sgd_momentum"});
+}
+
+// train's --help lists its flags in the sections of train/options.h; RL's section is rl's alone.
+TEST_F(Cli, TrainHelpShowsTheSections) {
+  const Outcome train = nanoddp({"train", "--help"});
+  ASSERT_EQ(train.status, 0) << train.err;
+  size_t last = 0;
+  for (const char* title : {"Model:", "Batch and length:", "Optimization:", "Data:", "Chat stages:",
+                            "Output and checkpoints:", "Evaluation and sampling:", "Runtime:"}) {
+    const size_t at = train.out.find(std::string("\n") + title);
+    ASSERT_NE(at, std::string::npos) << title << " in:\n" << train.out;
+    EXPECT_GT(at, last) << title << " is out of order";
+    last = at;
+  }
+  EXPECT_EQ(train.out.find("RL:"), std::string::npos);
+  EXPECT_EQ(train.out.find("--task"), std::string::npos);
+  const Outcome rl = nanoddp({"rl", "--help"});
+  ASSERT_EQ(rl.status, 0) << rl.err;
+  EXPECT_NE(rl.out.find("\nRL:"), std::string::npos) << rl.out;
+  for (const char* flag : {"--task ", "--num_samples", "--reward"}) EXPECT_NE(rl.out.find(flag), std::string::npos);
 }
 
 TEST_F(Cli, Run) {

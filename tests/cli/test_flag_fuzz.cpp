@@ -190,6 +190,9 @@ const std::map<std::string, std::set<std::string>> kAccepted = {
     {"--unembedding_lr", {"0"}},
     {"--matrix_lr", {"0"}},
     {"--adamw_matrix_lr", {"0"}},
+    {"--sgd_lr", {"0"}},
+    // 0 is SGD without momentum.
+    {"--sgd_momentum", {"0"}},
     {"--weight_decay", {"0"}},
     {"--warmup_ratio", {"0"}},
     {"--scalar_lr", {"0"}},

@@ -88,7 +88,7 @@ TEST(Environment, TorchrunVariablesWinOverMpirun) {
 }
 
 TEST(Environment, Slurm) {
-  DistEnv d = discover_environment(fake({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "7"}, {"SLURM_LOCALID", "2"},
+  DistEnv d = discover_environment(fake({{"SLURM_PROCID", "6"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "7"}, {"SLURM_LOCALID", "2"},
                                          {"SLURM_NODEID", "1"}, {"SLURM_TASKS_PER_NODE", "4,3"},
                                          {"SLURM_JOB_NODELIST", "gpu-[07-09,12],login1"}}));
   EXPECT_EQ(d.launcher, Launcher::Srun);
@@ -107,6 +107,7 @@ TEST(Environment, Slurm) {
 // the master, and the maximum as the local world size.
 TEST(Environment, SlurmPrefersTheStepsNodesAndLayout) {
   std::map<std::string, std::string> vars{{"SLURM_PROCID", "4"},
+                                          {"SLURM_STEP_ID", "0"},
                                           {"SLURM_NTASKS", "6"},
                                           {"SLURM_LOCALID", "0"},
                                           {"SLURM_NODEID", "1"},
@@ -139,8 +140,35 @@ TEST(Environment, SlurmPrefersTheStepsNodesAndLayout) {
   NANODDP_EXPECT_ERROR(discover_environment(fake(vars)), "SLURM_STEP_TASKS_PER_NODE='4,2' has no entry for node 2");
 }
 
+// The batch script of `sbatch -n 2` has SLURM_PROCID=0 and SLURM_NTASKS=2 (Slurm 22.05, seen in
+// Srun.ABatchScriptIsNoRank) but no step id: as rank 0 of 2 it would wait for a rank 1 that nothing
+// starts. A one-task job's script is a single process; a script of several tasks an error saying how to
+// start them. Was: rank 0 of 2, waiting until the rendezvous timeout.
+TEST(Environment, ASlurmBatchScriptIsNoSrunTask) {
+  const std::map<std::string, std::string> script{{"SLURM_PROCID", "0"},   {"SLURM_NTASKS", "2"},
+                                                  {"SLURM_LOCALID", "0"},  {"SLURM_NODEID", "0"},
+                                                  {"SLURM_TASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "n1"}};
+  NANODDP_EXPECT_ERROR(discover_environment(fake(script)), "batch script", "SLURM_NTASKS=2",
+                       "srun nanoddp", "nanoddp run");
+  auto one = script;
+  one["SLURM_NTASKS"] = "1";
+  one["SLURM_TASKS_PER_NODE"] = "1";
+  DistEnv d = discover_environment(fake(one));
+  EXPECT_EQ(d.launcher, Launcher::None);
+  EXPECT_EQ(d.world_size, 1);
+  EXPECT_TRUE(d.master_addr.empty());
+  // With a step id (either spelling) the same variables are an srun task's.
+  for (const char* step : {"SLURM_STEP_ID", "SLURM_STEPID"}) {
+    auto task = script;
+    task[step] = "0";
+    DistEnv t = discover_environment(fake(task));
+    EXPECT_EQ(t.launcher, Launcher::Srun) << step;
+    EXPECT_EQ(t.world_size, 2) << step;
+  }
+}
+
 TEST(Environment, SlurmTasksPerNodeRepeats) {
-  DistEnv d = discover_environment(fake({{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "10"}, {"SLURM_LOCALID", "1"},
+  DistEnv d = discover_environment(fake({{"SLURM_PROCID", "9"}, {"SLURM_STEPID", "3"}, {"SLURM_NTASKS", "10"}, {"SLURM_LOCALID", "1"},
                                          {"SLURM_NODEID", "2"}, {"SLURM_TASKS_PER_NODE", "4(x2),2"},
                                          {"MASTER_ADDR", "head"}, {"MASTER_PORT", "6000"},
                                          {"SLURM_NODELIST", "n[1-3]"}}));
@@ -163,6 +191,7 @@ TEST(Environment, MalformedValuesAreNamed) {
                            {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "3"}, {"LOCAL_WORLD_SIZE", "2"}})),
                        "local rank 3 is not below the local world size 2");
   NANODDP_EXPECT_ERROR(discover_environment(fake({{"SLURM_PROCID", "0"},
+                                                  {"SLURM_STEP_ID", "0"},
                                                   {"SLURM_NTASKS", "2"},
                                                   {"SLURM_NODEID", "3"},
                                                   {"SLURM_TASKS_PER_NODE", "1(x2)"}})),

@@ -144,7 +144,7 @@ TEST(Collectives, UnderMpirunToo) {
 TEST(Collectives, UnderSrunsVariablesToo) {
   const std::string port = std::to_string(testing::free_port());
   auto srun_env = [&](int rank) {
-    return std::vector<std::string>{"SLURM_PROCID=" + std::to_string(rank), "SLURM_NTASKS=2",
+    return std::vector<std::string>{"SLURM_PROCID=" + std::to_string(rank), "SLURM_STEP_ID=0", "SLURM_NTASKS=2",
                                     "SLURM_LOCALID=" + std::to_string(rank), "SLURM_NTASKS_PER_NODE=2",
                                     "SLURM_NODEID=0", "SLURM_JOB_NODELIST=localhost", "MASTER_PORT=" + port,
                                     "MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK",

@@ -90,15 +90,14 @@ double reference_loss(const model::GPTConfig& c, const Weights& w, const std::ve
     Vec q = lin(xn, h + "attn.c_q.weight", C, C), k = lin(xn, h + "attn.c_k.weight", ckv, C),
         v = lin(xn, h + "attn.c_v.weight", ckv, C);
     if (c.has_value_embedding(l))
-      add_value_embedding(v, xn, w, "value_embeds." + std::to_string(l) + ".weight", h + "attn.ve_gate.weight", ids,
-                          c);
+      add_value_embedding(v, xn, w, "value_embeds." + std::to_string(l) + ".weight", h + "attn.ve_gate.weight", ids, c);
     q = reference::rmsnorm(reference::rotary(q, batch, seq, c.n_head, d, cos, sin, 0, false), d, eps);
     k = reference::rmsnorm(reference::rotary(k, batch, seq, c.n_kv_head, d, cos, sin, 0, false), d, eps);
     if (r2026)
       for (Vec* t : {&q, &k})
         for (double& e : *t) e *= 1.2;
-    Vec att = reference::attention(q, k, v, batch, seq, seq, c.n_head, c.n_kv_head, d, seq, 1.0 / std::sqrt(d),
-                                   nullptr, c.window(l));
+    Vec att = reference::attention(q, k, v, batch, seq, seq, c.n_head, c.n_kv_head, d, seq, 1.0 / std::sqrt(d), nullptr,
+                                   c.window(l));
     add(x, lin(att, h + "attn.c_proj.weight", C, C));
     Vec a = reference::relu2(lin(reference::rmsnorm(x, C, eps), h + "mlp.c_fc.weight", 4 * C, C));
     add(x, reference::matmul(a, false, w.at(h + "mlp.c_proj.weight"), true, n, C, 4 * C));

@@ -79,6 +79,13 @@ TEST(Config2026, JsonRecordsTheRecipeAndOldConfigsReadAsClassic) {
   bad = c.to_json();
   bad["window_pattern"] = "SXL";
   EXPECT_THROW(GPTConfig::from_json(bad), Error);
+  // The smear gate reads 24 channels: a narrower 2026 model is refused by name.
+  try {
+    GPTConfig::from_depth(1, 1000, 256, 16, 16, 0, Recipe::R2026);
+    ADD_FAILURE() << "a 16-channel 2026 model was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at least 24"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Params2026, NamesOrderKindsAndCountFollowNanochat) {
@@ -91,7 +98,8 @@ TEST(Params2026, NamesOrderKindsAndCountFollowNanochat) {
     total += p.data.numel();
   }
   // named_parameters(): the GPT's own scalars, then its modules in the order they were registered.
-  const std::vector<std::string> head = {"resid_lambdas", "x0_lambdas", "smear_lambda", "backout_lambda",
+  const std::vector<std::string> head = {"resid_lambdas",          "x0_lambdas",
+                                         "smear_lambda",           "backout_lambda",
                                          "transformer.wte.weight", "transformer.h.0.attn.c_q.weight"};
   EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 6), head);
   const std::vector<std::string> tail = {"lm_head.weight", "smear_gate.weight", "value_embeds.0.weight",
@@ -105,6 +113,14 @@ TEST(Params2026, NamesOrderKindsAndCountFollowNanochat) {
   for (const char* s : {"smear_gate.weight", "smear_lambda", "backout_lambda"})
     EXPECT_EQ(gpt.parameter(s).kind, model::ParamKind::Smear) << s;
   EXPECT_EQ(total, c.num_params());
+  // nanochat's estimate_flops: 6 x the weights of its Linear layers (the blocks' matrices and gates,
+  // lm_head, the smear gate; not the embeddings or the scalars) + 12 H D min(window, T) per layer.
+  int64_t matmul = 0;
+  for (const auto& p : gpt.parameters())
+    if (p.kind == model::ParamKind::Matrix || p.kind == model::ParamKind::LmHead || p.name == "smear_gate.weight")
+      matmul += p.data.numel();
+  const double attention = 12.0 * 2 * 16 * (128 + 128 + 512);  // windows S, S, L at max_seq_len 512
+  EXPECT_DOUBLE_EQ(c.flops_per_token(512), 6.0 * static_cast<double>(matmul) + attention);
 }
 
 TEST(Init2026, FollowsNanochat) {

@@ -45,7 +45,8 @@ TEST_P(TorchGolden2026, LogitsLossAndEveryGradient) {
   uint64_t seed = 1;
   for (auto& p : gpt.parameters()) copy(p.data, testing::randn(p.data.shape(), seed++, 0.3f));
   const int64_t b = 2, t = 140;
-  Tensor inputs = testing::randint({b, t}, 100, 0, c.vocab_size), targets = testing::randint({b, t}, 101, 0, c.vocab_size);
+  Tensor inputs = testing::randint({b, t}, 100, 0, c.vocab_size),
+         targets = testing::randint({b, t}, 101, 0, c.vocab_size);
   targets.data<int32_t>()[5] = targets.data<int32_t>()[20] = -1;
 
   testing::ScratchDir dir("torch_golden2026_" + std::to_string(n_head) + "_" + std::to_string(n_kv_head));
@@ -79,7 +80,8 @@ TEST_P(TorchGolden2026, LogitsLossAndEveryGradient) {
 
 INSTANTIATE_TEST_SUITE_P(Heads, TorchGolden2026, ::testing::Values(GoldenCase{2, 2}, GoldenCase{2, 1}),
                          [](const auto& info) {
-                           return "q" + std::to_string(info.param.n_head) + "_kv" + std::to_string(info.param.n_kv_head);
+                           return "q" + std::to_string(info.param.n_head) + "_kv" +
+                                  std::to_string(info.param.n_kv_head);
                          });
 
 }  // namespace

@@ -77,11 +77,13 @@ TEST(GateOps, ValueGateForwardAndGradients) {
   EXPECT_LT(max_rel_error(got_dx, reference::finite_difference([&](const Vec& a) { return loss(a, vec(w), vec(ve)); },
                                                                vec(x), ix)),
             kTol);
-  EXPECT_LT(max_rel_error(gather(dw, iw), reference::finite_difference(
-                                              [&](const Vec& a) { return loss(vec(x), a, vec(ve)); }, vec(w), iw)),
+  EXPECT_LT(max_rel_error(gather(dw, iw),
+                          reference::finite_difference([&](const Vec& a) { return loss(vec(x), a, vec(ve)); }, vec(w),
+                                                       iw)),
             kTol);
-  EXPECT_LT(max_rel_error(gather(dve, ie), reference::finite_difference(
-                                               [&](const Vec& a) { return loss(vec(x), vec(w), a); }, vec(ve), ie)),
+  EXPECT_LT(max_rel_error(gather(dve, ie),
+                          reference::finite_difference([&](const Vec& a) { return loss(vec(x), vec(w), a); }, vec(ve),
+                                                       ie)),
             kTol);
   for (int64_t j = k; j < c; j++) EXPECT_EQ(dx.data<float>()[j], dx0[j]) << "channel " << j << " is not read";
 }
@@ -111,12 +113,14 @@ TEST_P(SmearGrad, ForwardAndGradients) {
     return reference::dot(vec(lw), smear_twin(xv, nullptr, wv, lam, c, seq));
   };
   auto ix = sample_indices(x.numel(), x.numel(), 15), iw = sample_indices(k, k, 16);
-  EXPECT_LT(max_rel_error(gather(dx, ix), reference::finite_difference(
-                                              [&](const Vec& a) { return loss(a, vec(w), lambda_value); }, vec(x), ix)),
+  EXPECT_LT(max_rel_error(gather(dx, ix),
+                          reference::finite_difference([&](const Vec& a) { return loss(a, vec(w), lambda_value); },
+                                                       vec(x), ix)),
             kTol);
   if (lambda_value != 0.f) {  // at lambda 0 the gate's weight has no effect and a zero gradient
-    EXPECT_LT(max_rel_error(gather(dw, iw), reference::finite_difference(
-                                                [&](const Vec& a) { return loss(vec(x), a, lambda_value); }, vec(w), iw)),
+    EXPECT_LT(max_rel_error(gather(dw, iw),
+                            reference::finite_difference([&](const Vec& a) { return loss(vec(x), a, lambda_value); },
+                                                         vec(w), iw)),
               kTol);
   } else {
     for (int64_t j = 0; j < k; j++) EXPECT_EQ(dw.data<float>()[j], 0.f);
@@ -146,15 +150,17 @@ TEST(GateOps, ScalarMixForwardAndGradients) {
   Tensor dy = Tensor::empty({n}, DType::F32), da = Tensor::empty({1}, DType::F32), db = Tensor::empty({1}, DType::F32);
   copy(dy, lw);
   ops::scalar_mix_backward(dy, dx, da, db, testing::tensor(y0, {n}), x, a, b, s);
-  auto loss = [&](const Vec& yv, const Vec& xv, double av, double bv) { return reference::dot(vec(lw), twin(yv, xv, av, bv)); };
+  auto loss = [&](const Vec& yv, const Vec& xv, double av, double bv) {
+    return reference::dot(vec(lw), twin(yv, xv, av, bv));
+  };
   auto all = sample_indices(n, n, 25);
   EXPECT_LT(max_rel_error(vec(dy), reference::finite_difference([&](const Vec& v) { return loss(v, vec(x), 1.1, 0.3); },
-                                                               y0, all)),
+                                                                y0, all)),
             kTol);
   Vec got_dx = vec(dx);
   for (int64_t i = 0; i < n; i++) got_dx[static_cast<size_t>(i)] -= dx0[static_cast<size_t>(i)];  // dx accumulates
   EXPECT_LT(max_rel_error(got_dx, reference::finite_difference([&](const Vec& v) { return loss(y0, v, 1.1, 0.3); },
-                                                              vec(x), all)),
+                                                               vec(x), all)),
             kTol);
   auto fa = reference::finite_difference([&](const Vec& v) { return loss(y0, vec(x), v[0], 0.3); }, Vec{1.1}, {0});
   auto fb = reference::finite_difference([&](const Vec& v) { return loss(y0, vec(x), 1.1, v[0]); }, Vec{0.3}, {0});

@@ -97,11 +97,11 @@ TEST(Epochs, AStepLargerThanTheSplitIsRefusedNamingTheLargestThatFits) {
 TEST(Epochs, ALinePerEpochWithTheEpochsMeanTrainLossAndTheValidationAtItsEnd) {
   ScratchDir out("epochs_lines");
   auto o = tiny(out.str());
-  o.num_iterations = -1;
-  o.num_epochs = 2;
-  o.device_batch_size = 16;  // fewer, larger steps: a quicker test
-  o.total_batch_size = -1;
-  o.eval_every = -1;
+  o.batch.num_iterations = -1;
+  o.batch.num_epochs = 2;
+  o.batch.device_batch_size = 16;  // fewer, larger steps: a quicker test
+  o.batch.total_batch_size = -1;
+  o.eval.eval_every = -1;
   train_single(o);
   std::map<int64_t, std::vector<double>> epoch_losses;  // the training lines' epoch field (0-based)
   std::map<int64_t, double> val_bpb;                     // evaluation lines by step
@@ -133,9 +133,9 @@ TEST(Epochs, ALinePerEpochWithTheEpochsMeanTrainLossAndTheValidationAtItsEnd) {
 TEST(SaveBest, BestPointsAtTheLowestValBpbAndIsKept) {
   ScratchDir out("save_best_fresh");
   auto o = tiny(out.str());
-  o.eval_every = 2;
-  o.keep_last = 1;
-  o.save_best = true;
+  o.eval.eval_every = 2;
+  o.output.keep_last = 1;
+  o.output.save_best = true;
   train_single(o);
   const auto bpb = testing::training_metric(out.str(), "val_bpb");
   int64_t lowest = -1;
@@ -156,19 +156,19 @@ TEST(SaveBest, BestPointsAtTheLowestValBpbAndIsKept) {
 TEST(SaveBest, AResumeKeepsTheBestItHadAndRotationSparesIt) {
   ScratchDir out("save_best_resume");
   auto o = tiny(out.str());
-  o.eval_every = 4;
-  o.save_every = 1;
-  o.keep_last = 1;
-  o.save_best = true;
-  o.stop_at = 4;
+  o.eval.eval_every = 4;
+  o.output.save_every = 1;
+  o.output.keep_last = 1;
+  o.output.save_best = true;
+  o.output.stop_at = 4;
   train_single(o);
   ASSERT_EQ(train::best_checkpoint(out.str()), std::optional<int64_t>(4));
   const std::string meta_path = out.str("checkpoints/step_000004/meta.json");
   auto meta = nlohmann::json::parse(std::ifstream(meta_path));
   meta["val_bpb"] = 1e-6;
   std::ofstream(meta_path) << meta.dump(2);
-  o.stop_at = -1;
-  o.resume = "latest";
+  o.output.stop_at = -1;
+  o.output.resume = resume_spec("latest");
   train_single(o);
   EXPECT_EQ(train::best_checkpoint(out.str()), std::optional<int64_t>(4));
   EXPECT_EQ(train::complete_checkpoint_steps(out.str()), (std::vector<int64_t>{4, 12}));
@@ -177,9 +177,9 @@ TEST(SaveBest, AResumeKeepsTheBestItHadAndRotationSparesIt) {
 TEST(SaveBest, ARunThatEvaluatesNothingIsRefused) {
   ScratchDir out("save_best_no_eval");
   auto o = tiny(out.str());
-  o.stage = "rl";
-  o.task = "arithmetic";
-  o.save_best = true;
+  o.chat.stage = train::RunStage::Rl;
+  o.rl.task = "arithmetic";
+  o.output.save_best = true;
   try {
     train_single(o);
     FAIL() << "trained";

@@ -19,21 +19,21 @@ auto given_of(const std::set<std::string>& flags) {
 
 TEST(RecipeOptions, The2026DefaultsAreNanochatsAndGivenFlagsAreKept) {
   TrainOptions o;
-  o.embedding_lr = 0.25;  // as if given
+  o.optim.embedding_lr = 0.25;  // as if given
   apply_recipe_defaults(o, true, given_of({"embedding_lr"}));
-  EXPECT_EQ(o.embedding_lr, 0.25);
-  EXPECT_EQ(o.unembedding_lr, 0.008);
-  EXPECT_EQ(o.weight_decay, 0.28);
-  EXPECT_EQ(o.warmup_steps, 40);
-  EXPECT_EQ(o.warmdown_ratio, 0.65);
-  EXPECT_EQ(o.final_lr_frac, 0.05);
-  EXPECT_EQ(o.target_param_data_ratio, 12);
-  EXPECT_EQ(o.total_batch_size, -1);
+  EXPECT_EQ(o.optim.embedding_lr, 0.25);
+  EXPECT_EQ(o.optim.unembedding_lr, 0.008);
+  EXPECT_EQ(o.optim.weight_decay, 0.28);
+  EXPECT_EQ(o.optim.warmup_steps, 40);
+  EXPECT_EQ(o.optim.warmdown_ratio, 0.65);
+  EXPECT_EQ(o.optim.final_lr_frac, 0.05);
+  EXPECT_EQ(o.batch.target_param_data_ratio, 12);
+  EXPECT_EQ(o.batch.total_batch_size, -1);
   // The classic recipe keeps the struct's defaults.
   TrainOptions c;
   apply_recipe_defaults(c, false, given_of({}));
-  EXPECT_EQ(c.embedding_lr, TrainOptions{}.embedding_lr);
-  EXPECT_EQ(c.total_batch_size, TrainOptions{}.total_batch_size);
+  EXPECT_EQ(c.optim.embedding_lr, TrainOptions{}.optim.embedding_lr);
+  EXPECT_EQ(c.batch.total_batch_size, TrainOptions{}.batch.total_batch_size);
 }
 
 TEST(RecipeOptions, EachRecipeRefusesTheOthersWarmupNamingItsOwn) {
@@ -54,17 +54,17 @@ TEST(RecipeOptions, EachRecipeRefusesTheOthersWarmupNamingItsOwn) {
 
 TEST(RecipeOptions, OptimizerConfigScalesEveryLrButTheSmearGroups) {
   TrainOptions o;
-  o.init_lr_frac = 0.5;
-  o.embedding_lr = 0.3;
-  o.unembedding_lr = 0.008;
-  o.matrix_lr = 0.02;
-  o.scalar_lr = 0.4;
+  o.optim.init_lr_frac = 0.5;
+  o.optim.embedding_lr = 0.3;
+  o.optim.unembedding_lr = 0.008;
+  o.optim.matrix_lr = 0.02;
+  o.optim.scalar_lr = 0.4;
   RecipeScaling s;
   s.lr_scale = 2.0;
   s.weight_decay = 0.07;
   const ddp::OptimizerConfig oc = optimizer_config_2026(o, s);
   EXPECT_TRUE(oc.recipe_2026);
-  EXPECT_DOUBLE_EQ(oc.embedding_lr, 0.3);
+  EXPECT_DOUBLE_EQ(oc.optim.embedding_lr, 0.3);
   EXPECT_DOUBLE_EQ(oc.unembedding_lr, 0.008);
   EXPECT_DOUBLE_EQ(oc.matrix_lr, 0.02);
   EXPECT_DOUBLE_EQ(oc.scalar_lr, 0.4);
@@ -87,11 +87,11 @@ TEST(RecipeOptions, ScalingParamsAreTheBlockMatricesAndLmHead) {
 // floor(target tokens / batch) steps.
 TEST(RecipeOptions, PlanOf2026ChoosesTheBatchFromTheRatio) {
   TrainOptions o;
-  o.recipe = "2026";
-  o.depth = 2;
-  o.max_seq_len = 64;
-  o.head_dim = 64;
-  o.device_batch_size = 1;
+  o.model.recipe = model::Recipe::R2026;
+  o.model.depth = 2;
+  o.model.max_seq_len = 64;
+  o.model.head_dim = 64;
+  o.batch.device_batch_size = 1;
   apply_recipe_defaults(o, true, [](const std::string&) { return false; });
   data::DatasetMeta meta;
   meta.vocab_size = 300;

@@ -63,8 +63,8 @@ TEST(Report, PlotMapsDataToTheFrameAndEscapesText) {
 TEST(Report, WrittenFromARunFolderWithEveryPlot) {
   testing::ScratchDir out("report_run");
   auto o = tiny(out.str());
-  o.num_iterations = 6;
-  o.eval_every = 3;
+  o.batch.num_iterations = 6;
+  o.eval.eval_every = 3;
   train_single(o);
   const auto f = train::write_report(out.str());
   EXPECT_EQ(f.svgs.size(), 5u);  // loss, bpb, lr, throughput, time
@@ -123,8 +123,8 @@ TEST(Report, AcrossStagesWithEvaluationsDatesAndEachStagesOptions) {
   // Named so that their order by name is not the pipeline's.
   const std::string base = root.str("c_base"), sft = root.str("a_sft"), rl = root.str("b_rl");
   auto o = tiny(base);
-  o.num_iterations = 4;
-  o.eval_every = 2;
+  o.batch.num_iterations = 4;
+  o.eval.eval_every = 2;
   train_single(o);
   fs::copy(base, sft, fs::copy_options::recursive);
   fs::copy(base, rl, fs::copy_options::recursive);

@@ -268,7 +268,7 @@ TEST(Rl, BadInputEndsWithOneClearLine) {
   expect_error(single(top_one), "--top_k must be 0 (all tokens) or at least 2");
   auto bad_reward = rl(out.str(), 2);
   bad_reward.insert(bad_reward.end(), {"--reward", "fuzzy"});
-  expect_error(single(bad_reward), "unknown --reward 'fuzzy': auto");
+  expect_error(single(bad_reward), "--reward: must be auto, gsm8k, contains or exact (got 'fuzzy')");
   expect_error(launch(2, rl(out.str(), 2, 3)), "--examples_per_step 3 is not a multiple of the world size 2");
   auto missing = rl(out.str(), 2);
   missing[4] = out.str("nope.jsonl");

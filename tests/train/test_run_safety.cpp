@@ -47,13 +47,13 @@ TEST(RunFolder, AFreshRunIntoAnotherRunsFolderIsRefusedAndOverwriteMovesItAside)
   testing::ScratchDir root("run_folder_claim");
   const std::string out = root.str("out");
   auto o = tiny(out);
-  o.num_iterations = 2;
+  o.batch.num_iterations = 2;
   train_single(o);
   const std::string first = run_id_of(out);
   // Was: the new run's rotation deleted the old run's checkpoints and truncated its metrics, exit 0.
   NANODDP_EXPECT_ERROR(train_single(o), "holds run " + first, "--overwrite", "--resume latest");
   EXPECT_TRUE(fs::exists(out + "/checkpoints/step_000002/DONE"));
-  o.overwrite = true;
+  o.output.overwrite = true;
   train_single(o);
   const std::string moved = out + ".previous-" + first;
   EXPECT_TRUE(fs::exists(moved + "/checkpoints/step_000002/DONE")) << "the old run was not kept";
@@ -63,7 +63,7 @@ TEST(RunFolder, AFreshRunIntoAnotherRunsFolderIsRefusedAndOverwriteMovesItAside)
   // A run that ended before its first checkpoint has nothing to resume: the error does not offer it.
   testing::ScratchDir bare("run_folder_no_checkpoint");
   auto b = tiny(bare.str());
-  b.num_iterations = 2;
+  b.batch.num_iterations = 2;
   train_single(b);
   fs::remove_all(bare.str("checkpoints"));
   try {
@@ -79,21 +79,21 @@ TEST(RunFolder, AFreshRunIntoAnotherRunsFolderIsRefusedAndOverwriteMovesItAside)
 TEST(RunFolder, RotationDeletesOnlyThisRunsCheckpoints) {
   testing::ScratchDir other("rotation_other"), out("rotation_own");
   auto o = tiny(other.str());
-  o.num_iterations = 3;
+  o.batch.num_iterations = 3;
   train_single(o);
   // Another run's checkpoint lands in this run's folder (copied by hand, say).
   auto mine = tiny(out.str());
-  mine.num_iterations = 6;
-  mine.save_every = 1;
-  mine.keep_last = 1;
-  mine.stop_at = 1;
+  mine.batch.num_iterations = 6;
+  mine.output.save_every = 1;
+  mine.output.keep_last = 1;
+  mine.output.stop_at = 1;
   train_single(mine);
   // At a step before the one resumed (one after it is set aside, see ResumingAnEarlierStep...), and
   // one this run never saves (a fresh run saves no step 0; a save replaces a checkpoint as a whole).
   fs::copy(other.str("checkpoints/step_000003"), out.str("checkpoints/step_000000"), fs::copy_options::recursive);
   // Resuming from step 1 then saves steps 2..6 with keep_last 1.
-  mine.stop_at = -1;
-  mine.resume = "1";
+  mine.output.stop_at = -1;
+  mine.output.resume = resume_spec("1");
   train_single(mine);
   EXPECT_TRUE(fs::exists(out.str("checkpoints/step_000000/DONE"))) << "another run's checkpoint was rotated away";
   EXPECT_TRUE(fs::exists(out.str("checkpoints/step_000006/DONE")));
@@ -120,11 +120,11 @@ TEST(RunFolder, AValSplitTooSmallStopsTheRunBeforeItStarts) {
   p.val_every = 40;  // one document of about 2000 tokens: 3 windows of 512+1
   data::prepare_dataset(p);
   auto o = tiny(dir.str("out"));
-  o.data = dir.str("data");
-  o.max_seq_len = 512;
-  o.device_batch_size = 4;
-  o.total_batch_size = 4 * 512;
-  o.num_iterations = 2;
+  o.input.data = dir.str("data");
+  o.model.max_seq_len = 512;
+  o.batch.device_batch_size = 4;
+  o.batch.total_batch_size = 4 * 512;
+  o.batch.num_iterations = 2;
   NANODDP_EXPECT_ERROR(train_single(o), "val split", "3 windows");
   EXPECT_FALSE(fs::exists(dir.str("out/run.json"))) << "--out was claimed by a run that never started";
 }
@@ -135,17 +135,17 @@ TEST(RunFolder, AValSplitTooSmallStopsTheRunBeforeItStarts) {
 TEST(RunFolder, ResumingAnEarlierStepSetsTheLaterOnesAside) {
   testing::ScratchDir out("resume_earlier");
   auto o = tiny_saving(out.str(), 6, 2);
-  o.keep_last = 2;
+  o.output.keep_last = 2;
   train_single(o);  // keeps steps 4 and 6
-  o.resume = "4";
-  o.stop_at = 5;
-  o.keep_last = 1;
+  o.output.resume = resume_spec("4");
+  o.output.stop_at = 5;
+  o.output.keep_last = 1;
   EXPECT_EQ(train_single(o).last_step, 5);
   EXPECT_TRUE(fs::exists(out.str("checkpoints/step_000005/DONE"))) << "the save just made was rotated away";
   EXPECT_EQ(train::latest_checkpoint(out.str()), 5);
   EXPECT_TRUE(fs::exists(out.str("checkpoints/after_step_000004/step_000006/DONE"))) << "step 6 was not kept";
-  o.resume = "latest";
-  o.stop_at = -1;
+  o.output.resume = resume_spec("latest");
+  o.output.stop_at = -1;
   EXPECT_EQ(train_single(o).last_step, 6);
   EXPECT_EQ(train::latest_checkpoint(out.str()), 6);
 }
@@ -155,12 +155,12 @@ TEST(RunFolder, ResumingAnEarlierStepSetsTheLaterOnesAside) {
 TEST(RunFolder, AResumeKeepsTheEvaluationAtItsStep) {
   testing::ScratchDir out("resume_metrics");
   auto o = tiny(out.str());
-  o.num_iterations = 8;
-  o.eval_every = 4;
-  o.stop_at = 5;
+  o.batch.num_iterations = 8;
+  o.eval.eval_every = 4;
+  o.output.stop_at = 5;
   train_single(o);  // evaluates steps 0, 4 and 5 (its last)
-  o.stop_at = -1;
-  o.resume = "latest";
+  o.output.stop_at = -1;
+  o.output.resume = resume_spec("latest");
   train_single(o);  // evaluates step 8 only
   std::vector<int64_t> evaluated, trained;
   for (const auto& j : metrics_lines(out.str())) {
@@ -170,7 +170,7 @@ TEST(RunFolder, AResumeKeepsTheEvaluationAtItsStep) {
   EXPECT_EQ(evaluated, (std::vector<int64_t>{0, 4, 5, 8}));
   EXPECT_EQ(trained, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
   // --resume auto on the finished run has nothing to do, and says so without failing.
-  o.resume = "auto";
+  o.output.resume = resume_spec("auto");
   EXPECT_EQ(train_single(o).last_step, 8);
   EXPECT_EQ(metrics_lines(out.str()).size(), evaluated.size() + trained.size());
 }
@@ -188,10 +188,10 @@ TEST(RunFolder, ATooSmallValidationFileStopsTheRunBeforeItTrains) {
     std::ofstream(val) << R"([{"role": "user", "content": "1 + 1?"}, {"role": "assistant", "content": "2"}])" << "\n";
   }
   auto o = tiny(out.str("run"));
-  o.conversations = train;
-  o.val_conversations = val;
-  o.eval_every = -1;
-  o.num_iterations = 3;
+  o.chat.conversations = train;
+  o.chat.val_conversations = val;
+  o.eval.eval_every = -1;
+  o.batch.num_iterations = 3;
   NANODDP_EXPECT_ERROR(train_single(o), "too few");
   EXPECT_FALSE(fs::exists(out.str("run/checkpoints"))) << "it trained first";
 }
@@ -199,11 +199,11 @@ TEST(RunFolder, ATooSmallValidationFileStopsTheRunBeforeItTrains) {
 TEST(RunFolder, ALauncherRestartResumesOnlyItsOwnJobsRun) {
   testing::ScratchDir out("restart_job");
   auto o = tiny(out.str());
-  o.num_iterations = 4;
-  o.stop_at = 2;
+  o.batch.num_iterations = 4;
+  o.output.stop_at = 2;
   ::setenv("NANODDP_JOB_ID", "job-a", 1);
   train_single(o);
-  o.stop_at = -1;
+  o.output.stop_at = -1;
   ::setenv("NANODDP_RESTART_COUNT", "1", 1);
   // Another job's restart must not pick this run up: it starts fresh and finds the folder taken.
   ::setenv("NANODDP_JOB_ID", "job-b", 1);
@@ -222,34 +222,34 @@ TEST(RunFolder, ALauncherRestartResumesOnlyItsOwnJobsRun) {
 TEST(Resume, ANumIterationsBehindTheCheckpointIsRefused) {
   testing::ScratchDir out("resume_behind");
   auto o = tiny(out.str());
-  o.num_iterations = 4;
+  o.batch.num_iterations = 4;
   train_single(o);
-  o.resume = "latest";
+  o.output.resume = resume_spec("latest");
   // Was: training went on past the schedule's end with a negative LR multiplier, never stopping.
-  o.num_iterations = 2;
+  o.batch.num_iterations = 2;
   NANODDP_EXPECT_ERROR(train_single(o), "step 4", "beyond", "--num_iterations");
-  o.num_iterations = 4;
+  o.batch.num_iterations = 4;
   NANODDP_EXPECT_ERROR(train_single(o), "already");
-  o.resume = "3";
+  o.output.resume = resume_spec("3");
   NANODDP_EXPECT_ERROR(train_single(o), "complete checkpoints: 4");
 }
 
 TEST(Resume, AnotherSeedOrDatasetIsRefusedUnlessAllowed) {
   testing::ScratchDir out("resume_seed"), data("resume_other_data");
   auto o = tiny(out.str());
-  o.num_iterations = 4;
-  o.stop_at = 2;
+  o.batch.num_iterations = 4;
+  o.output.stop_at = 2;
   train_single(o);
-  o.stop_at = -1;
-  o.resume = "latest";
+  o.output.stop_at = -1;
+  o.output.resume = resume_spec("latest");
   auto seed = o;
-  seed.seed = 7;
+  seed.input.seed = 7;
   NANODDP_EXPECT_ERROR(train_single(seed), "--seed 42", "--allow_changed_data");
   testing::make_byte_dataset(data.str(), 150, 3);
   auto other = o;
-  other.data = data.str("data");
+  other.input.data = data.str("data");
   NANODDP_EXPECT_ERROR(train_single(other), "another dataset", "--allow_changed_data");
-  other.allow_changed_data = true;
+  other.output.allow_changed_data = true;
   EXPECT_EQ(train_single(other).last_step, 4);
 }
 
@@ -261,24 +261,23 @@ TEST(Options, EveryMeaninglessValueIsRefusedWithItsRange) {
     const char* message;
   };
   const std::vector<Case> cases = {
-      {"0 tokens per step", [](auto& o) { o.total_batch_size = 0; }, "--total_batch_size must be -1"},
-      {"0 iterations", [](auto& o) { o.num_iterations = 0; }, "--num_iterations must be -1"},
-      {"negative iterations", [](auto& o) { o.num_iterations = -7; }, "got -7"},
-      {"NaN learning rate", [=](auto& o) { o.matrix_lr = nan; }, "--matrix_lr must be a finite number"},
-      {"infinite learning rate", [=](auto& o) { o.embedding_lr = inf; }, "--embedding_lr"},
-      {"negative weight decay", [](auto& o) { o.weight_decay = -1; }, "--weight_decay"},
-      {"100000 threads", [](auto& o) { o.threads = 100000; }, "the cores of this machine"},
-      {"keep no checkpoint", [](auto& o) { o.keep_last = 0; }, "--keep_last must be at least 1"},
-      {"depth 0", [](auto& o) { o.depth = 0; }, "--depth must be between 1"},
-      {"depth 100000", [](auto& o) { o.depth = 100000; }, "--depth must be between 1"},
-      {"odd head_dim", [](auto& o) { o.head_dim = 33; }, "--head_dim must be even"},
-      {"device batch 2^53", [](auto& o) { o.device_batch_size = int64_t{1} << 53; },
+      {"0 tokens per step", [](auto& o) { o.batch.total_batch_size = 0; }, "--total_batch_size must be -1"},
+      {"0 iterations", [](auto& o) { o.batch.num_iterations = 0; }, "--num_iterations must be -1"},
+      {"negative iterations", [](auto& o) { o.batch.num_iterations = -7; }, "got -7"},
+      {"NaN learning rate", [=](auto& o) { o.optim.matrix_lr = nan; }, "--matrix_lr must be a finite number"},
+      {"infinite learning rate", [=](auto& o) { o.optim.embedding_lr = inf; }, "--embedding_lr"},
+      {"negative weight decay", [](auto& o) { o.optim.weight_decay = -1; }, "--weight_decay"},
+      {"100000 threads", [](auto& o) { o.runtime.threads = 100000; }, "the cores of this machine"},
+      {"keep no checkpoint", [](auto& o) { o.output.keep_last = 0; }, "--keep_last must be at least 1"},
+      {"depth 0", [](auto& o) { o.model.depth = 0; }, "--depth must be between 1"},
+      {"depth 100000", [](auto& o) { o.model.depth = 100000; }, "--depth must be between 1"},
+      {"odd head_dim", [](auto& o) { o.model.head_dim = 33; }, "--head_dim must be even"},
+      {"device batch 2^53", [](auto& o) { o.batch.device_batch_size = int64_t{1} << 53; },
        "--device_batch_size must be between 1 and 16777216"},
-      {"warmup + warmdown > 1", [](auto& o) { o.warmup_ratio = 0.6; }, "at most 1"},
-      {"zero 3", [](auto& o) { o.zero = 3; }, "--zero must be 0, 1 or 2"},
-      {"dtype f16", [](auto& o) { o.dtype = "f16"; }, "--dtype must be auto, fp32, bf16 or fp16 (got 'f16')"},
-      {"loss scale 0", [](auto& o) { o.dtype = "fp16"; o.loss_scale_init = 0; }, "--loss_scale_init must be"},
-      {"resume and init_from", [](auto& o) { o.resume = "latest"; o.init_from = "x"; }, "give one of them"},
+      {"warmup + warmdown > 1", [](auto& o) { o.optim.warmup_ratio = 0.6; }, "at most 1"},
+      {"zero 3", [](auto& o) { o.optim.zero = 3; }, "--zero must be 0, 1 or 2"},
+      {"loss scale 0", [](auto& o) { o.runtime.dtype = train::DtypeChoice::F16; o.runtime.loss_scale_init = 0; }, "--loss_scale_init must be"},
+      {"resume and init_from", [](auto& o) { o.output.resume = resume_spec("latest"); o.output.init_from = "x"; }, "give one of them"},
   };
   testing::ScratchDir out("bad_options");
   for (const auto& c : cases) {
@@ -296,16 +295,16 @@ TEST(Options, AModelThatCannotFitIsRefusedUpFront) {
   auto o = tiny(out.str());
   // depth 200 at nanochat's widths: ~10^11 parameters, over a TB of state. Was: memory grew with no
   // output until the OOM killer.
-  o.depth = 200;
-  o.aspect_ratio = 64;
-  o.head_dim = 128;
+  o.model.depth = 200;
+  o.model.aspect_ratio = 64;
+  o.model.head_dim = 128;
   NANODDP_EXPECT_ERROR(train_single(o), "this model needs about", "GiB", "lower --depth");
 }
 
 TEST(Failure, ANonFiniteLossStopsTheRunBeforeACheckpoint) {
   testing::ScratchDir out("nan_loss");
   auto o = tiny_saving(out.str(), 6, 1);
-  o.stop_at = 2;
+  o.output.stop_at = 2;
   train_single(o);
   // Rewrites a checkpoint file with NaN in the first f32 tensor that `pick` accepts.
   auto poison = [](const std::string& file, const std::function<bool(const std::string&)>& pick) {
@@ -332,9 +331,9 @@ TEST(Failure, ANonFiniteLossStopsTheRunBeforeACheckpoint) {
   const std::string backup = optimizer + ".orig";
   fs::copy_file(optimizer, backup);
   poison(optimizer, [](const std::string&) { return true; });
-  o.stop_at = -1;
-  o.resume = "latest";
-  o.save_every = 100;
+  o.output.stop_at = -1;
+  o.output.resume = resume_spec("latest");
+  o.output.save_every = 100;
   NANODDP_EXPECT_ERROR(train_single(o), "the training loss is nan", "Lower the learning rates");
   EXPECT_EQ(train::latest_checkpoint(out.str()), 2) << "a checkpoint was saved after the loss went NaN";
   // NaN weights are refused when read, naming the file, before they evaluate or log anything.
@@ -347,13 +346,13 @@ TEST(Failure, ANonFiniteLossStopsTheRunBeforeACheckpoint) {
 TEST(InitFrom, ANewRunStartsFromTheWeightsOfAnother) {
   testing::ScratchDir base("init_base"), tuned("init_tuned");
   auto o = tiny(base.str());
-  o.num_iterations = 6;
-  o.eval_every = 6;
+  o.batch.num_iterations = 6;
+  o.eval.eval_every = 6;
   auto a = train_single(o);
   auto b_opts = tiny(tuned.str());
-  b_opts.init_from = base.str();  // a run folder: its newest checkpoint
-  b_opts.num_iterations = 2;
-  b_opts.eval_every = 2;
+  b_opts.output.init_from = base.str();  // a run folder: its newest checkpoint
+  b_opts.batch.num_iterations = 2;
+  b_opts.eval.eval_every = 2;
   train_single(b_opts);
   // The new run's evaluation at step 0 is of the base run's final weights: the same numbers.
   const auto evals = metrics_lines(tuned.str());
@@ -365,9 +364,34 @@ TEST(InitFrom, ANewRunStartsFromTheWeightsOfAnother) {
       found = true;
     }
   EXPECT_TRUE(found) << "no evaluation at step 0";
-  b_opts.init_from = tuned.str("nope.safetensors");
-  b_opts.overwrite = true;
+  b_opts.output.init_from = tuned.str("nope.safetensors");
+  b_opts.output.overwrite = true;
   NANODDP_EXPECT_ERROR(train_single(b_opts), "--init_from", "nope.safetensors");
+}
+
+// --recipe 2026 trains (its extra parameters through the optimizer too), records the recipe, and
+// a run of the other recipe can neither resume it nor start from its weights: one line naming both.
+TEST(Recipe, A2026RunTrainsAndTheOtherRecipeCannotResumeOrStartFromIt) {
+  testing::ScratchDir dir("recipe_2026"), other("recipe_classic");
+  auto o = tiny(dir.str());
+  o.model.recipe = model::Recipe::R2026;
+  o.batch.num_iterations = 2;
+  o.eval.eval_every = 2;
+  const auto result = train_single(o);
+  ASSERT_TRUE(result.eval.has_value());
+  EXPECT_TRUE(std::isfinite(result.eval->loss));
+  const auto meta = nlohmann::json::parse(testing::read_file(
+      dir.str(fmt::format("checkpoints/step_{:06d}/meta.json", *train::latest_checkpoint(dir.str())))));
+  EXPECT_EQ(meta.at("model_config").at("recipe"), "2026");
+  auto resume = o;
+  resume.model.recipe = model::Recipe::Classic;
+  resume.output.resume = resume_spec("latest");
+  resume.batch.num_iterations = 4;
+  NANODDP_EXPECT_ERROR(train_single(resume), "holds a --recipe 2026 model and this run is --recipe classic",
+                       "give --recipe 2026");
+  auto start = tiny(other.str());
+  start.output.init_from = dir.str();
+  NANODDP_EXPECT_ERROR(train_single(start), "--init_from", "--recipe 2026");
 }
 
 TEST(RunFolder, ARunKeepsItsTokenizerAndExportWritesItBesideTheWeights) {
@@ -509,15 +533,15 @@ TEST(RunFolder, ASecondWriterIsRefusedNamingTheHolderAndAKilledOneBlocksNothing)
   testing::Proc first(args);
   ASSERT_TRUE(first.wait_for_text("step 00004/")) << first.all();
   auto second = o;
-  second.num_iterations = 100000;
-  second.resume = "latest";
-  second.allow_changed_data = true;
+  second.batch.num_iterations = 100000;
+  second.output.resume = resume_spec("latest");
+  second.output.allow_changed_data = true;
   NANODDP_EXPECT_ERROR(train_single(second), fmt::format("--out {} is in use by another run (pid {} on host",
                                                          out.str(), first.pid()), "run.lock");
   ::kill(first.pid(), SIGKILL);
   ASSERT_TRUE(first.wait_exit(std::chrono::seconds(60)).has_value());
-  second.stop_at = *train::latest_checkpoint(out.str()) + 1;
-  EXPECT_EQ(train_single(second).last_step, second.stop_at);
+  second.output.stop_at = *train::latest_checkpoint(out.str()) + 1;
+  EXPECT_EQ(train_single(second).last_step, second.output.stop_at);
 }
 
 // A start that fails its checks leaves no folder behind. Was (with the run lock): a mistyped --out
@@ -526,11 +550,11 @@ TEST(RunFolder, ASecondWriterIsRefusedNamingTheHolderAndAKilledOneBlocksNothing)
 TEST(RunFolder, AFailedStartLeavesNoFolderItMade) {
   testing::ScratchDir root("failed_start");
   auto o = tiny(root.str("typo"));
-  o.resume = "latest";
+  o.output.resume = resume_spec("latest");
   NANODDP_EXPECT_ERROR(train_single(o), "--resume latest: no complete checkpoint");
   EXPECT_FALSE(fs::exists(root.str("typo"))) << "the failed start left its --out behind";
   fs::create_directories(root.str("mine"));
-  o.out = root.str("mine");
+  o.output.out = root.str("mine");
   NANODDP_EXPECT_ERROR(train_single(o), "--resume latest: no complete checkpoint");
   EXPECT_TRUE(fs::exists(root.str("mine"))) << "a folder the user made was removed";
 }
@@ -540,7 +564,7 @@ TEST(RunFolder, AFailedStartLeavesNoFolderItMade) {
 TEST(RunFolder, StartUpRemovesInterruptedSavesAndNothingElse) {
   testing::ScratchDir out("interrupted_saves");
   auto o = tiny_saving(out.str(), 4, 2);
-  o.stop_at = 2;
+  o.output.stop_at = 2;
   train_single(o);
   const std::string cp = out.str("checkpoints/");
   fs::create_directories(cp + "step_000003.tmp");
@@ -549,8 +573,8 @@ TEST(RunFolder, StartUpRemovesInterruptedSavesAndNothingElse) {
   std::ofstream(cp + "step_000009.tmp/DONE") << "9\n";
   std::ofstream(cp + "notes.tmp") << "a user's";
   fs::create_directories(cp + "step_000003.tmp.mine");
-  o.stop_at = -1;
-  o.resume = "latest";
+  o.output.stop_at = -1;
+  o.output.resume = resume_spec("latest");
   EXPECT_EQ(train_single(o).last_step, 4);
   EXPECT_FALSE(fs::exists(cp + "step_000003.tmp"));
   EXPECT_TRUE(fs::exists(cp + "step_000009.tmp/DONE"));
@@ -587,16 +611,16 @@ TEST(Failure, AnSftMicroBatchWithNoScoredTokenStaysOutOfTheMean) {
       t << R"([{"role": "user", "content": ")" << prompt << R"("}, {"role": "assistant", "content": "ok"}])" << "\n";
   }
   auto o = tiny(out.str("run"));
-  o.conversations = train;
-  o.eval_every = -1;
-  o.num_iterations = 1;
+  o.chat.conversations = train;
+  o.eval.eval_every = -1;
+  o.batch.num_iterations = 1;
   // The premise, read with the trainer's loader: micro-batch 1 scores nothing, micro-batch 2 does.
   const auto tok = data::load_dataset_tokenizer(dataset());
-  data::LoaderOptions lo{o.device_batch_size, o.max_seq_len, 0, 1, o.shuffle, o.seed};
+  data::LoaderOptions lo{o.batch.device_batch_size, o.model.max_seq_len, 0, 1, o.input.shuffle, o.input.seed};
   lo.step_units = 2;
   data::ConversationLoader loader({train}, *tok, lo, false);
-  Tensor inputs = Tensor::empty({o.device_batch_size, o.max_seq_len}, DType::I32);
-  Tensor targets = Tensor::empty({o.device_batch_size, o.max_seq_len}, DType::I32);
+  Tensor inputs = Tensor::empty({o.batch.device_batch_size, o.model.max_seq_len}, DType::I32);
+  Tensor targets = Tensor::empty({o.batch.device_batch_size, o.model.max_seq_len}, DType::I32);
   std::vector<int64_t> scored;
   for (int m = 0; m < 2; m++) {
     loader.next(inputs, targets);
@@ -624,9 +648,9 @@ TEST(Failure, AnSftStepWithNoScoredTokenStopsInsteadOfLoggingZero) {
       t << R"([{"role": "user", "content": ")" << prompt << R"("}, {"role": "assistant", "content": "ok"}])" << "\n";
   }
   auto o = tiny(out.str("run"));
-  o.conversations = train;
-  o.eval_every = -1;
-  o.num_iterations = 3;
+  o.chat.conversations = train;
+  o.eval.eval_every = -1;
+  o.batch.num_iterations = 3;
   NANODDP_EXPECT_ERROR(train_single(o), "step 1: no row of the step has a target to train on", "--mask all");
   EXPECT_FALSE(train::latest_checkpoint(out.str("run")).has_value());
 }

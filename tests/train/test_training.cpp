@@ -35,11 +35,11 @@ std::vector<float> weights(const std::string& checkpoint) { return testing::chec
 TEST(Training, ValidationLossFalls) {
   testing::ScratchDir out("train_loss_falls");
   auto o = tiny(out.str());
-  o.num_iterations = 40;
-  o.eval_every = 40;
-  o.total_batch_size = -1;
+  o.batch.num_iterations = 40;
+  o.eval.eval_every = 40;
+  o.batch.total_batch_size = -1;
   auto group = dist::make_single_rank_group(Device::cpu());
-  auto before = train::run_training([&] { auto z = o; z.num_iterations = 1; z.out = out.str("zero"); return z; }(),
+  auto before = train::run_training([&] { auto z = o; z.batch.num_iterations = 1; z.output.out = out.str("zero"); return z; }(),
                                     *group, Device::cpu());
   auto after = train_single(o);
   ASSERT_TRUE(before.eval && after.eval);
@@ -54,10 +54,10 @@ TEST(Training, ValidationLossFalls) {
 TEST(Metrics, EveryStepHasItsPhasesMemoryAndDocumentedNames) {
   testing::ScratchDir with("metrics_peak"), without("metrics_no_peak");
   auto o = tiny(with.str());
-  o.num_iterations = 4;
+  o.batch.num_iterations = 4;
   train_single(o);
-  o.out = without.str();
-  o.peak_flops = 0;
+  o.output.out = without.str();
+  o.runtime.peak_flops = 0;
   train_single(o);
   auto lines = [](const std::string& out) {
     std::vector<nlohmann::json> v;
@@ -96,13 +96,13 @@ TEST(Metrics, EveryStepHasItsPhasesMemoryAndDocumentedNames) {
 TEST(GradClip, OnlyClipsNormsAboveTheBound) {
   testing::ScratchDir off("clip_off"), high("clip_high"), low("clip_low");
   auto o = tiny(off.str());
-  o.num_iterations = 3;
+  o.batch.num_iterations = 3;
   train_single(o);
-  o.out = high.str();
-  o.grad_clip = 1e9;
+  o.output.out = high.str();
+  o.optim.grad_clip = 1e9;
   train_single(o);
-  o.out = low.str();
-  o.grad_clip = 1e-3;
+  o.output.out = low.str();
+  o.optim.grad_clip = 1e-3;
   train_single(o);
   EXPECT_EQ(weights(off.str("checkpoints/step_000003")), weights(high.str("checkpoints/step_000003")));
   EXPECT_NE(weights(off.str("checkpoints/step_000003")), weights(low.str("checkpoints/step_000003")));
@@ -120,30 +120,30 @@ TEST_P(BitwiseResume, StopAndResumeEqualsStraightRun) {
   auto o = tiny(straight.str());
   // "muon", "adamw", or an optimizer and a dtype: "muon_bf16", "muon_fp16".
   const std::string param = GetParam();
-  o.optimizer = param.substr(0, param.find('_'));
-  if (param.ends_with("_bf16")) o.dtype = "bf16";
+  o.optim.optimizer = parse_option<ddp::OptimizerKind>(param.substr(0, param.find('_')), "--optimizer");
+  if (param.ends_with("_bf16")) o.runtime.dtype = train::DtypeChoice::BF16;
   if (param.ends_with("_fp16")) {
     // A scale that overflows at the start and grows every 2 steps, so that steps are skipped before
     // and after the split: the resumed run skips the same ones only if the checkpoint kept the scale.
-    o.dtype = "fp16";
-    o.loss_scale_init = 1 << 24;
-    o.loss_scale_growth_interval = 2;
+    o.runtime.dtype = train::DtypeChoice::F16;
+    o.runtime.loss_scale_init = 1 << 24;
+    o.runtime.loss_scale_growth_interval = 2;
   }
   train_single(o);
   auto s = o;
-  s.out = split.str();
-  s.stop_at = 5;
+  s.output.out = split.str();
+  s.output.stop_at = 5;
   auto first = train_single(s);
   EXPECT_EQ(first.last_step, 5);
   EXPECT_FALSE(fs::exists(split.str("checkpoints/step_000012")));
-  s.stop_at = -1;
-  s.resume = "latest";
+  s.output.stop_at = -1;
+  s.output.resume = resume_spec("latest");
   train_single(s);
 
   auto a = training_losses(straight.str()), b = training_losses(split.str());
   ASSERT_EQ(a.size(), 12u);
   ASSERT_EQ(b.size(), 12u);
-  if (o.dtype == "fp16") {
+  if (o.runtime.dtype == train::DtypeChoice::F16) {
     const auto skipped = testing::training_metric(straight.str(), "skipped"),
                skipped_split = testing::training_metric(split.str(), "skipped");
     EXPECT_EQ(skipped, skipped_split);
@@ -163,15 +163,15 @@ TEST_P(BitwiseResume, StopAndResumeEqualsStraightRun) {
 TEST(LossScale, AShorterGrowthIntervalAfterAResumeStillGrowsTheScale) {
   testing::ScratchDir out("loss_scale_interval");
   auto o = tiny(out.str());
-  o.num_iterations = 6;
-  o.dtype = "fp16";
-  o.loss_scale_init = 1;
-  o.loss_scale_growth_interval = 4;
-  o.stop_at = 3;  // three good steps counted, no growth yet
+  o.batch.num_iterations = 6;
+  o.runtime.dtype = train::DtypeChoice::F16;
+  o.runtime.loss_scale_init = 1;
+  o.runtime.loss_scale_growth_interval = 4;
+  o.output.stop_at = 3;  // three good steps counted, no growth yet
   train_single(o);
-  o.stop_at = -1;
-  o.resume = "latest";
-  o.loss_scale_growth_interval = 2;
+  o.output.stop_at = -1;
+  o.output.resume = resume_spec("latest");
+  o.runtime.loss_scale_growth_interval = 2;
   train_single(o);
   const auto scale = testing::training_metric(out.str(), "loss_scale");
   ASSERT_FALSE(scale.empty());
@@ -207,11 +207,11 @@ TEST_P(ReducedPrecision, FollowsTheF32CurveAndLearns) {
   const std::string dtype = GetParam();
   testing::ScratchDir f32_out("curve_f32_" + dtype), reduced_out("curve_" + dtype);
   auto o = tiny(f32_out.str());
-  o.num_iterations = 40;
-  o.eval_every = 40;
+  o.batch.num_iterations = 40;
+  o.eval.eval_every = 40;
   const auto f32_run = train_single(o);
-  o.out = reduced_out.str();
-  o.dtype = dtype;
+  o.output.out = reduced_out.str();
+  o.runtime.dtype = parse_option<train::DtypeChoice>(dtype, "--dtype");
   const auto reduced_run = train_single(o);
   const auto a = training_losses(f32_out.str()), b = training_losses(reduced_out.str());
   ASSERT_EQ(a.size(), 40u);
@@ -271,7 +271,7 @@ TEST(ReducedPrecision, Bf16WithoutBf16InstructionsWidensItsGemmsAndSaysSo) {
 TEST(Checkpoints, IncompleteOnesAreIgnoredAndOldOnesPruned) {
   testing::ScratchDir out("checkpoints_prune");
   auto o = tiny_saving(out.str(), 8, 2);
-  o.keep_last = 2;
+  o.output.keep_last = 2;
   train_single(o);
   std::vector<std::string> dirs;
   for (auto& e : fs::directory_iterator(out.str("checkpoints"))) dirs.push_back(e.path().filename().string());
@@ -288,12 +288,12 @@ TEST(Checkpoints, IncompleteOnesAreIgnoredAndOldOnesPruned) {
 TEST(Checkpoints, CorruptFilesAreClearErrors) {
   testing::ScratchDir out("checkpoints_corrupt");
   auto o = tiny(out.str());
-  o.num_iterations = 2;
+  o.batch.num_iterations = 2;
   train_single(o);
   const std::string model = out.str("checkpoints/step_000002/model.safetensors");
   fs::resize_file(model, fs::file_size(model) / 2);
-  o.resume = "latest";
-  o.num_iterations = 4;
+  o.output.resume = resume_spec("latest");
+  o.batch.num_iterations = 4;
   NANODDP_EXPECT_ERROR(train_single(o), "truncated", "model.safetensors", "no earlier one");
 }
 
@@ -301,15 +301,15 @@ TEST(Checkpoints, CorruptFilesAreClearErrors) {
 TEST(Checkpoints, AnUnreadableOneNamesTheOneBefore) {
   testing::ScratchDir out("checkpoints_unreadable");
   auto o = tiny_saving(out.str(), 6, 2);
-  o.stop_at = 4;
+  o.output.stop_at = 4;
   train_single(o);
   const std::string optim = out.str("checkpoints/step_000004/optim_rank0.safetensors");
   fs::resize_file(optim, 100);
-  o.stop_at = -1;
-  o.resume = "latest";
+  o.output.stop_at = -1;
+  o.output.resume = resume_spec("latest");
   NANODDP_EXPECT_ERROR(train_single(o), "optim_rank0.safetensors", "--resume 2");
   EXPECT_EQ(fs::file_size(optim), 100u) << "the unreadable checkpoint was left as it was";
-  o.resume = "2";
+  o.output.resume = resume_spec("2");
   EXPECT_EQ(train_single(o).last_step, 6);
 }
 
@@ -317,10 +317,10 @@ TEST(Checkpoints, AnUnreadableOneNamesTheOneBefore) {
 // resume it (--resume latest).
 train::TrainOptions stopped_run(const std::string& out, int64_t iterations, int64_t stop) {
   auto o = tiny_saving(out, iterations, 2);
-  o.stop_at = stop;
+  o.output.stop_at = stop;
   train_single(o);
-  o.stop_at = -1;
-  o.resume = "latest";
+  o.output.stop_at = -1;
+  o.output.resume = resume_spec("latest");
   return o;
 }
 
@@ -346,12 +346,12 @@ TEST(Checkpoints, ABrokenMetaNamesTheOneBefore) {
   // meta.json names no run, yet it is kept, not replaced by the new step 4 (was: it stayed the
   // newest, so --resume latest failed on it again, and the new save of step 4 deleted its intact
   // model and optimizer files).
-  o.resume = "2";
-  o.stop_at = 3;
+  o.output.resume = resume_spec("2");
+  o.output.stop_at = 3;
   EXPECT_EQ(train_single(o).last_step, 3);
   EXPECT_EQ(train::latest_checkpoint(out.str()), 3);
-  o.resume = "latest";
-  o.stop_at = -1;
+  o.output.resume = resume_spec("latest");
+  o.output.stop_at = -1;
   EXPECT_EQ(train_single(o).last_step, 6);
   for (const char* file : {"model.safetensors", "optim_rank0.safetensors", "DONE"})
     EXPECT_TRUE(fs::exists(out.str("checkpoints/after_step_000002/step_000004/") + file)) << file;
@@ -389,31 +389,28 @@ TEST(Checkpoints, ADamagedOptimizerFileOrDataPositionIsAnError) {
   NANODDP_EXPECT_ERROR(train_single(o), meta_path + ": its data position (cursor 1000000000000000) lies beyond the");
   std::ofstream(meta_path, std::ios::trunc) << meta;
   // A step number is the whole value (was: "5abc" and "9e2" read as steps 5 and 9).
-  for (const char* junk : {"2abc", "2e2", "-2", "two"}) {
-    auto r = o;
-    r.resume = junk;
-    NANODDP_EXPECT_ERROR(train_single(r), "--resume must be latest, auto or a step number");
-  }
+  for (const char* junk : {"2abc", "2e2", "-2", "two"})
+    NANODDP_EXPECT_ERROR(resume_spec(junk), "--resume must be latest, auto or a step number");
   EXPECT_EQ(train_single(o).last_step, 4);
 }
 
 TEST(Resume, AnotherModelOrBatchIsRefused) {
   testing::ScratchDir out("resume_mismatch");
   auto o = tiny(out.str());
-  o.num_iterations = 4;
-  o.stop_at = 2;
+  o.batch.num_iterations = 4;
+  o.output.stop_at = 2;
   train_single(o);
-  o.stop_at = -1;
+  o.output.stop_at = -1;
   auto deeper = o;
-  deeper.resume = "latest";
-  deeper.depth = 3;
+  deeper.output.resume = resume_spec("latest");
+  deeper.model.depth = 3;
   NANODDP_EXPECT_ERROR(train_single(deeper), "another model configuration", "--depth");
   auto batch = o;
-  batch.resume = "latest";
-  batch.total_batch_size = -1;
+  batch.output.resume = resume_spec("latest");
+  batch.batch.total_batch_size = -1;
   NANODDP_EXPECT_ERROR(train_single(batch), "--total_batch_size");
   auto missing = o;
-  missing.resume = "7";
+  missing.output.resume = resume_spec("7");
   NANODDP_EXPECT_ERROR(train_single(missing), "no complete checkpoint at");
 }
 
@@ -423,15 +420,15 @@ TEST(Resume, AnotherModelOrBatchIsRefused) {
 TEST(Resume, TheBatchIsComparedAsTokensPerStep) {
   testing::ScratchDir out("resume_batch_tokens");
   auto o = tiny(out.str());
-  o.total_batch_size = -1;
-  o.num_iterations = 4;
-  o.stop_at = 2;
+  o.batch.total_batch_size = -1;
+  o.batch.num_iterations = 4;
+  o.output.stop_at = 2;
   train_single(o);
-  o.stop_at = -1;
-  o.resume = "latest";
-  const int64_t micro = o.device_batch_size * o.max_seq_len;
+  o.output.stop_at = -1;
+  o.output.resume = resume_spec("latest");
+  const int64_t micro = o.batch.device_batch_size * o.model.max_seq_len;
   auto doubled = o;
-  doubled.total_batch_size = 2 * micro;
+  doubled.batch.total_batch_size = 2 * micro;
   NANODDP_EXPECT_ERROR(train_single(doubled), fmt::format("trained with {} tokens per step", micro),
                        fmt::format("resume with --total_batch_size {}", micro));
   // A checkpoint from before "tokens_per_step" was saved: what -1 meant on its ranks.
@@ -442,7 +439,7 @@ TEST(Resume, TheBatchIsComparedAsTokensPerStep) {
   std::ofstream(meta_path, std::ios::trunc) << meta.dump();
   NANODDP_EXPECT_ERROR(train_single(doubled), fmt::format("trained with {} tokens per step", micro));
   auto same = o;
-  same.total_batch_size = micro;
+  same.batch.total_batch_size = micro;
   EXPECT_EQ(train_single(same).last_step, 4);
 }
 
@@ -454,22 +451,22 @@ TEST(Resume, TheBatchIsComparedAsTokensPerStep) {
 TEST(Resume, AnotherDtypeContinuesFromTheCheckpoint) {
   testing::ScratchDir straight("resume_dtype_straight"), split("resume_dtype_split");
   auto o = tiny(straight.str());
-  o.dtype = "bf16";
-  o.num_iterations = 6;
+  o.runtime.dtype = train::DtypeChoice::BF16;
+  o.batch.num_iterations = 6;
   train_single(o);
   auto s = o;
-  s.out = split.str();
-  s.stop_at = 3;
+  s.output.out = split.str();
+  s.output.stop_at = 3;
   train_single(s);
   const auto activations = [&](const std::string& checkpoint) {
     return nlohmann::json::parse(testing::read_file(split.str("checkpoints/" + checkpoint + "/meta.json")))
         .at("activations");
   };
   EXPECT_EQ(activations("step_000003"), "bf16");
-  s.stop_at = -1;
-  s.resume = "latest";
-  s.dtype = "fp16";
-  s.loss_scale_init = 1024;
+  s.output.stop_at = -1;
+  s.output.resume = resume_spec("latest");
+  s.runtime.dtype = train::DtypeChoice::F16;
+  s.runtime.loss_scale_init = 1024;
   train_single(s);
   const auto scale = testing::training_metric(split.str(), "loss_scale");
   ASSERT_TRUE(scale.contains(4));
@@ -487,16 +484,16 @@ TEST(Resume, AnotherDtypeContinuesFromTheCheckpoint) {
 TEST(Options, BatchThatDoesNotDivideIsAClearError) {
   testing::ScratchDir out("bad_batch");
   auto o = tiny(out.str());
-  o.total_batch_size = 1000;
+  o.batch.total_batch_size = 1000;
   NANODDP_EXPECT_ERROR(train_single(o), "not a multiple");
-  o.data = out.str("nope");
+  o.input.data = out.str("nope");
   EXPECT_THROW(train_single(o), Error);
 }
 
 TEST(ModelFiles, ExportImportRoundTrip) {
   testing::ScratchDir out("export_import");
   auto o = tiny(out.str());
-  o.num_iterations = 3;
+  o.batch.num_iterations = 3;
   train_single(o);
   const std::string ckpt = train::resolve_checkpoint(out.str());
   train::export_safetensors(ckpt, out.str("model.safetensors"));
@@ -534,7 +531,7 @@ TEST(ModelFiles, ExportImportRoundTrip) {
 TEST(ModelFiles, LoadInEveryDtype) {
   testing::ScratchDir out("load_dtypes");
   auto o = tiny(out.str());
-  o.num_iterations = 3;
+  o.batch.num_iterations = 3;
   train_single(o);
   const std::string ckpt = out.str("checkpoints/step_000003");
   Tensor ids = Tensor::empty({1, 16}, DType::I32);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <string_view>
 
 #include "comm/process_group.h"
 #include "corpus.h"
@@ -27,30 +28,33 @@ inline const std::string& dataset() {
 
 inline train::TrainOptions tiny(const std::string& out) {
   train::TrainOptions o;
-  o.depth = 2;
-  o.aspect_ratio = 32;  // model_dim 64
-  o.head_dim = 32;      // 2 heads
-  o.max_seq_len = 32;
-  o.device_batch_size = 4;
-  o.total_batch_size = 4 * 32 * 2;  // 2 accumulation steps
-  o.num_iterations = 12;
-  o.warmdown_ratio = 0.5;
-  o.eval_every = 6;
-  o.eval_tokens = 4 * 32 * 4;
-  o.data = dataset();
-  o.out = out;
-  o.threads = 1;
-  o.peak_flops = 1e9;
+  o.model.depth = 2;
+  o.model.aspect_ratio = 32;  // model_dim 64
+  o.model.head_dim = 32;      // 2 heads
+  o.model.max_seq_len = 32;
+  o.batch.device_batch_size = 4;
+  o.batch.total_batch_size = 4 * 32 * 2;  // 2 accumulation steps
+  o.batch.num_iterations = 12;
+  o.optim.warmdown_ratio = 0.5;
+  o.eval.eval_every = 6;
+  o.eval.eval_tokens = 4 * 32 * 4;
+  o.input.data = dataset();
+  o.output.out = out;
+  o.runtime.threads = 1;
+  o.runtime.peak_flops = 1e9;
   return o;
 }
 
 // The tiny run, `iterations` steps long, saving a checkpoint every `save_every` steps.
 inline train::TrainOptions tiny_saving(const std::string& out, int64_t iterations, int64_t save_every) {
   auto o = tiny(out);
-  o.num_iterations = iterations;
-  o.save_every = save_every;
+  o.batch.num_iterations = iterations;
+  o.output.save_every = save_every;
   return o;
 }
+
+// --resume's value from its flag text ("latest", "auto", "7"), as the command line reads it.
+inline train::ResumeSpec resume_spec(std::string_view text) { return parse_option<train::ResumeSpec>(text, "--resume"); }
 
 inline train::TrainResult train_single(const train::TrainOptions& o) {
   auto group = dist::make_single_rank_group(Device::cpu());

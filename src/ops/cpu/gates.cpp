@@ -70,7 +70,7 @@ void CpuBackend::value_gate_backward(const Tensor& dx, const Tensor& dw, const T
     T *pdx = dx.data<T>(), *pdve = dve.data<T>();
     const T *px = x.data<T>(), *pw = w.data<T>(), *pe = ve.data<T>(), *pdv = dv.data<T>();
     float* pg = gate.data<float>();  // gate in, dz out
-    // Per token: dve, dz (over the gate), and dz's share of dx's first K channels.
+                                     // Per token: dve, dz (over the gate), and dz's share of dx's first K channels.
 #pragma omp parallel for if (n * groups * d > kParallelGrain)
     for (int64_t i = 0; i < n; i++) {
       for (int64_t g = 0; g < groups; g++) {
@@ -138,8 +138,8 @@ void CpuBackend::smear_backward(const Tensor& dx, const Tensor& dw, const Tensor
     // dz[n] = lambda (1 - gate) dgate[n], the gradient of the gate's pre-activation.
     auto dz = [&](int64_t i) { return lam * (1.f - pg[i]) * pdg[i]; };
     for (int64_t j = 0; j < k; j++)
-      dw.data<float>()[j] =
-          static_cast<float>(fixed_sum(n, [&](int64_t i) { return double(dz(i)) * load(px, i * c + j); }));
+      dw.data<float>()[j] = static_cast<float>(
+          fixed_sum(n, [&](int64_t i) { return double(dz(i)) * load(px, i * c + j); }));
 #pragma omp parallel for if (n * c > kParallelGrain)
     for (int64_t i = 0; i < n; i++) {
       const bool next = (i % seq) + 1 < seq;
@@ -174,10 +174,10 @@ void CpuBackend::scalar_mix_backward(const Tensor& dy, const Tensor& dx, const T
     const T *pyi = y_in.data<T>(), *px = x.data<T>();
     const int64_t n = dy.numel();
     if (a.defined())
-      da.data<float>()[0] =
-          static_cast<float>(fixed_sum(n, [&](int64_t i) { return double(load(pdy, i)) * load(pyi, i); }));
-    db.data<float>()[0] =
-        s * static_cast<float>(fixed_sum(n, [&](int64_t i) { return double(load(pdy, i)) * load(px, i); }));
+      da.data<float>()[0] = static_cast<float>(
+          fixed_sum(n, [&](int64_t i) { return double(load(pdy, i)) * load(pyi, i); }));
+    db.data<float>()[0] = s * static_cast<float>(
+                                  fixed_sum(n, [&](int64_t i) { return double(load(pdy, i)) * load(px, i); }));
     const float av = a.defined() ? a.data<float>()[0] : 1.f, bv = s * b.data<float>()[0];
 #pragma omp parallel for simd if (n > kParallelGrain)
     for (int64_t i = 0; i < n; i++) {

@@ -25,9 +25,10 @@ __device__ __forceinline__ float dot(const T* x, const T* w, int64_t k) {
 
 // One thread per (token, group): gate = 3 sigmoid(x[:k] . w[g]); v += gate ve.
 template <typename T>
-__global__ void value_gate_forward_kernel(T* v, float* gate, const T* x, const T* w, const T* ve, int64_t n,
-                                          int64_t c, int64_t groups, int64_t k, int64_t d) {
-  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n * groups; p += int64_t(gridDim.x) * blockDim.x) {
+__global__ void value_gate_forward_kernel(T* v, float* gate, const T* x, const T* w, const T* ve, int64_t n, int64_t c,
+                                          int64_t groups, int64_t k, int64_t d) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n * groups;
+       p += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = p / groups, g = p % groups;
     const float gt = 3.f * sigmoid(dot(x + i * c, w + g * k, k));
     gate[p] = gt;
@@ -153,29 +154,30 @@ __global__ void scalar_mix_grads(T* dy, T* dx, const float* a, const float* b, f
 }  // namespace
 
 cudaError_t launch_value_gate_forward(DType t, void* v, float* gate, const void* x, const void* w, const void* ve,
-                                      int64_t n, int64_t c, int64_t groups, int64_t k, int64_t d,
-                                      cudaStream_t stream) {
+                                      int64_t n, int64_t c, int64_t groups, int64_t k, int64_t d, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    value_gate_forward_kernel<T><<<grid_for(n * groups, kThreads), kThreads, 0, stream>>>(
-        static_cast<T*>(v), gate, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(ve), n, c,
-        groups, k, d);
+    value_gate_forward_kernel<T>
+        <<<grid_for(n * groups, kThreads), kThreads, 0, stream>>>(static_cast<T*>(v), gate, static_cast<const T*>(x),
+                                                                  static_cast<const T*>(w), static_cast<const T*>(ve),
+                                                                  n, c, groups, k, d);
   });
   return cudaGetLastError();
 }
 
 cudaError_t launch_value_gate_backward(DType t, void* dx, float* dw, void* dve, const void* dv, const void* x,
-                                       const void* w, const void* ve, float* gate, int64_t n, int64_t c,
-                                       int64_t groups, int64_t k, int64_t d, cudaStream_t stream) {
+                                       const void* w, const void* ve, float* gate, int64_t n, int64_t c, int64_t groups,
+                                       int64_t k, int64_t d, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    value_gate_token_grads<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<T*>(dx), static_cast<T*>(dve), static_cast<const T*>(dv), static_cast<const T*>(w),
-        static_cast<const T*>(ve), gate, n, c, groups, k, d);
-    value_gate_weight_grad<T><<<unsigned(groups * k), kThreads, 0, stream>>>(dw, gate, static_cast<const T*>(x), n,
-                                                                               c, groups, k);
+    value_gate_token_grads<T>
+        <<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(dx), static_cast<T*>(dve),
+                                                         static_cast<const T*>(dv), static_cast<const T*>(w),
+                                                         static_cast<const T*>(ve), gate, n, c, groups, k, d);
+    value_gate_weight_grad<T>
+        <<<unsigned(groups * k), kThreads, 0, stream>>>(dw, gate, static_cast<const T*>(x), n, c, groups, k);
   });
   return cudaGetLastError();
 }
@@ -187,8 +189,8 @@ cudaError_t launch_smear_forward(DType t, void* y, float* gate, const void* x, c
   with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     smear_forward_kernel<T><<<unsigned(n), kThreads, 0, stream>>>(static_cast<T*>(y), gate, static_cast<const T*>(x),
-                                                                  static_cast<const T*>(prev),
-                                                                  static_cast<const T*>(w), lambda, c, k, seq);
+                                                                  static_cast<const T*>(prev), static_cast<const T*>(w),
+                                                                  lambda, c, k, seq);
   });
   return cudaGetLastError();
 }
@@ -202,8 +204,9 @@ cudaError_t launch_smear_backward(DType t, void* dx, float* dw, float* dlambda, 
     const T *pdy = static_cast<const T*>(dy), *px = static_cast<const T*>(x);
     smear_dgate_kernel<T><<<unsigned(n), kThreads, 0, stream>>>(dgate, pdy, px, gate, c, seq);
     smear_param_grads<T><<<unsigned(1 + k), kThreads, 0, stream>>>(dw, dlambda, dgate, gate, px, lambda, n, c);
-    smear_dx_kernel<T><<<grid_for(n * c, kThreads), kThreads, 0, stream>>>(
-        static_cast<T*>(dx), pdy, static_cast<const T*>(w), lambda, gate, dgate, n, c, k, seq);
+    smear_dx_kernel<T><<<grid_for(n * c, kThreads), kThreads, 0, stream>>>(static_cast<T*>(dx), pdy,
+                                                                           static_cast<const T*>(w), lambda, gate,
+                                                                           dgate, n, c, k, seq);
   });
   return cudaGetLastError();
 }
@@ -213,8 +216,8 @@ cudaError_t launch_scalar_mix_forward(DType t, void* y, const void* x, const flo
   if (n == 0) return cudaSuccess;
   with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    scalar_mix_forward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<T*>(y), static_cast<const T*>(x), a, b, s, n);
+    scalar_mix_forward_kernel<T>
+        <<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(x), a, b, s, n);
   });
   return cudaGetLastError();
 }
@@ -228,8 +231,8 @@ cudaError_t launch_scalar_mix_backward(DType t, void* dy, void* dx, float* da, f
     const T *pdy = static_cast<const T*>(dy), *pyi = static_cast<const T*>(y_in), *px = static_cast<const T*>(x);
     if (a != nullptr) scaled_dot<T><<<1, 1024, 0, stream>>>(da, pdy, pyi, 1.f, n);
     scaled_dot<T><<<1, 1024, 0, stream>>>(db, pdy, px, s, n);
-    scalar_mix_grads<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(dy), static_cast<T*>(dx), a,
-                                                                        b, s, n);
+    scalar_mix_grads<T>
+        <<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(dy), static_cast<T*>(dx), a, b, s, n);
   });
   return cudaGetLastError();
 }

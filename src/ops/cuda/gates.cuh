@@ -9,12 +9,11 @@
 namespace nanoddp::cuda {
 
 cudaError_t launch_value_gate_forward(DType t, void* v, float* gate, const void* x, const void* w, const void* ve,
-                                      int64_t n, int64_t c, int64_t groups, int64_t k, int64_t d,
-                                      cudaStream_t stream);
+                                      int64_t n, int64_t c, int64_t groups, int64_t k, int64_t d, cudaStream_t stream);
 // gate in, dz out; dw [groups, k] overwritten; dx[:, :k] += dz w.
 cudaError_t launch_value_gate_backward(DType t, void* dx, float* dw, void* dve, const void* dv, const void* x,
-                                       const void* w, const void* ve, float* gate, int64_t n, int64_t c,
-                                       int64_t groups, int64_t k, int64_t d, cudaStream_t stream);
+                                       const void* w, const void* ve, float* gate, int64_t n, int64_t c, int64_t groups,
+                                       int64_t k, int64_t d, cudaStream_t stream);
 // x, y [n, c] in rows of seq; w [k]; lambda [1]; prev [n / seq, c] or null.
 cudaError_t launch_smear_forward(DType t, void* y, float* gate, const void* x, const void* prev, const void* w,
                                  const float* lambda, int64_t n, int64_t c, int64_t k, int64_t seq,
