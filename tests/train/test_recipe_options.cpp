@@ -64,7 +64,7 @@ TEST(RecipeOptions, OptimizerConfigScalesEveryLrButTheSmearGroups) {
   s.weight_decay = 0.07;
   const ddp::OptimizerConfig oc = optimizer_config_2026(o, s);
   EXPECT_TRUE(oc.recipe_2026);
-  EXPECT_DOUBLE_EQ(oc.optim.embedding_lr, 0.3);
+  EXPECT_DOUBLE_EQ(oc.embedding_lr, 0.3);
   EXPECT_DOUBLE_EQ(oc.unembedding_lr, 0.008);
   EXPECT_DOUBLE_EQ(oc.matrix_lr, 0.02);
   EXPECT_DOUBLE_EQ(oc.scalar_lr, 0.4);
