@@ -34,7 +34,8 @@ results="$out_dir/results.jsonl"
 : > "$results"
 
 if [ -z "${SKIP_BUILD:-}" ]; then
-  cmake -S "$root" -B "$build" -DNANODDP_CUDA=ON -DCMAKE_BUILD_TYPE=Release > "$out_dir/configure.log"
+  source "$root/scripts/configure.sh"
+  nanoddp_configure "$root" "$build" -DNANODDP_CUDA=ON > "$out_dir/configure.log"
   cmake --build "$build" --target bench_train_gpu -j"$(nproc)" > "$out_dir/build.log"
 fi
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv,noheader | tee "$out_dir/gpu.txt" || true

@@ -243,9 +243,9 @@ fi
 if ((!prebuilt)); then
   gen=()
   command -v ninja > /dev/null && gen=(-G Ninja)
-  stage configure always 20 300 cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$root/.gpu/deps/usr" -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DNANODDP_CUDA=ON -DNANODDP_NCCL=ON -DNANODDP_GLOO=OFF -DNANODDP_MPI=OFF ${GPU_CHECK_CMAKE_ARGS:-} || finish
+  source "$root/scripts/configure.sh"
+  stage configure always 20 300 nanoddp_configure . "$build" "${gen[@]}" -DCMAKE_PREFIX_PATH="$root/.gpu/deps/usr" \
+    "${nanoddp_gpu_cmake_flags[@]}" ${GPU_CHECK_CMAKE_ARGS:-} || finish
   # Only what the stages run: the CPU-only tests and tools would double the build.
   targets=(nanoddp test_cuda_ops test_cuda_model test_cudnn_attention test_cudnn_library bench_train_gpu
            bench_attention_gpu bench_allreduce)

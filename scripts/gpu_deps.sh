@@ -54,8 +54,8 @@ echo "gpu_deps.sh: $(du -sh "$dest" | cut -f1) in $dest, $(du -sh .gpu/data | cu
 # same absolute path (.gpu/build-gpu.root). Debian's own packages are hidden as the GPU machine
 # lacks them, so the programs link only the bundle, the CUDA toolkit's libraries and NCCL.
 b=build-gpu
-cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/$dest/usr" \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DNANODDP_CUDA=ON -DNANODDP_NCCL=ON -DNANODDP_GLOO=OFF -DNANODDP_MPI=OFF \
+source scripts/configure.sh
+nanoddp_configure . "$b" -G Ninja -DCMAKE_PREFIX_PATH="$PWD/$dest/usr" "${nanoddp_gpu_cmake_flags[@]}" \
   -DNANODDP_ONEDNN=OFF "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/" > /dev/null
 targets=(nanoddp test_cuda_ops test_cuda_model test_cudnn_attention test_cudnn_library bench_train_gpu
          bench_attention_gpu bench_allreduce test_comm_nccl)

@@ -89,7 +89,9 @@ if [ "$build" = 1 ]; then
   mkdir -p "$bdir"
   # Configure output goes to a log; the engines line (which optional engines AUTO found, and why any
   # is off) is printed, and the whole log when configure fails.
-  if ! cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release ${NANODDP_CMAKE_ARGS:-} >"$bdir/configure.log" 2>&1; then
+  source scripts/configure.sh
+  # shellcheck disable=SC2086  # NANODDP_CMAKE_ARGS is a list of arguments
+  if ! nanoddp_configure . "$bdir" ${NANODDP_CMAKE_ARGS:-} >"$bdir/configure.log" 2>&1; then
     cat "$bdir/configure.log" >&2
     echo "setup.sh: configure failed (log above, also in $bdir/configure.log)" >&2
     exit 1

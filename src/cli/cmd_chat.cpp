@@ -11,13 +11,14 @@
 #include <optional>
 #include <string>
 
-#include "cli/chat_prompt.h"
+#include "chat/prompt.h"
+#include "chat/stop_rule.h"
+#include "chat/text_stream.h"
 #include "cli/commands.h"
 #include "cli/option_flags.h"
 #include "cli/path_checks.h"
 #include "cli/rank_setup.h"
 #include "cli/stop_signal.h"
-#include "cli/text_stream.h"
 #include "core/error.h"
 #include "data/conversation.h"
 #include "model/generate.h"
@@ -96,7 +97,10 @@ void add_chat_command(CLI::App& root) {
     const std::string dir = train::resolve_checkpoint(a.checkpoint);
     auto model = train::load_model(dir, single_process_device(a.device), a.dtype);
     auto tok = train::load_checkpoint_tokenizer(dir, a.data);
-    const int32_t end = tok->special_id("<|assistant_end|>");
+    // The sampling of every reply (its seed aside), made here so that a tokenizer without the
+    // reply's stop token fails before the first message.
+    const model::SampleOptions reply_sampling =
+        chat::reply_options(*tok, a.max_tokens, static_cast<float>(a.temperature), a.top_k, a.seed);
     // Room kept for the reply when old turns must go: --max_tokens, but at most half the context, so
     // that a --max_tokens near the context does not forget every earlier turn on every turn (a reply
     // may then be cut short by the context, as serve's may).
@@ -120,7 +124,7 @@ void add_chat_command(CLI::App& root) {
       int64_t dropped = 0;
       std::vector<int32_t> prompt;
       try {
-        prompt = fit_to_context(*tok, next, reserve, context, dropped);
+        prompt = chat::fit_to_context(*tok, next, reserve, context, dropped);
       } catch (const Error& e) {
         if (once) NANODDP_FAIL("--prompt: {}: give a shorter prompt", e.what());
         fmt::print("({}: say it in fewer words)\n", e.what());
@@ -130,15 +134,10 @@ void add_chat_command(CLI::App& root) {
       if (dropped > 0 && !once)
         fmt::print("(the oldest {} message(s) no longer fit the model's context of {} tokens and are left out)\n",
                    dropped, context);
-      model::SampleOptions so;
-      so.max_tokens = a.max_tokens;
-      so.temperature = static_cast<float>(a.temperature);
-      so.top_k = a.top_k;
+      model::SampleOptions so = reply_sampling;
       so.seed = a.seed + turn++;
-      so.stop_token = end;
-      so.also_stop = tok->bos_id();
       if (!once) fmt::print("assistant> ");
-      TextStream reply(*tok);
+      chat::TextStream reply(*tok);
       // Only while a reply is generated: reading the next line, a signal ends the chat as usual.
       const StopOnSignal stop;
       const auto out = model::generate(*model, prompt, so, [&](int32_t id) {

@@ -1,10 +1,11 @@
-// nanoddp eval: sampled accuracy of a checkpoint on a task (nanochat's chat_eval): problems are
-// strided by rank, each is answered num_samples times with the KV cache, and the counts are summed
-// over ranks, so any world size gives the same numbers. The last line printed is JSON.
+// nanoddp eval: sampled accuracy of a checkpoint on a task (nanochat's chat_eval; the loop is
+// chat/eval_loop.h): problems are strided by rank, each is answered num_samples times, and the
+// counts are summed over ranks, so any world size gives the same numbers. The last line printed is JSON.
 #include <fmt/format.h>
 
 #include <cmath>
 
+#include "chat/eval_loop.h"
 #include "cli/commands.h"
 #include "cli/option_flags.h"
 #include "cli/path_checks.h"
@@ -13,9 +14,7 @@
 #include "comm/consistency.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "data/conversation.h"
 #include "data/tasks.h"
-#include "model/generate.h"
 #include "train/checkpoint.h"
 #include "train/model_io.h"
 #include "train/report.h"
@@ -113,49 +112,27 @@ void add_eval_command(CLI::App& root) {
     auto tok = train::load_checkpoint_tokenizer(dir, "");
     const auto questions = data::load_questions(a.task, a.count, a.task_seed);
     const data::RewardRule reward = data::resolve_reward_rule(asked, a.task, questions);
-    const int32_t end = tok->special_id("<|assistant_end|>");
-    // Checked before any answer is sampled: the loop below runs problems x num_samples times.
+    // Checked before any answer is sampled: the loop runs problems x num_samples times.
     const int64_t problems = static_cast<int64_t>(questions.size());
     NANODDP_CHECK(problems <= kMaxEvalAnswers / a.num_samples, "--num_samples {} x {} problems of {} is too large: an "
                   "evaluation samples at most {} answers", a.num_samples, problems, a.task, kMaxEvalAnswers);
+    const chat::EvalSettings settings{.num_samples = a.num_samples, .max_tokens = a.max_tokens,
+                                      .temperature = static_cast<float>(a.temperature), .top_k = a.top_k,
+                                      .seed = a.seed, .reward = reward, .task = a.task};
     const StopOnSignal stop;
-    // sums: correct answers, answers, problems with at least one correct answer (pass@k, k =
-    // num_samples: what nanochat's chat_eval calls a problem's pass)
-    std::vector<double> sums{0, 0, 0};
-    for (size_t i = static_cast<size_t>(group.rank()); i < questions.size(); i += static_cast<size_t>(group.size())) {
-      const auto prompt = data::render_for_completion(*tok, questions[i].conversation);
-      // A prompt that fills the context leaves no room for an answer: it would be scored as wrong.
-      NANODDP_CHECK(static_cast<int64_t>(prompt.size()) < model->config().max_seq_len, "question {} of {} is {} "
-                    "tokens, not shorter than the model's context of {}: shorten the task's questions", i + 1,
-                    a.task, prompt.size(), model->config().max_seq_len);
-      bool passed = false;
-      for (int64_t k = 0; k < a.num_samples; k++) {
-        model::SampleOptions so;
-        so.max_tokens = a.max_tokens;
-        so.temperature = static_cast<float>(a.temperature);
-        so.top_k = a.top_k;
-        // One stream per (problem, sample): the result does not depend on which rank draws it.
-        so.seed = a.seed ^ (0x9E3779B97F4A7C15ull * (i * static_cast<uint64_t>(a.num_samples) + k + 1));
-        so.stop_token = end;
-        so.also_stop = tok->bos_id();
-        auto ids = model::generate(*model, prompt, so, [&](int32_t) {
-          if (StopOnSignal::received() != 0)
-            StopOnSignal::stop("eval", fmt::format("after {} answers", static_cast<int64_t>(sums[1])));
-        });
-        if (!ids.empty() && so.stops(ids.back())) ids.pop_back();
-        const bool correct = data::answer_is_correct(tok->decode(ids), questions[i].answer, reward);
-        sums[0] += correct ? 1 : 0;
-        sums[1] += 1;
-        passed |= correct;
-      }
-      sums[2] += passed ? 1 : 0;
-    }
+    const chat::EvalCounts mine = chat::evaluate_problems(*model, *tok, questions, settings, group.rank(),
+                                                          group.size(), [](int64_t answers) {
+      if (StopOnSignal::received() != 0) StopOnSignal::stop("eval", fmt::format("after {} answers", answers));
+    });
+    // The counts of all ranks (each answered its stride of the problems).
+    std::vector<double> sums{static_cast<double>(mine.correct), static_cast<double>(mine.answers),
+                             static_cast<double>(mine.passed), static_cast<double>(mine.problems)};
     dist::allreduce_scalars(group, sums, dist::ReduceOp::Sum);
-    const double accuracy = sums[1] > 0 ? sums[0] / sums[1] : 0;
-    const double pass_at_k = questions.empty() ? 0 : sums[2] / static_cast<double>(questions.size());
-    const nlohmann::json result{{"task", a.task}, {"accuracy", accuracy}, {"n", static_cast<int64_t>(sums[1])},
-                                {"correct", static_cast<int64_t>(sums[0])}, {"pass_at_k", pass_at_k},
-                                {"passed", static_cast<int64_t>(sums[2])}, {"problems", questions.size()},
+    const chat::EvalCounts all{.correct = static_cast<int64_t>(sums[0]), .answers = static_cast<int64_t>(sums[1]),
+                               .passed = static_cast<int64_t>(sums[2]), .problems = static_cast<int64_t>(sums[3])};
+    const nlohmann::json result{{"task", a.task}, {"accuracy", all.accuracy()}, {"n", all.answers},
+                                {"correct", all.correct}, {"pass_at_k", all.pass_at_k()},
+                                {"passed", all.passed}, {"problems", questions.size()},
                                 {"num_samples", a.num_samples}, {"reward", data::reward_rule_name(reward)},
                                 {"checkpoint", dir}};
     // Kept in the run folder for `nanoddp report` (Note [pipeline report] in train/report.h). A

@@ -4,12 +4,12 @@
 #include <cmath>
 #include <cstdio>
 
+#include "chat/text_stream.h"
 #include "cli/commands.h"
 #include "cli/option_flags.h"
 #include "cli/path_checks.h"
 #include "cli/rank_setup.h"
 #include "cli/stop_signal.h"
-#include "cli/text_stream.h"
 #include "core/error.h"
 #include "model/generate.h"
 #include "train/checkpoint.h"
@@ -75,7 +75,7 @@ void add_sample_command(CLI::App& root) {
     so.top_k = args->top_k;
     so.seed = args->seed;
     so.stop_token = tokenizer->bos_id();
-    TextStream generated(*tokenizer);
+    chat::TextStream generated(*tokenizer);
     fmt::print("{}", args->prompt);
     const StopOnSignal stop;
     int64_t count = 0;

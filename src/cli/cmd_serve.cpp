@@ -14,7 +14,7 @@
 //
 // Threads: one thread reads every connection and hands whole requests to worker threads, where
 // cpp-httplib routes and answers them (serve_front.h says why); the model runs on this command's
-// own thread, one generation at a time, in arrival order (serve_queue.h says why). A request is
+// own thread, one generation at a time, in arrival order (chat/serve_queue.h says why; chat/serve_model.h streams the replies). A request is
 // validated, rendered and fitted to the context on its worker, so a bad one is answered at once,
 // without waiting for the model.
 //
@@ -38,15 +38,16 @@
 #include <thread>
 #include <vector>
 
-#include "cli/chat_prompt.h"
+#include "chat/prompt.h"
+#include "chat/serve_model.h"
+#include "chat/serve_queue.h"
+#include "chat/stop_rule.h"
 #include "cli/commands.h"
-#include "cli/text_stream.h"
 #include "cli/option_flags.h"
 #include "cli/path_checks.h"
 #include "cli/rank_setup.h"
 #include "cli/serve_front.h"
 #include "cli/serve_page.h"
-#include "cli/serve_queue.h"
 #include "core/error.h"
 #include "data/conversation.h"
 #include "model/generate.h"
@@ -58,6 +59,10 @@ namespace nanoddp::cli {
 namespace {
 
 using json = nlohmann::json;
+using chat::JobQueue;
+using chat::ServeJob;
+using chat::sse_event;
+using chat::to_json;
 
 struct ServeArgs {
   std::string checkpoint = "out";
@@ -106,14 +111,6 @@ void check_serve_flags(const ServeArgs& a) {
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
-
-// JSON for clients: text the model made may be invalid UTF-8, which JSON cannot carry; such bytes
-// become U+FFFD instead of failing the reply.
-// Events keep their fields in the order written ("done" first), hence ordered_json.
-std::string to_json(const nlohmann::ordered_json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-std::string sse_event(const nlohmann::ordered_json& j) { return "data: " + to_json(j) + "\n\n"; }
 
 void reply_error(httplib::Response& res, int status, const std::string& message) {
   res.status = status;
@@ -171,48 +168,9 @@ std::shared_ptr<ServeJob> parse_request(const std::string& body, const ServeArgs
   auto job = std::make_shared<ServeJob>();
   job->options = sampling(j, defaults, context);
   data::Conversation conv = data::parse_conversation(body, "the request");
-  job->prompt = fit_to_context(tok, conv, job->options.max_tokens, context, job->dropped_messages);
-  job->options.stop_token = tok.special_id("<|assistant_end|>");
-  job->options.also_stop = tok.bos_id();
+  job->prompt = chat::fit_to_context(tok, conv, job->options.max_tokens, context, job->dropped_messages);
+  chat::set_reply_stop(job->options, tok);
   return job;
-}
-
-// Thrown from the token callback to end a generation whose client is gone or when stopping.
-struct Abandoned {};
-
-// The model thread: replies to each job in turn, streaming its events; returns once the queue stops.
-// Nothing escapes: a failed generation is reported to its client and on stderr, and the next runs.
-void serve_jobs(JobQueue& queue, model::GPT& model, const data::Tokenizer& tok) {
-  while (auto job = queue.next()) {
-    if (job->cancelled()) {  // the client left while it waited
-      job->finish();
-      continue;
-    }
-    const auto start = std::chrono::steady_clock::now();
-    Utf8Pieces text(tok);
-    try {
-      const auto out = model::generate(model, job->prompt, job->options, [&](int32_t id) {
-        if (job->cancelled() || queue.stopping()) throw Abandoned{};
-        if (job->options.stops(id)) return;
-        if (std::string piece = text.add(id); !piece.empty()) job->push(sse_event({{"token", piece}}));
-      });
-      if (std::string rest = text.finish(); !rest.empty()) job->push(sse_event({{"token", rest}}));
-      // Why the reply ended, as OpenAI's finish_reason: the model stopped, max_tokens, or the
-      // model's context filled up (the reply is cut short, and the client can say so).
-      job->push(sse_event({{"done", true}, {"tokens", text.tokens()},
-                           {"finish", model::generation_end_name(model::generation_end(out, job->options))},
-                           {"dropped_messages", job->dropped_messages}}));
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      fmt::print("reply: {} tokens in {:.2f} s, {} waiting\n", text.tokens(), seconds, queue.waiting());
-    } catch (const Abandoned&) {
-      if (!job->cancelled()) job->push(sse_event({{"error", "the server is stopping"}}));
-    } catch (const std::exception& e) {
-      job->push(sse_event({{"error", std::string("generation failed: ") + e.what()}}));
-      fmt::print(stderr, "nanoddp serve: generation failed: {}\n", e.what());
-    }
-    std::fflush(stdout);
-    job->finish();
-  }
 }
 
 // Whether `req` declares a form-encoded body of at most `max` bytes (so a 413 is cpp-httplib's own

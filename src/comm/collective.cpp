@@ -24,8 +24,6 @@ std::string CollectiveInfo::describe() const {
   return fmt::format("{} #{} of {} ({}, {})", name, seq, format_bytes(bytes), dtype_name(dtype), op);
 }
 
-bool is_reducible(DType dtype) { return kHostReducible.contains(dtype); }
-
 std::string host_refusal(const char* collective, const char* backend, DType dtype) {
   return fmt::format("{} of {} tensors is not supported by the {} backend (it reduces f32, f64, i32 and i64): reduce "
                      "a copy in f32{}",

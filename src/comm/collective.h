@@ -29,7 +29,6 @@ struct CollectiveInfo {
 // The dtypes the element-wise reductions below (and the host backends) handle: f32, f64, i32, i64.
 // bf16 and the unsigned types are refused with a clear error (reduce in f32 instead).
 inline constexpr DTypeSet kHostReducible{DType::F32, DType::F64, DType::I32, DType::I64};
-bool is_reducible(DType dtype);
 // The host backends' refusal of another dtype (CollectiveSupport::refuse_dtype).
 std::string host_refusal(const char* collective, const char* backend, DType dtype);
 // What Gloo and MPI support: host reductions, Avg by division, tensors in `place`.

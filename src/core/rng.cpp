@@ -6,10 +6,13 @@
 namespace nanoddp {
 
 namespace {
+// splitmix64's increment, 2^64 / the golden ratio (odd): its multiples spread over all 64 bits.
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+
 // Vigna's splitmix64, the seeding xoshiro's authors recommend: any seed, 0 included, gives a
 // well-mixed state (xoshiro must never be all zeros).
 uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  uint64_t z = (x += kGolden);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
@@ -46,6 +49,8 @@ float Rng::normal() {
   double u2 = static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
 }
+
+uint64_t stream_seed(uint64_t seed, uint64_t stream) { return seed ^ (kGolden * (stream + 1)); }
 
 uint64_t stream_id(std::string_view name) {
   // FNV-1a's 64-bit offset basis and prime. Not std::hash: its values may change between library

@@ -32,6 +32,11 @@ class Rng {
   State s_;
 };
 
+// The seed of stream `stream` under `seed`, for a consumer that takes a seed and makes its own
+// Rng from it (model::generate, one sampled answer each): seed ^ (golden * (stream + 1)), which
+// differs for every stream of a seed (the multiplier is odd) and is never the seed itself.
+uint64_t stream_seed(uint64_t seed, uint64_t stream);
+
 // A stable 64-bit id for a name (FNV-1a), used as an Rng stream id.
 uint64_t stream_id(std::string_view name);
 

@@ -288,56 +288,63 @@ bool is_one_text_document(const DocumentReader& reader, TextSplit split) {
          input_kind(files[0]) == InputKind::kText;
 }
 
-PrepareStats prepare_staged(const PrepareOptions& opt, const std::function<bool()>& stop) {
+void check_prepare_options(const PrepareOptions& opt) {
   NANODDP_CHECK(!opt.out.empty(), "--out is required: the directory to write the dataset into");
   // llm.c reads a shard's token count as a signed 32-bit int.
   NANODDP_CHECK(opt.shard_tokens > 0 && opt.shard_tokens <= INT32_MAX, "--shard_tokens {} must be in [1, 2^31)",
                 opt.shard_tokens);
-  const bool by_files = !opt.val_input.empty();
-  bool by_fraction = opt.val_fraction != 0;
-  NANODDP_CHECK(!(by_files && by_fraction), "--val_input and --val_fraction both choose the validation text; give "
-                "one of them");
+  NANODDP_CHECK(opt.val_input.empty() || opt.val_fraction == 0, "--val_input and --val_fraction both choose the "
+                "validation text; give one of them");
   NANODDP_CHECK(opt.val_fraction >= 0 && opt.val_fraction < 1, "--val_fraction {} must be in (0, 1): the fraction "
                 "of the tokens held out for validation, e.g. 0.1", opt.val_fraction);
-  NANODDP_CHECK(by_files || by_fraction || opt.val_every == 0 || opt.val_every >= 2, "--val_every {} must be at "
-                "least 2 (every k-th document goes to validation); to hold out the end of the text use --val_fraction "
-                "0.1", opt.val_every);
+  NANODDP_CHECK(!opt.val_input.empty() || opt.val_fraction != 0 || opt.val_every == 0 || opt.val_every >= 2,
+                "--val_every {} must be at least 2 (every k-th document goes to validation); to hold out the end of "
+                "the text use --val_fraction 0.1", opt.val_every);
   // 0 would read no text at all and then report an empty corpus.
   NANODDP_CHECK(opt.batch_bytes > 0, "--batch_bytes {} must be positive (bytes of text encoded at a time)",
                 opt.batch_bytes);
   NANODDP_CHECK(opt.threads >= 0, "--threads {} must be 0 (all cores) or positive", opt.threads);
-  const TextSplit text_split = parse_text_split(opt.text_split);
-  Stopwatch clock;
-  auto tok = load_tokenizer(opt.tokenizer);
-  // The dataset files in --out are not text: the dataset being replaced, or the one being written.
-  DocumentReader reader(opt.input, text_split, {opt.out});
-  int32_t val_every = opt.val_every;
-  double val_fraction = opt.val_fraction;
-  const bool chosen = !by_files && !by_fraction && val_every == 0;  // by Note [validation split]
-  if (chosen && is_one_text_document(reader, text_split)) {
-    val_fraction = 0.1;
-    by_fraction = true;
-  } else if (chosen) {
-    val_every = 20;
-  }
-  std::optional<DocumentReader> val_reader;
-  if (by_files) val_reader.emplace(opt.val_input, text_split, std::vector<std::string>{opt.out});
-  // Declared before the sinks, so it outlives them: a failure removes their .tmp files first, then it
-  // removes the staging directory. See Note [staged output].
-  StagedOutput staged(opt.out, opt.overwrite);
+}
 
-  ShardSink train(staged.dir(), "train", tok->vocab_size(), opt.shard_tokens);
-  ShardSink val(staged.dir(), "val", tok->vocab_size(), opt.shard_tokens);
-  ShardSink all(staged.dir(), kAllPrefix, tok->vocab_size(), opt.shard_tokens);
-  const int32_t bos = tok->bos_id();
-  PrepareStats st;
+// How the validation documents are chosen, once Note [validation split]'s default is applied.
+struct ValSplit {
+  bool by_files = false, by_fraction = false;
+  bool chosen = false;  // no flag chose: the default was applied
+  int32_t every = 0;
+  double fraction = 0;
+};
+
+ValSplit choose_val_split(const PrepareOptions& opt, const DocumentReader& reader, TextSplit text_split) {
+  ValSplit v{!opt.val_input.empty(), opt.val_fraction != 0, false, opt.val_every, opt.val_fraction};
+  v.chosen = !v.by_files && !v.by_fraction && v.every == 0;
+  if (v.chosen && is_one_text_document(reader, text_split)) {
+    v.fraction = 0.1;
+    v.by_fraction = true;
+  } else if (v.chosen) {
+    v.every = 20;
+  }
+  return v;
+}
+
+// Tokenizes documents batch by batch into the shard sinks, counting into the stats.
+struct Encoder {
+  const PrepareOptions& opt;
+  const Tokenizer& tok;
+  const std::function<bool()>& stop;
+  ShardSink& train;
+  ShardSink& val;
+  PrepareStats& st;
   std::vector<std::string> batch;
   std::vector<std::string_view> views;
+
   // Asked before each batch; once true, every loop ends and nothing is committed.
-  auto stopping = [&] { return st.stopped || (st.stopped = stop && stop()); };
+  bool stopping() { return st.stopped || (st.stopped = stop && stop()); }
+
   // Encodes every document of `docs`; the sink of the i-th non-empty one (counting from 0 over all
   // readers) is choose(i). Returns the number of non-empty documents.
-  auto encode = [&](DocumentReader& docs, auto&& choose) {
+  template <class Choose>
+  int64_t encode(DocumentReader& docs, Choose&& choose) {
+    const int32_t bos = tok.bos_id();
     int64_t index = 0;
     while (!stopping() && read_document_batch(docs, batch, opt.batch_bytes)) {
       views.clear();
@@ -347,7 +354,7 @@ PrepareStats prepare_staged(const PrepareOptions& opt, const std::function<bool(
         else
           views.push_back(d);
       }
-      const auto ids = tok->encode_batch(views, opt.threads);
+      const auto ids = tok.encode_batch(views, opt.threads);
       for (size_t i = 0; i < views.size(); i++, index++) {
         ShardSink& sink = choose(index);
         sink.append(&bos, 1);
@@ -359,52 +366,57 @@ PrepareStats prepare_staged(const PrepareOptions& opt, const std::function<bool(
       }
     }
     return index;
-  };
-  int64_t documents = 0;
-  if (by_files) {
-    documents = encode(reader, [&](int64_t) -> ShardSink& { return train; });
-    const int64_t held = encode(*val_reader, [&](int64_t) -> ShardSink& { return val; });
-    if (stopping()) return st;
+  }
+};
+
+// Encodes the corpus into the train and val sinks as `split` says; returns the non-empty documents.
+// Returns early, leaving the sinks unfinished, once `enc` is stopping.
+int64_t encode_splits(const PrepareOptions& opt, const ValSplit& split, DocumentReader& reader,
+                      std::optional<DocumentReader>& val_reader, ShardSink& all, Encoder& enc) {
+  ShardSink& train = enc.train;
+  ShardSink& val = enc.val;
+  if (split.by_files) {
+    int64_t documents = enc.encode(reader, [&](int64_t) -> ShardSink& { return train; });
+    const int64_t held = enc.encode(*val_reader, [&](int64_t) -> ShardSink& { return val; });
+    if (enc.stopping()) return documents;
     NANODDP_CHECK(documents > 0, "no training text: no non-empty documents in --input {}", fmt::join(opt.input, ", "));
     NANODDP_CHECK(held > 0, "no validation text: no non-empty documents in --val_input {}",
                   fmt::join(opt.val_input, ", "));
-    documents += held;
-  } else if (by_fraction) {
-    documents = encode(reader, [&](int64_t) -> ShardSink& { return all; });
-    if (stopping()) return st;
+    return documents + held;
+  }
+  if (split.by_fraction) {
+    const int64_t documents = enc.encode(reader, [&](int64_t) -> ShardSink& { return all; });
+    if (enc.stopping()) return documents;
     all.finish();
     const int64_t total = all.tokens();
-    const auto held = static_cast<int64_t>(std::ceil(val_fraction * static_cast<double>(total)));
+    const auto held = static_cast<int64_t>(std::ceil(split.fraction * static_cast<double>(total)));
     // ceil() holds out at least one token, so only the training split can end up empty.
     NANODDP_CHECK(documents == 0 || held < total, "--val_fraction {} of {} tokens leaves the training split empty; "
-                  "choose a smaller fraction", val_fraction, total);
-    std::tie(st.train_documents, st.val_documents) = split_at(all.paths(), total - held, bos, train, val);
-  } else {
-    documents = encode(reader, [&](int64_t i) -> ShardSink& { return i % val_every == val_every - 1 ? val : train; });
+                  "choose a smaller fraction", split.fraction, total);
+    std::tie(enc.st.train_documents, enc.st.val_documents) =
+        split_at(all.paths(), total - held, enc.tok.bos_id(), train, val);
+    return documents;
   }
-  if (stopping()) return st;
-  train.finish();
-  val.finish();
-  NANODDP_CHECK(documents > 0, "empty corpus: no non-empty documents in {}", fmt::join(opt.input, ", "));
-  NANODDP_CHECK(st.val_documents > 0 && st.train_documents > 0, "the corpus has {} document{} and --val_every {} puts "
-                "every {}-th in validation, which leaves the {} split empty; hold out the end of the text with "
-                "--val_fraction 0.1, cut text files at blank lines with --text_split paragraphs, give validation "
-                "text with --val_input, or lower --val_every", documents, documents == 1 ? "" : "s", val_every,
-                val_every, st.val_documents == 0 ? "validation" : "training");
+  const int32_t every = split.every;
+  return enc.encode(reader, [&](int64_t i) -> ShardSink& { return i % every == every - 1 ? val : train; });
+}
 
+// meta.json of the staged dataset, and the stats that repeat it.
+void write_staged_meta(const PrepareOptions& opt, const ValSplit& split, const Tokenizer& tok,
+                       const std::string& dir, const ShardSink& train, const ShardSink& val, PrepareStats& st) {
   DatasetMeta meta;
-  meta.dir = staged.dir();
-  meta.tokenizer = record_tokenizer(opt.tokenizer, *tok, staged.dir());
-  meta.vocab_size = tok->vocab_size();
-  meta.bos_id = bos;
-  meta.token_width = tok->vocab_size() <= 65536 ? 2 : 4;
+  meta.dir = dir;
+  meta.tokenizer = record_tokenizer(opt.tokenizer, tok, dir);
+  meta.vocab_size = tok.vocab_size();
+  meta.bos_id = tok.bos_id();
+  meta.token_width = tok.vocab_size() <= 65536 ? 2 : 4;
   meta.shard_tokens = opt.shard_tokens;
-  meta.val_every = by_files || by_fraction ? 0 : val_every;
-  meta.val_split = by_files ? fmt::format("files: {}", fmt::join(opt.val_input, ", "))
-                   : by_fraction ? fmt::format("the last {:g} of the tokens", val_fraction)
-                                 : fmt::format("every {}th document", val_every);
+  meta.val_every = split.by_files || split.by_fraction ? 0 : split.every;
+  meta.val_split = split.by_files      ? fmt::format("files: {}", fmt::join(opt.val_input, ", "))
+                   : split.by_fraction ? fmt::format("the last {:g} of the tokens", split.fraction)
+                                       : fmt::format("every {}th document", split.every);
   st.val_split = meta.val_split;
-  st.end_held_out_by_default = chosen && by_fraction;
+  st.end_held_out_by_default = split.chosen && split.by_fraction;
   meta.text_split = opt.text_split;
   meta.train_documents = st.train_documents;
   meta.val_documents = st.val_documents;
@@ -415,6 +427,38 @@ PrepareStats prepare_staged(const PrepareOptions& opt, const std::function<bool(
   meta.train_shards = train.paths();
   meta.val_shards = val.paths();
   write_dataset_meta(meta);
+}
+
+PrepareStats prepare_staged(const PrepareOptions& opt, const std::function<bool()>& stop) {
+  check_prepare_options(opt);
+  const TextSplit text_split = parse_text_split(opt.text_split);
+  Stopwatch clock;
+  auto tok = load_tokenizer(opt.tokenizer);
+  // The dataset files in --out are not text: the dataset being replaced, or the one being written.
+  DocumentReader reader(opt.input, text_split, {opt.out});
+  const ValSplit split = choose_val_split(opt, reader, text_split);
+  std::optional<DocumentReader> val_reader;
+  if (split.by_files) val_reader.emplace(opt.val_input, text_split, std::vector<std::string>{opt.out});
+  // Declared before the sinks, so it outlives them: a failure removes their .tmp files first, then it
+  // removes the staging directory. See Note [staged output].
+  StagedOutput staged(opt.out, opt.overwrite);
+
+  ShardSink train(staged.dir(), "train", tok->vocab_size(), opt.shard_tokens);
+  ShardSink val(staged.dir(), "val", tok->vocab_size(), opt.shard_tokens);
+  ShardSink all(staged.dir(), kAllPrefix, tok->vocab_size(), opt.shard_tokens);
+  PrepareStats st;
+  Encoder enc{opt, *tok, stop, train, val, st, {}, {}};
+  const int64_t documents = encode_splits(opt, split, reader, val_reader, all, enc);
+  if (enc.stopping()) return st;
+  train.finish();
+  val.finish();
+  NANODDP_CHECK(documents > 0, "empty corpus: no non-empty documents in {}", fmt::join(opt.input, ", "));
+  NANODDP_CHECK(st.val_documents > 0 && st.train_documents > 0, "the corpus has {} document{} and --val_every {} puts "
+                "every {}-th in validation, which leaves the {} split empty; hold out the end of the text with "
+                "--val_fraction 0.1, cut text files at blank lines with --text_split paragraphs, give validation "
+                "text with --val_input, or lower --val_every", documents, documents == 1 ? "" : "s", split.every,
+                split.every, st.val_documents == 0 ? "validation" : "training");
+  write_staged_meta(opt, split, *tok, staged.dir(), train, val, st);
   staged.commit();
   st.train_shards = train.paths().size();
   st.val_shards = val.paths().size();

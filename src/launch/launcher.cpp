@@ -391,110 +391,137 @@ int free_worker_port() {
   return port;
 }
 
-}  // namespace
+// What this node tells the others of itself at a join.
+NodeRecord node_record(const LaunchPlan& plan) {
+  NodeRecord self{plan.nnodes, plan.nproc, plan.host, int(::getpid())};
+  self.max_restarts = plan.max_restarts;
+  self.monitor_interval_ms = plan.monitor_interval.count();
+  self.threads = plan.threads_per_worker();
+  self.host_cores = int(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  if (plan.node_rank == 0) self.worker_port = free_worker_port();
+  return self;
+}
 
-int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
-  LaunchPlan plan = make_launch_plan(options);
-  LauncherSignals::install();
-  ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // what workers leave behind comes back to us to reap
-  StoreConnection store = open_store(plan);
-  LauncherRendezvous rdzv(std::make_shared<PrefixStore>("nanoddp_run", store.client), plan.node_rank, plan.nnodes,
-                          plan.rdzv_timeout);
-  std::optional<LauncherRendezvous> beats;
-  if (store.heartbeat_client)
-    beats.emplace(std::make_shared<PrefixStore>("nanoddp_run", store.heartbeat_client), plan.node_rank, plan.nnodes,
-                  plan.rdzv_timeout);
-  SaveTimes saves;  // Note [a stop that saves]
+// One launcher's job, from its first join to its exit code: every node joins, then this node runs
+// an attempt of its workers; a restartable failure starts the next attempt with a new join, up to
+// --max_restarts. Each way out tells the other nodes why (the rendezvous' reports) before leaving.
+class LauncherJob {
+ public:
+  LauncherJob(LaunchPlan plan, const WorkerProgram& program)
+      : plan_(std::move(plan)),
+        program_(program),
+        store_(open_store(plan_)),
+        rdzv_(std::make_shared<PrefixStore>("nanoddp_run", store_.client), plan_.node_rank, plan_.nnodes,
+              plan_.rdzv_timeout) {
+    if (store_.heartbeat_client)
+      beats_.emplace(std::make_shared<PrefixStore>("nanoddp_run", store_.heartbeat_client), plan_.node_rank,
+                     plan_.nnodes, plan_.rdzv_timeout);
+  }
+
+  int run() {
+    for (int attempt = 0;; attempt++) {
+      Membership m;
+      if (auto code = join(attempt, m)) return *code;
+      if (attempt == 0) announce(plan_, m, store_.port);
+      AttemptResult r;
+      {
+        WorkersRunning running;
+        r = Attempt(plan_, program_, rdzv_, m, attempt, store_.port, saves_, beats_ ? &*beats_ : nullptr).run();
+      }
+      if (auto code = after_attempt(attempt, r)) return *code;
+    }
+  }
+
+ private:
   // Long enough for the other launchers to see the outcome and stop their workers, saving or not
   // (this node's last save stands for theirs).
-  auto leave_within = [&] {
-    return stop_grace(plan.stop_timeout, true, saves.longest(plan.nproc)).grace + 10 * plan.monitor_interval +
+  std::chrono::milliseconds leave_within() const {
+    return stop_grace(plan_.stop_timeout, true, saves_.longest(plan_.nproc)).grace + 10 * plan_.monitor_interval +
            std::chrono::seconds(5);
-  };
+  }
 
   // This launcher leaves the job on a signal: `attempt`'s cause says so, so that nodes waiting at its
   // join stop there instead of waiting for this one until --rdzv_timeout (Membership::ended).
-  auto report_interrupt = [&](int at, int sig, const char* when) {
-    rdzv.report_failure(at, interrupt_report(plan, sig, when));
-  };
-  for (int attempt = 0;; attempt++) {
-    NodeRecord self{plan.nnodes, plan.nproc, plan.host, int(::getpid())};
-    self.max_restarts = plan.max_restarts;
-    self.monitor_interval_ms = plan.monitor_interval.count();
-    self.threads = plan.threads_per_worker();
-    self.host_cores = int(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
-    if (plan.node_rank == 0) self.worker_port = free_worker_port();
-    Membership m;
+  int leave_on_signal(int attempt, int sig, const char* when, int lost = 0) {
+    try {
+      rdzv_.report_failure(attempt, interrupt_report(plan_, sig, when));
+      rdzv_.leave(leave_within(), lost);
+    } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
+    }
+    return 128 + sig;
+  }
+
+  // Joins attempt `attempt` into `m`; the launcher's exit code when the job ends there instead.
+  std::optional<int> join(int attempt, Membership& m) {
+    const NodeRecord self = node_record(plan_);
     {
       // A signal while this node waits for the others is the join's to handle (below), so that they
       // hear of it; before, the handler ended this launcher at once, and they waited for it until
       // --rdzv_timeout.
       WorkersRunning deferred;
-      m = rdzv.join(attempt, self, &LauncherSignals::termination_signal);
+      m = rdzv_.join(attempt, self, &LauncherSignals::termination_signal);
     }
     if (m.interrupted != 0) {
       launcher_say(fmt::format("received {} while waiting for the other nodes", signal_name(m.interrupted)));
-      try {
-        report_interrupt(attempt, m.interrupted, " while it waited for the other nodes");
-        rdzv.leave(leave_within(), m.absent);
-      } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
-      }
-      return 128 + m.interrupted;
+      return leave_on_signal(attempt, m.interrupted, " while it waited for the other nodes", m.absent);
     }
     if (m.ended) {
       print_failure(*m.ended);
       launcher_say("job stopped");
-      rdzv.leave(leave_within(), m.absent);
+      rdzv_.leave(leave_within(), m.absent);
       return 1;
     }
     const int worker_port = m.nodes.front().worker_port;
     NANODDP_CHECK(worker_port > 0 && worker_port < 65536,
                   "node 0 ({}) registered no MASTER_PORT for the workers: run the same nanoddp version on every host",
                   m.nodes.front().host);
-    if (attempt == 0) announce(plan, m, store.port);
-    AttemptResult r;
-    {
-      WorkersRunning running;
-      r = Attempt(plan, program, rdzv, m, attempt, store.port, saves, beats ? &*beats : nullptr).run();
-    }
+    return std::nullopt;
+  }
+
+  // The launcher's exit code after attempt `attempt` ended as `r`, or none to restart.
+  std::optional<int> after_attempt(int attempt, const AttemptResult& r) {
     if (r.end == AttemptResult::End::Succeeded) {
-      rdzv.leave(leave_within());
+      rdzv_.leave(leave_within());
       return 0;
     }
     // Interrupted during the attempt: the next one's cause says so too, for nodes that restart
     // (another node's failure may have been reported first for this one).
-    if (r.end == AttemptResult::End::Interrupted) {
-      try {
-        report_interrupt(attempt + 1, r.signal, "");
-        rdzv.leave(leave_within());
-      } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
-      }
-      return 128 + r.signal;
-    }
+    if (r.end == AttemptResult::End::Interrupted) return leave_on_signal(attempt + 1, r.signal, "");
     // The cause was printed when it was read (Attempt::check_store), before the workers were stopped.
     // A Ctrl-C or SIGTERM that came while the failed attempt's workers were being stopped ends the
     // job: it asked to stop, not to start a new group. The next attempt's cause says so, so that
     // the other nodes stop at its join instead of waiting there for this one (Membership::ended).
     if (int sig = LauncherSignals::termination_signal(); sig != 0) {
       launcher_say(fmt::format("received {} while stopping the workers: no restart", signal_name(sig)));
-      try {
-        report_interrupt(attempt + 1, sig, " while it stopped the failed attempt's workers");
-        rdzv.leave(leave_within());
-      } catch (const Error&) {  // node 0 may be gone already; this launcher is leaving anyway
-      }
-      return 128 + sig;
+      return leave_on_signal(attempt + 1, sig, " while it stopped the failed attempt's workers");
     }
-    if (r.cause->restartable && attempt < plan.max_restarts) {
+    if (r.cause->restartable && attempt < plan_.max_restarts) {
       launcher_say(fmt::format("restarting every worker (restart {} of --max_restarts {})", attempt + 1,
-                               plan.max_restarts));
-      continue;
+                               plan_.max_restarts));
+      return std::nullopt;
     }
     launcher_say(r.cause->restartable
-                     ? fmt::format("job failed after {} attempt(s) (--max_restarts {})", attempt + 1, plan.max_restarts)
+                     ? fmt::format("job failed after {} attempt(s) (--max_restarts {})", attempt + 1, plan_.max_restarts)
                      : "job stopped");
-    rdzv.leave(leave_within(), r.cause->node_lost ? 1 : 0);
+    rdzv_.leave(leave_within(), r.cause->node_lost ? 1 : 0);
     return 1;
   }
+
+  const LaunchPlan plan_;
+  const WorkerProgram& program_;
+  StoreConnection store_;
+  LauncherRendezvous rdzv_;
+  std::optional<LauncherRendezvous> beats_;
+  SaveTimes saves_;  // Note [a stop that saves]
+};
+
+}  // namespace
+
+int run_launcher(const LaunchOptions& options, const WorkerProgram& program) {
+  LaunchPlan plan = make_launch_plan(options);
+  LauncherSignals::install();
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // what workers leave behind comes back to us to reap
+  return LauncherJob(std::move(plan), program).run();
 }
 
 }  // namespace nanoddp::dist

@@ -191,18 +191,11 @@ std::vector<int> parse_stream_map(const std::string& spec, const char* flag, int
   return out;
 }
 
-LaunchPlan make_launch_plan(const LaunchOptions& o) {
-  // Who this node is.
-  LaunchPlan p;
-  p.nproc = resolve_nproc_per_node(o.nproc_per_node);
-  p.nnodes = parse_nnodes(o.nnodes);
-  p.node_rank = o.node_rank;
-  NANODDP_CHECK(p.node_rank >= 0 && p.node_rank < p.nnodes, "--node_rank {} is out of range for --nnodes {}: use 0..{}",
-                o.node_rank, p.nnodes, p.nnodes - 1);
-  p.host = this_host();
+namespace {
 
-  // Where the store is: --rdzv_endpoint overrides --master_addr/--master_port; --standalone
-  // overrides both with loopback and a port node 0 picks.
+// Where the store is: --rdzv_endpoint overrides --master_addr/--master_port; --standalone overrides
+// both with loopback and a port node 0 picks.
+void plan_store_address(const LaunchOptions& o, LaunchPlan& p) {
   p.standalone = o.standalone;
   p.master_addr = o.master_addr;
   p.master_port = o.master_port;
@@ -212,28 +205,30 @@ LaunchPlan make_launch_plan(const LaunchOptions& o) {
                   "--master_addr", p.nnodes);
     p.master_addr = "127.0.0.1";
     p.master_port = 0;
-  } else {
-    NANODDP_CHECK(p.master_port > 0 && p.master_port < 65536, "--master_port {} is not a port (1..65535)",
-                  p.master_port);
-    NANODDP_CHECK(!p.master_addr.empty(), "--master_addr is empty: give node 0's address");
-    // A name that does not resolve never will within the rendezvous timeout: say so now, instead
-    // of waiting the whole timeout in silence. A temporary DNS failure (EAI_AGAIN) is left to the
-    // store client's retries.
-    addrinfo hints{};
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    const int rc = ::getaddrinfo(p.master_addr.c_str(), nullptr, &hints, &found);
-    if (found != nullptr) ::freeaddrinfo(found);
-    NANODDP_CHECK(rc == 0 || rc == EAI_AGAIN, "--master_addr {} does not resolve ({}): give node 0's host name or "
-                  "address as the other nodes reach it", p.master_addr, ::gai_strerror(rc));
+    return;
   }
+  NANODDP_CHECK(p.master_port > 0 && p.master_port < 65536, "--master_port {} is not a port (1..65535)",
+                p.master_port);
+  NANODDP_CHECK(!p.master_addr.empty(), "--master_addr is empty: give node 0's address");
+  // A name that does not resolve never will within the rendezvous timeout: say so now, instead
+  // of waiting the whole timeout in silence. A temporary DNS failure (EAI_AGAIN) is left to the
+  // store client's retries.
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(p.master_addr.c_str(), nullptr, &hints, &found);
+  if (found != nullptr) ::freeaddrinfo(found);
+  NANODDP_CHECK(rc == 0 || rc == EAI_AGAIN, "--master_addr {} does not resolve ({}): give node 0's host name or "
+                "address as the other nodes reach it", p.master_addr, ::gai_strerror(rc));
+}
 
-  // Where node 0's store listens. --master_bind says where, if given. A loopback --master_addr:
-  // only this machine's processes can reach the store by it, so loopback (its own address for
-  // 127.x.y.z or ::1, which a socket bound to 127.0.0.1 would not answer). Otherwise, one node:
-  // --master_addr as given (the user asked for the store there); several nodes: every interface, as
-  // MASTER_ADDR may be a name or an address (behind NAT, say) that this host cannot bind although
-  // others reach it by it.
+// Where node 0's store listens. --master_bind says where, if given. A loopback --master_addr:
+// only this machine's processes can reach the store by it, so loopback (its own address for
+// 127.x.y.z or ::1, which a socket bound to 127.0.0.1 would not answer). Otherwise, one node:
+// --master_addr as given (the user asked for the store there); several nodes: every interface, as
+// MASTER_ADDR may be a name or an address (behind NAT, say) that this host cannot bind although
+// others reach it by it.
+void plan_store_host(const LaunchOptions& o, LaunchPlan& p) {
   const bool loopback =
       p.master_addr == "localhost" || p.master_addr.starts_with("127.") || p.master_addr == "::1";
   p.store_host_given = !o.master_bind.empty();
@@ -243,8 +238,10 @@ LaunchPlan make_launch_plan(const LaunchOptions& o) {
     p.store_host = p.master_addr == "127.0.0.1" ? "localhost" : p.master_addr;
   else
     p.store_host = p.nnodes > 1 ? "" : p.master_addr;
+}
 
-  // Timing and restarts.
+// Timing and restarts: --max_restarts, --monitor_interval, --rdzv_timeout, --stop_timeout.
+void plan_timing(const LaunchOptions& o, LaunchPlan& p) {
   p.max_restarts = o.max_restarts;
   NANODDP_CHECK(p.max_restarts >= 0, "--max_restarts {} must be zero or more", o.max_restarts);
   p.monitor_interval = seconds_flag(o.monitor_interval, "monitor_interval", false);
@@ -256,9 +253,11 @@ LaunchPlan make_launch_plan(const LaunchOptions& o) {
                   "seconds", o.stop_timeout);
     p.stop_timeout = seconds_flag(seconds, "stop_timeout", true);
   }
+}
 
-  // torchrun's rendezvous flags. c10d is a TCP store on node 0, which is what ours is; static is
-  // torchrun's fixed-membership rendezvous over the same MASTER_ADDR:MASTER_PORT.
+// torchrun's rendezvous flags. c10d is a TCP store on node 0, which is what ours is; static is
+// torchrun's fixed-membership rendezvous over the same MASTER_ADDR:MASTER_PORT.
+void plan_rendezvous_flags(const LaunchOptions& o, LaunchPlan& p) {
   NANODDP_CHECK(o.rdzv_backend == "c10d" || o.rdzv_backend == "static", "--rdzv_backend {}: nanoddp's rendezvous is "
                 "its own TCP store on node 0 (c10d's role); use --rdzv_backend c10d with --rdzv_endpoint HOST:PORT, or "
                 "leave the flag out", o.rdzv_backend);
@@ -271,22 +270,29 @@ LaunchPlan make_launch_plan(const LaunchOptions& o) {
   p.role = o.role;
   NANODDP_CHECK(o.start_method == "spawn" || o.start_method == "fork" || o.start_method == "forkserver",
                 "--start_method {} is not spawn, fork or forkserver", o.start_method);
+}
 
-  // Output; the temporary directory is made only once every flag has been checked.
+// The local ranks whose output the console shows: --local_ranks_filter's, or all without it.
+std::vector<bool> shown_ranks(const LaunchOptions& o, int nproc) {
+  std::vector<bool> shown(size_t(nproc), o.local_ranks_filter.empty());
+  std::string_view rest = o.local_ranks_filter;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const auto r = parse_int(rest.substr(0, comma));
+    NANODDP_CHECK(r && *r >= 0 && *r < nproc, "--local_ranks_filter {}: '{}' is not a local rank of this node "
+                  "(0..{})", o.local_ranks_filter, rest.substr(0, comma), nproc - 1);
+    shown[size_t(*r)] = true;
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  return shown;
+}
+
+// Output: where each local rank's stdout and stderr go. The log directory is made only once every
+// flag has been checked.
+void plan_output(const LaunchOptions& o, LaunchPlan& p) {
   const std::vector<int> redirects = parse_stream_map(o.redirects, "redirects", p.nproc);
   const std::vector<int> tee = parse_stream_map(o.tee, "tee", p.nproc);
-  std::vector<bool> shown(size_t(p.nproc), o.local_ranks_filter.empty());
-  if (!o.local_ranks_filter.empty()) {
-    std::string_view rest = o.local_ranks_filter;
-    while (!rest.empty()) {
-      const size_t comma = rest.find(',');
-      const auto r = parse_int(rest.substr(0, comma));
-      NANODDP_CHECK(r && *r >= 0 && *r < p.nproc, "--local_ranks_filter {}: '{}' is not a local rank of this node "
-                    "(0..{})", o.local_ranks_filter, rest.substr(0, comma), p.nproc - 1);
-      shown[size_t(*r)] = true;
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    }
-  }
+  const std::vector<bool> shown = shown_ranks(o, p.nproc);
   bool files = !o.log_dir.empty();
   for (int l = 0; l < p.nproc; l++) files |= redirects[size_t(l)] != 0 || tee[size_t(l)] != 0;
   if (files) {
@@ -307,6 +313,24 @@ LaunchPlan make_launch_plan(const LaunchOptions& o) {
                                                   o.log_dir.empty() ? (redirects[size_t(l)] | tee[size_t(l)] ? p.log_dir : "")
                                                                     : p.log_dir,
                                                   shown[size_t(l)]));
+}
+
+}  // namespace
+
+LaunchPlan make_launch_plan(const LaunchOptions& o) {
+  // Who this node is.
+  LaunchPlan p;
+  p.nproc = resolve_nproc_per_node(o.nproc_per_node);
+  p.nnodes = parse_nnodes(o.nnodes);
+  p.node_rank = o.node_rank;
+  NANODDP_CHECK(p.node_rank >= 0 && p.node_rank < p.nnodes, "--node_rank {} is out of range for --nnodes {}: use 0..{}",
+                o.node_rank, p.nnodes, p.nnodes - 1);
+  p.host = this_host();
+  plan_store_address(o, p);
+  plan_store_host(o, p);
+  plan_timing(o, p);
+  plan_rendezvous_flags(o, p);
+  plan_output(o, p);
 
   // Threads: torchrun's guard against nproc workers each starting one OpenMP thread per core.
   if (std::getenv("OMP_NUM_THREADS") == nullptr) p.omp_threads = std::max(1, usable_cores() / p.nproc);

@@ -164,6 +164,8 @@ class TcpStoreServer::Loop {
   }
   void handle_frames(Client& c);
   void handle(Client& c, wire::Reader& r);
+  void handle_hello(Client& c, wire::Reader& r, Op op);
+  void handle_add(Client& c, wire::Reader& r);
   void reply(Client& c, wire::Writer& w) {
     wire::Bytes frame = w.take();
     c.out.insert(c.out.end(), frame.begin(), frame.end());
@@ -397,29 +399,56 @@ void TcpStoreServer::Loop::handle_frames(Client& c) {
   }
 }
 
+// The first request of a connection: Hello with the magic, the protocol version and the token.
+void TcpStoreServer::Loop::handle_hello(Client& c, wire::Reader& r, Op op) {
+  // Before Hello succeeds, fields are read with small limits, so a stranger cannot make the server
+  // allocate much; any failure replies and closes.
+  std::string magic = op == Op::Hello ? r.str(wire::kMaxMagicBytes) : "";
+  if (magic != wire::kMagic) return reply_error(c, "this port is not a nanoddp rendezvous store", true);
+  int64_t version = r.i64();
+  std::string token = r.str(wire::kMaxTokenBytes);
+  if (version != wire::kVersion)
+    return reply_error(c, fmt::format("store protocol version {} is not the server's {}: use the same nanoddp "
+                                      "build on every node", version, wire::kVersion), true);
+  if (!same_token(token, options_.token))
+    return reply_error(c, token.empty() ? "the store requires a token: set NANODDP_STORE_TOKEN to the job's token"
+                                        : "wrong token: set NANODDP_STORE_TOKEN to the same value on every node",
+                       true);
+  c.authenticated = true;
+  // Authenticated connections may wait as long as their requests say (Note [store limits]).
+  c.expires = Clock::time_point::max();
+  wire::Writer w;
+  w.u8(uint8_t(Status::Ok));
+  reply(c, w);
+}
+
+// Add: an integer counter, created at 0, stored as decimal text.
+void TcpStoreServer::Loop::handle_add(Client& c, wire::Reader& r) {
+  std::string key = r.str(wire::kMaxKeyBytes);
+  int64_t delta = r.i64(), value = 0;
+  auto it = data_.find(key);
+  if (it != data_.end()) {
+    const char* b = reinterpret_cast<const char*>(it->second.data());
+    auto [end, ec] = std::from_chars(b, b + it->second.size(), value);
+    // A value error, not a protocol error: the connection stays open.
+    if (ec != std::errc() || end != b + it->second.size())
+      return reply_error(c, fmt::format("store key '{}' holds a value that is not an integer", key), false);
+  }
+  // Counters are int64: wrapping would be undefined behaviour, so an overflow is a value error.
+  if (__builtin_add_overflow(value, delta, &value))
+    return reply_error(c, fmt::format("store key '{}': adding {} overflows a 64-bit counter", key, delta), false);
+  // Decimal text, as HashStore stores it: get() of a counter reads "3".
+  std::string text = std::to_string(value);
+  data_[key] = wire::Bytes(text.begin(), text.end());
+  wire::Writer w;
+  w.u8(uint8_t(Status::Int)).i64(value);
+  reply(c, w);
+}
+
 void TcpStoreServer::Loop::handle(Client& c, wire::Reader& r) {
   Op op = Op(r.u8());
   wire::Writer w;
-  if (!c.authenticated) {
-    // Before Hello succeeds, fields are read with small limits, so a stranger cannot make the server
-    // allocate much; any failure replies and closes.
-    std::string magic = op == Op::Hello ? r.str(wire::kMaxMagicBytes) : "";
-    if (magic != wire::kMagic) return reply_error(c, "this port is not a nanoddp rendezvous store", true);
-    int64_t version = r.i64();
-    std::string token = r.str(wire::kMaxTokenBytes);
-    if (version != wire::kVersion)
-      return reply_error(c, fmt::format("store protocol version {} is not the server's {}: use the same nanoddp "
-                                        "build on every node", version, wire::kVersion), true);
-    if (!same_token(token, options_.token))
-      return reply_error(c, token.empty() ? "the store requires a token: set NANODDP_STORE_TOKEN to the job's token"
-                                          : "wrong token: set NANODDP_STORE_TOKEN to the same value on every node",
-                         true);
-    c.authenticated = true;
-    // Authenticated connections may wait as long as their requests say (Note [store limits]).
-    c.expires = Clock::time_point::max();
-    w.u8(uint8_t(Status::Ok));
-    return reply(c, w);
-  }
+  if (!c.authenticated) return handle_hello(c, r, op);
   switch (op) {
     case Op::Set: {
       std::string key = r.str(wire::kMaxKeyBytes);
@@ -440,26 +469,8 @@ void TcpStoreServer::Loop::handle(Client& c, wire::Reader& r) {
       c.deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
       return;  // answered by serve_parked
     }
-    case Op::Add: {
-      std::string key = r.str(wire::kMaxKeyBytes);
-      int64_t delta = r.i64(), value = 0;
-      auto it = data_.find(key);
-      if (it != data_.end()) {
-        const char* b = reinterpret_cast<const char*>(it->second.data());
-        auto [end, ec] = std::from_chars(b, b + it->second.size(), value);
-        // A value error, not a protocol error: the connection stays open.
-        if (ec != std::errc() || end != b + it->second.size())
-          return reply_error(c, fmt::format("store key '{}' holds a value that is not an integer", key), false);
-      }
-      // Counters are int64: wrapping would be undefined behaviour, so an overflow is a value error.
-      if (__builtin_add_overflow(value, delta, &value))
-        return reply_error(c, fmt::format("store key '{}': adding {} overflows a 64-bit counter", key, delta), false);
-      // Decimal text, as HashStore stores it: get() of a counter reads "3".
-      std::string text = std::to_string(value);
-      data_[key] = wire::Bytes(text.begin(), text.end());
-      w.u8(uint8_t(Status::Int)).i64(value);
-      break;
-    }
+    case Op::Add:
+      return handle_add(c, r);
     case Op::CompareSet: {
       std::string key = r.str(wire::kMaxKeyBytes);
       wire::Bytes expected = r.bytes(wire::kMaxValueBytes), desired = r.bytes(wire::kMaxValueBytes);

@@ -75,10 +75,10 @@ PolicyStage::PolicyStage(const StageContext& ctx) : ctx_(ctx) {
 
 void PolicyStage::forward_backward(float loss_scale, StepPhases& phases) {
   const TrainOptions& o = ctx_.opts;
-  const RlSettings rs{.num_samples = o.rl.num_samples, .max_new_tokens = o.rl.max_new_tokens,
-                      .temperature = static_cast<float>(o.rl.temperature), .top_k = o.rl.top_k,
-                      .device_batch_size = o.batch.device_batch_size, .seed = o.input.seed, .loss_scale = loss_scale,
-                      .reward = reward_};
+  const chat::RolloutSettings sampling{.num_samples = o.rl.num_samples, .max_new_tokens = o.rl.max_new_tokens,
+                                       .temperature = static_cast<float>(o.rl.temperature), .top_k = o.rl.top_k,
+                                       .seed = o.input.seed, .reward = reward_};
+  const RlSettings rs{.sampling = sampling, .device_batch_size = o.batch.device_batch_size, .loss_scale = loss_scale};
   Stopwatch compute;
   stats_ = rl_forward_backward(ctx_.model, ctx_.reducer, ctx_.tokenizer, *questions_, ctx_.plan.grad_accum, rs);
   phases.sample += stats_.sample_seconds;

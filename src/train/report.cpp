@@ -146,14 +146,26 @@ std::vector<std::pair<std::string, std::string>> rows_of(const nlohmann::json& j
   return rows;
 }
 
-}  // namespace
+// The lines of metrics.jsonl, split into training steps and evaluations, and the x axis they share:
+// tokens seen where the run counts them (base, SFT), else steps (RL).
+struct Metrics {
+  std::vector<nlohmann::json> train, evals;
+  bool rl = false, by_tokens = false;
+  double tokens_per_step = 1;
+  std::string x_label;
+  double x_of(const nlohmann::json& j) const { return field(j, "step") * tokens_per_step; }
+  Series series(const std::vector<nlohmann::json>& lines, const char* key, const std::string& label) const {
+    Series s{label, {}};
+    for (const auto& j : lines) s.points.emplace_back(x_of(j), field(j, key));
+    return s;
+  }
+};
 
-ReportFiles write_report(const std::string& run_dir) {
-  namespace fs = std::filesystem;
+Metrics read_metrics(const std::string& run_dir) {
   const std::string metrics_path = run_dir + "/metrics.jsonl";
   std::ifstream in(metrics_path);
   NANODDP_CHECK(in.good(), "no {}: give the --out folder of a train, sft or rl run", metrics_path);
-  std::vector<nlohmann::json> train, evals;
+  Metrics m;
   int64_t line_no = 0;
   for (std::string line; std::getline(in, line);) {
     line_no++;
@@ -164,77 +176,93 @@ ReportFiles write_report(const std::string& run_dir) {
     } catch (const nlohmann::json::exception&) {
       NANODDP_FAIL("{}:{} is not JSON: the file is corrupt", metrics_path, line_no);
     }
-    (j.contains("val_bpb") ? evals : train).push_back(j);
+    (j.contains("val_bpb") ? m.evals : m.train).push_back(j);
   }
-  NANODDP_CHECK(!train.empty(), "{} has no training steps yet", metrics_path);
+  NANODDP_CHECK(!m.train.empty(), "{} has no training steps yet", metrics_path);
+  m.rl = m.train.front().contains("reward");
+  m.by_tokens = m.train.front().contains("tokens");
+  m.tokens_per_step = m.by_tokens ? field(m.train.front(), "tokens") / field(m.train.front(), "step") : 1;
+  m.x_label = m.by_tokens ? "tokens" : "step";
+  return m;
+}
 
-  const bool rl = train.front().contains("reward");
-  // x axis: tokens seen where the run counts them (base, SFT), else steps (RL).
-  const bool by_tokens = train.front().contains("tokens");
-  const double tokens_per_step = by_tokens ? field(train.front(), "tokens") / field(train.front(), "step") : 1;
-  const std::string x_label = by_tokens ? "tokens" : "step";
-  auto x_of = [&](const nlohmann::json& j) { return field(j, "step") * tokens_per_step; };
-  auto series = [&](const std::vector<nlohmann::json>& lines, const char* key, const std::string& label) {
-    Series s{label, {}};
-    for (const auto& j : lines) s.points.emplace_back(x_of(j), field(j, key));
-    return s;
-  };
-
-  std::vector<std::pair<std::string, PlotSpec>> plots;  // file stem, plot
-  plots.push_back({"loss", {"Loss", x_label, "nats", {series(train, "loss", "train"), series(evals, "val_loss", "val")}}});
-  if (!evals.empty()) plots.push_back({"bpb", {"Validation bits per byte", x_label, "bpb", {series(evals, "val_bpb", "val")}}});
-  if (rl) plots.push_back({"reward", {"Mean reward", x_label, "reward", {series(train, "reward", "reward")}}});
-  plots.push_back({"lr", {"Learning-rate multiplier", x_label, "lrm", {series(train, "lrm", "lrm")}}});
-  plots.push_back({"throughput", {rl ? "Sampling throughput" : "Throughput", x_label, "tokens/s",
-                                  {series(train, rl ? "sample_tokens_per_s" : "tokens_per_s", "tokens/s")}}});
+// The plots of the report, each with the file stem of its SVG.
+std::vector<std::pair<std::string, PlotSpec>> report_plots(const Metrics& m) {
+  const auto& train = m.train;
+  const auto& evals = m.evals;
+  const std::string& x_label = m.x_label;
+  std::vector<std::pair<std::string, PlotSpec>> plots;
+  plots.push_back({"loss", {"Loss", x_label, "nats", {m.series(train, "loss", "train"), m.series(evals, "val_loss", "val")}}});
+  if (!evals.empty()) plots.push_back({"bpb", {"Validation bits per byte", x_label, "bpb", {m.series(evals, "val_bpb", "val")}}});
+  if (m.rl) plots.push_back({"reward", {"Mean reward", x_label, "reward", {m.series(train, "reward", "reward")}}});
+  plots.push_back({"lr", {"Learning-rate multiplier", x_label, "lrm", {m.series(train, "lrm", "lrm")}}});
+  plots.push_back({"throughput", {m.rl ? "Sampling throughput" : "Throughput", x_label, "tokens/s",
+                                  {m.series(train, m.rl ? "sample_tokens_per_s" : "tokens_per_s", "tokens/s")}}});
   PlotSpec time{"Where each step's time went (rank 0)", x_label, "ms", {}};
   for (const char* key : {"data_ms", "sample_ms", "forward_ms", "backward_ms", "comm_ms", "optimizer_ms", "dt_ms"})
-    if (train.back().contains(key)) time.series.push_back(series(train, key, key));
+    if (train.back().contains(key)) time.series.push_back(m.series(train, key, key));
   if (!time.series.empty()) plots.push_back({"time", time});
+  return plots;
+}
 
-  // The numbers of the run.
-  const auto& last = train.back();
+// The numbers of the run: steps, time, losses, the best evaluation, reward and MFU.
+std::vector<std::pair<std::string, std::string>> report_summary(const Metrics& m) {
+  const auto& last = m.train.back();
   double seconds = 0;
-  for (const auto& j : train) seconds += std::isfinite(field(j, "dt_ms")) ? field(j, "dt_ms") / 1000 : 0;
+  for (const auto& j : m.train) seconds += std::isfinite(field(j, "dt_ms")) ? field(j, "dt_ms") / 1000 : 0;
   std::vector<std::pair<std::string, std::string>> summary = {
       {"steps", fmt::format("{}", field(last, "step"))},
       {"training time (steps only)", format_duration(seconds)},
       {"last training loss", fmt::format("{:.4f}", field(last, "loss"))}};
-  if (by_tokens) summary.emplace_back("tokens", short_number(field(last, "tokens")));
-  if (!evals.empty()) {
+  if (m.by_tokens) summary.emplace_back("tokens", short_number(field(last, "tokens")));
+  if (!m.evals.empty()) {
     // A non-finite evaluation is logged as null (JSON has no NaN): it is never the best.
     auto bpb = [](const nlohmann::json& j) {
       const double v = field(j, "val_bpb");
       return std::isfinite(v) ? v : INFINITY;
     };
-    const auto best = std::min_element(evals.begin(), evals.end(),
+    const auto best = std::min_element(m.evals.begin(), m.evals.end(),
                                        [&](const auto& a, const auto& b) { return bpb(a) < bpb(b); });
     summary.emplace_back("best val bpb", fmt::format("{:.4f} (step {})", field(*best, "val_bpb"), field(*best, "step")));
-    summary.emplace_back("last val bpb", fmt::format("{:.4f}", field(evals.back(), "val_bpb")));
+    summary.emplace_back("last val bpb", fmt::format("{:.4f}", field(m.evals.back(), "val_bpb")));
   }
-  if (rl) summary.emplace_back("last mean reward", fmt::format("{:.4f}", field(last, "reward")));
+  if (m.rl) summary.emplace_back("last mean reward", fmt::format("{:.4f}", field(last, "reward")));
   if (last.contains("mfu")) summary.emplace_back("last MFU", fmt::format("{:.1f}%", 100 * field(last, "mfu")));
+  return summary;
+}
 
+// What the newest checkpoint says of the run: its options, its model and its provenance (all empty
+// without a checkpoint).
+struct CheckpointFacts {
   nlohmann::json options, model, versions;
+};
+
+CheckpointFacts read_checkpoint_facts(const std::string& run_dir) {
+  CheckpointFacts facts;
   if (auto step = latest_checkpoint(run_dir)) {
     const nlohmann::json meta = read_checkpoint_meta(checkpoint_dir(run_dir, *step));
-    options = meta.value("options", nlohmann::json::object());
-    model = meta.value("model_config", nlohmann::json::object());
-    versions = {{"nanoddp", meta.value("nanoddp_version", "")}, {"stage", meta.value("stage", "")},
-                {"world size", meta.value("world_size", 0)}, {"newest checkpoint", checkpoint_dir(run_dir, *step)}};
+    facts.options = meta.value("options", nlohmann::json::object());
+    facts.model = meta.value("model_config", nlohmann::json::object());
+    facts.versions = {{"nanoddp", meta.value("nanoddp_version", "")}, {"stage", meta.value("stage", "")},
+                      {"world size", meta.value("world_size", 0)}, {"newest checkpoint", checkpoint_dir(run_dir, *step)}};
   }
-  const nlohmann::json environment = read_json_file(run_dir + "/environment.json");
-  const nlohmann::json run = read_json_file(run_dir + "/run.json");
+  return facts;
+}
 
-  ReportFiles files{run_dir + "/report.html", run_dir + "/report.md", {}};
-  fs::create_directories(run_dir + "/report");
-  std::string md = fmt::format("# nanoddp report: {}\n\n", run_dir);
-  std::string html = fmt::format("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>nanoddp report: {0}"
-                                 "</title><style>body{{font-family:sans-serif;max-width:1340px;margin:24px auto;}}"
-                                 "table{{border-collapse:collapse;margin:8px 0 20px}}td,th{{border:1px solid #ccc;"
-                                 "padding:3px 8px;text-align:left;font-size:13px}}.plots svg{{margin:6px}}</style>"
-                                 "</head><body>\n<h1>nanoddp report: {0}</h1>\n", xml_escape(run_dir));
-  auto table = [&](const std::string& title, const std::vector<std::pair<std::string, std::string>>& rows) {
+// The report written twice as it grows: Markdown, and HTML with the SVGs inline.
+struct ReportText {
+  std::string md, html;
+
+  explicit ReportText(const std::string& run_dir) {
+    md = fmt::format("# nanoddp report: {}\n\n", run_dir);
+    html = fmt::format("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>nanoddp report: {0}"
+                       "</title><style>body{{font-family:sans-serif;max-width:1340px;margin:24px auto;}}"
+                       "table{{border-collapse:collapse;margin:8px 0 20px}}td,th{{border:1px solid #ccc;"
+                       "padding:3px 8px;text-align:left;font-size:13px}}.plots svg{{margin:6px}}</style>"
+                       "</head><body>\n<h1>nanoddp report: {0}</h1>\n", xml_escape(run_dir));
+  }
+
+  void table(const std::string& title, const std::vector<std::pair<std::string, std::string>>& rows) {
     if (rows.empty()) return;
     md += fmt::format("## {}\n\n| | |\n|---|---|\n", title);
     html += fmt::format("<h2>{}</h2><table>\n", xml_escape(title));
@@ -244,31 +272,55 @@ ReportFiles write_report(const std::string& run_dir) {
     }
     md += "\n";
     html += "</table>\n";
-  };
-  table("Summary", summary);
-  html += "<h2>Plots</h2><div class=\"plots\">\n";
-  md += "## Plots\n\n";
-  for (const auto& [stem, spec] : plots) {
-    const std::string svg = svg_line_plot(spec);
-    const std::string path = run_dir + "/report/" + stem + ".svg";
-    write_file_atomically(path, svg);
-    files.svgs.push_back(path);
-    html += svg;
-    md += fmt::format("![{}](report/{}.svg)\n\n", spec.title, stem);
   }
-  html += "</div>\n";
-  auto run_rows = rows_of(run);
-  for (auto& [k, v] : run_rows)
+
+  // Each plot written to report/<stem>.svg, linked from the Markdown and inline in the HTML.
+  void plots(const std::string& run_dir, const std::vector<std::pair<std::string, PlotSpec>>& plots,
+             std::vector<std::string>& svg_paths) {
+    html += "<h2>Plots</h2><div class=\"plots\">\n";
+    md += "## Plots\n\n";
+    for (const auto& [stem, spec] : plots) {
+      const std::string svg = svg_line_plot(spec);
+      const std::string path = run_dir + "/report/" + stem + ".svg";
+      write_file_atomically(path, svg);
+      svg_paths.push_back(path);
+      html += svg;
+      md += fmt::format("![{}](report/{}.svg)\n\n", spec.title, stem);
+    }
+    html += "</div>\n";
+  }
+};
+
+// run.json's rows, its start time written as a date.
+std::vector<std::pair<std::string, std::string>> run_rows(const nlohmann::json& run) {
+  auto rows = rows_of(run);
+  for (auto& [k, v] : rows)
     if (k == "created_unix" && run["created_unix"].is_number_integer())
       std::tie(k, v) = std::pair<std::string, std::string>("started", utc_time(run["created_unix"].get<int64_t>()));
-  table("Run", run_rows);
-  table("Checkpoint", rows_of(versions));
-  table("Hardware and versions", rows_of(environment));
-  table("Model", rows_of(model));
-  table("Options", stage_options(options, versions.is_object() ? versions.value("stage", "") : ""));
-  html += "</body></html>\n";
-  write_file_atomically(files.markdown, md);
-  write_file_atomically(files.html, html);
+  return rows;
+}
+
+}  // namespace
+
+ReportFiles write_report(const std::string& run_dir) {
+  const Metrics metrics = read_metrics(run_dir);
+  const CheckpointFacts facts = read_checkpoint_facts(run_dir);
+  const nlohmann::json environment = read_json_file(run_dir + "/environment.json");
+  const nlohmann::json run = read_json_file(run_dir + "/run.json");
+
+  ReportFiles files{run_dir + "/report.html", run_dir + "/report.md", {}};
+  std::filesystem::create_directories(run_dir + "/report");
+  ReportText text(run_dir);
+  text.table("Summary", report_summary(metrics));
+  text.plots(run_dir, report_plots(metrics), files.svgs);
+  text.table("Run", run_rows(run));
+  text.table("Checkpoint", rows_of(facts.versions));
+  text.table("Hardware and versions", rows_of(environment));
+  text.table("Model", rows_of(facts.model));
+  text.table("Options", stage_options(facts.options, facts.versions.is_object() ? facts.versions.value("stage", "") : ""));
+  text.html += "</body></html>\n";
+  write_file_atomically(files.markdown, text.md);
+  write_file_atomically(files.html, text.html);
   return files;
 }
 

@@ -5,11 +5,8 @@
 #include <algorithm>
 #include <map>
 
+#include "chat/rollout.h"
 #include "core/error.h"
-#include "core/timer.h"
-#include "core/trace.h"
-#include "data/tasks.h"
-#include "model/generate.h"
 
 namespace nanoddp::train {
 
@@ -74,11 +71,6 @@ MicroBatch pack(const std::vector<const Row*>& rows, float loss_scale) {
   return mb;
 }
 
-// The seed of sample i of draw d: one stream per (question draw, sample).
-uint64_t sample_seed(uint64_t seed, uint64_t draw, int64_t i, int64_t n) {
-  return seed ^ (0x9E3779B97F4A7C15ull * (draw * static_cast<uint64_t>(n) + static_cast<uint64_t>(i) + 1));
-}
-
 }  // namespace
 
 RlStepStats rl_forward_backward(model::GPT& model, ddp::Reducer& reducer, const data::Tokenizer& tok,
@@ -89,40 +81,23 @@ RlStepStats rl_forward_backward(model::GPT& model, ddp::Reducer& reducer, const 
   for (int64_t q = 0; q < questions; q++) {
     uint64_t draw = 0;
     const data::Question& question = source.next(draw);
-    const std::vector<int32_t> prompt = data::render_for_completion(tok, question.conversation);
-    NANODDP_CHECK(static_cast<int64_t>(prompt.size()) < model.config().max_seq_len, "an RL question is {} tokens, "
-                  "not shorter than the model's context of {}: shorten the task's questions", prompt.size(),
-                  model.config().max_seq_len);
-    std::vector<uint64_t> seeds;
-    for (int64_t i = 0; i < s.num_samples; i++) seeds.push_back(sample_seed(s.seed, draw, i, s.num_samples));
-    model::SampleOptions so{.max_tokens = s.max_new_tokens, .temperature = s.temperature, .top_k = s.top_k,
-                            .seed = 0, .stop_token = end, .also_stop = tok.bos_id()};
-    Stopwatch sw;
-    trace::Scope traced("sample");
-    const auto completions = model::generate_batch(model, prompt, seeds, so);
-    st.sample_seconds += sw.seconds();
-
+    const chat::Rollout r = chat::rollout(model, tok, question, draw, s.sampling);
+    st.sample_seconds += r.seconds;
     std::vector<Row> rows;
-    std::vector<double> rewards;
     int64_t question_tokens = 0;
-    for (const auto& c : completions) {
-      std::vector<int32_t> text_ids = c;
-      if (!text_ids.empty() && so.stops(text_ids.back())) text_ids.pop_back();
-      rewards.push_back(data::answer_is_correct(tok.decode(text_ids), question.answer, s.reward) ? 1.0 : 0.0);
-      rows.push_back(make_row(prompt, c));
+    for (const auto& c : r.completions) {
+      rows.push_back(make_row(r.prompt, c));
       question_tokens += rows.back().valid;
-      st.sampled_tokens += static_cast<double>(c.size());
     }
-    double mean = 0;
-    for (double r : rewards) mean += r;
-    mean /= static_cast<double>(rewards.size());
-    st.reward_sum += mean * static_cast<double>(rewards.size());
-    st.samples += static_cast<double>(rewards.size());
-    st.varied_questions += std::any_of(rewards.begin(), rewards.end(), [&](double r) { return r != rewards[0]; });
+    const double mean = r.mean_reward();
+    st.sampled_tokens += static_cast<double>(r.sampled_tokens());
+    st.reward_sum += mean * static_cast<double>(r.rewards.size());
+    st.samples += static_cast<double>(r.rewards.size());
+    st.varied_questions += r.varied() ? 1 : 0;
     // Note [advantage groups]: rows of equal advantage, at most device_batch_size per micro-batch.
     std::map<double, std::vector<const Row*>> groups;
     for (size_t i = 0; i < rows.size(); i++) {
-      const double adv = rewards[i] - mean;
+      const double adv = r.rewards[i] - mean;
       if (adv != 0 && rows[i].valid > 0) groups[adv].push_back(&rows[i]);
     }
     for (const auto& [adv, members] : groups) {
@@ -131,7 +106,7 @@ RlStepStats rl_forward_backward(model::GPT& model, ddp::Reducer& reducer, const 
             members.begin() + static_cast<std::ptrdiff_t>(first),
             members.begin() + static_cast<std::ptrdiff_t>(std::min(members.size(), first + s.device_batch_size)));
         int64_t valid = 0;
-        for (const Row* r : chunk) valid += r->valid;
+        for (const Row* row : chunk) valid += row->valid;
         const double scale = adv * static_cast<double>(valid) /
                              (static_cast<double>(question_tokens) * static_cast<double>(questions));
         batches.push_back(pack(chunk, static_cast<float>(scale)));

@@ -1,8 +1,7 @@
 // nanochat's chat_rl step, on one rank: on-policy REINFORCE with a mean baseline and no KL term.
 //
-// For each of this rank's questions: sample num_samples completions with the KV cache, batched
-// (model/generate.h); reward 1 when a completion reaches the reference answer (data/tasks.h);
-// advantage A_i = reward_i - mean reward over the question's samples. The loss is
+// For each of this rank's questions: sample num_samples completions and score them (chat/rollout.h:
+// reward 1 when a completion reaches the reference answer); advantage A_i = reward_i - mean reward over the question's samples. The loss is
 //
 //   loss = (1 / Q) sum_q (1 / N_q) sum_{i in q} A_i sum_t -log p(token_it)
 //
@@ -21,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/rollout.h"
 #include "data/conversation.h"
 #include "data/loader.h"
 #include "data/tasks.h"
@@ -60,16 +60,10 @@ class QuestionSource {
 };
 
 struct RlSettings {
-  int64_t num_samples = 16;
-  int64_t max_new_tokens = 256;
-  float temperature = 1.0f;
-  int64_t top_k = 50;
-  int64_t device_batch_size = 8;  // most rows per forward/backward
-  uint64_t seed = 42;
+  chat::RolloutSettings sampling;  // each question's samples and how they score
+  int64_t device_batch_size = 8;   // most rows per forward/backward
   // Every micro-batch's gradient is multiplied by this (fp16's dynamic loss scale; 1 otherwise).
   float loss_scale = 1.f;
-  // How a completion scores (--reward, resolved for the task by data::resolve_reward_rule).
-  data::RewardRule reward = data::RewardRule::Gsm8k;
 };
 
 struct RlStepStats {

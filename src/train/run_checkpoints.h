@@ -19,7 +19,7 @@
 #include "data/loader.h"
 #include "ddp/optimizer.h"
 #include "model/gpt.h"
-#include "train/evaluate.h"
+#include "train/val_bpb.h"
 #include "train/options.h"
 #include "train/plan.h"
 #include "train/run_lock.h"

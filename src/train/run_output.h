@@ -13,7 +13,7 @@
 #include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "ops/profile.h"
-#include "train/evaluate.h"
+#include "train/val_bpb.h"
 #include "train/options.h"
 
 namespace nanoddp::train {

@@ -23,7 +23,7 @@
 #include "ddp/reducer.h"
 #include "model/gpt.h"
 #include "ops/profile.h"
-#include "train/evaluate.h"
+#include "train/val_bpb.h"
 #include "train/options.h"
 #include "train/plan.h"
 #include "train/progress.h"
@@ -85,7 +85,7 @@ class Stage {
   virtual int64_t steps_for_epochs(double num_epochs) const = 0;
   // Validation loss and bits per byte on held-out data (collective), or nothing when the stage has
   // none (RL is measured by its reward; SFT without --val_conversations).
-  virtual std::optional<EvalResult> evaluate() { return std::nullopt; }
+  virtual std::optional<EvalResult> evaluate_bpb() { return std::nullopt; }
 };
 
 // Base training and SFT (--conversations), and RL. Throw nanoddp::Error on data that cannot be read

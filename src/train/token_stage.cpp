@@ -53,7 +53,7 @@ class TokenStage final : public Stage {
     check_run_tokens(n, ctx_.plan.tokens_per_step);
     return n;
   }
-  std::optional<EvalResult> evaluate() override;
+  std::optional<EvalResult> evaluate_bpb() override;
 
  private:
   void check_step_fits(int64_t epoch_tokens) const;
@@ -214,11 +214,11 @@ std::string TokenStage::describe_batch() const {
                      ctx_.group.size(), ctx_.opts.batch.device_batch_size, ctx_.opts.model.max_seq_len, ctx_.plan.grad_accum);
 }
 
-std::optional<EvalResult> TokenStage::evaluate() {
+std::optional<EvalResult> TokenStage::evaluate_bpb() {
   // Chat stages evaluate on held-out conversations, only where the assistant speaks, or not at all.
   if (!val_loader_) return std::nullopt;
   val_loader_->set_state(data::LoaderState{});  // a loader starts at epoch 0, cursor 0
-  return train::evaluate(ctx_.model, *val_loader_, ctx_.opts.batch.device_batch_size, ctx_.opts.model.max_seq_len,
+  return train::evaluate_bpb(ctx_.model, *val_loader_, ctx_.opts.batch.device_batch_size, ctx_.opts.model.max_seq_len,
                          ctx_.plan.eval_micro_batches, ctx_.token_bytes, ctx_.group);
 }
 

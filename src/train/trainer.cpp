@@ -405,7 +405,7 @@ double Trainer::log_step(int64_t step, double lr, double seconds, const Agreed& 
 // is untrained or the checkpoint just resumed.
 bool Trainer::evaluate_and_log(int64_t step) {
   Stopwatch sw;
-  const std::optional<EvalResult> r = stage_->evaluate();
+  const std::optional<EvalResult> r = stage_->evaluate_bpb();
   if (!r) return false;
   result_.eval = r;
   evaluated_step_ = step;

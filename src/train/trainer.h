@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "comm/process_group.h"
-#include "train/evaluate.h"
+#include "train/val_bpb.h"
 #include "train/options.h"
 
 namespace nanoddp::train {

@@ -70,9 +70,8 @@ void fraction(double v, const char* flag) {
   NANODDP_CHECK(std::isfinite(v) && v >= 0 && v <= 1, "--{} must be between 0 and 1 (got {})", flag, v);
 }
 
-}  // namespace
-
-void validate_options(const TrainOptions& o) {
+// The model's shape: depth, width, heads and context, each bounded so that sizes derived from them fit.
+void validate_model_shape(const TrainOptions& o) {
   NANODDP_CHECK(o.model.depth >= 1 && o.model.depth <= kMaxDepth, "--depth must be between 1 and {} (got {})", kMaxDepth, o.model.depth);
   NANODDP_CHECK(o.model.max_seq_len >= 1 && o.model.max_seq_len <= kMaxSeqLen, "--max_seq_len must be between 1 and {} (got {})",
                 kMaxSeqLen, o.model.max_seq_len);
@@ -85,6 +84,10 @@ void validate_options(const TrainOptions& o) {
   NANODDP_CHECK(o.model.head_dim >= 2 && o.model.head_dim % 2 == 0, "--head_dim must be even and at least 2 (got {}): rotary "
                 "embeddings rotate pairs of dimensions", o.model.head_dim);
   NANODDP_CHECK(o.model.n_kv_head >= 0, "--n_kv_head must be 0 (= n_head) or positive (got {})", o.model.n_kv_head);
+}
+
+// The batch and the step budget.
+void validate_batch(const TrainOptions& o) {
   // Bounded so that device_batch_size x max_seq_len x world size stays inside int64 for any world
   // below 2^19 ranks (2^24 x 2^20 x 2^19 = 2^63): an overflow wrapped to 0, then divided by it. No
   // device holds such a batch.
@@ -96,28 +99,33 @@ void validate_options(const TrainOptions& o) {
   at_most(o.batch.num_iterations, kMaxSteps, "num_iterations", "the number of optimizer steps");
   NANODDP_CHECK(o.batch.num_epochs == -1 || (std::isfinite(o.batch.num_epochs) && o.batch.num_epochs > 0),
                 "--num_epochs must be -1 (off) or a positive number (got {})", o.batch.num_epochs);
-  // --optimizer, --stage, --mask, --dtype, --resume and the like are typed (option_types.h): their
-  // words were checked where they were read.
-  if (o.chat.stage == RunStage::Rl) {
-    NANODDP_CHECK(!o.rl.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
-    positive(o.rl.task_count, "task_count");
-    // Checked even for a questions file, which ignores it: as many as data/tasks.cpp can make.
-    at_most(o.rl.task_count, kMaxTaskItems, "task_count", "the number of a bundled task's problems");
-    NANODDP_CHECK(o.rl.num_samples >= 2, "--num_samples must be at least 2 (got {}): RL learns from how an example's "
-                  "samples differ from their mean reward, and a single sample never does", o.rl.num_samples);
-    at_most(o.rl.num_samples, kMaxRlSamples, "num_samples", "the completions per question");
-    positive(o.rl.examples_per_step, "examples_per_step");
-    NANODDP_CHECK(o.rl.examples_per_step <= kMaxRlSamplesPerStep / o.rl.num_samples, "--examples_per_step {} is too large: "
-                  "the completions sampled per step, examples_per_step x num_samples ({} x {}), are at most {}",
-                  o.rl.examples_per_step, o.rl.examples_per_step, o.rl.num_samples, kMaxRlSamplesPerStep);
-    positive(o.rl.max_new_tokens, "max_new_tokens");
-    // A completion ends where the context does: longer is a typo, not a request.
-    at_most(o.rl.max_new_tokens, kMaxSeqLen, "max_new_tokens", "a completion's length in tokens");
-    NANODDP_CHECK(std::isfinite(o.rl.temperature) && o.rl.temperature > 0, "--temperature must be positive (got {}): RL "
-                  "learns from differences between samples, and greedy samples do not differ", o.rl.temperature);
-    NANODDP_CHECK(o.rl.top_k == 0 || o.rl.top_k >= 2, "--top_k must be 0 (all tokens) or at least 2 (got {}): RL "
-                  "learns from differences between samples, and --top_k 1 samples greedily", o.rl.top_k);
-  }
+}
+
+// RL's own options, checked only for --stage rl.
+void validate_rl(const TrainOptions& o) {
+  if (o.chat.stage != RunStage::Rl) return;
+  NANODDP_CHECK(!o.rl.task.empty(), "--task is required: a questions file or one of spelling, letters, arithmetic");
+  positive(o.rl.task_count, "task_count");
+  // Checked even for a questions file, which ignores it: as many as data/tasks.cpp can make.
+  at_most(o.rl.task_count, kMaxTaskItems, "task_count", "the number of a bundled task's problems");
+  NANODDP_CHECK(o.rl.num_samples >= 2, "--num_samples must be at least 2 (got {}): RL learns from how an example's "
+                "samples differ from their mean reward, and a single sample never does", o.rl.num_samples);
+  at_most(o.rl.num_samples, kMaxRlSamples, "num_samples", "the completions per question");
+  positive(o.rl.examples_per_step, "examples_per_step");
+  NANODDP_CHECK(o.rl.examples_per_step <= kMaxRlSamplesPerStep / o.rl.num_samples, "--examples_per_step {} is too large: "
+                "the completions sampled per step, examples_per_step x num_samples ({} x {}), are at most {}",
+                o.rl.examples_per_step, o.rl.examples_per_step, o.rl.num_samples, kMaxRlSamplesPerStep);
+  positive(o.rl.max_new_tokens, "max_new_tokens");
+  // A completion ends where the context does: longer is a typo, not a request.
+  at_most(o.rl.max_new_tokens, kMaxSeqLen, "max_new_tokens", "a completion's length in tokens");
+  NANODDP_CHECK(std::isfinite(o.rl.temperature) && o.rl.temperature > 0, "--temperature must be positive (got {}): RL "
+                "learns from differences between samples, and greedy samples do not differ", o.rl.temperature);
+  NANODDP_CHECK(o.rl.top_k == 0 || o.rl.top_k >= 2, "--top_k must be 0 (all tokens) or at least 2 (got {}): RL "
+                "learns from differences between samples, and --top_k 1 samples greedily", o.rl.top_k);
+}
+
+// The compute budget, loss scaling, the optimizer and its learning rates.
+void validate_optimizer(const TrainOptions& o) {
   NANODDP_CHECK(o.batch.target_flops == -1 || (std::isfinite(o.batch.target_flops) && o.batch.target_flops > 0),
                 "--target_flops must be -1 (off) or a positive number (got {})", o.batch.target_flops);
   NANODDP_CHECK(std::isfinite(o.batch.target_param_data_ratio) && o.batch.target_param_data_ratio > 0,
@@ -142,6 +150,10 @@ void validate_options(const TrainOptions& o) {
   NANODDP_CHECK(std::isfinite(o.optim.init_lr_frac) && o.optim.init_lr_frac > 0, "--init_lr_frac must be positive (got {})",
                 o.optim.init_lr_frac);
   learning_rate_factor(o.optim.init_lr_frac, "init_lr_frac");
+}
+
+// The schedule of the learning rate, the gradient buckets, evaluation, saving and sampling.
+void validate_schedule(const TrainOptions& o) {
   NANODDP_CHECK(o.eval.sample_every == -1 || o.eval.sample_every >= 1, "--sample_every must be -1 (only at the end) or at "
                 "least 1 (got {})", o.eval.sample_every);
   fraction(o.optim.warmup_ratio, "warmup_ratio");
@@ -166,6 +178,10 @@ void validate_options(const TrainOptions& o) {
   at_most(o.output.stop_at, kMaxSteps, "stop_at", "a step number");
   NANODDP_CHECK(o.eval.sample_tokens >= 0, "--sample_tokens must be 0 (no sample) or positive (got {})", o.eval.sample_tokens);
   at_most(o.eval.sample_tokens, kMaxSeqLen, "sample_tokens", "a sample's length in tokens");
+}
+
+// The machine: timeouts, threads, peak FLOPs, and how the run starts.
+void validate_runtime(const TrainOptions& o) {
   NANODDP_CHECK(std::isfinite(o.runtime.timeout) && o.runtime.timeout > 0, "--timeout must be a positive number of seconds (got {})",
                 o.runtime.timeout);
   NANODDP_CHECK(o.runtime.timeout <= kMaxTimeoutSeconds, "--timeout {} is too large: at most {:g} seconds", o.runtime.timeout,
@@ -178,6 +194,19 @@ void validate_options(const TrainOptions& o) {
   // weights come from the checkpoint resumed); only train's own --init_from conflicts with --resume.
   NANODDP_CHECK(o.output.init_from.empty() || o.output.resume.empty() || o.chat.stage != RunStage::Base, "--init_from starts a new run and "
                 "--resume continues one: give one of them");
+}
+
+}  // namespace
+
+void validate_options(const TrainOptions& o) {
+  // --optimizer, --stage, --mask, --dtype, --resume and the like are typed (option_types.h): their
+  // words were checked where they were read.
+  validate_model_shape(o);
+  validate_batch(o);
+  validate_rl(o);
+  validate_optimizer(o);
+  validate_schedule(o);
+  validate_runtime(o);
 }
 
 DType activation_dtype(DtypeChoice dtype, Device device) {

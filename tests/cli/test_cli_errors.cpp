@@ -36,10 +36,7 @@ using namespace std::chrono_literals;
 // Where no one can write, root included.
 const std::vector<std::string> kUnwritableParents = {"/dev/null", "/proc", "/sys"};
 
-struct Outcome {
-  int status = -1;
-  std::string out, err;
-};
+using testing::Outcome;
 
 class Cli : public ::testing::Test {
  protected:
@@ -76,16 +73,7 @@ class Cli : public ::testing::Test {
   // Runs nanoddp with $NANODDP_CACHE at an empty directory, so that nothing depends on what npm
   // packages this machine has.
   Outcome nanoddp(const std::vector<std::string>& args) const {
-    std::vector<std::string> argv{testing::nanoddp_binary()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    testing::Proc p(argv, {"NANODDP_CACHE=" + path("cache")});
-    Outcome o;
-    const auto status = p.wait_exit(60s);
-    EXPECT_TRUE(status.has_value()) << "still running after 60 s";
-    o.status = status.value_or(-1);
-    o.out = p.out();
-    o.err = p.err();
-    return o;
+    return testing::run_to_end(testing::nanoddp_argv(args), {"NANODDP_CACHE=" + path("cache")}, 60s);
   }
 
   // Scratch entries whose names say they are temporary (FILE.tmp, DIR.tmp-<pid>, .prepare.tmp-<pid>).

@@ -29,10 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-struct Outcome {
-  int status = -1;
-  std::string out, err;
-};
+using testing::Outcome;
 
 class Limits : public ::testing::Test {
  protected:
@@ -41,12 +38,7 @@ class Limits : public ::testing::Test {
   std::string path(const std::string& child) const { return scratch_.str(child); }
 
   Outcome nanoddp(const std::vector<std::string>& args) const {
-    std::vector<std::string> argv{testing::nanoddp_binary()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    testing::Proc p(argv, {"NANODDP_CACHE=" + path("cache")});
-    const auto status = p.wait_exit(120s);
-    EXPECT_TRUE(status.has_value()) << "still running after 120 s";
-    return {status.value_or(-1), p.out(), p.err()};
+    return testing::run_to_end(testing::nanoddp_argv(args), {"NANODDP_CACHE=" + path("cache")}, 120s);
   }
 
   // Fails unless the command exits 1 or 2 with one error line holding every `wants` and none of
@@ -283,6 +275,15 @@ bool catches_sigterm(pid_t pid) {
   return false;
 }
 
+// Waits (up to a minute) until `p` catches SIGTERM; false when it never does.
+bool waits_for_sigterm_handler(testing::Proc& p) {
+  for (int i = 0; i < 60000; i++) {
+    if (catches_sigterm(p.pid())) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
+
 // Sampling and evaluation died silently on SIGTERM (or, had they caught it, would have run on):
 // each now stops at the next token with a line saying so, and exits 128 + 15.
 TEST_F(Limits, SigtermStopsSamplingAndEvaluationWithALine) {
@@ -298,15 +299,8 @@ TEST_F(Limits, SigtermStopsSamplingAndEvaluationWithALine) {
   };
   for (const auto& [name, args] : commands) {
     SCOPED_TRACE(name);
-    std::vector<std::string> argv{testing::nanoddp_binary()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    testing::Proc p(argv, {"NANODDP_CACHE=" + path("cache")});
-    bool ready = false;
-    for (int i = 0; i < 60000 && !ready; i++) {
-      ready = catches_sigterm(p.pid());
-      if (!ready) std::this_thread::sleep_for(1ms);
-    }
-    ASSERT_TRUE(ready) << "never installed its SIGTERM handler:\n" << p.err();
+    testing::Proc p(testing::nanoddp_argv(args), {"NANODDP_CACHE=" + path("cache")});
+    ASSERT_TRUE(waits_for_sigterm_handler(p)) << "never installed its SIGTERM handler:\n" << p.err();
     ::kill(p.pid(), SIGTERM);
     const auto status = p.wait_exit(60s);
     ASSERT_TRUE(status.has_value()) << "still running 60 s after SIGTERM";
@@ -332,15 +326,8 @@ TEST_F(Limits, SigtermStopsDataPrepareAndTokenizerTrainAndLeavesNothing) {
     const std::string fifo = path("fifo.txt");
     fs::remove(fifo);
     ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
-    std::vector<std::string> argv{testing::nanoddp_binary()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    testing::Proc p(argv, {"NANODDP_CACHE=" + path("cache")});
-    bool ready = false;
-    for (int i = 0; i < 60000 && !ready; i++) {
-      ready = catches_sigterm(p.pid());
-      if (!ready) std::this_thread::sleep_for(1ms);
-    }
-    ASSERT_TRUE(ready) << "never installed its SIGTERM handler:\n" << p.err();
+    testing::Proc p(testing::nanoddp_argv(args), {"NANODDP_CACHE=" + path("cache")});
+    ASSERT_TRUE(waits_for_sigterm_handler(p)) << "never installed its SIGTERM handler:\n" << p.err();
     ::kill(p.pid(), SIGTERM);
     std::optional<int> status;
     // Feeds the FIFO whenever it is open for reading (O_NONBLOCK: ENXIO while it is not).

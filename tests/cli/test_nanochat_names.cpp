@@ -27,25 +27,16 @@ using testing::ScratchDir;
 
 std::string test_name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
 
-struct Outcome {
-  int status = -1;
-  std::string out, err;
-};
+using testing::Outcome;
 
 // The nanoddp binary with `args`, in directory `cwd` ("" = this one).
 Outcome nanoddp(const std::vector<std::string>& args, const std::string& cwd = "") {
-  std::vector<std::string> argv{testing::nanoddp_binary()};
-  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<std::string> argv = testing::nanoddp_argv(args);
   if (!cwd.empty()) {
     // Through the shell only to change directory; the words go through "$@" unchanged.
     argv.insert(argv.begin(), {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", cwd});
   }
-  Proc p(argv);
-  Outcome o;
-  o.status = p.wait_exit(120s).value_or(-1);
-  o.out = p.out();
-  o.err = p.err();
-  return o;
+  return testing::run_to_end(argv, {}, 120s);
 }
 
 // A command line as the README writes it: words split at spaces, "double quotes" keep spaces.

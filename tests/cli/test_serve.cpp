@@ -1,6 +1,6 @@
 // nanoddp serve as clients use it: the binary on a free port (--port 0) with a tiny checkpoint,
 // driven with cpp-httplib's client.
-//  - the job queue on its own: arrival order, the --max_queue bound, stopping;
+//  - (the job queue on its own is tests/chat/test_serve_model.cpp);
 //  - /health, the page, and a JSON error with the right status for each bad request;
 //  - a streamed reply: token events, then a done event whose count is the tokens generated; at
 //    temperature 0 its text is `nanoddp chat --prompt`'s and the in-process model::generate's;
@@ -29,7 +29,6 @@
 #include <thread>
 #include <vector>
 
-#include "cli/serve_queue.h"
 #include "cli/serve_request_frame.h"
 #include "corpus.h"
 #include "data/conversation.h"
@@ -149,52 +148,6 @@ void expect_error(httplib::Client& c, const std::string& body, int status, const
   const json j = json::parse(res->body, nullptr, false);
   ASSERT_TRUE(j.is_object() && j.contains("error")) << res->body;
   EXPECT_NE(j["error"].get<std::string>().find(needle), std::string::npos) << res->body;
-}
-
-TEST(ServeQueue, ArrivalOrderBoundAndStop) {
-  cli::JobQueue q(2);
-  auto a = std::make_shared<cli::ServeJob>(), b = std::make_shared<cli::ServeJob>(),
-       c = std::make_shared<cli::ServeJob>();
-  EXPECT_TRUE(q.submit(a));
-  EXPECT_TRUE(q.submit(b));
-  EXPECT_FALSE(q.submit(c)) << "a third would wait beyond max_waiting 2";
-  EXPECT_EQ(q.next(), a);
-  EXPECT_TRUE(q.submit(c)) << "a has left the queue: it runs";
-  EXPECT_EQ(q.waiting(), 2u);
-  // A waiting job whose client left gives its place up at once.
-  auto d = std::make_shared<cli::ServeJob>();
-  EXPECT_FALSE(q.submit(d));
-  q.withdraw(b);
-  EXPECT_EQ(q.waiting(), 1u);
-  EXPECT_TRUE(q.submit(d)) << "b's place was not freed";
-  q.withdraw(a);  // a runs, it no longer waits: nothing happens
-  EXPECT_EQ(q.waiting(), 2u);
-  // A running job streams its events; the reader sees them all, then the end. With none yet, a
-  // reader gets "" after its wait (to check on its client), not the end.
-  EXPECT_EQ(a->take(10ms), "");
-  a->push("x");
-  a->push("y");
-  a->finish();
-  EXPECT_EQ(a->take(10ms), "xy");
-  EXPECT_EQ(a->take(10ms), std::nullopt);
-  // Stopping ends the waiting jobs with the given event and refuses new ones.
-  q.stop("bye");
-  for (auto& job : {c, d}) {
-    EXPECT_EQ(job->take(10ms), "bye");
-    EXPECT_EQ(job->take(10ms), std::nullopt);
-  }
-  EXPECT_EQ(q.next(), nullptr);
-  EXPECT_FALSE(q.submit(std::make_shared<cli::ServeJob>()));
-}
-
-TEST(ServeQueue, StopWakesTheModelThread) {
-  cli::JobQueue q(1);
-  std::shared_ptr<cli::ServeJob> got = std::make_shared<cli::ServeJob>();
-  std::thread model([&] { got = q.next(); });
-  std::this_thread::sleep_for(50ms);
-  q.stop("");
-  model.join();
-  EXPECT_EQ(got, nullptr);
 }
 
 TEST(Serve, HealthPageAndErrors) {

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "comm/collective.h"
+#include "rendezvous/hash_store.h"
 
 namespace nanoddp::dist::testing {
 
@@ -189,6 +191,31 @@ std::vector<std::string> check_all_collectives(ProcessGroup& pg, const CheckOpti
   c.overlapping();
   pg.barrier()->wait();
   return failures;
+}
+
+std::vector<std::string> run_thread_ranks(int world, const ThreadRank& rank) {
+  auto store = std::make_shared<HashStore>();
+  std::vector<std::vector<std::string>> per_rank(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; r++) {
+    threads.emplace_back([&, r] {
+      try {
+        per_rank[r] = rank(store, r);
+      } catch (const std::exception& e) {
+        per_rank[r].push_back(fmt::format("rank {} threw: {}", r, e.what()));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<std::string> all;
+  for (auto& f : per_rank) all.insert(all.end(), f.begin(), f.end());
+  return all;
+}
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
 }
 
 }  // namespace nanoddp::dist::testing

@@ -5,10 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/process_group.h"
+#include "rendezvous/store.h"
 
 namespace nanoddp::dist::testing {
 
@@ -24,5 +27,16 @@ struct CheckOptions {
 // Runs the checks on this rank of `pg` (every rank must call it with the same options). Returns
 // one line per wrong result; empty when everything matched.
 std::vector<std::string> check_all_collectives(ProcessGroup& pg, const CheckOptions& options);
+
+// One rank of an in-process world: builds its group on `store` (shared by all ranks, in memory) and
+// returns its failures.
+using ThreadRank = std::function<std::vector<std::string>(const std::shared_ptr<Store>& store, int rank)>;
+
+// Runs `rank` for ranks 0..world-1, one thread each; returns every rank's failures, an exception
+// thrown counted as one ("rank R threw: ...").
+std::vector<std::string> run_thread_ranks(int world, const ThreadRank& rank);
+
+// The failures, one a line, for a test's message.
+std::string join_lines(const std::vector<std::string>& lines);
 
 }  // namespace nanoddp::dist::testing

@@ -4,12 +4,10 @@
 // issued right after a kernel sees that kernel's result. Skipped without a GPU.
 #include <gtest/gtest.h>
 
-#include <thread>
 
 #include "collective_checks.h"
 #include "comm/gloo_group.h"
 #include "core/device.h"
-#include "rendezvous/hash_store.h"
 #include "rendezvous/prefix_store.h"
 #include "test_util.h"
 
@@ -18,43 +16,25 @@ namespace {
 
 using Failures = std::vector<std::string>;
 
+// Runs `fn` on `world` ranks, one thread and one GlooGroup on GPU 0 each.
 template <typename Fn>
 Failures run_ranks_on_gpu0(int world, Fn fn) {
-  auto store = std::make_shared<HashStore>();
-  std::vector<Failures> per_rank(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; r++) {
-    threads.emplace_back([&, r] {
-      try {
-        GlooGroupOptions o;
-        o.bind_address = "127.0.0.1";
-        o.device = Device::cuda(0);
-        GlooGroup group(std::make_shared<PrefixStore>("gloo", store), r, world, o);
-        per_rank[r] = fn(group);
-      } catch (const std::exception& e) {
-        per_rank[r].push_back(fmt::format("rank {} threw: {}", r, e.what()));
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  Failures all;
-  for (auto& f : per_rank) all.insert(all.end(), f.begin(), f.end());
-  return all;
-}
-
-std::string join(const Failures& f) {
-  std::string all;
-  for (auto& l : f) all += l + "\n";
-  return all;
+  return testing::run_thread_ranks(world, [&](const std::shared_ptr<Store>& store, int r) {
+    GlooGroupOptions o;
+    o.bind_address = "127.0.0.1";
+    o.device = Device::cuda(0);
+    GlooGroup group(std::make_shared<PrefixStore>("gloo", store), r, world, o);
+    return fn(group);
+  });
 }
 
 TEST(GlooCuda, EveryCollectiveIsExactWithRanksSharingOneGpu) {
-  NANODDP_SKIP_UNLESS(cuda_device_count() > 0, "skipped: no GPU");
+  NANODDP_REQUIRE_GPU();
   for (int world : {2, 3}) {
     testing::CheckOptions o;  // the group's device() is cuda:0: the checks make CUDA tensors
     o.salt = uint64_t(world);
     Failures f = run_ranks_on_gpu0(world, [&](GlooGroup& g) { return testing::check_all_collectives(g, o); });
-    EXPECT_TRUE(f.empty()) << "world " << world << ":\n" << join(f);
+    EXPECT_TRUE(f.empty()) << "world " << world << ":\n" << testing::join_lines(f);
   }
 }
 
@@ -62,7 +42,7 @@ TEST(GlooCuda, EveryCollectiveIsExactWithRanksSharingOneGpu) {
 // memory, which core's copy() queues on the compute stream without waiting for the device, is what
 // gets reduced, round after round.
 TEST(GlooCuda, TheCollectiveReadsWhatTheComputeStreamWroteBeforeIt) {
-  NANODDP_SKIP_UNLESS(cuda_device_count() > 0, "skipped: no GPU");
+  NANODDP_REQUIRE_GPU();
   Failures f = run_ranks_on_gpu0(2, [](GlooGroup& g) {
     Failures out;
     const int64_t n = 1 << 22;
@@ -83,7 +63,7 @@ TEST(GlooCuda, TheCollectiveReadsWhatTheComputeStreamWroteBeforeIt) {
     }
     return out;
   });
-  EXPECT_TRUE(f.empty()) << join(f);
+  EXPECT_TRUE(f.empty()) << testing::join_lines(f);
 }
 
 }  // namespace

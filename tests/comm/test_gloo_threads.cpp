@@ -33,29 +33,10 @@ GlooGroupOptions local_options(std::chrono::milliseconds timeout = 60s) {
 // Runs `fn` on `world` ranks, one thread and one GlooGroup each; returns every rank's failures
 // (including errors thrown), prefixed with the rank.
 std::vector<std::string> run_ranks(int world, const GlooGroupOptions& options, const RankFn& fn) {
-  auto store = std::make_shared<HashStore>();
-  std::vector<std::vector<std::string>> per_rank(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; r++) {
-    threads.emplace_back([&, r] {
-      try {
-        GlooGroup group(std::make_shared<PrefixStore>("pg", store), r, world, options);
-        per_rank[r] = fn(group);
-      } catch (const std::exception& e) {
-        per_rank[r].push_back(fmt::format("rank {} threw: {}", r, e.what()));
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  std::vector<std::string> all;
-  for (auto& f : per_rank) all.insert(all.end(), f.begin(), f.end());
-  return all;
-}
-
-std::string join(const std::vector<std::string>& lines) {
-  std::string out;
-  for (auto& l : lines) out += l + "\n";
-  return out;
+  return testing::run_thread_ranks(world, [&](const std::shared_ptr<Store>& store, int r) {
+    GlooGroup group(std::make_shared<PrefixStore>("pg", store), r, world, options);
+    return fn(group);
+  });
 }
 
 class GlooWorld : public ::testing::TestWithParam<int> {};
@@ -65,7 +46,7 @@ TEST_P(GlooWorld, EveryCollectiveIsExact) {
   checks.salt = uint64_t(GetParam());
   auto failures = run_ranks(GetParam(), local_options(),
                             [&](GlooGroup& g) { return testing::check_all_collectives(g, checks); });
-  EXPECT_TRUE(failures.empty()) << join(failures);
+  EXPECT_TRUE(failures.empty()) << testing::join_lines(failures);
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, GlooWorld, ::testing::Range(1, 9));
@@ -80,7 +61,7 @@ TEST_P(GlooStagedWorld, EveryCollectiveThroughTheStagingBufferIsExact) {
   GlooGroupOptions o = local_options();
   o.stage_host_tensors = true;
   auto failures = run_ranks(GetParam(), o, [&](GlooGroup& g) { return testing::check_all_collectives(g, checks); });
-  EXPECT_TRUE(failures.empty()) << join(failures);
+  EXPECT_TRUE(failures.empty()) << testing::join_lines(failures);
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, GlooStagedWorld, ::testing::Values(1, 2, 3, 5));
@@ -132,7 +113,7 @@ TEST(GlooGroup, RefusesWhatItCannotReduce) {
     g.broadcast(bf, 0)->wait();
     return std::vector<std::string>{};  // the checks above report for themselves
   });
-  EXPECT_TRUE(failures.empty()) << join(failures);
+  EXPECT_TRUE(failures.empty()) << testing::join_lines(failures);
 }
 
 // One rank stalls before its second collective; the others must fail within the timeout (plus

@@ -21,16 +21,7 @@ using namespace std::chrono_literals;
 using testing::Proc;
 using testing::ScratchDir;
 
-const std::string& dataset() {
-  static ScratchDir dir("gloo_cuda_dataset_" + std::to_string(::getpid()));
-  static bool made = false;
-  if (!made) {
-    testing::make_byte_dataset(dir.str(), 200, 11);
-    made = true;
-  }
-  static std::string path = dir.str("data");
-  return path;
-}
+const std::string& dataset() { return testing::process_byte_dataset("gloo_cuda_dataset"); }
 
 // A tiny model on GPU 0; 2 rows of 4 x 32 tokens per step, whatever the world size.
 std::vector<std::string> train_flags(const std::string& out, int zero, const std::string& opt) {
@@ -50,13 +41,11 @@ struct Mode {
 class TwoRanksOnOneGpu : public ::testing::TestWithParam<Mode> {};
 
 TEST_P(TwoRanksOnOneGpu, EqualOneRankWithTwoAccumulationStepsOverGloo) {
-  NANODDP_SKIP_UNLESS(cuda_device_count() > 0, "skipped: no GPU");
+  NANODDP_REQUIRE_GPU();
   const auto [zero, opt] = GetParam();
   ScratchDir one(fmt::format("gloo_cuda_one_{}_{}", zero, opt)), two(fmt::format("gloo_cuda_two_{}_{}", zero, opt));
-  std::vector<std::string> single = {testing::nanoddp_binary()};
-  for (auto& f : train_flags(one.str(), zero, opt)) single.push_back(f);
-  std::vector<std::string> launched = {testing::nanoddp_binary(), "run", "--standalone", "--nproc_per_node", "2"};
-  for (auto& f : train_flags(two.str(), zero, opt)) launched.push_back(f);
+  const std::vector<std::string> single = testing::nanoddp_argv(train_flags(one.str(), zero, opt));
+  std::vector<std::string> launched = testing::nanoddp_run_argv(2, {}, train_flags(two.str(), zero, opt));
   launched.insert(launched.end(), {"--backend", "gloo"});
   Proc p1(single);
   ASSERT_EQ(p1.wait_exit(300s), 0) << p1.all();

@@ -107,6 +107,22 @@ TEST_P(NewtonSchulz, CloseToExactArithmeticAndOrthogonalising) {
   EXPECT_LT(std::sqrt(frob / m), 1.4);
 }
 
+// One bf16 step of the kernel (x) against its emulation in double with bf16 rounding where the
+// kernel rounds (want): within 2^-7 of the largest entry everywhere and equal bits in at least 99%
+// of them (Newton-Schulz's OneBf16StepRoundsEachOpOnce says why).
+void expect_bf16_step_as_emulated(const Tensor& x, const std::vector<double>& want) {
+  double largest = 0, worst = 0;
+  int64_t equal = 0;
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; i++) {
+    largest = std::max(largest, std::abs(want[i]));
+    worst = std::max(worst, std::abs(x.data<float>()[i] - want[i]));
+    equal += x.data<float>()[i] == want[i];
+  }
+  EXPECT_LT(worst, largest / 128);
+  EXPECT_GE(equal, n * 99 / 100) << equal << " of " << n << " equal";
+}
+
 // One bf16 Newton-Schulz step against its definition written out: every tensor op's result
 // rounded to bf16 once (GEMMs summed in double here, in f32 in the kernel), scalars in f32.
 // Tolerance: the kernel's f32 accumulation (in the bf16 matmul's own order) and the reference's
@@ -153,15 +169,7 @@ TEST_P(NewtonSchulz, OneBf16StepRoundsEachOpOnce) {
     for (int64_t j = 0; j < cols; j++) want[i * cols + j] = X[tr ? j * rows + i : i * cols + j];
 
   ops::newton_schulz(x, 1, true);
-  double largest = 0, worst = 0;
-  int64_t equal = 0;
-  for (int64_t i = 0; i < rows * cols; i++) {
-    largest = std::max(largest, std::abs(want[i]));
-    worst = std::max(worst, std::abs(x.data<float>()[i] - want[i]));
-    equal += x.data<float>()[i] == want[i];
-  }
-  EXPECT_LT(worst, largest / 128);
-  EXPECT_GE(equal, rows * cols * 99 / 100) << equal << " of " << rows * cols << " equal";
+  expect_bf16_step_as_emulated(x, want);
 }
 
 // Matrices passed together (as Muon passes each shape's matrices) run side by side, one per
@@ -341,15 +349,7 @@ TEST_P(PolarExpress, OneBf16StepRoundsEachOpOnce) {
   for (int64_t i = 0; i < rows * cols; i++) want[i] = rb(rb(a * static_cast<float>(X[i])) + XB[i]);
 
   ops::polar_express(x, 1, true);
-  double largest = 0, worst = 0;
-  int64_t equal = 0;
-  for (int64_t i = 0; i < rows * cols; i++) {
-    largest = std::max(largest, std::abs(want[i]));
-    worst = std::max(worst, std::abs(x.data<float>()[i] - want[i]));
-    equal += x.data<float>()[i] == want[i];
-  }
-  EXPECT_LT(worst, largest / 128);
-  EXPECT_GE(equal, rows * cols * 99 / 100) << equal << " of " << rows * cols << " equal";
+  expect_bf16_step_as_emulated(x, want);
 }
 
 // The purpose: singular values pushed to 1. Polar Express's five steps map every singular value

@@ -1,11 +1,14 @@
 #include "corpus.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/rng.h"
 #include "data/prepare.h"
+#include "test_util.h"
 
 namespace nanoddp::testing {
 
@@ -39,6 +42,15 @@ void make_byte_dataset(const std::string& dir, int docs, uint64_t seed) {
   o.val_every = 10;
   o.overwrite = true;
   data::prepare_dataset(o);
+}
+
+const std::string& process_byte_dataset(const std::string& name) {
+  static ScratchDir dir(name + "_" + std::to_string(::getpid()));
+  static const std::string path = [] {
+    make_byte_dataset(dir.str(), 200, 11);
+    return dir.str("data");
+  }();
+  return path;
 }
 
 }  // namespace nanoddp::testing

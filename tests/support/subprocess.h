@@ -153,4 +153,20 @@ class Proc {
   bool eof_ = false;
 };
 
+// What a program run to its end did: its exit status (-1 when it outlived the deadline) and output.
+struct Outcome {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs argv with `env` added (as Proc takes it); fails the test when it is still running after
+// `timeout`, then stops it.
+inline Outcome run_to_end(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                          std::chrono::seconds timeout) {
+  Proc p(argv, env);
+  const std::optional<int> status = p.wait_exit(timeout);
+  EXPECT_TRUE(status.has_value()) << "still running after " << timeout.count() << " s";
+  return {status.value_or(-1), p.out(), p.err()};
+}
+
 }  // namespace nanoddp::testing

@@ -93,6 +93,20 @@ ScratchDir::~ScratchDir() {
 
 std::string nanoddp_binary() { return std::string(NANODDP_BINARY_DIR) + "/nanoddp"; }
 
+std::vector<std::string> nanoddp_argv(const std::vector<std::string>& command) {
+  std::vector<std::string> argv = {nanoddp_binary()};
+  argv.insert(argv.end(), command.begin(), command.end());
+  return argv;
+}
+
+std::vector<std::string> nanoddp_run_argv(int nproc, const std::vector<std::string>& launcher_flags,
+                                          const std::vector<std::string>& command) {
+  std::vector<std::string> argv = {nanoddp_binary(), "run", "--standalone", "--nproc_per_node", std::to_string(nproc)};
+  argv.insert(argv.end(), launcher_flags.begin(), launcher_flags.end());
+  argv.insert(argv.end(), command.begin(), command.end());
+  return argv;
+}
+
 CommandResult run_command(const std::string& command) {
   CommandResult r;
   FILE* pipe = popen((command + " 2>&1").c_str(), "r");

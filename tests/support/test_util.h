@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -47,6 +48,13 @@ class ScratchDir {
 // The nanoddp executable of this build tree.
 std::string nanoddp_binary();
 
+// The argv of the nanoddp binary running `command` ("train", "--data", ...).
+std::vector<std::string> nanoddp_argv(const std::vector<std::string>& command);
+
+// The argv of `nanoddp run --standalone --nproc_per_node NPROC`, then launcher_flags, then `command`.
+std::vector<std::string> nanoddp_run_argv(int nproc, const std::vector<std::string>& launcher_flags,
+                                          const std::vector<std::string>& command);
+
 // A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed), for a store or
 // launcher the test starts next.
 int free_port();
@@ -67,6 +75,10 @@ std::string read_file(const std::string& path);
   do {                                     \
     if (!(cond)) GTEST_SKIP() << (reason); \
   } while (0)
+
+// Every test that runs on a GPU starts with this: the suite runs (and reports skips) on machines
+// without one.
+#define NANODDP_REQUIRE_GPU() NANODDP_SKIP_UNLESS(::nanoddp::cuda_device_count() > 0, "skipped: no GPU")
 
 // True under NANODDP_REQUIRE_REFERENCES=1 (CI), where a comparison must not pass by being skipped.
 bool references_required();

@@ -35,20 +35,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using testing::nanoddp_argv;
+using testing::nanoddp_run_argv;
 using testing::Proc;
 using testing::ScratchDir;
 
-const std::string& dataset() {
-  // One per process: ctest runs the test cases of this file as parallel processes.
-  static ScratchDir dir("dist_train_dataset_" + std::to_string(::getpid()));
-  static bool made = false;
-  if (!made) {
-    testing::make_byte_dataset(dir.str(), 200, 11);
-    made = true;
-  }
-  static std::string path = dir.str("data");
-  return path;
-}
+const std::string& dataset() { return testing::process_byte_dataset("dist_train_dataset"); }
 
 // `nanoddp train` flags of a tiny model; the caller adds batch, steps and output.
 std::vector<std::string> train_flags(const std::string& out, int64_t total_batch, int steps) {
@@ -56,20 +48,6 @@ std::vector<std::string> train_flags(const std::string& out, int64_t total_batch
           "--max_seq_len", "32", "--device_batch_size", "4", "--total_batch_size", std::to_string(total_batch),
           "--num_iterations", std::to_string(steps), "--eval_every", "4", "--eval_tokens", "512", "--threads", "1",
           "--peak_flops", "1e9", "--timeout", "20"};
-}
-
-std::vector<std::string> launch(int nproc, std::vector<std::string> extra, const std::vector<std::string>& train) {
-  std::vector<std::string> argv = {testing::nanoddp_binary(), "run", "--standalone", "--nproc_per_node",
-                                   std::to_string(nproc)};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.insert(argv.end(), train.begin(), train.end());
-  return argv;
-}
-
-std::vector<std::string> single(const std::vector<std::string>& train) {
-  std::vector<std::string> argv = {testing::nanoddp_binary()};
-  argv.insert(argv.end(), train.begin(), train.end());
-  return argv;
 }
 
 std::map<int64_t, double> losses(const std::string& out) { return testing::training_losses(out); }
@@ -126,7 +104,7 @@ TEST_P(TwoRanks, EqualOneRankWithTwoAccumulationSteps) {
   auto a = train_flags(one.str(), 4 * 32 * 2, 8), b = train_flags(two.str(), 4 * 32 * 2, 8);
   a.insert(a.end(), mode.begin(), mode.end());
   b.insert(b.end(), mode.begin(), mode.end());
-  Proc p1(single(a)), p2(launch(2, {}, b));
+  Proc p1(nanoddp_argv(a)), p2(nanoddp_run_argv(2, {}, b));
   ASSERT_EQ(p1.wait_exit(120s), 0) << p1.all();
   ASSERT_EQ(p2.wait_exit(120s), 0) << p2.all();
   auto la = losses(one.str()), lb = losses(two.str());
@@ -161,12 +139,12 @@ TEST(Failure, KillNineOfARankEndsTheJobOrRestartsItExactly) {
     f.insert(f.end(), {"--save_every", "3"});
     return f;
   };
-  Proc reference(launch(2, {}, flags(straight.str())));
+  Proc reference(nanoddp_run_argv(2, {}, flags(straight.str())));
   ASSERT_EQ(reference.wait_exit(180s), 0) << reference.all();
 
   // Without restarts: the launcher stops the job within 10 s, names rank 1, leaves nothing behind.
   {
-    Proc job(launch(2, {}, flags(fatal.str())));
+    Proc job(nanoddp_run_argv(2, {}, flags(fatal.str())));
     ASSERT_TRUE(job.wait_for_text("step 00005/", 120s)) << job.all();
     const pid_t r0 = worker_pid(job.pid(), 0), r1 = worker_pid(job.pid(), 1);
     ASSERT_GT(r1, 0);
@@ -183,7 +161,7 @@ TEST(Failure, KillNineOfARankEndsTheJobOrRestartsItExactly) {
 
   // With --max_restarts 1: the group restarts, resumes from the newest checkpoint, and ends with
   // the straight run's weights and losses, bit for bit, whenever the kill landed.
-  Proc job(launch(2, {"--max_restarts", "1"}, flags(killed.str())));
+  Proc job(nanoddp_run_argv(2, {"--max_restarts", "1"}, flags(killed.str())));
   ASSERT_TRUE(job.wait_for_text("step 00007/", 120s)) << job.all();
   ::kill(worker_pid(job.pid(), 1), SIGKILL);
   ASSERT_EQ(job.wait_exit(180s), 0) << job.all();
@@ -197,7 +175,7 @@ TEST(Failure, AStalledRankMakesTheOthersFailWithTheTimeout) {
   ScratchDir out("dist_stall");
   auto f = train_flags(out.str(), 4 * 32 * 2, 200);
   f.back() = "3";  // --timeout 3
-  Proc job(launch(2, {}, f));
+  Proc job(nanoddp_run_argv(2, {}, f));
   ASSERT_TRUE(job.wait_for_text("step 00003/", 120s)) << job.all();
   const pid_t r1 = worker_pid(job.pid(), 1);
   ::kill(r1, SIGSTOP);  // a real stall: the process is alive but does nothing
@@ -215,7 +193,7 @@ class TwoHostTraining : public testing::TwoHosts {};
 
 TEST_F(TwoHostTraining, TrainsLikeTwoProcessesOnOneHost) {
   ScratchDir local("dist_two_hosts_local"), hosts("dist_two_hosts");
-  Proc reference(launch(2, {}, train_flags(local.str(), 4 * 32 * 2, 6)));
+  Proc reference(nanoddp_run_argv(2, {}, train_flags(local.str(), 4 * 32 * 2, 6)));
   ASSERT_EQ(reference.wait_exit(120s), 0) << reference.all();
   auto node = [&](int i) {
     std::vector<std::string> argv = {testing::nanoddp_binary(), "run", "--nnodes", "2", "--node_rank",
@@ -238,7 +216,7 @@ using nanoddp::testing::free_port;
 // variables srun sets; Gloo with the store on the first host of the node list).
 TEST(OtherLaunchers, MpirunAndSrunTrainLikeOneRankWithTwoAccumulationSteps) {
   ScratchDir one("dist_launchers_one"), mpi("dist_launchers_mpi"), slurm("dist_launchers_srun");
-  Proc ref(single(train_flags(one.str(), 4 * 32 * 2, 6)));
+  Proc ref(nanoddp_argv(train_flags(one.str(), 4 * 32 * 2, 6)));
   ASSERT_EQ(ref.wait_exit(120s), 0) << ref.all();
   const auto want = losses(one.str());
   ASSERT_EQ(want.size(), 6u);
@@ -270,8 +248,8 @@ TEST(OtherLaunchers, MpirunAndSrunTrainLikeOneRankWithTwoAccumulationSteps) {
                                     // a real Slurm step's own would win over the ones above
                                     "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"};
   };
-  Proc r0(single(train_flags(slurm.str(), 4 * 32 * 2, 6)), srun_env(0));
-  Proc r1(single(train_flags(slurm.str(), 4 * 32 * 2, 6)), srun_env(1));
+  Proc r0(nanoddp_argv(train_flags(slurm.str(), 4 * 32 * 2, 6)), srun_env(0));
+  Proc r1(nanoddp_argv(train_flags(slurm.str(), 4 * 32 * 2, 6)), srun_env(1));
   ASSERT_EQ(r0.wait_exit(120s), 0) << r0.all();
   ASSERT_EQ(r1.wait_exit(120s), 0) << r1.all();
   EXPECT_NE(r0.all().find("| backend gloo"), std::string::npos) << r0.all();
@@ -297,7 +275,7 @@ TEST(Failure, ARankWhoseStoreHostFreezesReportsWithinTheTimeout) {
   auto f = train_flags(out.str(), 4 * 32 * 2, 200);
   f.back() = "3";  // --timeout 3: heartbeats every 0.3 s, store requests give up after 5 s
   const int port = free_port();
-  Proc r0(single(f), env_of(0, port)), r1(single(f), env_of(1, port));
+  Proc r0(nanoddp_argv(f), env_of(0, port)), r1(nanoddp_argv(f), env_of(1, port));
   ASSERT_TRUE(r0.wait_for_text("step 00003/", 120s)) << r0.all();
   ::kill(r0.pid(), SIGSTOP);
   const auto start = std::chrono::steady_clock::now();
@@ -317,7 +295,7 @@ TEST(BadInput, RanksStartedWithDifferentDepthsRefuseToTrain) {
   auto f0 = train_flags(out.str(), -1, 4), f1 = f0;
   f1[6] = "3";  // --depth 3 on rank 1
   ASSERT_EQ(f1[5], "--depth");
-  Proc r0(single(f0), env_of(0, port)), r1(single(f1), env_of(1, port));
+  Proc r0(nanoddp_argv(f0), env_of(0, port)), r1(nanoddp_argv(f1), env_of(1, port));
   EXPECT_EQ(r0.wait_exit(60s), 1) << r0.all();
   EXPECT_EQ(r1.wait_exit(60s), 1) << r1.all();
   EXPECT_NE(r1.err().find("--depth is 3 on rank 1 but 2 on rank 0"), std::string::npos) << r1.err();
@@ -331,12 +309,12 @@ TEST(BadInput, RanksThatFindDifferentCheckpointsToResumeStopTogether) {
   ScratchDir root("dist_resume_mismatch");
   fs::create_directories(root.str("r0"));
   fs::create_directories(root.str("r1"));
-  Proc first(single(train_flags(root.str("r0/run"), 4 * 32 * 2, 2)));
+  Proc first(nanoddp_argv(train_flags(root.str("r0/run"), 4 * 32 * 2, 2)));
   ASSERT_EQ(first.wait_exit(60s), 0) << first.all();
   const int port = free_port();
   auto in_dir = [&](const std::string& dir) {
     std::string cmd = "cd '" + dir + "' && exec";
-    for (const auto& a : single(train_flags("run", 4 * 32 * 2, 4))) cmd += " '" + a + "'";
+    for (const auto& a : nanoddp_argv(train_flags("run", 4 * 32 * 2, 4))) cmd += " '" + a + "'";
     return std::vector<std::string>{"/bin/sh", "-c", cmd + " --resume latest"};
   };
   Proc r0(in_dir(root.str("r0")), env_of(0, port)), r1(in_dir(root.str("r1")), env_of(1, port));
@@ -354,8 +332,8 @@ TEST(BadInput, ARunFolderInUseStopsEveryRank) {
   ScratchDir root("dist_folder_in_use");
   train::RunLock held(root.str("run"));
   const int port = free_port();
-  Proc r0(single(train_flags(root.str("run"), 4 * 32 * 2, 4)), env_of(0, port));
-  Proc r1(single(train_flags(root.str("run"), 4 * 32 * 2, 4)), env_of(1, port));
+  Proc r0(nanoddp_argv(train_flags(root.str("run"), 4 * 32 * 2, 4)), env_of(0, port));
+  Proc r1(nanoddp_argv(train_flags(root.str("run"), 4 * 32 * 2, 4)), env_of(1, port));
   EXPECT_EQ(r0.wait_exit(60s), 1) << r0.all();
   EXPECT_EQ(r1.wait_exit(60s), 1) << r1.all();
   EXPECT_NE(r0.err().find(fmt::format("is in use by another run (pid {} on host", ::getpid())), std::string::npos)
@@ -365,7 +343,7 @@ TEST(BadInput, ARunFolderInUseStopsEveryRank) {
 
 TEST(BadInput, WorldSizeThatDoesNotDivideTheBatch) {
   ScratchDir out("dist_bad_world");
-  Proc job(launch(3, {}, train_flags(out.str(), 4 * 32 * 2, 4)));  // 256 tokens over 3 x 128
+  Proc job(nanoddp_run_argv(3, {}, train_flags(out.str(), 4 * 32 * 2, 4)));  // 256 tokens over 3 x 128
   EXPECT_NE(job.wait_exit(60s).value_or(0), 0);
   EXPECT_NE(job.all().find("is not a multiple of device_batch_size x max_seq_len x world size = 4 x 32 x 3"),
             std::string::npos)
@@ -383,15 +361,15 @@ TEST(Resharding, TwoRanksResumedOnOneEqualTheStraightRunBitForBit) {
     f.insert(f.end(), {"--zero", zero});
     return f;
   };
-  Proc a(launch(2, {}, flags(straight.str(), "1")));
+  Proc a(nanoddp_run_argv(2, {}, flags(straight.str(), "1")));
   ASSERT_EQ(a.wait_exit(120s), 0) << a.all();
   auto first = flags(split.str(), "1");
   first.insert(first.end(), {"--stop_at", "4"});
-  Proc b(launch(2, {}, first));
+  Proc b(nanoddp_run_argv(2, {}, first));
   ASSERT_EQ(b.wait_exit(120s), 0) << b.all();
   auto rest = flags(split.str(), "0");
   rest.insert(rest.end(), {"--resume", "latest"});
-  Proc c(single(rest));
+  Proc c(nanoddp_argv(rest));
   ASSERT_EQ(c.wait_exit(120s), 0) << c.all();
   EXPECT_NE(c.all().find("resharded the optimizer state of 2 rank(s)"), std::string::npos) << c.all();
   auto la = losses(straight.str()), lb = losses(split.str());
@@ -406,15 +384,15 @@ TEST(Resharding, TwoRanksResumedOnOneEqualTheStraightRunBitForBit) {
 TEST(Resharding, ReplicatedStateOfTwoRanksResumesOnOneBitForBit) {
   ScratchDir straight("reshard_z0_straight"), split("reshard_z0_split");
   auto flags = [](const std::string& out) { return train_flags(out, 4 * 32 * 2, 8); };
-  Proc a(launch(2, {}, flags(straight.str())));
+  Proc a(nanoddp_run_argv(2, {}, flags(straight.str())));
   ASSERT_EQ(a.wait_exit(120s), 0) << a.all();
   auto first = flags(split.str());
   first.insert(first.end(), {"--stop_at", "4"});
-  Proc b(launch(2, {}, first));
+  Proc b(nanoddp_run_argv(2, {}, first));
   ASSERT_EQ(b.wait_exit(120s), 0) << b.all();
   auto rest = flags(split.str());
   rest.insert(rest.end(), {"--resume", "latest"});
-  Proc c(single(rest));
+  Proc c(nanoddp_argv(rest));
   ASSERT_EQ(c.wait_exit(120s), 0) << c.all();
   EXPECT_NE(c.all().find("resharded the optimizer state of 2 rank(s) (--zero 0)"), std::string::npos) << c.all();
   auto la = losses(straight.str()), lb = losses(split.str());
@@ -430,12 +408,12 @@ TEST(Resharding, OtherBucketSizesUnderZeroOneResume) {
   ScratchDir split("reshard_buckets");
   auto first = train_flags(split.str(), 4 * 32 * 2, 6);
   first.insert(first.end(), {"--zero", "1", "--stop_at", "3"});
-  Proc b(launch(2, {}, first));
+  Proc b(nanoddp_run_argv(2, {}, first));
   ASSERT_EQ(b.wait_exit(120s), 0) << b.all();
   auto rest = train_flags(split.str(), 4 * 32 * 2, 6);
   rest.insert(rest.end(),
               {"--zero", "1", "--resume", "latest", "--first_bucket_mb", "0.05", "--bucket_cap_mb", "0.05"});
-  Proc c(launch(2, {}, rest));
+  Proc c(nanoddp_run_argv(2, {}, rest));
   ASSERT_EQ(c.wait_exit(120s), 0) << c.all();
   EXPECT_NE(c.all().find("resharded the optimizer state of 2 rank(s) (--zero 1)"), std::string::npos) << c.all();
 }
@@ -443,15 +421,15 @@ TEST(Resharding, OtherBucketSizesUnderZeroOneResume) {
 TEST(Resharding, OneRankResumedOnThreeContinuesLikeTheStraightRun) {
   ScratchDir straight("reshard_3_straight"), split("reshard_3_split");
   auto flags = [](const std::string& out) { return train_flags(out, 4 * 32 * 3, 8); };
-  Proc a(single(flags(straight.str())));
+  Proc a(nanoddp_argv(flags(straight.str())));
   ASSERT_EQ(a.wait_exit(120s), 0) << a.all();
   auto first = flags(split.str());
   first.insert(first.end(), {"--stop_at", "4"});
-  Proc b(single(first));
+  Proc b(nanoddp_argv(first));
   ASSERT_EQ(b.wait_exit(120s), 0) << b.all();
   auto rest = flags(split.str());
   rest.insert(rest.end(), {"--resume", "latest", "--zero", "2"});
-  Proc c(launch(3, {}, rest));
+  Proc c(nanoddp_run_argv(3, {}, rest));
   ASSERT_EQ(c.wait_exit(180s), 0) << c.all();
   auto la = losses(straight.str()), lb = losses(split.str());
   ASSERT_EQ(la.size(), 8u);
@@ -476,19 +454,19 @@ TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationStepsAndEvalCountsAlike) {
   // A context of 128 tokens holds the arithmetic questions (97 tokens), so eval has room to answer.
   auto base_flags = train_flags(base.str(), 4 * 128, 4);
   base_flags.insert(base_flags.end(), {"--max_seq_len", "128"});
-  Proc b(single(base_flags));
+  Proc b(nanoddp_argv(base_flags));
   ASSERT_EQ(b.wait_exit(60s), 0) << b.all();
   const std::string convs = tasks.str("train.jsonl");
-  Proc t(single({"task", "--name", "arithmetic", "--count", "60", "--out", convs}));
+  Proc t(nanoddp_argv({"task", "--name", "arithmetic", "--count", "60", "--out", convs}));
   ASSERT_EQ(t.wait_exit(60s), 0) << t.all();
   auto sft = [&](const std::string& out) {
     return std::vector<std::string>{"sft", "--source", base.str(), "--data", convs, "--out", out,
                                     "--device_batch_size", "4", "--total_batch_size", std::to_string(4 * 128 * 2),
                                     "--num_iterations", "6", "--threads", "1", "--peak_flops", "1e9", "--timeout", "20"};
   };
-  Proc a1(single(sft(one.str())));
+  Proc a1(nanoddp_argv(sft(one.str())));
   ASSERT_EQ(a1.wait_exit(120s), 0) << a1.all();
-  Proc a2(launch(2, {}, sft(two.str())));
+  Proc a2(nanoddp_run_argv(2, {}, sft(two.str())));
   ASSERT_EQ(a2.wait_exit(120s), 0) << a2.all();
   auto l1 = losses(one.str()), l2 = losses(two.str());
   ASSERT_EQ(l1.size(), 6u);
@@ -506,7 +484,7 @@ TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationStepsAndEvalCountsAlike) {
   auto eval = [&](int ranks) {
     std::vector<std::string> e = {"eval", "--checkpoint", one.str(), "--task", "arithmetic", "--count", "7",
                                   "--num_samples", "3", "--temperature", "1", "--max_tokens", "24", "--timeout", "20"};
-    Proc p(ranks == 1 ? single(e) : launch(ranks, {}, e));
+    Proc p(ranks == 1 ? nanoddp_argv(e) : nanoddp_run_argv(ranks, {}, e));
     EXPECT_EQ(p.wait_exit(120s), 0) << p.all();
     const std::string out = p.out();
     const size_t brace = out.rfind('{');
@@ -531,7 +509,7 @@ TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationStepsAndEvalCountsAlike) {
     std::vector<std::unique_ptr<Proc>> ranks;
     for (int r = 0; r < 2; r++) {
       ranks.push_back(std::make_unique<Proc>(
-          single({"eval", "--checkpoint", one.str(), "--task", "arithmetic", "--count", "3", "--max_tokens",
+          nanoddp_argv({"eval", "--checkpoint", one.str(), "--task", "arithmetic", "--count", "3", "--max_tokens",
                   r == 0 ? "8" : "9", "--timeout", "20"}),
           std::vector<std::string>{"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=2",
                                    "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}));
@@ -546,9 +524,10 @@ TEST(Sft, TwoRanksEqualOneRankWithTwoAccumulationStepsAndEvalCountsAlike) {
   }
 
   // chat --prompt answers once in chat format and exits; a message beyond the context is an error.
-  Proc c(single({"chat", "--checkpoint", one.str(), "--prompt", "hi", "--max_tokens", "8", "--temperature", "0"}));
+  Proc c(nanoddp_argv(
+      {"chat", "--checkpoint", one.str(), "--prompt", "hi", "--max_tokens", "8", "--temperature", "0"}));
   EXPECT_EQ(c.wait_exit(60s), 0) << c.all();
-  Proc too_long(single({"chat", "--checkpoint", one.str(), "--prompt", std::string(200, 'x')}));
+  Proc too_long(nanoddp_argv({"chat", "--checkpoint", one.str(), "--prompt", std::string(200, 'x')}));
   EXPECT_EQ(too_long.wait_exit(60s), 1) << too_long.all();
   EXPECT_NE(too_long.err().find("longer than the model's context of 128"), std::string::npos) << too_long.err();
   // Interactive: a message beyond the context is refused and the chat goes on to the next one.
@@ -567,7 +546,7 @@ TEST(Observability, TwoRankTraceHoldsBothRanksPhasesAndCollectives) {
   ScratchDir out("trace_two");
   auto flags = train_flags(out.str(), 4 * 32 * 2, 3);
   flags.push_back("--trace");
-  Proc p(launch(2, {}, flags));
+  Proc p(nanoddp_run_argv(2, {}, flags));
   ASSERT_EQ(p.wait_exit(120s), 0) << p.all();
   EXPECT_NE(p.out().find("done: 3 steps in "), std::string::npos) << p.out();
   EXPECT_NE(p.out().find("trace: "), std::string::npos) << p.out();
@@ -634,14 +613,14 @@ TEST(BadInput, PortInUseAndUnreachableMaster) {
   socklen_t len = sizeof a;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   const int held = ntohs(a.sin_port);
-  Proc r0(single(train_flags(out.str(), -1, 2)), env_of(0, held));
+  Proc r0(nanoddp_argv(train_flags(out.str(), -1, 2)), env_of(0, held));
   EXPECT_EQ(r0.wait_exit(60s), 1) << r0.all();
   EXPECT_NE(r0.err().find("already in use"), std::string::npos) << r0.err();
   ::close(fd);
   // Rank 1 alone: nobody serves the store.
   auto f = train_flags(out.str(), -1, 2);
   f.back() = "2";  // --timeout 2
-  Proc r1(single(f), env_of(1, free_port()));
+  Proc r1(nanoddp_argv(f), env_of(1, free_port()));
   EXPECT_EQ(r1.wait_exit(60s), 1) << r1.all();
   EXPECT_NE(r1.err().find("could not reach the rendezvous store"), std::string::npos) << r1.err();
 }

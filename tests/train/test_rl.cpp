@@ -25,20 +25,10 @@ namespace nanoddp {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::nanoddp_argv;
+using testing::nanoddp_run_argv;
 using testing::Proc;
 using testing::ScratchDir;
-
-std::vector<std::string> single(std::vector<std::string> args) {
-  args.insert(args.begin(), testing::nanoddp_binary());
-  return args;
-}
-
-std::vector<std::string> launch(int nproc, std::vector<std::string> args) {
-  std::vector<std::string> argv = {testing::nanoddp_binary(), "run", "--standalone", "--nproc_per_node",
-                                   std::to_string(nproc)};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
-}
 
 void run_ok(const std::vector<std::string>& argv) {
   Proc p(argv);
@@ -51,10 +41,10 @@ struct Toy {
   std::string sft = dir.str("sft"), questions = dir.str("seven.jsonl");
   Toy() {
     testing::make_byte_dataset(dir.str(), 200, 5);
-    run_ok(single({"train", "--data", dir.str("data"), "--out", dir.str("base"), "--depth", "2", "--aspect_ratio", "32",
-                   "--head_dim", "32", "--max_seq_len", "64", "--device_batch_size", "8", "--total_batch_size", "512",
-                   "--num_iterations", "20", "--eval_every", "-1", "--eval_tokens", "512", "--threads", "1",
-                   "--peak_flops", "1e9"}));
+    run_ok(nanoddp_argv({"train", "--data", dir.str("data"), "--out", dir.str("base"), "--depth", "2",
+                         "--aspect_ratio", "32", "--head_dim", "32", "--max_seq_len", "64", "--device_batch_size", "8",
+                         "--total_batch_size", "512", "--num_iterations", "20", "--eval_every", "-1",
+                         "--eval_tokens", "512", "--threads", "1", "--peak_flops", "1e9"}));
     std::ofstream sft_data(dir.str("digits.jsonl")), rl_data(questions);
     for (int i = 0; i < 400; i++) {
       // d = i * 7 mod 10 in a scrambled order: each digit equally often.
@@ -68,7 +58,7 @@ struct Toy {
       rl_data << R"({"messages": [{"role": "user", "content": "Pick a digit."}], "answer": "7"})" << "\n";
     sft_data.close();
     rl_data.close();
-    run_ok(single({"sft", "--source", dir.str("base"), "--data", dir.str("digits.jsonl"), "--out", sft,
+    run_ok(nanoddp_argv({"sft", "--source", dir.str("base"), "--data", dir.str("digits.jsonl"), "--out", sft,
                    "--device_batch_size", "8", "--num_iterations", "30", "--threads", "1", "--peak_flops", "1e9"}));
   }
 };
@@ -89,7 +79,7 @@ std::vector<std::string> rl(const std::string& out, int steps, int examples_per_
 }
 
 double accuracy(const std::string& checkpoint) {
-  Proc p(single({"eval", "--checkpoint", checkpoint, "--task", toy().questions, "--num_samples", "4",
+  Proc p(nanoddp_argv({"eval", "--checkpoint", checkpoint, "--task", toy().questions, "--num_samples", "4",
                  "--temperature", "1", "--max_tokens", "8"}));
   EXPECT_EQ(p.wait_exit(60s), 0) << p.all();
   const std::string out = p.out();
@@ -98,7 +88,7 @@ double accuracy(const std::string& checkpoint) {
 
 TEST(Rl, RaisesTheMeanRewardOnAToyTaskWhereItMust) {
   ScratchDir out("rl_rises");
-  Proc run(single(rl(out.str(), 30)));
+  Proc run(nanoddp_argv(rl(out.str(), 30)));
   ASSERT_EQ(run.wait_exit(120s), 0) << run.all();
   // A run that learns has samples that differ: no warning that it cannot.
   EXPECT_EQ(run.all().find("RL is not learning"), std::string::npos) << run.all();
@@ -124,8 +114,8 @@ TEST(Rl, RaisesTheMeanRewardOnAToyTaskWhereItMust) {
 
 TEST(Rl, TwoRanksSampleRewardAndStepLikeOneRank) {
   ScratchDir one("rl_one"), two("rl_two");
-  run_ok(single(rl(one.str(), 3)));
-  run_ok(launch(2, rl(two.str(), 3)));
+  run_ok(nanoddp_argv(rl(one.str(), 3)));
+  run_ok(nanoddp_run_argv(2, {}, rl(two.str(), 3)));
   const auto r1 = testing::training_metric(one.str(), "reward"), r2 = testing::training_metric(two.str(), "reward");
   const auto l1 = testing::training_losses(one.str()), l2 = testing::training_losses(two.str());
   ASSERT_EQ(r1.size(), 3u);
@@ -159,13 +149,13 @@ TEST_P(RlDtype, AStoppedAndResumedRunEndsBitForBitLikeAStraightOne) {
     a.insert(a.end(), {"--dtype", dtype});
     return a;
   };
-  run_ok(single(args(straight.str())));
+  run_ok(nanoddp_argv(args(straight.str())));
   auto first = args(resumed.str());
   first.insert(first.end(), {"--stop_at", "3"});
-  run_ok(single(first));
+  run_ok(nanoddp_argv(first));
   auto second = args(resumed.str());
   second.insert(second.end(), {"--resume", "latest"});
-  run_ok(single(second));
+  run_ok(nanoddp_argv(second));
   if (dtype == "fp16") {
     EXPECT_EQ(testing::training_metric(straight.str(), "loss_scale").size(), 6u);
   }
@@ -181,12 +171,12 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, RlDtype, ::testing::Values("fp32", "bf16", "fp1
 // weights and seeds step 1 samples the same completions, so only the rule differs.
 TEST(Rl, TheRewardFlagChoosesHowACompletionScores) {
   ScratchDir contains("rl_reward_auto"), exact("rl_reward_exact");
-  Proc by_default(single(rl(contains.str(), 1)));
+  Proc by_default(nanoddp_argv(rl(contains.str(), 1)));
   ASSERT_EQ(by_default.wait_exit(120s), 0) << by_default.all();
   EXPECT_NE(by_default.out().find("| reward contains"), std::string::npos) << by_default.out();
   auto args = rl(exact.str(), 1);
   args.insert(args.end(), {"--reward", "exact"});
-  run_ok(single(args));
+  run_ok(nanoddp_argv(args));
   EXPECT_GT(testing::training_metric(contains.str(), "reward").at(1), 0);
   EXPECT_EQ(testing::training_metric(exact.str(), "reward").at(1), 0);
 }
@@ -194,7 +184,7 @@ TEST(Rl, TheRewardFlagChoosesHowACompletionScores) {
 // eval scores with the same rules, and its result line says which it used.
 TEST(Rl, EvalScoresByTheRewardFlag) {
   auto eval = [](const std::string& reward) {
-    Proc p(single({"eval", "--checkpoint", toy().sft, "--task", toy().questions, "--num_samples", "4",
+    Proc p(nanoddp_argv({"eval", "--checkpoint", toy().sft, "--task", toy().questions, "--num_samples", "4",
                    "--temperature", "1", "--max_tokens", "8", "--reward", reward}));
     EXPECT_EQ(p.wait_exit(60s), 0) << p.all();
     const std::string out = p.out();
@@ -206,7 +196,7 @@ TEST(Rl, EvalScoresByTheRewardFlag) {
   // 256 answers at about 1 in 10 right ("#### 7"): none right by chance has probability 0.9^256 < 1e-11.
   EXPECT_GT(by_default["correct"].get<int64_t>(), 0);
   EXPECT_EQ(exact["correct"].get<int64_t>(), 0);  // "#### 7" is not the whole reply "7"
-  Proc bad(single({"eval", "--checkpoint", toy().sft, "--task", toy().questions, "--reward", "fuzzy"}));
+  Proc bad(nanoddp_argv({"eval", "--checkpoint", toy().sft, "--task", toy().questions, "--reward", "fuzzy"}));
   EXPECT_NE(bad.wait_exit(60s), 0);
   EXPECT_NE(bad.err().find("unknown --reward 'fuzzy'"), std::string::npos) << bad.err();
 }
@@ -218,7 +208,7 @@ TEST(Rl, SaysOnceWhenItCannotLearnAndCountsSampledAndTrainedTokens) {
   ScratchDir out("rl_quiet");
   auto args = rl(out.str(), 7);
   args.insert(args.end(), {"--reward", "exact"});
-  Proc p(single(args));
+  Proc p(nanoddp_argv(args));
   ASSERT_EQ(p.wait_exit(120s), 0) << p.all();
   const std::string all = p.all();
   for (const auto& [step, r] : testing::training_metric(out.str(), "reward")) ASSERT_EQ(r, 0) << "step " << step;
@@ -255,24 +245,25 @@ TEST(Rl, BadInputEndsWithOneClearLine) {
   };
   auto no_task = rl(out.str(), 2);
   no_task.erase(no_task.begin() + 3, no_task.begin() + 5);
-  expect_error(single(no_task), "--task is required");
+  expect_error(nanoddp_argv(no_task), "--task is required");
   auto greedy = rl(out.str(), 2);
   greedy.insert(greedy.end(), {"--temperature", "0"});
-  expect_error(single(greedy), "--temperature must be positive");
+  expect_error(nanoddp_argv(greedy), "--temperature must be positive");
   // Samples that cannot differ teach nothing (was: every advantage 0, the source saved, exit 0).
   auto one_sample = rl(out.str(), 2);
   one_sample.insert(one_sample.end(), {"--num_samples", "1"});
-  expect_error(single(one_sample), "--num_samples must be at least 2");
+  expect_error(nanoddp_argv(one_sample), "--num_samples must be at least 2");
   auto top_one = rl(out.str(), 2);
   top_one.insert(top_one.end(), {"--top_k", "1"});
-  expect_error(single(top_one), "--top_k must be 0 (all tokens) or at least 2");
+  expect_error(nanoddp_argv(top_one), "--top_k must be 0 (all tokens) or at least 2");
   auto bad_reward = rl(out.str(), 2);
   bad_reward.insert(bad_reward.end(), {"--reward", "fuzzy"});
-  expect_error(single(bad_reward), "--reward: must be auto, gsm8k, contains or exact (got 'fuzzy')");
-  expect_error(launch(2, rl(out.str(), 2, 3)), "--examples_per_step 3 is not a multiple of the world size 2");
+  expect_error(nanoddp_argv(bad_reward), "--reward: must be auto, gsm8k, contains or exact (got 'fuzzy')");
+  expect_error(nanoddp_run_argv(2, {}, rl(out.str(), 2, 3)),
+               "--examples_per_step 3 is not a multiple of the world size 2");
   auto missing = rl(out.str(), 2);
   missing[4] = out.str("nope.jsonl");
-  expect_error(single(missing), "the questions file " + out.str("nope.jsonl") + " does not exist");
+  expect_error(nanoddp_argv(missing), "the questions file " + out.str("nope.jsonl") + " does not exist");
   // A question too long for the context (64 bytes), third of the file: refused at start (was: when
   // drawn, mid-run), and --out is not claimed.
   const std::string long_file = out.str("long.jsonl");
@@ -284,7 +275,7 @@ TEST(Rl, BadInputEndsWithOneClearLine) {
   }
   auto too_long = rl(out.str("long_run"), 2);
   too_long[4] = long_file;
-  expect_error(single(too_long), "RL question 3 of --task " + long_file);
+  expect_error(nanoddp_argv(too_long), "RL question 3 of --task " + long_file);
   EXPECT_FALSE(std::filesystem::exists(out.str("long_run/run.json")));
 }
 

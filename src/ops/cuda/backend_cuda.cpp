@@ -53,6 +53,39 @@ std::unique_ptr<cuda::CudnnAttention> cudnn_for(cuda::AttentionRoute r, int devi
   return std::make_unique<cuda::CudnnAttention>(device, r != cuda::AttentionRoute::kCudnnNondeterministic);
 }
 
+// How newton_schulz and polar_express cut a list of same-shape [rows, cols] matrices into batches:
+// each matrix seen as [m, n] with m <= n, `per` matrices to a batch, a batch's X at most 2^25
+// elements (64 MiB in bf16) so that its scratch stays small beside the model's memory.
+struct NsBatches {
+  static constexpr int64_t kMaxBatchElements = int64_t{1} << 25;
+  int64_t rows, cols, m, n, total, per;
+  bool tall;  // more rows than columns
+
+  explicit NsBatches(const std::vector<Tensor>& xs)
+      : rows(xs[0].dim(0)),
+        cols(xs[0].dim(1)),
+        m(std::min(rows, cols)),
+        n(std::max(rows, cols)),
+        total(static_cast<int64_t>(xs.size())),
+        tall(rows > cols) {
+    const int64_t fit = std::max<int64_t>(1, kMaxBatchElements / std::max<int64_t>(1, m * n));
+    per = std::min<int64_t>({cuda::kNsMaxBatch, fit, total});
+  }
+
+  // The scratch of launch_ns_normalise for one batch.
+  Tensor normalise_scratch(Device dev) const {
+    return Tensor::empty({static_cast<int64_t>(cuda::ns_normalise_scratch_bytes(static_cast<int>(per)))}, DType::U8,
+                         dev);
+  }
+
+  // The matrices [first, first + count) of xs, as the load and store kernels take them.
+  static cuda::NsMatrices pointers(const std::vector<Tensor>& xs, int64_t first, int64_t count) {
+    cuda::NsMatrices ptrs{};
+    for (int64_t i = 0; i < count; i++) ptrs.p[i] = xs[static_cast<size_t>(first + i)].data<float>();
+    return ptrs;
+  }
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device)
@@ -365,26 +398,18 @@ void CudaBackend::muon_momentum(const Tensor& g, const Tensor& buf, float moment
 void CudaBackend::newton_schulz(const std::vector<Tensor>& xs, int steps, bool bf16) {
   cudaStream_t s = begin();
   constexpr float a = 3.4445f, b = -4.7750f, c = 2.0315f;
-  // At most 2^25 elements of X per batch (64 MiB in bf16), so that a batch's scratch stays small
-  // beside the model's memory.
-  constexpr int64_t kMaxBatchElements = int64_t{1} << 25;
-  const int64_t rows = xs[0].dim(0), cols = xs[0].dim(1);
-  const bool tr = rows > cols;
-  const int64_t m = tr ? cols : rows, n = tr ? rows : cols;
-  const auto total = static_cast<int64_t>(xs.size());
-  const int64_t fit = std::max<int64_t>(1, kMaxBatchElements / std::max<int64_t>(1, m * n));
-  const int64_t per = std::min<int64_t>({cuda::kNsMaxBatch, fit, total});  // matrices per batch
+  const NsBatches batches(xs);
+  const int64_t rows = batches.rows, cols = batches.cols, m = batches.m, n = batches.n, per = batches.per;
+  const bool tr = batches.tall;
   const DType t = bf16 ? DType::BF16 : DType::F32;
   const Device dev = xs[0].device();
   Tensor X = Tensor::empty({per, m, n}, t, dev), A = Tensor::empty({per, m, m}, t, dev);
   Tensor cA = Tensor::empty({per, m, m}, t, dev), B = Tensor::empty({per, m, m}, t, dev);
   Tensor BX = Tensor::empty({per, m, n}, t, dev);
-  Tensor norm = Tensor::empty({static_cast<int64_t>(cuda::ns_normalise_scratch_bytes(static_cast<int>(per)))},
-                              DType::U8, dev);
-  for (int64_t first = 0; first < total; first += per) {
-    const int64_t k = std::min(per, total - first);
-    cuda::NsMatrices ptrs{};
-    for (int64_t i = 0; i < k; i++) ptrs.p[i] = xs[static_cast<size_t>(first + i)].data<float>();
+  Tensor norm = batches.normalise_scratch(dev);
+  for (int64_t first = 0; first < batches.total; first += per) {
+    const int64_t k = std::min(per, batches.total - first);
+    const cuda::NsMatrices ptrs = NsBatches::pointers(xs, first, k);
     const int kb = static_cast<int>(k);
     const cuda::GemmBatch mn_mn{k, m * n, m * n, m * m}, mm_mm{k, m * m, m * m, m * m}, mm_mn{k, m * m, m * n, m * n};
     NANODDP_CUDA_CHECK(cuda::launch_ns_load(t, X.raw(), ptrs, kb, rows, cols, tr, s));
@@ -410,24 +435,18 @@ void CudaBackend::newton_schulz(const std::vector<Tensor>& xs, int steps, bool b
 // A, AA = A A, B = round(c AA), B = round(round(b A) + B), XB, X = round(round(a X) + XB).
 void CudaBackend::polar_express(const std::vector<Tensor>& xs, int steps, bool bf16) {
   cudaStream_t s = begin();
-  constexpr int64_t kMaxBatchElements = int64_t{1} << 25;  // as newton_schulz
-  const int64_t rows = xs[0].dim(0), cols = xs[0].dim(1);
-  const bool tall = rows > cols;
-  const int64_t m = tall ? cols : rows, n = tall ? rows : cols;
-  const auto total = static_cast<int64_t>(xs.size());
-  const int64_t fit = std::max<int64_t>(1, kMaxBatchElements / std::max<int64_t>(1, m * n));
-  const int64_t per = std::min<int64_t>({cuda::kNsMaxBatch, fit, total});
+  const NsBatches batches(xs);
+  const int64_t rows = batches.rows, cols = batches.cols, m = batches.m, n = batches.n, per = batches.per;
+  const bool tall = batches.tall;
   const DType t = bf16 ? DType::BF16 : DType::F32;
   const Device dev = xs[0].device();
   Tensor X = Tensor::empty({per, m, n}, t, dev), XB = Tensor::empty({per, m, n}, t, dev);
   Tensor A = Tensor::empty({per, m, m}, t, dev), AA = Tensor::empty({per, m, m}, t, dev);
   Tensor B = Tensor::empty({per, m, m}, t, dev);
-  Tensor norm = Tensor::empty({static_cast<int64_t>(cuda::ns_normalise_scratch_bytes(static_cast<int>(per)))},
-                              DType::U8, dev);
-  for (int64_t first = 0; first < total; first += per) {
-    const int64_t k = std::min(per, total - first);
-    cuda::NsMatrices ptrs{};
-    for (int64_t i = 0; i < k; i++) ptrs.p[i] = xs[static_cast<size_t>(first + i)].data<float>();
+  Tensor norm = batches.normalise_scratch(dev);
+  for (int64_t first = 0; first < batches.total; first += per) {
+    const int64_t k = std::min(per, batches.total - first);
+    const cuda::NsMatrices ptrs = NsBatches::pointers(xs, first, k);
     const int kb = static_cast<int>(k);
     const cuda::GemmBatch xx{k, m * n, m * n, m * m}, mm{k, m * m, m * m, m * m};
     const cuda::GemmBatch bx{k, m * m, m * n, m * n}, xb{k, m * n, m * m, m * n};

@@ -18,9 +18,6 @@
 
 namespace nanoddp::testing {
 
-// Every CUDA test starts with this: the suite runs (and reports skips) on machines without a GPU.
-#define NANODDP_REQUIRE_GPU() NANODDP_SKIP_UNLESS(::nanoddp::cuda_device_count() > 0, "skipped: no GPU")
-
 inline Device gpu() { return Device::cuda(0); }
 
 // bf16's unit roundoff: a value rounded to bf16 is within kBf16Eps / 2 of itself, relatively.

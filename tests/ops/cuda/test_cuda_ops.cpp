@@ -506,35 +506,52 @@ TEST_P(CudaNewtonSchulz, MatchesCpuInBothModesAndIsReproducible) {
   }
 }
 
+// Bounds of a batched orthogonalisation against the CPU kernel on each matrix alone: bf16's largest
+// relative error and relative Frobenius distance, and f32's largest relative error (each caller
+// says why).
+struct BatchBounds {
+  double bf16_max, bf16_l2, f32_max;
+};
+
+// 37 matrices of one shape, more than one batch holds (cuda::kNsMaxBatch, 32), so a full batch and
+// a partial one, with different norms (every seventh scaled by 25), in both modes: the batch run
+// twice agrees bit for bit, and each matrix is within `bounds` of the CPU kernel on it alone.
+// `ortho(x, steps, bf16)` takes one matrix or a list of them.
+template <typename Ortho>
+void expect_batch_matches_cpu(Ortho ortho, int64_t rows, int64_t cols, uint64_t seed, BatchBounds bounds) {
+  const int count = 37;
+  for (bool bf16 : {false, true}) {
+    std::vector<Tensor> cpu, g1, g2;
+    for (int i = 0; i < count; i++) {
+      Tensor x = randn({rows, cols}, seed + static_cast<uint64_t>(i));
+      if (i % 7 == 3) ops::scale(x, 25.f);
+      cpu.push_back(x.copy_to(Device::cpu()));
+      g1.push_back(x.copy_to(testing::gpu()));
+      g2.push_back(x.copy_to(testing::gpu()));
+    }
+    ortho(g1, 5, bf16);
+    ortho(g2, 5, bf16);
+    for (int i = 0; i < count; i++) {
+      ortho(cpu[i], 5, bf16);
+      EXPECT_EQ(bytes_of(g1[i]), bytes_of(g2[i])) << "run-to-run, matrix " << i << ", bf16 " << bf16;
+      if (bf16) {
+        EXPECT_LT(err(g1[i], cpu[i]), bounds.bf16_max) << "matrix " << i;
+        EXPECT_LT(rel_l2(to_double(g1[i]), to_double(cpu[i])), bounds.bf16_l2) << "matrix " << i;
+      } else {
+        EXPECT_LT(err(g1[i], cpu[i]), bounds.f32_max) << "matrix " << i;
+      }
+    }
+  }
+}
+
 // Many matrices of one shape at once, as Muon passes them: 37 of them, more than one batch holds
 // (cuda::kNsMaxBatch, 32), so a full batch and a partial one. Each against the CPU on its own, with
 // the single-matrix test's tolerances, and the batch reproducible bit for bit.
 TEST_P(CudaNewtonSchulz, ManyMatricesAtOnceMatchTheCpuEachOnItsOwn) {
   NANODDP_REQUIRE_GPU();
   auto [rows, cols] = GetParam();
-  const int count = 37;
-  for (bool bf16 : {false, true}) {
-    std::vector<Tensor> cpu, g1, g2;
-    for (int i = 0; i < count; i++) {
-      Tensor x = randn({rows, cols}, 60 + static_cast<uint64_t>(i));
-      if (i % 7 == 3) ops::scale(x, 25.f);  // matrices of different norms in one batch
-      cpu.push_back(x.copy_to(Device::cpu()));
-      g1.push_back(x.copy_to(testing::gpu()));
-      g2.push_back(x.copy_to(testing::gpu()));
-    }
-    ops::newton_schulz(g1, 5, bf16);
-    ops::newton_schulz(g2, 5, bf16);
-    for (int i = 0; i < count; i++) {
-      ops::newton_schulz(cpu[i], 5, bf16);
-      EXPECT_EQ(bytes_of(g1[i]), bytes_of(g2[i])) << "run-to-run, matrix " << i << ", bf16 " << bf16;
-      if (bf16) {
-        EXPECT_LT(err(g1[i], cpu[i]), 0.15) << "matrix " << i;
-        EXPECT_LT(rel_l2(to_double(g1[i]), to_double(cpu[i])), 0.05) << "matrix " << i;
-      } else {
-        EXPECT_LT(err(g1[i], cpu[i]), 1e-3) << "matrix " << i;
-      }
-    }
-  }
+  expect_batch_matches_cpu([](const auto& x, int steps, bool bf16) { ops::newton_schulz(x, steps, bf16); }, rows, cols,
+                           60, {0.15, 0.05, 1e-3});
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaNewtonSchulz,
@@ -556,29 +573,8 @@ class CudaPolarExpress : public ::testing::TestWithParam<std::pair<int64_t, int6
 TEST_P(CudaPolarExpress, ManyMatricesAtOnceMatchTheCpuEachOnItsOwn) {
   NANODDP_REQUIRE_GPU();
   auto [rows, cols] = GetParam();
-  const int count = 37;
-  for (bool bf16 : {false, true}) {
-    std::vector<Tensor> cpu, g1, g2;
-    for (int i = 0; i < count; i++) {
-      Tensor x = randn({rows, cols}, 90 + static_cast<uint64_t>(i));
-      if (i % 7 == 3) ops::scale(x, 25.f);
-      cpu.push_back(x.copy_to(Device::cpu()));
-      g1.push_back(x.copy_to(testing::gpu()));
-      g2.push_back(x.copy_to(testing::gpu()));
-    }
-    ops::polar_express(g1, 5, bf16);
-    ops::polar_express(g2, 5, bf16);
-    for (int i = 0; i < count; i++) {
-      ops::polar_express(cpu[i], 5, bf16);
-      EXPECT_EQ(bytes_of(g1[i]), bytes_of(g2[i])) << "run-to-run, matrix " << i << ", bf16 " << bf16;
-      if (bf16) {
-        EXPECT_LT(err(g1[i], cpu[i]), 0.25) << "matrix " << i;
-        EXPECT_LT(rel_l2(to_double(g1[i]), to_double(cpu[i])), 0.2) << "matrix " << i;
-      } else {
-        EXPECT_LT(err(g1[i], cpu[i]), 1e-3) << "matrix " << i;
-      }
-    }
-  }
+  expect_batch_matches_cpu([](const auto& x, int steps, bool bf16) { ops::polar_express(x, steps, bf16); }, rows, cols,
+                           90, {0.25, 0.2, 1e-3});
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaPolarExpress,

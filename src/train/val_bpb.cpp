@@ -1,4 +1,4 @@
-#include "train/evaluate.h"
+#include "train/val_bpb.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 
 namespace nanoddp::train {
 
-EvalResult evaluate(model::GPT& model, data::BatchSource& loader, int64_t batch, int64_t seq, int64_t micro_batches,
+EvalResult evaluate_bpb(model::GPT& model, data::BatchSource& loader, int64_t batch, int64_t seq, int64_t micro_batches,
                     const std::vector<int32_t>& token_bytes, dist::ProcessGroup& group) {
   // Never more than one pass over the split (every rank takes the same number of rows).
   micro_batches = std::clamp<int64_t>(micro_batches, 1, loader.units_per_epoch() / group.size());

@@ -11,7 +11,7 @@
 
 #include "data/tokenizer.h"
 
-namespace nanoddp::cli {
+namespace nanoddp::chat {
 
 // The length of `text` without a trailing UTF-8 character that is still incomplete (a lead byte
 // followed by fewer continuation bytes than it announces). Invalid bytes are not waited for.
@@ -73,4 +73,4 @@ class TextStream {
   Utf8Pieces pieces_;
 };
 
-}  // namespace nanoddp::cli
+}  // namespace nanoddp::chat

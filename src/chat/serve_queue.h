@@ -20,7 +20,7 @@
 
 #include "model/generate.h"
 
-namespace nanoddp::cli {
+namespace nanoddp::chat {
 
 // One completion request: what the model thread needs, and the channel its events flow back on.
 class ServeJob {
@@ -134,4 +134,4 @@ class JobQueue {
   bool stopping_ = false;
 };
 
-}  // namespace nanoddp::cli
+}  // namespace nanoddp::chat

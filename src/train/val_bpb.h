@@ -2,6 +2,7 @@
 // where the target stands for at least one byte (special tokens count 0 bytes), the bytes are
 // summed alongside, both are summed over ranks, and bpb = nats / (ln 2 * bytes).
 // Called by the trainer every --eval_every steps and at the end.
+// Not `nanoddp eval`, which measures task accuracy (cli/cmd_eval.cpp).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,7 @@ struct EvalResult {
 // which must be at its start, on every rank (rank-strided rows). Collective (one allreduce): every
 // rank must call it. Forward only, no gradients. micro_batches is capped at one pass over the
 // split. token_bytes[id] is the byte length of each token; targets of -1 are not counted.
-EvalResult evaluate(model::GPT& model, data::BatchSource& loader, int64_t batch, int64_t seq, int64_t micro_batches,
+EvalResult evaluate_bpb(model::GPT& model, data::BatchSource& loader, int64_t batch, int64_t seq, int64_t micro_batches,
                     const std::vector<int32_t>& token_bytes, dist::ProcessGroup& group);
 
 }  // namespace nanoddp::train

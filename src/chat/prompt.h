@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "data/conversation.h"
 
-namespace nanoddp::cli {
+namespace nanoddp::chat {
 
 // The prompt of `conv` with room for max_tokens of reply in the context: the oldest user/assistant
 // turns are left out until it fits, keeping a system message (it is merged into the first remaining
@@ -28,4 +28,4 @@ inline std::vector<int32_t> fit_to_context(const data::Tokenizer& tok, data::Con
   return prompt;
 }
 
-}  // namespace nanoddp::cli
+}  // namespace nanoddp::chat
