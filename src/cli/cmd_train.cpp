@@ -4,6 +4,7 @@
 #include "cli/option_flags.h"
 #include "cli/path_checks.h"
 #include "cli/rank_setup.h"
+#include "train/recipe_options.h"
 #include "train/trainer.h"
 #include "train/validate.h"
 
@@ -31,6 +32,8 @@ void add_train_command(CLI::App& root) {
     // --total_batch_size is given (its default, nanochat's 524288 tokens, is larger than a small text).
     if (opts->batch.num_epochs > 0 && cmd->get_option("--total_batch_size")->count() == 0)
       opts->batch.total_batch_size = -1;
+    train::apply_recipe_defaults(*opts, opts->model.recipe == model::Recipe::R2026,
+                                 [&](const std::string& flag) { return cmd->get_option("--" + flag)->count() > 0; });
     run_train_command(*opts);
   });
 }

@@ -29,10 +29,89 @@ std::vector<float> sums_of_squares(const std::vector<Tensor>& regions, Device de
   return std::vector<float>(host.data<float>(), host.data<float>() + n);
 }
 
+// Note [2026 optimizer]: nanochat's current optimizer (nanochat/optim.py, gpt.py setup_optimizer).
+// AdamW groups by parameter kind, each with its own lr, betas and weight decay (eps 1e-10), s the
+// model's adamw_lr_scale():
+//   lm_head        unembedding_lr s        (0.8, 0.96)   0.01
+//   wte            embedding_lr s          (0.8, 0.995)  0.001
+//   value_embeds   embedding_lr s / 2      (0.8, 0.995)  0.01
+//   resid_lambdas  scalar_lr / 100         (0.8, 0.95)   0.05
+//   x0_lambdas     scalar_lr               (0.96, 0.95)  0
+//   smear          smear_lr                (0.8, 0.95)   0
+// Muon on every block matrix: Nesterov momentum; row equilibration (each row rescaled to the mean
+// row norm, ||X||_F / sqrt(rows)); Polar Express; the norm snapped to sqrt(min(rows, cols)), that
+// of an exactly semi-orthogonal matrix; NorMuon's per-row (per-column when wide) variance
+// reduction; cautious weight decay; lr matrix_lr sqrt(max(1, rows / cols)) as before.
+struct AdamGroup {
+  double lr, beta1, beta2, weight_decay;
+};
+
+AdamGroup adam_group(const OptimizerConfig& cfg, model::ParamKind kind, double s) {
+  using K = model::ParamKind;
+  if (cfg.optimizer == OptimizerKind::Sgd) return {cfg.sgd_lr, 0, 0, cfg.weight_decay};
+  if (!cfg.recipe_2026 || kind == K::Matrix) {
+    const double lr = kind == K::Embedding ? cfg.embedding_lr * s
+                      : kind == K::LmHead  ? cfg.unembedding_lr * s
+                                           : cfg.adamw_matrix_lr;
+    return {lr, cfg.adam_beta1, cfg.adam_beta2, cfg.weight_decay};
+  }
+  switch (kind) {
+    case K::LmHead: return {cfg.unembedding_lr * s, 0.8, 0.96, 0.01};
+    case K::Embedding: return {cfg.embedding_lr * s, 0.8, 0.995, 0.001};
+    case K::ValueEmbedding: return {cfg.embedding_lr * s * 0.5, 0.8, 0.995, 0.01};
+    case K::ResidLambda: return {cfg.scalar_lr * 0.01, 0.8, 0.95, 0.05};
+    case K::X0Lambda: return {cfg.scalar_lr, 0.96, 0.95, 0.0};
+    case K::Smear: return {cfg.smear_lr, 0.8, 0.95, 0.0};
+    case K::Matrix: break;
+  }
+  NANODDP_FAIL("no AdamW group for parameter kind {}", static_cast<int>(kind));
+}
+
+// Row equilibration of each x [rows, cols] of xs, in place: row i times ||x||_F / (sqrt(rows)
+// max(||row i||, 1e-6)). RMSNorm without eps gives each row's norm as sqrt(cols) / rstd (a zero
+// row's rstd is inf, its norm 0; the normalised rows go to scratch y and are not used). The rstd of
+// the whole group is read back at once, and the factors, exact with nanochat's clamp (rows of dead
+// ReLU^2 units are 0 or tiny, and the clamp decides how far they are blown up), go back as one
+// upload. y [rows, cols]; rstd, factors [n * rows].
+void equilibrate_rows(const std::vector<Tensor>& xs) {
+  if (xs.empty()) return;
+  const Device device = xs[0].device();
+  const int64_t rows = xs[0].dim(0), cols = xs[0].dim(1), n = static_cast<int64_t>(xs.size());
+  Tensor y = Tensor::empty({rows, cols}, DType::F32, device), rstd = Tensor::empty({n * rows}, DType::F32, device);
+  for (int64_t i = 0; i < n; i++) ops::rmsnorm_forward(y, rstd.region(i * rows, {rows}), xs[size_t(i)], 0.f);
+  const Tensor host = device.is_cpu() ? rstd : rstd.copy_to(Device::cpu());
+  Tensor factors = Tensor::empty({n * rows}, DType::F32);
+  const float* r = host.data<float>();
+  float* f = factors.data<float>();
+  std::vector<double> norms(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < n; i++) {
+    double total = 0;
+    for (int64_t k = 0; k < rows; k++) {
+      const double rs = r[i * rows + k];
+      norms[size_t(k)] = std::isinf(rs) ? 0.0 : std::sqrt(double(cols)) / rs;
+      total += norms[size_t(k)] * norms[size_t(k)];
+    }
+    const double target = std::sqrt(total / double(rows));
+    for (int64_t k = 0; k < rows; k++) f[i * rows + k] = static_cast<float>(target / std::max(norms[size_t(k)], 1e-6));
+  }
+  const Tensor on_device = device.is_cpu() ? factors : factors.copy_to(device);
+  for (int64_t i = 0; i < n; i++) ops::scale_rows(xs[size_t(i)], on_device.region(i * rows, {rows}));
+}
+
+// Each x of xs times sqrt(min(rows, cols)) / max(||x||_F, 1e-6): nanochat's correction for the
+// polar iteration's under-convergence.
+void snap_norms(const std::vector<Tensor>& xs) {
+  if (xs.empty()) return;
+  const std::vector<float> sums = sums_of_squares(xs, xs[0].device());
+  const double target = std::sqrt(double(std::min(xs[0].dim(0), xs[0].dim(1))));
+  for (size_t i = 0; i < xs.size(); i++)
+    ops::scale(xs[i], static_cast<float>(target / std::max(std::sqrt(double(sums[i])), 1e-6)));
+}
+
 }  // namespace
 
 Optimizer::Optimizer(model::ParameterSet& model, Reducer& reducer, const OptimizerConfig& cfg)
-    : model_(model), reducer_(reducer), cfg_(cfg) {
+    : model_(model), reducer_(reducer), cfg_(cfg), muon_weight_decay_(cfg.muon_weight_decay) {
   const double s = model.adamw_lr_scale();
   auto& params = model.parameters();
   NANODDP_CHECK(!params.empty(), "the optimizer got a model without parameters");
@@ -61,15 +140,15 @@ Optimizer::Optimizer(model::ParameterSet& model, Reducer& reducer, const Optimiz
       if (a >= z) continue;
       const model::Parameter& p = params[e.param];
       if (uses_muon(cfg, p)) {
-        muon_.push_back({e.param, Tensor::zeros(p.data.shape(), DType::F32, dev)});
+        const int64_t rows = p.data.dim(0), cols = p.data.dim(1);
+        Tensor variance = cfg.recipe_2026 ? Tensor::zeros({rows >= cols ? rows : cols}, DType::F32, dev) : Tensor();
+        muon_.push_back({e.param, Tensor::zeros(p.data.shape(), DType::F32, dev), variance});
         continue;
       }
-      float lr = static_cast<float>(cfg.optimizer == OptimizerKind::Sgd         ? cfg.sgd_lr
-                                    : p.kind == model::ParamKind::Embedding ? cfg.embedding_lr * s
-                                    : p.kind == model::ParamKind::LmHead  ? cfg.unembedding_lr * s
-                                                                          : cfg.adamw_matrix_lr);
-      adam_.push_back({e.param, a - e.offset, z - a, lr, Tensor::zeros({z - a}, DType::F32, dev),
-                       Tensor::zeros({z - a}, DType::F32, dev)});
+      const AdamGroup ag = adam_group(cfg, p.kind, s);
+      adam_.push_back({e.param, a - e.offset, z - a, static_cast<float>(ag.lr), static_cast<float>(ag.beta1),
+                       static_cast<float>(ag.beta2), static_cast<float>(ag.weight_decay),
+                       Tensor::zeros({z - a}, DType::F32, dev), Tensor::zeros({z - a}, DType::F32, dev)});
     }
   }
   for (size_t i = 0; i < muon_.size(); i++) {
@@ -150,7 +229,7 @@ void Optimizer::muon_step(double lr_multiplier, double momentum) {
       ops::muon_momentum(p.grad, muon_[group[k]].momentum, static_cast<float>(momentum));  // grad <- Nesterov direction
       if (muon_owner(k, group.size()) == g.rank()) directions.push_back(p.grad);
     }
-    if (!directions.empty()) ops::newton_schulz(directions, cfg_.ns_steps, cfg_.ns_bf16);
+    orthogonalise(directions);
     muon_orthogonalised_ += directions.size();
     if (split)
       for (size_t k = 0; k < group.size(); k++)
@@ -160,8 +239,24 @@ void Optimizer::muon_step(double lr_multiplier, double momentum) {
   for (const MuonMatrix& mm : muon_) {
     model::Parameter& p = params[mm.param];
     const double aspect = std::sqrt(std::max(1.0, double(p.data.dim(0)) / double(p.data.dim(1))));
-    ops::axpy(p.data, p.grad, static_cast<float>(-cfg_.matrix_lr * lr_multiplier * aspect));
+    const double lr = cfg_.matrix_lr * lr_multiplier * aspect;
+    if (cfg_.recipe_2026)
+      ops::normuon_update(p.data, p.grad, mm.variance, static_cast<float>(lr), static_cast<float>(muon_weight_decay_),
+                          static_cast<float>(cfg_.normuon_beta2));
+    else
+      ops::axpy(p.data, p.grad, static_cast<float>(-lr));
   }
+}
+
+void Optimizer::orthogonalise(const std::vector<Tensor>& xs) const {
+  if (xs.empty()) return;
+  if (!cfg_.recipe_2026) {
+    ops::newton_schulz(xs, cfg_.ns_steps, cfg_.ns_bf16);
+    return;
+  }
+  equilibrate_rows(xs);
+  ops::polar_express(xs, cfg_.ns_steps, cfg_.ns_bf16);
+  snap_norms(xs);
 }
 
 void Optimizer::step(double lr_multiplier, double momentum) {
@@ -181,9 +276,8 @@ void Optimizer::step(double lr_multiplier, double momentum) {
       ops::axpy(pd, a.m, static_cast<float>(-a.base_lr * lr_multiplier));
       continue;
     }
-    ops::AdamWStep s{static_cast<float>(a.base_lr * lr_multiplier), static_cast<float>(cfg_.adam_beta1),
-                     static_cast<float>(cfg_.adam_beta2), static_cast<float>(cfg_.adam_eps),
-                     static_cast<float>(cfg_.weight_decay), steps_taken_};
+    ops::AdamWStep s{static_cast<float>(a.base_lr * lr_multiplier), a.beta1, a.beta2,
+                     static_cast<float>(cfg_.adam_eps), a.weight_decay, steps_taken_};
     const Tensor pd = p.data.view({p.data.numel()}), pg = p.grad.view({p.grad.numel()});
     ops::adamw_update(pd.region(a.offset, {a.numel}), pg.region(a.offset, {a.numel}), a.m, a.v, s);
   }
@@ -207,7 +301,7 @@ void Optimizer::gather_parameters() {
 size_t Optimizer::state_bytes() const {
   size_t n = 0;
   for (const auto& a : adam_) n += a.m.nbytes() + a.v.nbytes();
-  for (const auto& m : muon_) n += m.momentum.nbytes();
+  for (const auto& m : muon_) n += m.momentum.nbytes() + m.variance.nbytes();
   return n;
 }
 
@@ -219,7 +313,10 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
     out.emplace_back("adamw.m." + key, a.m);
     out.emplace_back("adamw.v." + key, a.v);
   }
-  for (const auto& m : muon_) out.emplace_back("muon.momentum." + params[m.param].name, m.momentum);
+  for (const auto& m : muon_) {
+    out.emplace_back("muon.momentum." + params[m.param].name, m.momentum);
+    if (m.variance.defined()) out.emplace_back("muon.variance." + params[m.param].name, m.variance);
+  }
   Tensor step = Tensor::empty({1}, DType::I64);
   step.data<int64_t>()[0] = steps_taken_;  // under AdamW's name: the checkpoint format predates SGD
   out.emplace_back("adamw.step", step);
@@ -288,7 +385,7 @@ void Optimizer::load_state_resharded(const std::vector<const SafetensorsFile*>& 
     int64_t offset, numel;
   };
   std::map<std::string, std::vector<Piece>> adam_m, adam_v;  // by parameter name
-  std::map<std::string, Piece> muon;
+  std::map<std::string, Piece> muon, variance;
   int64_t step = -1;
   std::set<std::string> seen;  // --zero 0: every rank's file holds the whole state, under the same names
   for (const SafetensorsFile* f : files) {
@@ -309,6 +406,8 @@ void Optimizer::load_state_resharded(const std::vector<const SafetensorsFile*>& 
         (m ? adam_m : adam_v)[param].push_back({f, name, offset, f->shape(name).numel()});
       } else if (name.rfind("muon.momentum.", 0) == 0) {
         muon[name.substr(14)] = {f, name, 0, f->shape(name).numel()};
+      } else if (name.rfind("muon.variance.", 0) == 0) {
+        variance[name.substr(14)] = {f, name, 0, f->shape(name).numel()};
       } else {
         NANODDP_FAIL("optimizer state {}: unexpected tensor '{}'", f->path(), name);
       }
@@ -344,6 +443,11 @@ void Optimizer::load_state_resharded(const std::vector<const SafetensorsFile*>& 
     NANODDP_CHECK(it != muon.end(), "the checkpoint has no Muon momentum for {}: it was saved with another "
                   "--optimizer", name);
     it->second.file->read_into(it->second.name, mm.momentum);
+    if (!mm.variance.defined()) continue;
+    auto v = variance.find(name);
+    NANODDP_CHECK(v != variance.end(), "the checkpoint has no NorMuon variance for {}: it was saved by a run of "
+                  "the classic recipe; resume with the same --recipe", name);
+    v->second.file->read_into(v->second.name, mm.variance);
   }
   steps_taken_ = step;
 }

@@ -4,6 +4,9 @@
 //    every matrix (lr --adamw_matrix_lr).
 //  - Muon (lr 0.02) for every matrix in the blocks: Nesterov momentum, Newton-Schulz in bf16,
 //    p -= lr sqrt(max(1, rows / cols)) X.
+//  - With recipe_2026, nanochat's 2026 optimizer: AdamW groups per parameter kind with their own
+//    betas and weight decay, and Muon with Polar Express, NorMuon and cautious weight decay (Note
+//    [2026 optimizer] in optimizer.cpp).
 // With --zero 0 every rank updates everything, but orthogonalises only the Muon matrices it owns
 // and receives the others' (Note [split Newton-Schulz] in optimizer.cpp). With --zero >= 1 a
 // rank updates and keeps state only for what it owns (Note [shards] in ddp/bucket_layout.h):
@@ -44,6 +47,15 @@ struct OptimizerConfig {
   bool split_newton_schulz = true;
   double grad_clip = 0;             // clip the gradients' global L2 norm to this (0 = off)
   double sgd_lr = 0.01, sgd_momentum = 0.9;  // Sgd (the state keeps its buffer where AdamW keeps m)
+  // nanochat's 2026 optimizer, for a model of the 2026 recipe (with optimizer "muon"): Note [2026
+  // optimizer] in optimizer.cpp. Then weight_decay and the Adam betas above are unused: each AdamW
+  // group has nanochat's own, and muon_weight_decay (set each step by set_muon_weight_decay) is
+  // Muon's cautious weight decay.
+  bool recipe_2026 = false;
+  double scalar_lr = 0.5;            // AdamW lr of resid_lambdas (times 0.01) and x0_lambdas
+  double smear_lr = 0.2;             // AdamW lr of the smear gate and the smear/backout lambdas
+  double muon_weight_decay = 0.0;    // the initial value; the schedule changes it per step
+  double normuon_beta2 = 0.9;        // NorMuon's second-moment decay
 };
 
 class Optimizer {
@@ -59,6 +71,9 @@ class Optimizer {
   // is all-reduced with MAX over the group whatever the sharding, so all ranks skip the same step.
   // Collective: every rank calls it.
   bool unscale_and_check(float inv_scale);
+
+  // The 2026 optimizer's Muon weight decay for the following steps (nanochat schedules it).
+  void set_muon_weight_decay(double wd) { muon_weight_decay_ = wd; }
 
   int64_t steps_taken() const { return steps_taken_; }
   // How many Muon matrices this rank orthogonalised in the last step (Note [split Newton-Schulz]).
@@ -84,15 +99,20 @@ class Optimizer {
     int64_t offset, numel;  // within the parameter
     float base_lr;
     // AdamW's first and second moments; with the Sgd optimizer m is SGD's momentum buffer (v unused).
+    float beta1, beta2, weight_decay;  // the parameter's group's
     Tensor m, v;
   };
   struct MuonMatrix {
     int param;
     Tensor momentum;
+    Tensor variance;  // 2026: NorMuon's second moment, [rows] when rows >= cols, else [cols]
   };
   void gather_parameters();
   // Muon's update of every matrix this rank holds (Note [split Newton-Schulz] in optimizer.cpp).
   void muon_step(double lr_multiplier, double momentum);
+  // The update direction of each matrix of xs, all of one shape, in place: Newton-Schulz, or the
+  // 2026 optimizer's row equilibration, Polar Express and norm snap.
+  void orthogonalise(const std::vector<Tensor>& xs) const;
   // The rank that orthogonalises the matrix at `position` of a same-shape group of `group_size`.
   int muon_owner(size_t position, size_t group_size) const;
   // With grad_clip: scales the gradients this rank updates so that the global norm is at most
@@ -113,6 +133,7 @@ class Optimizer {
   // Optimizer steps taken (every optimizer's: AdamW's bias correction reads it), saved as adamw.step.
   int64_t steps_taken_ = 0;
   size_t muon_orthogonalised_ = 0;
+  double muon_weight_decay_ = 0;
 };
 
 }  // namespace nanoddp::ddp

@@ -248,6 +248,14 @@ void polar_express(const std::vector<Tensor>& xs, int steps, bool bf16) {
   backend(xs[0].device()).polar_express(xs, steps, bf16);
 }
 
+void scale_rows(const Tensor& x, const Tensor& s) {
+  NANODDP_ASSERT(x.ndim() == 2 && x.dtype() == DType::F32, "scale_rows takes an f32 matrix");
+  is_f32(s, x.dim(0));
+  same_device(x, s);
+  OpTimer timer("scale_rows", x.device());
+  backend(x.device()).scale_rows(x, s);
+}
+
 void normuon_update(const Tensor& p, const Tensor& g, const Tensor& v, float lr, float weight_decay, float beta2) {
   NANODDP_ASSERT(p.ndim() == 2 && p.dtype() == DType::F32 && g.dtype() == DType::F32 && v.dtype() == DType::F32,
                  "normuon_update takes f32 matrices p, g and an f32 second moment v");

@@ -116,6 +116,9 @@ struct AdamWStep {
      most 5) with (a, b, c) = kPolarExpressCoeffs[s]: wide (rows <= cols) A = x x^T, B = b A + c (A A),       \
      x = a x + B x; tall A = x^T x, x = a x + x B. bf16 rounds every op's result as newton_schulz does. */   \
   X(polar_express, (const std::vector<Tensor>& xs, int steps, bool bf16))                                   \
+  /* ---- x[i, :] *= s[i] for f32 x [rows, cols] and s [rows] on x's device (the 2026 Muon's row        \
+     equilibration, whose per-row factors the optimizer computes). */                                        \
+  X(scale_rows, (const Tensor& x, const Tensor& s))                                                          \
   /* ---- NorMuon's variance reduction and cautious weight decay on f32 p, g [rows, cols] (g: the           \
      orthogonalised update, read only) and v f32, the second moment per row [rows] when rows >= cols, else  \
      per column [cols]. With u = mean of g^2 along the other dim: v = lerp(v, u, 1 - beta2); g' = g *        \

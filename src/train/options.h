@@ -82,6 +82,9 @@ struct OptimOptions {
   // Bucket sizes are PyTorch DDP's defaults.
   double bucket_cap_mb = 25;
   double first_bucket_mb = 1;
+  // nanochat's 2026 recipe (train/recipe_options.h: the defaults that differ by recipe).
+  double scalar_lr = 0.5;
+  int64_t warmup_steps = 0;
 
   template <typename V>
   void visit(V&& v) {
@@ -104,6 +107,9 @@ struct OptimOptions {
     v(final_lr_frac, "final_lr_frac", "LR multiplier reached at the end of the warmdown");
     v(bucket_cap_mb, "bucket_cap_mb", "Gradient bucket size cap in MiB (PyTorch DDP: 25)");
     v(first_bucket_mb, "first_bucket_mb", "Size of the first gradient bucket in MiB (PyTorch DDP: 1)");
+    v(scalar_lr, "scalar_lr", "Recipe 2026: AdamW lr of x0_lambdas, and of resid_lambdas times 0.01");
+    v(warmup_steps, "warmup_steps", "Recipe 2026: steps of linear LR warmup (default 40; the classic recipe uses "
+      "--warmup_ratio)");
   }
 };
 

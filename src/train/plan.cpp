@@ -22,7 +22,25 @@ Plan make_rl_plan(Plan p, const TrainOptions& o, int world) {
   return p;
 }
 
+// Recipe 2026's scaling from the tokens:params ratio (RecipeScaling in schedule.h), against the same
+// recipe at depth 12 with this run's other shape flags (nanochat's build_model_meta(12)).
+RecipeScaling scaling_2026(const model::GPTConfig& c, const TrainOptions& o, int64_t vocab_size) {
+  const auto d12 = model::GPTConfig::from_depth(12, vocab_size, o.model.max_seq_len, o.model.aspect_ratio,
+                                                o.model.head_dim, 0, model::Recipe::R2026, o.model.window_pattern);
+  return recipe_scaling_2026(scaling_params(c), scaling_params(d12), o.batch.target_param_data_ratio,
+                             o.batch.total_batch_size, o.optim.weight_decay);
+}
+
 }  // namespace
+
+int64_t scaling_params(const model::GPTConfig& c) {
+  int64_t n = c.num_params() - c.padded_vocab() * c.n_embd;  // less wte
+  if (!c.is_2026()) return n;
+  for (int64_t l = 0; l < c.n_layer; l++)
+    if (c.has_value_embedding(l)) n -= c.padded_vocab() * c.kv_dim();  // less the value embeddings
+  // less the per-layer scalars, the smear gate and the smear and backout scalars
+  return n - (2 * c.n_layer + model::GPTConfig::kSmearGateChannels + 2);
+}
 
 Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) {
   Plan p;
@@ -31,7 +49,11 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
   if (o.chat.stage == RunStage::Rl) return make_rl_plan(p, o, world);
   // Tokens of one micro-step over all ranks.
   const int64_t per_micro = o.batch.device_batch_size * o.model.max_seq_len * world;
-  const int64_t total = o.batch.total_batch_size < 0 ? per_micro : o.batch.total_batch_size;
+  int64_t total = o.batch.total_batch_size < 0 ? per_micro : o.batch.total_batch_size;
+  if (p.config.is_2026()) {
+    p.scaling = scaling_2026(p.config, o, meta.vocab_size);
+    total = p.scaling.total_batch_size;  // chosen by the scaling when --total_batch_size is -1
+  }
   NANODDP_CHECK(total % per_micro == 0, "--total_batch_size {} is not a multiple of device_batch_size x max_seq_len x "
                 "world size = {} x {} x {} = {}: choose a total batch that divides, or another device batch", total,
                 o.batch.device_batch_size, o.model.max_seq_len, world, per_micro);
@@ -48,6 +70,8 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
                          (p.config.flops_per_token(o.model.max_seq_len) * static_cast<double>(total));
     check_budget_steps(steps, fmt::format("--target_flops {:g}", o.batch.target_flops));
     p.num_iterations = std::llround(steps);
+  } else if (p.config.is_2026()) {
+    p.num_iterations = p.scaling.target_tokens / total;  // base_train: target_tokens // total_batch_size
   } else {
     const double steps =
         o.batch.target_param_data_ratio * static_cast<double>(p.config.num_params()) / static_cast<double>(total);

@@ -24,6 +24,7 @@
 #include "train/metrics.h"
 #include "train/plan.h"
 #include "train/progress.h"
+#include "train/recipe_options.h"
 #include "train/run_checkpoints.h"
 #include "train/run_output.h"
 #include "train/schedule.h"
@@ -171,7 +172,8 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
                          .first_bucket_mb = opts.optim.first_bucket_mb,
                          .bucket_cap_mb = opts.optim.bucket_cap_mb};
   reducer_ = std::make_unique<ddp::Reducer>(*model_, group, ro);
-  optimizer_ = std::make_unique<ddp::Optimizer>(*model_, *reducer_, optimizer_config(opts));
+  optimizer_ = std::make_unique<ddp::Optimizer>(
+      *model_, *reducer_, plan_.config.is_2026() ? optimizer_config_2026(opts, plan_.scaling) : optimizer_config(opts));
   // MFU's denominator: the user's --peak_flops, else the device's datasheet peak (ops/profile.h).
   peak_ = opts.runtime.peak_flops > 0 ? ops::PeakFlops{opts.runtime.peak_flops, "--peak_flops"}
                                       : ops::peak_flops(device_);
@@ -266,8 +268,10 @@ TrainResult Trainer::run() {
     // its final sample), not as one to continue (there is nothing left to resume).
     if (stop_requested && !last) return stopped(step);
     if (last) break;
-    const double lr = lr_multiplier(step, n, opts_.optim.warmup_ratio, opts_.optim.warmdown_ratio,
-                                    opts_.optim.final_lr_frac);
+    const double lr = plan_.config.is_2026() ? lr_multiplier_2026(step, n, opts_.optim.warmup_steps,
+                                                                  opts_.optim.warmdown_ratio, opts_.optim.final_lr_frac)
+                                             : lr_multiplier(step, n, opts_.optim.warmup_ratio, opts_.optim.warmdown_ratio,
+                                                             opts_.optim.final_lr_frac);
     Stopwatch sw;
     train_step(step, lr);
     const Agreed agreed = agree();
@@ -341,7 +345,14 @@ void Trainer::finish_and_update(int64_t step, double lr_mult) {
   Stopwatch opt;
   {
     trace::Scope traced("optimizer");
-    scaler_->update(*optimizer_, step, lr_mult, muon_momentum(step));
+    double momentum = muon_momentum(step);
+    if (plan_.config.is_2026()) {
+      // nanochat's 2026 schedules of Muon's momentum and weight decay.
+      const int64_t n = plan_.num_iterations;
+      momentum = muon_momentum_2026(step, n, opts_.optim.warmdown_ratio);
+      optimizer_->set_muon_weight_decay(muon_weight_decay_2026(step, n, plan_.scaling.weight_decay));
+    }
+    scaler_->update(*optimizer_, step, lr_mult, momentum);
     if (device_.is_cuda()) dev.synchronize();
     group_.check();  // the parameters' all_gather under --zero 1|2
   }

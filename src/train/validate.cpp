@@ -164,6 +164,9 @@ void validate_schedule(const TrainOptions& o) {
   NANODDP_CHECK(o.eval.sample_every == -1 || o.eval.sample_every >= 1, "--sample_every must be -1 (only at the end) or at "
                 "least 1 (got {})", o.eval.sample_every);
   fraction(o.optim.warmup_ratio, "warmup_ratio");
+  learning_rate_factor(o.optim.scalar_lr, "scalar_lr");
+  NANODDP_CHECK(o.optim.warmup_steps >= 0 && o.optim.warmup_steps <= kMaxSteps, "--warmup_steps must be between 0 "
+                "and {} (got {})", kMaxSteps, o.optim.warmup_steps);
   fraction(o.optim.warmdown_ratio, "warmdown_ratio");
   fraction(o.optim.final_lr_frac, "final_lr_frac");
   NANODDP_CHECK(o.optim.warmup_ratio + o.optim.warmdown_ratio <= 1,

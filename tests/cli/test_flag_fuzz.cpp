@@ -195,6 +195,9 @@ const std::map<std::string, std::set<std::string>> kAccepted = {
     {"--sgd_momentum", {"0"}},
     {"--weight_decay", {"0"}},
     {"--warmup_ratio", {"0"}},
+    {"--scalar_lr", {"0"}},
+    // 0: no warmup (train's classic recipe refuses the flag: its warmup is --warmup_ratio).
+    {"--warmup_steps", {"0"}},
     {"--warmdown_ratio", {"0"}},
     {"--final_lr_frac", {"0"}},
     // 0 is off; a threshold no gradient norm reaches never clips.

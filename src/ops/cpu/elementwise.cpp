@@ -33,6 +33,15 @@ void CpuBackend::scale(const Tensor& x, float s) {
   });
 }
 
+void CpuBackend::scale_rows(const Tensor& x, const Tensor& s) {
+  float* p = x.data<float>();
+  const float* ps = s.data<float>();
+  const int64_t rows = x.dim(0), cols = x.dim(1);
+#pragma omp parallel for if (rows * cols > kParallelGrain)
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) p[r * cols + c] *= ps[r];
+}
+
 void CpuBackend::sum_squares(const Tensor& out, const Tensor& x) {
   const float* p = x.data<float>();
   const int64_t n = x.numel();

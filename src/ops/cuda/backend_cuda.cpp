@@ -236,6 +236,11 @@ void CudaBackend::scale(const Tensor& x, float v) {
   NANODDP_CUDA_CHECK(cuda::launch_scale(elem(x), x.raw(), x.numel(), v, s));
 }
 
+void CudaBackend::scale_rows(const Tensor& x, const Tensor& v) {
+  cudaStream_t s = begin();
+  NANODDP_CUDA_CHECK(cuda::launch_scale_rows(x.data<float>(), v.data<float>(), x.dim(0), x.dim(1), s));
+}
+
 void CudaBackend::axpy(const Tensor& y, const Tensor& x, float alpha) {
   cudaStream_t s = begin();
   NANODDP_CUDA_CHECK(cuda::launch_axpy(elem(y), y.raw(), x.raw(), y.numel(), alpha, s));

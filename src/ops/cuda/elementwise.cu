@@ -114,6 +114,23 @@ cudaError_t launch_scale(DType t, void* x, int64_t n, float s, cudaStream_t stre
   });
 }
 
+namespace {
+
+__global__ void scale_rows_kernel(float* x, const float* s, int64_t n, int64_t cols) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] *= s[i / cols];
+}
+
+}  // namespace
+
+cudaError_t launch_scale_rows(float* x, const float* s, int64_t rows, int64_t cols, cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n == 0) return cudaSuccess;
+  constexpr int kThreads = 256;
+  scale_rows_kernel<<<grid_for(n, kThreads, 8192), kThreads, 0, stream>>>(x, s, n, cols);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_axpy(DType t, void* y, const void* x, int64_t n, float alpha, cudaStream_t stream) {
   return with_dtype(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;

@@ -8,6 +8,8 @@ namespace nanoddp::cuda {
 
 cudaError_t launch_fill(DType t, void* x, int64_t n, float value, cudaStream_t stream);
 cudaError_t launch_scale(DType t, void* x, int64_t n, float s, cudaStream_t stream);
+// x[i, :] *= s[i]; x f32 [rows, cols], s f32 [rows]
+cudaError_t launch_scale_rows(float* x, const float* s, int64_t rows, int64_t cols, cudaStream_t stream);
 // y += alpha * x
 cudaError_t launch_axpy(DType t, void* y, const void* x, int64_t n, float alpha, cudaStream_t stream);
 // dst = src converted (round to nearest even into a narrower type); same types copy.

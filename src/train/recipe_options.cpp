@@ -1,0 +1,46 @@
+#include "train/recipe_options.h"
+
+#include "core/error.h"
+#include "core/options.h"
+
+namespace nanoddp::train {
+
+void apply_recipe_defaults(TrainOptions& o, bool recipe_2026, const std::function<bool(const std::string&)>& given) {
+  if (!recipe_2026) {
+    NANODDP_CHECK(!given("warmup_steps"), "--warmup_steps is the 2026 recipe's warmup; the classic recipe warms up "
+                  "over --warmup_ratio of the steps: use that, or --recipe 2026");
+    return;
+  }
+  NANODDP_CHECK(!given("warmup_ratio"), "--warmup_ratio is the classic recipe's warmup; the 2026 recipe warms up "
+                "over --warmup_steps steps (default 40): use that instead");
+  auto set = [&](auto& field, const char* name, auto value) {
+    if (!given(name)) field = value;
+  };
+  set(o.optim.embedding_lr, "embedding_lr", 0.3);
+  set(o.optim.unembedding_lr, "unembedding_lr", 0.008);
+  set(o.optim.weight_decay, "weight_decay", 0.28);
+  set(o.optim.warmup_steps, "warmup_steps", int64_t{40});
+  set(o.optim.warmdown_ratio, "warmdown_ratio", 0.65);
+  set(o.optim.final_lr_frac, "final_lr_frac", 0.05);
+  set(o.batch.target_param_data_ratio, "target_param_data_ratio", 12.0);
+  set(o.batch.total_batch_size, "total_batch_size", int64_t{-1});
+}
+
+ddp::OptimizerConfig optimizer_config_2026(const TrainOptions& o, const RecipeScaling& scaling) {
+  ddp::OptimizerConfig oc;
+  oc.optimizer = option_text(o.optim.optimizer);
+  oc.recipe_2026 = true;
+  const double f = o.optim.init_lr_frac * scaling.lr_scale;
+  oc.embedding_lr = o.optim.embedding_lr * f;
+  oc.unembedding_lr = o.optim.unembedding_lr * f;
+  oc.matrix_lr = o.optim.matrix_lr * f;
+  oc.scalar_lr = o.optim.scalar_lr * f;
+  oc.adamw_matrix_lr = o.optim.adamw_matrix_lr * f;
+  oc.smear_lr = 0.2 * o.optim.init_lr_frac;
+  oc.muon_weight_decay = scaling.weight_decay;
+  oc.grad_clip = o.optim.grad_clip;
+  oc.ns_bf16 = o.optim.muon_precision == MuonPrecision::BF16;
+  return oc;
+}
+
+}  // namespace nanoddp::train

@@ -1,0 +1,34 @@
+// The flags of `nanoddp train` whose defaults differ between nanochat's classic recipe and its 2026
+// one (base_train today), and the 2026 optimizer's settings from them.
+//
+//   flag                      classic    2026
+//   embedding_lr              0.2        0.3
+//   unembedding_lr            0.004      0.008
+//   weight_decay              0 (AdamW)  0.28 (Muon's cautious weight decay, scaled and scheduled)
+//   warmup                    --warmup_ratio 0   --warmup_steps 40
+//   warmdown_ratio            0.2        0.65
+//   final_lr_frac             0          0.05
+//   target_param_data_ratio   20         12
+//   total_batch_size          524288     -1 = chosen from the tokens:params ratio (schedule.h)
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "ddp/optimizer.h"
+#include "train/options.h"
+#include "train/schedule.h"
+
+namespace nanoddp::train {
+
+// With recipe_2026, sets the 2026 default of every flag above that was not given (given(name) says
+// whether the user set flag --name). Each recipe's warmup is in its own unit: --warmup_steps with
+// the classic recipe, or --warmup_ratio with 2026, is refused naming the other flag.
+void apply_recipe_defaults(TrainOptions& o, bool recipe_2026, const std::function<bool(const std::string&)>& given);
+
+// The 2026 optimizer's configuration: nanochat's AdamW groups and Muon, every lr times
+// init_lr_frac and the scaling's lr_scale (the smear group's fixed 0.2 only by init_lr_frac, as
+// nanochat leaves it unscaled), and Muon's weight decay the scaled one (its schedule starts there).
+ddp::OptimizerConfig optimizer_config_2026(const TrainOptions& o, const RecipeScaling& scaling);
+
+}  // namespace nanoddp::train

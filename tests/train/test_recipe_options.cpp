@@ -1,0 +1,108 @@
+// The flags whose defaults depend on the recipe, and the 2026 optimizer's settings from them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "core/error.h"
+#include "model/gpt.h"
+#include "train/plan.h"
+#include "train/recipe_options.h"
+
+namespace nanoddp::train {
+namespace {
+
+auto given_of(const std::set<std::string>& flags) {
+  return [flags](const std::string& f) { return flags.count(f) > 0; };
+}
+
+TEST(RecipeOptions, The2026DefaultsAreNanochatsAndGivenFlagsAreKept) {
+  TrainOptions o;
+  o.optim.embedding_lr = 0.25;  // as if given
+  apply_recipe_defaults(o, true, given_of({"embedding_lr"}));
+  EXPECT_EQ(o.optim.embedding_lr, 0.25);
+  EXPECT_EQ(o.optim.unembedding_lr, 0.008);
+  EXPECT_EQ(o.optim.weight_decay, 0.28);
+  EXPECT_EQ(o.optim.warmup_steps, 40);
+  EXPECT_EQ(o.optim.warmdown_ratio, 0.65);
+  EXPECT_EQ(o.optim.final_lr_frac, 0.05);
+  EXPECT_EQ(o.batch.target_param_data_ratio, 12);
+  EXPECT_EQ(o.batch.total_batch_size, -1);
+  // The classic recipe keeps the struct's defaults.
+  TrainOptions c;
+  apply_recipe_defaults(c, false, given_of({}));
+  EXPECT_EQ(c.optim.embedding_lr, TrainOptions{}.optim.embedding_lr);
+  EXPECT_EQ(c.batch.total_batch_size, TrainOptions{}.batch.total_batch_size);
+}
+
+TEST(RecipeOptions, EachRecipeRefusesTheOthersWarmupNamingItsOwn) {
+  TrainOptions o;
+  try {
+    apply_recipe_defaults(o, false, given_of({"warmup_steps"}));
+    FAIL() << "--warmup_steps accepted by the classic recipe";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--warmup_ratio"), std::string::npos) << e.what();
+  }
+  try {
+    apply_recipe_defaults(o, true, given_of({"warmup_ratio"}));
+    FAIL() << "--warmup_ratio accepted by the 2026 recipe";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--warmup_steps"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RecipeOptions, OptimizerConfigScalesEveryLrButTheSmearGroups) {
+  TrainOptions o;
+  o.optim.init_lr_frac = 0.5;
+  o.optim.embedding_lr = 0.3;
+  o.optim.unembedding_lr = 0.008;
+  o.optim.matrix_lr = 0.02;
+  o.optim.scalar_lr = 0.4;
+  RecipeScaling s;
+  s.lr_scale = 2.0;
+  s.weight_decay = 0.07;
+  const ddp::OptimizerConfig oc = optimizer_config_2026(o, s);
+  EXPECT_TRUE(oc.recipe_2026);
+  EXPECT_DOUBLE_EQ(oc.embedding_lr, 0.3);
+  EXPECT_DOUBLE_EQ(oc.unembedding_lr, 0.008);
+  EXPECT_DOUBLE_EQ(oc.matrix_lr, 0.02);
+  EXPECT_DOUBLE_EQ(oc.scalar_lr, 0.4);
+  EXPECT_DOUBLE_EQ(oc.smear_lr, 0.1);  // 0.2 x init_lr_frac, not batch-scaled
+  EXPECT_DOUBLE_EQ(oc.muon_weight_decay, 0.07);
+}
+
+// base_train's scaling parameters are the block matrices and lm_head: counted from the config, they
+// equal the model's Matrix and LmHead parameters.
+TEST(RecipeOptions, ScalingParamsAreTheBlockMatricesAndLmHead) {
+  const auto c = model::GPTConfig::from_depth(3, 300, 256, 64, 64, 0, model::Recipe::R2026, "SSSL");
+  model::GPT gpt(c, Device::cpu());
+  int64_t want = 0;
+  for (const auto& p : gpt.parameters())
+    if (p.kind == model::ParamKind::Matrix || p.kind == model::ParamKind::LmHead) want += p.data.numel();
+  EXPECT_EQ(scaling_params(c), want);
+}
+
+// --recipe 2026 with --total_batch_size -1: the plan takes the scaled batch and trains on
+// floor(target tokens / batch) steps.
+TEST(RecipeOptions, PlanOf2026ChoosesTheBatchFromTheRatio) {
+  TrainOptions o;
+  o.model.recipe = model::Recipe::R2026;
+  o.model.depth = 2;
+  o.model.max_seq_len = 64;
+  o.model.head_dim = 64;
+  o.batch.device_batch_size = 1;
+  apply_recipe_defaults(o, true, [](const std::string&) { return false; });
+  data::DatasetMeta meta;
+  meta.vocab_size = 300;
+  const Plan p = make_plan(o, meta, 1);
+  const auto d12 = model::GPTConfig::from_depth(12, 300, 64, 64, 64, 0, model::Recipe::R2026, "SSSL");
+  const RecipeScaling want = recipe_scaling_2026(scaling_params(p.config), scaling_params(d12), 12, -1, 0.28);
+  EXPECT_EQ(p.tokens_per_step, want.total_batch_size);
+  EXPECT_EQ(p.grad_accum, want.total_batch_size / 64);
+  EXPECT_EQ(p.num_iterations, want.target_tokens / want.total_batch_size);
+  EXPECT_DOUBLE_EQ(p.scaling.weight_decay, want.weight_decay);
+}
+
+}  // namespace
+}  // namespace nanoddp::train
