@@ -28,7 +28,7 @@ void apply_recipe_defaults(TrainOptions& o, bool recipe_2026, const std::functio
 
 ddp::OptimizerConfig optimizer_config_2026(const TrainOptions& o, const RecipeScaling& scaling) {
   ddp::OptimizerConfig oc;
-  oc.optimizer = option_text(o.optim.optimizer);
+  oc.optimizer = o.optim.optimizer;
   oc.recipe_2026 = true;
   const double f = o.optim.init_lr_frac * scaling.lr_scale;
   oc.embedding_lr = o.optim.embedding_lr * f;

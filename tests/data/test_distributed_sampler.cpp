@@ -35,8 +35,8 @@ print(json.dumps(cases))
 )PY";
 
 TEST(DistributedSampler, EqualsTorchIndexForIndex) {
-  const auto has_torch = testing::run_command("/usr/bin/python3 -c 'import torch' 2>&1");
-  NANODDP_SKIP_UNLESS_REFERENCE(has_torch.status == 0, "python3-torch (scripts/setup.sh installs it)");
+  const std::string no_torch = testing::torch_unavailable();
+  NANODDP_SKIP_UNLESS_REFERENCE(no_torch.empty(), no_torch);
   testing::ScratchDir dir("sampler_reference");
   {
     std::ofstream(dir.str("ref.py")) << kScript;

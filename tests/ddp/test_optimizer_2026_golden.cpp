@@ -22,11 +22,6 @@
 namespace nanoddp {
 namespace {
 
-std::string torch_unavailable() {
-  auto r = testing::run_command("/usr/bin/python3 -c 'import torch' 2>&1");
-  return r.status == 0 ? "" : "python3-torch is not installed (scripts/setup.sh installs it): " + r.output;
-}
-
 // Three layers "SSSL" (value embeddings and their gates on layers 0 and 2), tall, wide and square
 // matrices, every parameter kind.
 model::GPTConfig config() {
@@ -46,7 +41,7 @@ model::GPTConfig config() {
 constexpr double kLrm = 0.8, kMomentum = 0.9, kMuonWd = 0.2;
 
 TEST(Optimizer2026Golden, OneStepAndThreeTrainingStepsMatchTheTwin) {
-  const std::string no_torch = torch_unavailable();
+  const std::string no_torch = testing::torch_unavailable();
   NANODDP_SKIP_UNLESS_REFERENCE(no_torch.empty(), no_torch);
   omp_set_num_threads(1);
   const model::GPTConfig c = config();

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernel_test_util.h"
 #include "test_util.h"
 
 namespace nanoddp::testing {
@@ -115,6 +116,38 @@ double reference_loss(const model::GPTConfig& c, const Weights& w, const std::ve
       valid++;
     }
   return sum / valid;
+}
+
+void randomise(model::GPT& gpt, uint64_t seed) {
+  Weights w;
+  for (auto& p : gpt.parameters()) w[p.name] = vec(randn(p.data.shape(), seed++, 0.5f));
+  set_weights(gpt, w);
+}
+
+Batch make_batch(int64_t b, int64_t t, int64_t vocab, uint64_t seed, bool with_ignored) {
+  Batch out{randint({b, t}, seed, 0, vocab), randint({b, t}, seed + 1, 0, vocab), {}, {}};
+  if (with_ignored) out.targets.data<int32_t>()[1] = -1;
+  out.ids = ints(out.inputs);
+  out.tgt = ints(out.targets);
+  return out;
+}
+
+void expect_gradients_match_reference(model::GPT& gpt, const Batch& b, int64_t samples) {
+  const model::GPTConfig& c = gpt.config();
+  const int64_t batch = b.inputs.dim(0), seq = b.inputs.dim(1);
+  const Weights w = weights_of(gpt);
+  uint64_t seed = 1;
+  for (auto& p : gpt.parameters()) {
+    const auto idx = sample_indices(p.data.numel(), samples, seed++);
+    const auto fd = reference::finite_difference(
+        [&](const reference::Vec& x) {
+          Weights wx = w;
+          wx[p.name] = x;
+          return reference_loss(c, wx, b.ids, b.tgt, batch, seq);
+        },
+        w.at(p.name), idx, 1e-5);
+    EXPECT_LT(max_rel_error(gather(p.grad, idx), fd, 1e-6), 2e-4) << p.name;
+  }
 }
 
 }  // namespace nanoddp::testing

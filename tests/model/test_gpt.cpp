@@ -30,27 +30,6 @@ GPTConfig tiny_config(int64_t n_kv_head = 2) {
   return c;
 }
 
-// Random weights everywhere (nanochat's init zeroes lm_head and c_proj, which would hide most of
-// the backward from a gradient check).
-void randomise(GPT& gpt, uint64_t seed) {
-  testing::Weights w;
-  for (auto& p : gpt.parameters()) w[p.name] = testing::vec(testing::randn(p.data.shape(), seed++, 0.5f));
-  testing::set_weights(gpt, w);
-}
-
-struct Batch {
-  Tensor inputs, targets;
-  std::vector<int32_t> ids, tgt;
-};
-
-Batch make_batch(int64_t b, int64_t t, int64_t vocab, uint64_t seed, bool with_ignored = true) {
-  Batch out{testing::randint({b, t}, seed, 0, vocab), testing::randint({b, t}, seed + 1, 0, vocab), {}, {}};
-  if (with_ignored) out.targets.data<int32_t>()[1] = -1;
-  out.ids = testing::ints(out.inputs);
-  out.tgt = testing::ints(out.targets);
-  return out;
-}
-
 TEST(Config, DepthSizesTheModelLikeNanochat) {
   auto d4 = GPTConfig::from_depth(4, 4096, 128);
   EXPECT_EQ(d4.n_embd, 256);
@@ -110,7 +89,7 @@ TEST(Forward, InitialLossIsLogOfTheTrueVocabulary) {
   // lm_head starts at zero: uniform over the 50 real ids, whatever the 14 padding rows hold.
   GPT gpt(tiny_config(), Device::cpu());
   gpt.init_weights(1);
-  auto b = make_batch(2, 8, 50, 3);
+  auto b = testing::make_batch(2, 8, 50, 3);
   double loss = gpt.forward_backward(b.inputs, b.targets, 1.f, false);
   EXPECT_NEAR(loss, std::log(50.0), 1e-5);
 }
@@ -120,25 +99,14 @@ class ModelGrad : public ::testing::TestWithParam<int64_t> {};
 TEST_P(ModelGrad, ForwardAndEveryParameterGradientMatchTheDoubleReference) {
   const auto c = tiny_config(GetParam());
   GPT gpt(c, Device::cpu());
-  randomise(gpt, 100);
+  testing::randomise(gpt, 100);
   const int64_t batch = 2, seq = 5;
-  auto b = make_batch(batch, seq, c.vocab_size, 11);
+  auto b = testing::make_batch(batch, seq, c.vocab_size, 11);
   const double loss = gpt.forward_backward(b.inputs, b.targets, 1.f, false);
   auto w = testing::weights_of(gpt);
   EXPECT_NEAR(loss, testing::reference_loss(c, w, b.ids, b.tgt, batch, seq), 1e-5 * loss);
 
-  uint64_t seed = 1;
-  for (auto& p : gpt.parameters()) {
-    auto idx = testing::sample_indices(p.data.numel(), 24, seed++);
-    auto fd = reference::finite_difference(
-        [&](const reference::Vec& x) {
-          auto wx = w;
-          wx[p.name] = x;
-          return testing::reference_loss(c, wx, b.ids, b.tgt, batch, seq);
-        },
-        w[p.name], idx, 1e-5);
-    EXPECT_LT(max_rel_error(testing::gather(p.grad, idx), fd, 1e-6), 2e-4) << p.name;
-  }
+  testing::expect_gradients_match_reference(gpt, b, 24);
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, ModelGrad, ::testing::Values(2, 1),  // multi-head, grouped-query
@@ -152,8 +120,8 @@ INSTANTIATE_TEST_SUITE_P(Heads, ModelGrad, ::testing::Values(2, 1),  // multi-he
 // stale numbers, and lm_head's gradient was left as it was.
 TEST(Backward, ALossScaleOfZeroGivesZeroGradients) {
   GPT gpt(tiny_config(), Device::cpu());
-  randomise(gpt, 4);
-  auto b = make_batch(2, 8, 50, 3);
+  testing::randomise(gpt, 4);
+  auto b = testing::make_batch(2, 8, 50, 3);
   for (auto& p : gpt.parameters()) ops::fill(p.grad, 7.f);
   int reported = 0;
   const double loss = gpt.forward_backward(b.inputs, b.targets, 0.f, false, [&](int) { reported++; });
@@ -167,8 +135,8 @@ TEST(Backward, ALossScaleOfZeroGivesZeroGradients) {
 TEST(Backward, AccumulationAddsEachMicroBatchGradientOnce) {
   const auto c = tiny_config();
   GPT gpt(c, Device::cpu());
-  randomise(gpt, 200);
-  auto b1 = make_batch(2, 6, c.vocab_size, 21), b2 = make_batch(2, 6, c.vocab_size, 31);
+  testing::randomise(gpt, 200);
+  auto b1 = testing::make_batch(2, 6, c.vocab_size, 21), b2 = testing::make_batch(2, 6, c.vocab_size, 31);
   std::vector<std::vector<float>> g1, g2;
   gpt.forward_backward(b1.inputs, b1.targets, 1.f, false);
   for (auto& p : gpt.parameters()) g1.push_back(testing::to_vector(p.grad));
@@ -192,9 +160,9 @@ TEST(Backward, AccumulationAddsEachMicroBatchGradientOnce) {
 TEST(Backward, ADeferredMicroStepLeavesTheLossesWhoseMeanForwardBackwardReturns) {
   const auto c = tiny_config();
   GPT read(c, Device::cpu()), deferred(c, Device::cpu());
-  randomise(read, 400);
-  randomise(deferred, 400);
-  auto b1 = make_batch(2, 6, c.vocab_size, 51), b2 = make_batch(2, 6, c.vocab_size, 61);
+  testing::randomise(read, 400);
+  testing::randomise(deferred, 400);
+  auto b1 = testing::make_batch(2, 6, c.vocab_size, 51), b2 = testing::make_batch(2, 6, c.vocab_size, 61);
   b2.targets.data<int32_t>()[3] = -1;
   const double want = read.forward_backward(b1.inputs, b1.targets, 0.5f, false) +
                       read.forward_backward(b2.inputs, b2.targets, 0.5f, true);
@@ -220,8 +188,8 @@ TEST(Backward, ADeferredMicroStepLeavesTheLossesWhoseMeanForwardBackwardReturns)
 TEST(Backward, GradReadyCallsComeOnceInReverseOrderWithFinalGradients) {
   const auto c = tiny_config();
   GPT gpt(c, Device::cpu());
-  randomise(gpt, 300);
-  auto b = make_batch(2, 6, c.vocab_size, 41);
+  testing::randomise(gpt, 300);
+  auto b = testing::make_batch(2, 6, c.vocab_size, 41);
   std::vector<int> order;
   std::vector<std::vector<float>> at_call(gpt.parameters().size());
   gpt.forward_backward(b.inputs, b.targets, 1.f, false, [&](int i) {
@@ -237,7 +205,7 @@ TEST(Backward, GradReadyCallsComeOnceInReverseOrderWithFinalGradients) {
 TEST(Inference, KvCacheMatchesFullRecompute) {
   const auto c = tiny_config(1);
   GPT gpt(c, Device::cpu());
-  randomise(gpt, 400);
+  testing::randomise(gpt, 400);
   std::vector<int32_t> seq = {3, 17, 42, 8, 0, 49, 21, 5};
   model::KVCache cache(gpt, 1);
   Tensor prompt = Tensor::empty({1, 3}, DType::I32);
@@ -259,8 +227,8 @@ TEST(Inference, KvCacheMatchesFullRecompute) {
 TEST(Inference, LogitsMatchTheTrainingForwardLoss) {
   const auto c = tiny_config();
   GPT gpt(c, Device::cpu());
-  randomise(gpt, 500);
-  auto b = make_batch(1, 7, c.vocab_size, 51, false);
+  testing::randomise(gpt, 500);
+  auto b = testing::make_batch(1, 7, c.vocab_size, 51, false);
   Tensor losses = gpt.forward_losses(b.inputs, b.targets);
   model::KVCache cache(gpt, 1);
   Tensor logits = gpt.forward_next(b.inputs, cache);  // last position's logits
@@ -289,7 +257,7 @@ TEST(Sampling, GreedyAndTopKAreDeterministic) {
 TEST(Sampling, BatchedSamplesEqualOneByOneWithTheSameSeeds) {
   const auto c = tiny_config(1);
   GPT gpt(c, Device::cpu());
-  randomise(gpt, 600);
+  testing::randomise(gpt, 600);
   const std::vector<int32_t> prompt = {3, 17, 42, 8};
   model::SampleOptions so{.max_tokens = 9, .temperature = 1.f, .top_k = 0, .seed = 0, .stop_token = 5};
   const std::vector<uint64_t> seeds = {11, 12, 13, 14, 15};
@@ -336,9 +304,9 @@ TEST(Bf16, TheModelFollowsF32WithinBf16Tolerance) {
   c.n_kv_head = 1;
   c.max_seq_len = 128;
   GPT f(c, Device::cpu(), DType::F32), b(c, Device::cpu(), DType::BF16);
-  randomise(f, 500);
-  randomise(b, 500);
-  const Batch batch = make_batch(2, 128, 300, 501);
+  testing::randomise(f, 500);
+  testing::randomise(b, 500);
+  const testing::Batch batch = testing::make_batch(2, 128, 300, 501);
   const auto logits_f = testing::vec(f.forward_logits(batch.inputs)), logits_b = testing::vec(b.forward_logits(batch.inputs));
   const double loss_f = f.forward_backward(batch.inputs, batch.targets, 1.f, false),
                loss_b = b.forward_backward(batch.inputs, batch.targets, 1.f, false);

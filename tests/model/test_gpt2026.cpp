@@ -38,12 +38,6 @@ GPTConfig small_2026(int64_t n_kv_head = 2) {
   return c;
 }
 
-void randomise(GPT& gpt, uint64_t seed) {
-  testing::Weights w;
-  for (auto& p : gpt.parameters()) w[p.name] = testing::vec(testing::randn(p.data.shape(), seed++, 0.5f));
-  testing::set_weights(gpt, w);
-}
-
 TEST(Config2026, DepthSizesTheModelLikeNanochat) {
   // base_train: model_dim = depth * 64 rounded up to whole 128-channel heads.
   const auto c = GPTConfig::from_depth(5, 65536, 2048, 64, 128, 0, Recipe::R2026);
@@ -142,45 +136,20 @@ TEST(Init2026, FollowsNanochat) {
   for (double v : w["transformer.h.1.attn.c_proj.weight"]) EXPECT_EQ(v, 0.0);
 }
 
-struct Batch {
-  Tensor inputs, targets;
-  std::vector<int32_t> ids, tgt;
-};
-
-Batch make_batch(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
-  Batch out{testing::randint({b, t}, seed, 0, vocab), testing::randint({b, t}, seed + 1, 0, vocab), {}, {}};
-  out.targets.data<int32_t>()[1] = -1;
-  out.ids = testing::ints(out.inputs);
-  out.tgt = testing::ints(out.targets);
-  return out;
-}
-
 class ModelGrad2026 : public ::testing::TestWithParam<int64_t> {};
 
 // Sequences of 140 positions, so that the short windows (128 keys) cut in.
 TEST_P(ModelGrad2026, LossAndEveryParameterGradientMatchTheDoubleReference) {
   const auto c = small_2026(GetParam());
   GPT gpt(c, Device::cpu());
-  randomise(gpt, 100);
+  testing::randomise(gpt, 100);
   const int64_t batch = 2, seq = 140;
-  auto b = make_batch(batch, seq, c.vocab_size, 11);
+  auto b = testing::make_batch(batch, seq, c.vocab_size, 11);
   const double loss = gpt.forward_backward(b.inputs, b.targets, 1.f, false);
   auto w = testing::weights_of(gpt);
   // f32 against double: the loss of 600 tokens summed in f32 through three layers.
   EXPECT_NEAR(loss, testing::reference_loss(c, w, b.ids, b.tgt, batch, seq), 1e-5 * loss);
-  uint64_t seed = 1;
-  for (auto& p : gpt.parameters()) {
-    auto idx = testing::sample_indices(p.data.numel(), 8, seed++);
-    auto fd = reference::finite_difference(
-        [&](const reference::Vec& x) {
-          auto wx = w;
-          wx[p.name] = x;
-          return testing::reference_loss(c, wx, b.ids, b.tgt, batch, seq);
-        },
-        w[p.name], idx, 1e-5);
-    // As the classic model's check: f32 gradients against a double central difference of step 1e-5.
-    EXPECT_LT(max_rel_error(testing::gather(p.grad, idx), fd, 1e-6), 2e-4) << p.name;
-  }
+  testing::expect_gradients_match_reference(gpt, b, 8);
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, ModelGrad2026, ::testing::Values(2, 1),
@@ -189,8 +158,8 @@ INSTANTIATE_TEST_SUITE_P(Heads, ModelGrad2026, ::testing::Values(2, 1),
 TEST(Backward2026, EveryParameterIsReportedOnceAndAccumulationAddsMicroSteps) {
   const auto c = small_2026();
   GPT gpt(c, Device::cpu());
-  randomise(gpt, 200);
-  auto b1 = make_batch(2, 9, c.vocab_size, 21), b2 = make_batch(2, 9, c.vocab_size, 23);
+  testing::randomise(gpt, 200);
+  auto b1 = testing::make_batch(2, 9, c.vocab_size, 21), b2 = testing::make_batch(2, 9, c.vocab_size, 23);
   std::multiset<int> reported;
   gpt.forward_backward(b1.inputs, b1.targets, 1.f, false, [&](int i) { reported.insert(i); });
   for (int i = 0; i < static_cast<int>(gpt.parameters().size()); i++)
@@ -213,7 +182,7 @@ TEST(Backward2026, EveryParameterIsReportedOnceAndAccumulationAddsMicroSteps) {
 TEST(Inference2026, KvCacheMatchesFullRecomputePastTheWindow) {
   const auto c = small_2026(1);
   GPT gpt(c, Device::cpu());
-  randomise(gpt, 400);
+  testing::randomise(gpt, 400);
   const int64_t prompt_len = 130, total = 134;
   Tensor all = testing::randint({1, total}, 401, 0, c.vocab_size);
   model::KVCache cache(gpt, 1);
@@ -232,9 +201,9 @@ TEST(Bf16_2026, TheModelFollowsF32WithinBf16Tolerance) {
   c.n_embd = 256;
   c.max_seq_len = 128;  // windows 128: full at this length; the f32 tests cover short ones
   GPT f(c, Device::cpu(), DType::F32), b(c, Device::cpu(), DType::BF16);
-  randomise(f, 500);
-  randomise(b, 500);
-  auto batch = make_batch(2, 128, c.vocab_size, 501);
+  testing::randomise(f, 500);
+  testing::randomise(b, 500);
+  auto batch = testing::make_batch(2, 128, c.vocab_size, 501);
   const double loss_f = f.forward_backward(batch.inputs, batch.targets, 1.f, false),
                loss_b = b.forward_backward(batch.inputs, batch.targets, 1.f, false);
   // The classic model's bounds (test_gpt.cpp): about 1% per element / sqrt(256 tokens) for the

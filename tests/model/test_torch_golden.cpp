@@ -40,12 +40,6 @@ double cosine(const Tensor& a, const Tensor& b) {
   return xy / std::sqrt(xx * yy);
 }
 
-// "" when python3 with torch can run, else the reason it cannot.
-std::string torch_unavailable() {
-  auto r = testing::run_command("/usr/bin/python3 -c 'import torch' 2>&1");
-  return r.status == 0 ? "" : "python3-torch is not installed (scripts/setup.sh installs it): " + r.output;
-}
-
 struct GoldenCase {
   int64_t n_head, n_kv_head;
 };
@@ -53,7 +47,7 @@ struct GoldenCase {
 class TorchGolden : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(TorchGolden, LogitsLossGradientsAndOneOptimizerStep) {
-  const std::string no_torch = torch_unavailable();
+  const std::string no_torch = testing::torch_unavailable();
   NANODDP_SKIP_UNLESS_REFERENCE(no_torch.empty(), no_torch);
   auto [n_head, n_kv_head] = GetParam();
   model::GPTConfig c;
@@ -135,7 +129,7 @@ TEST_P(TorchGolden, LogitsLossGradientsAndOneOptimizerStep) {
 // `nanoddp export` writes what a PyTorch implementation of nanochat loads by name: the logits
 // PyTorch computes from the exported file alone (weights and config) are ours.
 TEST(TorchGoldenExport, ExportedFileLoadsIntoPyTorch) {
-  const std::string no_torch = torch_unavailable();
+  const std::string no_torch = testing::torch_unavailable();
   NANODDP_SKIP_UNLESS_REFERENCE(no_torch.empty(), no_torch);
   model::GPTConfig c;
   c.vocab_size = 200;  // padded to 256

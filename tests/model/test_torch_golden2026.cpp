@@ -16,11 +16,6 @@ namespace {
 
 using testing::max_rel_error;
 
-std::string torch_unavailable() {
-  auto r = testing::run_command("/usr/bin/python3 -c 'import torch' 2>&1");
-  return r.status == 0 ? "" : "python3-torch is not installed (scripts/setup.sh installs it): " + r.output;
-}
-
 struct GoldenCase {
   int64_t n_head, n_kv_head;
 };
@@ -28,7 +23,7 @@ struct GoldenCase {
 class TorchGolden2026 : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(TorchGolden2026, LogitsLossAndEveryGradient) {
-  const std::string no_torch = torch_unavailable();
+  const std::string no_torch = testing::torch_unavailable();
   NANODDP_SKIP_UNLESS_REFERENCE(no_torch.empty(), no_torch);
   auto [n_head, n_kv_head] = GetParam();
   model::GPTConfig c;

@@ -119,6 +119,11 @@ CommandResult run_command(const std::string& command) {
   return r;
 }
 
+std::string torch_unavailable() {
+  const CommandResult r = run_command("/usr/bin/python3 -c 'import torch' 2>&1");
+  return r.status == 0 ? "" : "python3-torch is not installed (scripts/setup.sh installs it): " + r.output;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream ss;

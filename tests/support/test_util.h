@@ -66,6 +66,9 @@ struct CommandResult {
 };
 CommandResult run_command(const std::string& command);
 
+// "" when /usr/bin/python3 can import torch (the PyTorch references), else why it cannot.
+std::string torch_unavailable();
+
 // The whole file ("" when it cannot be opened).
 std::string read_file(const std::string& path);
 
