@@ -1,5 +1,7 @@
 #include "train/metrics.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -7,6 +9,8 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/log.h"
+#include "train/val_bpb.h"
 
 namespace nanoddp::train {
 
@@ -50,6 +54,26 @@ void MetricsLog::write(const nlohmann::json& line) {
   // A full disk must not go unnoticed while training goes on: the metrics are the run's record.
   NANODDP_CHECK(std::fprintf(file_, "%s\n", s.c_str()) >= 0 && std::fflush(file_) == 0, "cannot write {} (disk "
                 "full?): free space, then continue with --resume latest", path_);
+}
+
+void EpochLog::count(double loss, bool epoch_ended) {
+  loss_sum_ += loss;
+  steps_++;
+  ended_ = epoch_ended;
+}
+
+void EpochLog::log(int64_t step, int64_t epoch, const EvalResult* val, MetricsLog& metrics) {
+  const double mean = loss_sum_ / static_cast<double>(steps_);
+  nlohmann::json line = {{"step", step}, {"epoch_end", epoch}, {"train_loss", mean}, {"train_steps", steps_}};
+  std::string console =
+      fmt::format("epoch {} done at step {} | train loss {:.4f} (mean of {} steps)", epoch, step, mean, steps_);
+  if (val != nullptr) {
+    line.update({{"val_loss", val->loss}, {"val_bpb", val->bpb}});
+    console += fmt::format(" | val loss {:.4f} | val bpb {:.4f}", val->loss, val->bpb);
+  }
+  log::print0("{}", console);
+  metrics.write(line);
+  *this = EpochLog{};
 }
 
 }  // namespace nanoddp::train

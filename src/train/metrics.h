@@ -16,7 +16,7 @@
 //   evaluation lines: step, val_loss, val_bpb;
 //   with --num_epochs, a line at each epoch's end: step, epoch_end (1-based), train_loss (the mean of
 //     its training lines' loss), train_steps (how many: those since a resume), and val_loss and
-//     val_bpb of the state after it when the stage evaluates (Note [epoch lines] in train/trainer.cpp).
+//     val_bpb of the state after it when the stage evaluates (Note [epoch lines] below).
 // Written by the trainer; scripts/main_job.sh and the test helpers (tests/support/run_outputs) read
 // it back. One object per line, so a reader can follow the file as it grows.
 #pragma once
@@ -44,6 +44,27 @@ class MetricsLog {
   // null on ranks other than 0.
   std::FILE* file_ = nullptr;
   std::string path_;
+};
+
+struct EvalResult;
+
+// Note [epoch lines]: with --num_epochs, an epoch holds whole steps (data::epoch_units), so the step
+// whose read leaves the loader's cursor at the epoch's end ends it; the next loop turn evaluates the
+// state after it and writes one line: the epoch's mean training loss and the validation of its end.
+// The mean counts this process's steps of the epoch (a resume mid-epoch counts from the resume).
+class EpochLog {
+ public:
+  // After a step: its loss joins the epoch's mean; `epoch_ended`: it was the epoch's last step.
+  void count(double loss, bool epoch_ended);
+  bool ended() const { return ended_; }
+  // The line of the ended `epoch` (1-based) at `step`, with `val` when the state after that step was
+  // evaluated (else nullptr); then a new epoch begins.
+  void log(int64_t step, int64_t epoch, const EvalResult* val, MetricsLog& metrics);
+
+ private:
+  double loss_sum_ = 0;
+  int64_t steps_ = 0;
+  bool ended_ = false;
 };
 
 }  // namespace nanoddp::train

@@ -43,4 +43,37 @@ ddp::OptimizerConfig optimizer_config_2026(const TrainOptions& o, const RecipeSc
   return oc;
 }
 
+namespace {
+
+ddp::OptimizerConfig classic_optimizer_config(const TrainOptions& opts) {
+  ddp::OptimizerConfig oc;
+  oc.optimizer = opts.optim.optimizer;
+  oc.embedding_lr = opts.optim.embedding_lr * opts.optim.init_lr_frac;
+  oc.unembedding_lr = opts.optim.unembedding_lr * opts.optim.init_lr_frac;
+  oc.matrix_lr = opts.optim.matrix_lr * opts.optim.init_lr_frac;
+  oc.adamw_matrix_lr = opts.optim.adamw_matrix_lr * opts.optim.init_lr_frac;
+  oc.grad_clip = opts.optim.grad_clip;
+  oc.weight_decay = opts.optim.weight_decay;
+  oc.ns_bf16 = opts.optim.muon_precision == MuonPrecision::BF16;
+  oc.sgd_lr = opts.optim.sgd_lr * opts.optim.init_lr_frac;
+  oc.sgd_momentum = opts.optim.sgd_momentum;
+  return oc;
+}
+
+}  // namespace
+
+ddp::OptimizerConfig optimizer_config(const TrainOptions& o, const Plan& plan) {
+  return plan.config.is_2026() ? optimizer_config_2026(o, plan.scaling) : classic_optimizer_config(o);
+}
+
+StepSchedule step_schedule(const TrainOptions& o, const Plan& plan, int64_t step) {
+  const int64_t n = plan.num_iterations;
+  const OptimOptions& op = o.optim;
+  if (!plan.config.is_2026())
+    return {lr_multiplier(step, n, op.warmup_ratio, op.warmdown_ratio, op.final_lr_frac), muon_momentum(step), {}};
+  // nanochat's 2026 schedules: warmup in steps, Muon's momentum and weight decay.
+  return {lr_multiplier_2026(step, n, op.warmup_steps, op.warmdown_ratio, op.final_lr_frac),
+          muon_momentum_2026(step, n, op.warmdown_ratio), muon_weight_decay_2026(step, n, plan.scaling.weight_decay)};
+}
+
 }  // namespace nanoddp::train

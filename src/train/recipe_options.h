@@ -13,10 +13,12 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "ddp/optimizer.h"
 #include "train/options.h"
+#include "train/plan.h"
 #include "train/schedule.h"
 
 namespace nanoddp::train {
@@ -30,5 +32,17 @@ void apply_recipe_defaults(TrainOptions& o, bool recipe_2026, const std::functio
 // init_lr_frac and the scaling's lr_scale (the smear group's fixed 0.2 only by init_lr_frac, as
 // nanochat leaves it unscaled), and Muon's weight decay the scaled one (its schedule starts there).
 ddp::OptimizerConfig optimizer_config_2026(const TrainOptions& o, const RecipeScaling& scaling);
+
+// The optimizer of this run: the classic one from the flags (every lr times init_lr_frac), or the
+// 2026 one above when the plan's model is of that recipe.
+ddp::OptimizerConfig optimizer_config(const TrainOptions& o, const Plan& plan);
+
+// What the schedules give the optimizer step after `step` steps: the lr multiplier, Muon's
+// momentum, and (2026 recipe) Muon's weight decay.
+struct StepSchedule {
+  double lr = 1, momentum = 0;
+  std::optional<double> muon_weight_decay;
+};
+StepSchedule step_schedule(const TrainOptions& o, const Plan& plan, int64_t step);
 
 }  // namespace nanoddp::train

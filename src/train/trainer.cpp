@@ -36,35 +36,6 @@ namespace nanoddp::train {
 
 namespace {
 
-// Every rank must train the same thing: the same flags, dataset and build (a rank with other
-// settings would compute something else, or hang in a collective much later).
-void check_ranks_agree(const TrainOptions& opts, const data::DatasetMeta& meta, dist::ProcessGroup& group) {
-  if (group.size() == 1) return;
-  dist::check_consistent(group, dist::build_fingerprint(), "install the same nanoddp build on every node");
-  dist::Fields fields;
-  const auto j = options_to_json(opts);
-  // Compared as JSON text and named as flags, so the error says which flag to fix.
-  for (auto it = j.begin(); it != j.end(); ++it) fields.emplace_back("--" + it.key(), it.value().dump());
-  fields.emplace_back("the dataset's vocab_size", std::to_string(meta.vocab_size));
-  fields.emplace_back("the dataset's train tokens", std::to_string(meta.train_tokens));
-  dist::check_consistent(group, fields, "start every rank with the same arguments and dataset");
-}
-
-ddp::OptimizerConfig optimizer_config(const TrainOptions& opts) {
-  ddp::OptimizerConfig oc;
-  oc.optimizer = opts.optim.optimizer;
-  oc.embedding_lr = opts.optim.embedding_lr * opts.optim.init_lr_frac;
-  oc.unembedding_lr = opts.optim.unembedding_lr * opts.optim.init_lr_frac;
-  oc.matrix_lr = opts.optim.matrix_lr * opts.optim.init_lr_frac;
-  oc.adamw_matrix_lr = opts.optim.adamw_matrix_lr * opts.optim.init_lr_frac;
-  oc.grad_clip = opts.optim.grad_clip;
-  oc.weight_decay = opts.optim.weight_decay;
-  oc.ns_bf16 = opts.optim.muon_precision == MuonPrecision::BF16;
-  oc.sgd_lr = opts.optim.sgd_lr * opts.optim.init_lr_frac;
-  oc.sgd_momentum = opts.optim.sgd_momentum;
-  return oc;
-}
-
 // What the ranks agree on after a step, in one allreduce: the mean loss, whether any rank was
 // asked to stop, the time since the last save (averaged, so every rank decides alike), and the
 // stage's figures.
@@ -90,17 +61,13 @@ class Trainer {
   // After the save of `step` that a stop signal asked for: the run ends, to be resumed.
   TrainResult stopped(int64_t step);
   // The step: the stage's forward and backward, then the tail every stage shares.
-  void train_step(int64_t step, double lr_mult);
-  void finish_and_update(int64_t step, double lr_mult);
+  void train_step(int64_t step, const StepSchedule& sched);
+  void finish_and_update(int64_t step, const StepSchedule& sched);
   Agreed agree();
   // Rank 0's console line and metrics.jsonl line of the step; returns the tokens it trained on.
   double log_step(int64_t step, double lr, double seconds, const Agreed& a);
   // Returns whether --save_best keeps the state after `step` as the new best.
   bool evaluate_and_log(int64_t step);
-  // With --num_epochs: after a step, whether it ended an epoch (adding its loss to the epoch's mean);
-  // at the next loop turn, the epoch's line with the evaluation of its end.
-  void count_epoch_step(double loss);
-  void log_epoch(int64_t step);
   void save(int64_t step, bool best = false);
   nlohmann::json dataset_identity() const;
 
@@ -126,24 +93,14 @@ class Trainer {
   int64_t stop_ = 0;  // the last step of this process: num_iterations, or --stop_at
   double train_seconds_ = 0;  // time in training steps, for the ETA and the summary
   double trained_tokens_ = 0;
-  // The epoch being trained: its steps' loss sum and count in this process (a resume mid-epoch
-  // counts from the resume), and whether its last step has just been taken.
-  double epoch_loss_sum_ = 0;
-  int64_t epoch_steps_ = 0;
-  bool epoch_ended_ = false;
+  EpochLog epochs_;  // with --num_epochs: the epoch being trained (train/metrics.h)
   int64_t evaluated_step_ = -1;  // the step of this process's last evaluation
   std::optional<double> kept_best_bpb_;  // --save_best: the val bpb of the checkpoint OUT/best points at
 };
 
 Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device device)
     : opts_(opts), group_(group), device_(device) {
-  // --save_best ranks evaluations: a run without any (RL; SFT without validation conversations) says so now.
-  const bool evaluates = opts_.chat.stage != RunStage::Rl &&
-                         (opts_.chat.conversations.empty() || !opts_.chat.val_conversations.empty());
-  NANODDP_CHECK(!opts_.output.save_best || evaluates,
-                "--save_best keeps the checkpoint with the lowest validation bpb, but this run evaluates nothing{}: "
-                "drop --save_best{}", opts_.chat.stage == RunStage::Rl ? " (RL is measured by its reward)" : "",
-                opts_.chat.stage == RunStage::Rl ? "" : " or give --val_conversations");
+  check_save_best_evaluates(opts_);
   // First: everything below that computes (the MFU measurement included) runs on these threads.
   ops::set_cpu_threads(opts.runtime.threads);
   meta_ = data::read_dataset_meta(opts.input.data);
@@ -172,8 +129,7 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
                          .first_bucket_mb = opts.optim.first_bucket_mb,
                          .bucket_cap_mb = opts.optim.bucket_cap_mb};
   reducer_ = std::make_unique<ddp::Reducer>(*model_, group, ro);
-  optimizer_ = std::make_unique<ddp::Optimizer>(
-      *model_, *reducer_, plan_.config.is_2026() ? optimizer_config_2026(opts, plan_.scaling) : optimizer_config(opts));
+  optimizer_ = std::make_unique<ddp::Optimizer>(*model_, *reducer_, optimizer_config(opts, plan_));
   // MFU's denominator: the user's --peak_flops, else the device's datasheet peak (ops/profile.h).
   peak_ = opts.runtime.peak_flops > 0 ? ops::PeakFlops{opts.runtime.peak_flops, "--peak_flops"}
                                       : ops::peak_flops(device_);
@@ -258,9 +214,11 @@ TrainResult Trainer::run() {
     // the untrained step 0.
     const bool last = step == stop;
     bool best = false;
-    if (last || epoch_ended_ || (opts_.eval.eval_every > 0 && step % opts_.eval.eval_every == 0))
+    if (last || epochs_.ended() || (opts_.eval.eval_every > 0 && step % opts_.eval.eval_every == 0))
       best = evaluate_and_log(step);
-    if (epoch_ended_) log_epoch(step);
+    if (epochs_.ended())
+      epochs_.log(step, stage_->position().epoch + 1, evaluated_step_ == step && result_.eval ? &*result_.eval : nullptr,
+                  *metrics_);
     if (last || save_due || best ||
         (opts_.output.save_every > 0 && step % opts_.output.save_every == 0 && step > start_step_))
       save(step, best);
@@ -268,12 +226,10 @@ TrainResult Trainer::run() {
     // its final sample), not as one to continue (there is nothing left to resume).
     if (stop_requested && !last) return stopped(step);
     if (last) break;
-    const double lr = plan_.config.is_2026() ? lr_multiplier_2026(step, n, opts_.optim.warmup_steps,
-                                                                  opts_.optim.warmdown_ratio, opts_.optim.final_lr_frac)
-                                             : lr_multiplier(step, n, opts_.optim.warmup_ratio, opts_.optim.warmdown_ratio,
-                                                             opts_.optim.final_lr_frac);
+    const StepSchedule sched = step_schedule(opts_, plan_, step);
+    const double lr = sched.lr;
     Stopwatch sw;
-    train_step(step, lr);
+    train_step(step, sched);
     const Agreed agreed = agree();
     // A step of SFT rows whose targets are all masked trains on nothing, while its optimizer step
     // still moves the weights (momentum, weight decay): stop, rather than log a loss of 0.
@@ -284,7 +240,8 @@ TrainResult Trainer::run() {
     train_seconds_ += dt;
     trained_tokens_ += log_step(step, lr, dt, agreed);
     result_.last_loss = agreed.loss;
-    count_epoch_step(agreed.loss);
+    if (opts_.batch.num_epochs > 0)
+      epochs_.count(agreed.loss, stage_->position().cursor >= stage_->units_per_epoch());
     // A NaN or infinite loss poisons every later step and checkpoint: stop here, before saving.
     NANODDP_CHECK(std::isfinite(agreed.loss), "step {}: the training loss is {}; stopping before it reaches a "
                   "checkpoint. Lower the learning rates (or check the data), or resume from an earlier checkpoint",
@@ -326,16 +283,16 @@ TrainResult Trainer::stopped(int64_t step) {
   return result_;
 }
 
-void Trainer::train_step(int64_t step, double lr_mult) {
+void Trainer::train_step(int64_t step, const StepSchedule& sched) {
   phases_ = StepPhases{};
   stage_->forward_backward(static_cast<float>(scaler_->scale()), phases_);
-  finish_and_update(step, lr_mult);
+  finish_and_update(step, sched);
 }
 
 // The optimizer reads the gradients: wait for the last buckets' collectives (what this waits is
 // the communication the backward did not hide), then update, with fp16 unscaled first and skipped
 // on an overflow (Note [dynamic loss scaling]).
-void Trainer::finish_and_update(int64_t step, double lr_mult) {
+void Trainer::finish_and_update(int64_t step, const StepSchedule& sched) {
   ops::Backend& dev = ops::backend(device_);
   Stopwatch comm;
   reducer_->finish();
@@ -345,14 +302,8 @@ void Trainer::finish_and_update(int64_t step, double lr_mult) {
   Stopwatch opt;
   {
     trace::Scope traced("optimizer");
-    double momentum = muon_momentum(step);
-    if (plan_.config.is_2026()) {
-      // nanochat's 2026 schedules of Muon's momentum and weight decay.
-      const int64_t n = plan_.num_iterations;
-      momentum = muon_momentum_2026(step, n, opts_.optim.warmdown_ratio);
-      optimizer_->set_muon_weight_decay(muon_weight_decay_2026(step, n, plan_.scaling.weight_decay));
-    }
-    scaler_->update(*optimizer_, step, lr_mult, momentum);
+    if (sched.muon_weight_decay) optimizer_->set_muon_weight_decay(*sched.muon_weight_decay);
+    scaler_->update(*optimizer_, step, sched.lr, sched.momentum);
     if (device_.is_cuda()) dev.synchronize();
     group_.check();  // the parameters' all_gather under --zero 1|2
   }
@@ -422,33 +373,6 @@ bool Trainer::evaluate_and_log(int64_t step) {
   if (!opts_.output.save_best || step == start_step_ || (kept_best_bpb_ && r->bpb >= *kept_best_bpb_)) return false;
   kept_best_bpb_ = r->bpb;
   return true;
-}
-
-// Note [epoch lines]: an epoch holds whole steps (data::epoch_units), so the step whose read leaves
-// the loader's cursor at the epoch's end ends it; the next loop turn evaluates the state after it
-// and prints one line: the epoch's mean training loss and the validation of its end.
-void Trainer::count_epoch_step(double loss) {
-  if (opts_.batch.num_epochs <= 0) return;
-  epoch_loss_sum_ += loss;
-  epoch_steps_++;
-  epoch_ended_ = stage_->position().cursor >= stage_->units_per_epoch();
-}
-
-void Trainer::log_epoch(int64_t step) {
-  const int64_t epoch = stage_->position().epoch + 1;  // 1-based: the epoch that has ended
-  const double mean = epoch_loss_sum_ / static_cast<double>(epoch_steps_);
-  nlohmann::json line = {{"step", step}, {"epoch_end", epoch}, {"train_loss", mean}, {"train_steps", epoch_steps_}};
-  std::string console = fmt::format("epoch {} done at step {} | train loss {:.4f} (mean of {} steps)", epoch, step,
-                                    mean, epoch_steps_);
-  if (result_.eval && evaluated_step_ == step) {
-    line.update({{"val_loss", result_.eval->loss}, {"val_bpb", result_.eval->bpb}});
-    console += fmt::format(" | val loss {:.4f} | val bpb {:.4f}", result_.eval->loss, result_.eval->bpb);
-  }
-  log::print0("{}", console);
-  metrics_->write(line);
-  epoch_loss_sum_ = 0;
-  epoch_steps_ = 0;
-  epoch_ended_ = false;
 }
 
 void Trainer::save(int64_t step, bool best) {

@@ -7,7 +7,9 @@
 #include <string>
 #include <thread>
 
+#include "comm/consistency.h"
 #include "core/error.h"
+#include "core/options.h"
 #include "train/schedule.h"
 
 namespace nanoddp::train {
@@ -272,6 +274,26 @@ void check_fits_in_memory(const model::GPTConfig& config, const TrainOptions& op
                 "{} x {} tokens per micro-batch) but only {:.1f} GiB is available: lower --depth, --device_batch_size or "
                 "--max_seq_len, or use fewer ranks per machine", need / (1 << 30), std::max(1, local_ranks),
                 config.num_params() / 1e6, opts.batch.device_batch_size, opts.model.max_seq_len, available / (1 << 30));
+}
+
+void check_save_best_evaluates(const TrainOptions& opts) {
+  const bool rl = opts.chat.stage == RunStage::Rl;
+  const bool evaluates = !rl && (opts.chat.conversations.empty() || !opts.chat.val_conversations.empty());
+  NANODDP_CHECK(!opts.output.save_best || evaluates,
+                "--save_best keeps the checkpoint with the lowest validation bpb, but this run evaluates nothing{}: "
+                "drop --save_best{}", rl ? " (RL is measured by its reward)" : "", rl ? "" : " or give --val_conversations");
+}
+
+void check_ranks_agree(const TrainOptions& opts, const data::DatasetMeta& meta, dist::ProcessGroup& group) {
+  if (group.size() == 1) return;
+  dist::check_consistent(group, dist::build_fingerprint(), "install the same nanoddp build on every node");
+  dist::Fields fields;
+  const auto j = options_to_json(opts);
+  // Compared as JSON text and named as flags, so the error says which flag to fix.
+  for (auto it = j.begin(); it != j.end(); ++it) fields.emplace_back("--" + it.key(), it.value().dump());
+  fields.emplace_back("the dataset's vocab_size", std::to_string(meta.vocab_size));
+  fields.emplace_back("the dataset's train tokens", std::to_string(meta.train_tokens));
+  dist::check_consistent(group, fields, "start every rank with the same arguments and dataset");
 }
 
 }  // namespace nanoddp::train

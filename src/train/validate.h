@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <string>
 
+#include "comm/process_group.h"
 #include "core/device.h"
 #include "core/dtype.h"
+#include "data/dataset.h"
 #include "model/config.h"
 #include "train/options.h"
 
@@ -15,6 +17,14 @@ namespace nanoddp::train {
 
 // Throws nanoddp::Error on the first invalid flag.
 void validate_options(const TrainOptions& opts);
+
+// --save_best ranks evaluations: a run that evaluates nothing (RL; SFT without validation
+// conversations) is refused before it starts.
+void check_save_best_evaluates(const TrainOptions& opts);
+
+// Every rank must train the same thing: the same flags, dataset and build (a rank with other
+// settings would compute something else, or hang in a collective much later). Collective.
+void check_ranks_agree(const TrainOptions& opts, const data::DatasetMeta& meta, dist::ProcessGroup& group);
 
 // The activation dtype --dtype names on this device: auto is bf16 on CUDA (nanochat's autocast) and
 // fp32 on the CPU.

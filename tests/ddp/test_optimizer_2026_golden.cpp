@@ -17,6 +17,7 @@
 #include "ddp/optimizer.h"
 #include "ddp/reducer.h"
 #include "model/gpt.h"
+#include "reference_gpt.h"
 #include "test_util.h"
 
 namespace nanoddp {
@@ -54,15 +55,9 @@ TEST(Optimizer2026Golden, OneStepAndThreeTrainingStepsMatchTheTwin) {
   const Tensor inputs = testing::randint({2, 24}, 7, 0, c.vocab_size), targets = testing::randint({2, 24}, 8, 0, c.vocab_size);
 
   testing::ScratchDir dir("optim2026_golden");
-  SafetensorsWriter w;
-  for (auto& p : gpt.parameters()) w.add(p.name, p.data);
-  w.add("inputs", inputs);
-  w.add("targets", targets);
-  w.write(dir.str("input.safetensors"));
   nlohmann::json cfg = c.to_json();
   cfg["optimizer"] = {{"lr_multiplier", kLrm}, {"momentum", kMomentum}, {"muon_weight_decay", kMuonWd}};
-  std::ofstream(dir.str("config.json")) << cfg.dump();
-  auto run = testing::run_command("/usr/bin/python3 " NANODDP_SOURCE_DIR "/tools/torch_recipe2026.py " + dir.str());
+  auto run = testing::run_torch_reference("torch_recipe2026.py", dir.str(), gpt, inputs, targets, cfg);
   ASSERT_EQ(run.status, 0) << run.output;
   SafetensorsFile golden(dir.str("golden.safetensors"));
 

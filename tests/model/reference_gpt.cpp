@@ -1,7 +1,10 @@
 #include "reference_gpt.h"
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
+#include "core/safetensors.h"
 #include "kernel_test_util.h"
 #include "test_util.h"
 
@@ -148,6 +151,18 @@ void expect_gradients_match_reference(model::GPT& gpt, const Batch& b, int64_t s
         w.at(p.name), idx, 1e-5);
     EXPECT_LT(max_rel_error(gather(p.grad, idx), fd, 1e-6), 2e-4) << p.name;
   }
+}
+
+CommandResult run_torch_reference(const std::string& script, const std::string& dir, const model::GPT& gpt,
+                                  const Tensor& inputs, const Tensor& targets, const nlohmann::json& config) {
+  const std::filesystem::path d(dir);
+  SafetensorsWriter w;
+  for (const auto& p : gpt.parameters()) w.add(p.name, p.data);
+  w.add("inputs", inputs);
+  w.add("targets", targets);
+  w.write((d / "input.safetensors").string());
+  std::ofstream((d / "config.json").string()) << config.dump();
+  return run_command("/usr/bin/python3 " NANODDP_SOURCE_DIR "/tools/" + script + " " + dir);
 }
 
 }  // namespace nanoddp::testing

@@ -8,6 +8,9 @@
 
 #include "model/gpt.h"
 #include "reference.h"
+#include "test_util.h"
+
+#include <nlohmann/json.hpp>
 
 namespace nanoddp::testing {
 
@@ -38,5 +41,11 @@ Batch make_batch(int64_t b, int64_t t, int64_t vocab, uint64_t seed, bool with_i
 // double-precision reference loss. The bound 2e-4 (relative, floor 1e-6) is f32 against double:
 // rounding of f32 sums of a few hundred terms, far below what a wrong term in the backward gives.
 void expect_gradients_match_reference(model::GPT& gpt, const Batch& b, int64_t samples);
+
+// The file protocol of the PyTorch references under tools/ (torch_golden.py, torch_recipe2026.py):
+// writes DIR/input.safetensors (every parameter of `gpt` under its name, `inputs`, `targets`) and
+// DIR/config.json (`config`), then runs tools/<script> on DIR, which writes DIR/golden.safetensors.
+CommandResult run_torch_reference(const std::string& script, const std::string& dir, const model::GPT& gpt,
+                                  const Tensor& inputs, const Tensor& targets, const nlohmann::json& config);
 
 }  // namespace nanoddp::testing

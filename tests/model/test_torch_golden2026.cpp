@@ -10,6 +10,7 @@
 #include "core/safetensors.h"
 #include "kernel_test_util.h"
 #include "model/gpt.h"
+#include "reference_gpt.h"
 
 namespace nanoddp {
 namespace {
@@ -45,15 +46,9 @@ TEST_P(TorchGolden2026, LogitsLossAndEveryGradient) {
   targets.data<int32_t>()[5] = targets.data<int32_t>()[20] = -1;
 
   testing::ScratchDir dir("torch_golden2026_" + std::to_string(n_head) + "_" + std::to_string(n_kv_head));
-  SafetensorsWriter w;
-  for (auto& p : gpt.parameters()) w.add(p.name, p.data);
-  w.add("inputs", inputs);
-  w.add("targets", targets);
-  w.write(dir.str("input.safetensors"));
   nlohmann::json cfg = c.to_json();
   cfg["optimizer"] = nlohmann::json::object();  // nanochat's defaults; the step is not compared here
-  std::ofstream(dir.str("config.json")) << cfg.dump();
-  auto run = testing::run_command("/usr/bin/python3 " NANODDP_SOURCE_DIR "/tools/torch_recipe2026.py " + dir.str());
+  auto run = testing::run_torch_reference("torch_recipe2026.py", dir.str(), gpt, inputs, targets, cfg);
   ASSERT_EQ(run.status, 0) << run.output;
   SafetensorsFile golden(dir.str("golden.safetensors"));
 

@@ -1,4 +1,4 @@
-// RL (issue 12; train/rl.h), through the nanoddp binary as users run it:
+// RL (train/rl.h, chat/rollout.h), through the nanoddp binary as users run it:
 //  - on a toy task where it must, RL raises the mean reward and the evaluated accuracy;
 //  - 2 ranks sample, reward and step like 1 rank (questions strided, rewards all-reduced);
 //  - a run stopped and resumed ends bit for bit like a straight one (question cursor, optimizer);
