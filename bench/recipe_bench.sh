@@ -2,8 +2,10 @@
 # The classic recipe against today's nanochat (--recipe 2026) on the CPU, on the same data, batch and
 # number of tokens: what nanochat itself measures (time to a good model), at depths 4 and 6.
 #   bench/recipe_bench.sh [build dir] [log dir]
-# Environment: NANODDP_RECIPE_DEPTHS (default "4 6"), NANODDP_RECIPE_STEPS (default 300 steps of 4096
-# tokens), NANODDP_RECIPE_EVAL_EVERY (default 25), NANODDP_THREADS (default: all cores).
+# Environment: NANODDP_RECIPE_DEPTHS (default "4 6"), NANODDP_RECIPE_BATCH (tokens per step, default
+# 4096, the main job's; a multiple of 2048), NANODDP_RECIPE_STEPS (default 300), NANODDP_RECIPE_EVAL_EVERY
+# (default 25), NANODDP_THREADS (default: all cores). Note: the 2026 recipe scales its learning rates
+# by sqrt(batch / 2^19) as nanochat's base_train does, so small batches train it at small rates.
 # Prints, per depth: the val bits per byte of each recipe at equal tokens and at equal training time
 # (evaluations excluded: the sum of the steps' dt_ms), tokens/s (median over the steps after the first
 # tenth) and their ratios, 2026 against classic measured in the same run; writes recipe_curves.svg (val
@@ -15,6 +17,7 @@ build="${1:-build}"
 logs="${2:-$(mktemp -d /tmp/recipe_bench.XXXX)}"
 depths="${NANODDP_RECIPE_DEPTHS:-4 6}"
 steps="${NANODDP_RECIPE_STEPS:-300}"
+batch="${NANODDP_RECIPE_BATCH:-4096}"
 eval_every="${NANODDP_RECIPE_EVAL_EVERY:-25}"
 threads="${NANODDP_THREADS:-0}"
 bin="$build/nanoddp"
@@ -36,9 +39,9 @@ runs=()
 for depth in $depths; do
   for recipe in classic 2026; do
     out="$logs/d${depth}_${recipe}"
-    echo "== depth $depth, recipe $recipe ($steps steps)"
+    echo "== depth $depth, recipe $recipe ($steps steps of $batch tokens)"
     "$bin" train --recipe "$recipe" --data "$data" --out "$out" --depth "$depth" --max_seq_len 256 \
-      --device_batch_size 8 --total_batch_size 4096 --num_iterations "$steps" --eval_every "$eval_every" \
+      --device_batch_size 8 --total_batch_size "$batch" --num_iterations "$steps" --eval_every "$eval_every" \
       --eval_tokens 65536 --save_every -1 --save_minutes 0 --threads "$threads" --seed 42 --overwrite \
       > "$logs/d${depth}_${recipe}.log" 2>&1 || { tail -5 "$logs/d${depth}_${recipe}.log"; exit 1; }
     tail -1 "$logs/d${depth}_${recipe}.log"
