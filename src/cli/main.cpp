@@ -100,8 +100,6 @@ std::string flag_suggestions(const CLI::App* app) {
       {"--dry_run", "nanoddp logs nothing to wandb; for a throwaway run give a scratch --out"},
       {"--run", "nanoddp logs nothing to wandb; the run's name is its --out folder (run.json holds its id)"},
       {"--model_step", "checkpoints are folders: give OUT/checkpoints/step_NNNNNN (or a run's --out) as --source"},
-      {"--warmup_steps", "warmup is --warmup_ratio here, a fraction of the iterations (40 steps of 2000 is 0.02)"},
-      {"--scalar_lr", "nanoddp's model is nanochat's classic one, without the per-layer scalars this rate is for"},
       {"--chatcore_every", "ChatCORE is not in nanoddp: score a checkpoint with `nanoddp eval --task ...`"},
       {"--chatcore_max_cat", "ChatCORE is not in nanoddp: score a checkpoint with `nanoddp eval --task ...`"},
       {"--chatcore_max_sample", "ChatCORE is not in nanoddp: score a checkpoint with `nanoddp eval --task ...`"},
