@@ -74,7 +74,8 @@ class Tensor {
   // Negative i counts from the last dimension, as in PyTorch.
   int64_t dim(int i) const { return shape_[i < 0 ? i + shape_.ndim() : i]; }
   int64_t numel() const { return shape_.numel(); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  // An undefined tensor holds no bytes (its empty shape alone would read as one scalar element).
+  size_t nbytes() const { return defined() ? static_cast<size_t>(numel()) * dtype_size(dtype_) : 0; }
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device : Device::cpu(); }
   bool shares_storage(const Tensor& o) const { return storage_ == o.storage_; }

@@ -301,7 +301,7 @@ void Optimizer::gather_parameters() {
 size_t Optimizer::state_bytes() const {
   size_t n = 0;
   for (const auto& a : adam_) n += a.m.nbytes() + a.v.nbytes();
-  for (const auto& m : muon_) n += m.momentum.nbytes() + (m.variance.defined() ? m.variance.nbytes() : 0);
+  for (const auto& m : muon_) n += m.momentum.nbytes() + m.variance.nbytes();
   return n;
 }
 

@@ -69,6 +69,13 @@ TEST(Tensor, ViewsShareStorage) {
   EXPECT_EQ(c.data<float>()[8], 9.f);
 }
 
+TEST(Tensor, UndefinedHoldsNoBytes) {
+  // A default Tensor has no storage: counting its bytes (as optimizer state sizes do) must give 0,
+  // while a defined scalar of the same empty shape holds one element.
+  EXPECT_EQ(Tensor().nbytes(), 0u);
+  EXPECT_EQ(Tensor::zeros(Shape{}, DType::F32).nbytes(), 4u);
+}
+
 TEST(Tensor, BadViewIsABug) {
   Tensor t = Tensor::zeros({4, 3}, DType::F32);
   EXPECT_DEATH(t.view({5}), "internal error");
