@@ -10,6 +10,7 @@
 // key row's end at the newest query that sees it, so no term outside the window is computed.
 #include "ops/cuda/attention.cuh"
 #include "ops/cuda/attention_flash.cuh"
+#include "ops/cuda/attention_hopper.cuh"
 #include "ops/cuda/common.cuh"
 
 #include <algorithm>
@@ -218,6 +219,17 @@ cudaError_t launch_delta(float* delta, const void* dout, const void* out, const 
 }
 
 }  // namespace
+
+#if !NANODDP_HAVE_HOPPER_ATTENTION
+// A build without sm_90a code has no Hopper kernel (src/ops/cuda/CMakeLists.txt).
+std::string hopper_attention_unavailable(int) {
+  return "this build has no sm_90a code (configure with CMAKE_CUDA_ARCHITECTURES naming 90)";
+}
+cudaError_t launch_hopper_forward(DType, void*, float*, const void*, const void*, const void*, const AttentionShape&,
+                                  float, cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+#endif
 
 size_t reference_attention_smem_bytes(const AttentionShape& s, bool backward) {
   return backward ? std::max(ref_dq_smem(s), ref_dkdv_smem(s)) : ref_forward_smem(s);
