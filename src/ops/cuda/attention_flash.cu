@@ -54,7 +54,6 @@ constexpr int kPad = 8;        // 16-bit elements of padding per shared-memory r
 using namespace flash;  // the helpers of attention_flash_common.cuh
 
 // ---- PTX wrappers ------------------------------------------------------------------------------
-
 // 16 bytes global -> shared, asynchronously; zero-filled when !valid (src is then not read).
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
@@ -108,6 +107,8 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
   }
 }
 
+// ldmatrix row addresses inside a shared tile with row stride SD (elements):
+//  - a_frag: A operand (rows r0.., cols c0..), row-major storage [m][k];
 //  - b_frag: B operand of two n-tiles from storage [n][k] (rows n0.., cols k0..);
 //  - bt_frag: B operand of two n-tiles from storage [k][n] (rows k0.., cols n0..), with .trans.
 template <int SD, typename T>
