@@ -120,37 +120,43 @@ __device__ __forceinline__ void fence_registers(float (&x)[N][4]) {
       "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
       "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
 
+// scale-d, a predicate: true, so that d += A B (the operand after the others, set from a register
+// as the PTX ISA's predicate operand wants).
+#define NANODDP_WGMMA_ADD(i) "{\n .reg .pred scale_d;\n setp.ne.b32 scale_d, %" #i ", 0;\n "
 // d[64 x 64] += A B for the warpgroup, A [64 x 16] and B [16 x 64] in shared memory, both K-major
 // (A's rows and B's columns have their 16 k values contiguous, before the swizzle). d's layout is
 // the header's of attention_flash_common.cuh: warp w of the group holds rows 16 w .. 16 w + 15.
 template <typename T>
 __device__ __forceinline__ void wgmma_ss(float (&d)[8][4], uint64_t a, uint64_t b) {
   if constexpr (std::is_same_v<T, f16_t>)
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " NANODDP_WGMMA_D ", %32, %33, 1, 1, 1, 0, 0;\n"
+    asm volatile(NANODDP_WGMMA_ADD(34) "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " NANODDP_WGMMA_D
+                                       ", %32, %33, scale_d, 1, 1, 0, 0;\n}\n"
                  : NANODDP_WGMMA_ACC(d)
-                 : "l"(a), "l"(b));
+                 : "l"(a), "l"(b), "r"(1));
   else
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " NANODDP_WGMMA_D ", %32, %33, 1, 1, 1, 0, 0;\n"
+    asm volatile(NANODDP_WGMMA_ADD(34) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " NANODDP_WGMMA_D
+                                       ", %32, %33, scale_d, 1, 1, 0, 0;\n}\n"
                  : NANODDP_WGMMA_ACC(d)
-                 : "l"(a), "l"(b));
+                 : "l"(a), "l"(b), "r"(1));
 }
 // d += A B with A [64 x 16] in registers (the m16n8k16 A fragment per warp) and B [16 x 64] in
 // shared memory MN-major (its 64 columns contiguous per k row), read transposed (imm-trans-b 1).
 template <typename T>
 __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
   if constexpr (std::is_same_v<T, f16_t>)
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " NANODDP_WGMMA_D
-                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+    asm volatile(NANODDP_WGMMA_ADD(37) "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " NANODDP_WGMMA_D
+                                       ", {%32, %33, %34, %35}, %36, scale_d, 1, 1, 1;\n}\n"
                  : NANODDP_WGMMA_ACC(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
   else
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " NANODDP_WGMMA_D
-                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+    asm volatile(NANODDP_WGMMA_ADD(37) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " NANODDP_WGMMA_D
+                                       ", {%32, %33, %34, %35}, %36, scale_d, 1, 1, 1;\n}\n"
                  : NANODDP_WGMMA_ACC(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 #undef NANODDP_WGMMA_D
 #undef NANODDP_WGMMA_ACC
+#undef NANODDP_WGMMA_ADD
 
 template <typename T>
 struct HopperParams {
