@@ -1,4 +1,5 @@
-"""CPU emulation of attention_hopper.cu (the wgmma + TMA forward), run by kernel_emulation.py.
+"""CPU emulation of attention_hopper.cu (the wgmma + TMA forward) and attention_hopper_backward.cu
+(its dK/dV and dQ kernels), run by kernel_emulation.py.
 
 What is emulated, after the PTX ISA's descriptions, and checked against exact attention in f64:
  - shared memory as bytes: the TMA box copies (cp.async.bulk.tensor, 4-d tensor maps over
@@ -14,6 +15,8 @@ What is emulated, after the PTX ISA's descriptions, and checked against exact at
    running ahead as far as the barriers let it, so a wrong parity shows as a wait that would block
    forever or pass early (a tile read before it landed or overwritten before it was read).
 Shared memory starts as NaN, so a read of bytes no copy wrote shows in the result.
+The backward's gradients are checked against exact f64 gradients (kernel_emulation.ref_backward),
+and check_hopper_backward shows that the comparison fails when one index is broken.
 """
 import math
 
@@ -203,3 +206,204 @@ def check_hopper_forward():
             ro, rl, _ = ke.reference(q[b], k[b], v[b], kv_len, scale, w)
             assert ke.rel(out[b], ro) < 1e-12 and ke.rel(lse[b], rl) < 1e-12, ("hopper forward", B, tq, kv_len, d, w)
     assert all(ke.SKIPPED[key] > 0 for key in ("hopper whole", "hopper masked", "hopper skipped")), ke.SKIPPED
+
+
+# ---- the backward: attention_hopper_backward.cu ---------------------------------------------------
+# The same shared memory, descriptors and fragments as the forward; two warpgroups that both compute,
+# a fixed pair of 128-row tiles and a ring of 2 stages of 64-row pairs that warp 0 refills.
+FIXED, TILE, THREADS = 128, 64, 256
+MUTATE = set()  # names of deliberate errors, for the check that the comparison can fail
+
+
+class BwdLayout:  # attention_hopper_backward.cu's Layout<HD>, byte offsets
+    def __init__(self, hd):
+        self.fixed_block, self.tile_block = FIXED * ROW_BYTES, TILE * ROW_BYTES
+        self.fixed, self.tile = FIXED * hd * 2, TILE * hd * 2
+        self.A, self.B = 0, self.fixed
+        self.bytes = 2 * self.fixed + STAGES * 2 * self.tile
+        assert all(x % 1024 == 0 for x in (self.fixed_block, self.tile_block, self.fixed, self.tile))
+
+    def a(self, s): return 2 * self.fixed + s * 2 * self.tile
+    def b(self, s): return self.a(s) + self.tile
+
+
+def load_pair(smem, a, b, src_a, src_b, rows, head, row0, limit, hd):  # load_pair<HD>: box rows `rows`
+    for cb in range(hd // 64):
+        tma_load(smem, a + cb * rows * ROW_BYTES, src_a, cb * 64, head, row0, limit, rows)
+        tma_load(smem, b + cb * rows * ROW_BYTES, src_b, cb * 64, head, row0, limit, rows)
+
+
+def ring(count, load, tile):
+    """The kernels' pipeline: tiles 0 and 1 loaded up front; after tile i every thread arrives on
+    empty[i % 2] and warp 0 waits on it (parity (i / 2) & 1) before loading tile i + 2 there."""
+    full = [Barrier(1) for _ in range(STAGES)]; empty = [Barrier(THREADS) for _ in range(STAGES)]; held = {}
+
+    def issue(i):
+        s = i % STAGES; load(i, s); held[s] = i; full[s].arrive()
+    for i in range(min(count, STAGES)): issue(i)
+    for i in range(count):
+        s = i % STAGES
+        assert full[s].ready((i // STAGES) & 1) and held.get(s) == i, "a wait would block forever or read another tile"
+        tile(i, s)
+        empty[s].arrive(THREADS)
+        if i + STAGES < count:
+            assert empty[s].ready((i // STAGES) & 1), "warp 0 would wait forever"
+            issue(i + STAGES)
+
+
+def kmajor(smem, a, a_block, b, b_block, hd):  # issue_kmajor: A [64 x hd] B^T, both K-major
+    acc = np.zeros((64, 64))
+    for kk in range(hd // 16):
+        at = (kk % 4) * 32
+        A = operand(smem, sw128_desc(a + (kk // 4) * a_block + at), 64, True)
+        Bt = operand(smem, sw128_desc(b + (kk // 4) * b_block + at), 64, True)
+        acc += A @ Bt.T
+    return to_fragment(acc)
+
+
+def rows_product(acc, c, smem, b, b_block, hd):  # issue_rows: acc [4, hd / 8, 32, 4] += C B, C from registers
+    for kk in range(4):
+        A = from_a_registers([ke.c_to_a(c[w, 2 * kk], c[w, 2 * kk + 1]) for w in range(4)])
+        for cb in range(hd // 64):
+            Bt = operand(smem, sw128_desc(b + cb * b_block + kk * 16 * ROW_BYTES), 64, False)
+            acc[:, cb * 8:cb * 8 + 8] += to_fragment(A @ Bt.T)
+
+
+def store(dst, acc, r0, head, limit, mul):  # store_rows for the warpgroup's rows r0 + 16 w + g + 8 rr
+    d = dst.shape[2]
+    for w in range(4):
+        for rr in range(2):
+            row = r0 + 16 * w + g + 8 * rr
+            for L_ in range(32):
+                if row[L_] >= limit: continue
+                for dt in range(d // 8):
+                    for e in range(2):
+                        dst[row[L_], head, dt * 8 + 2 * t[L_] + e] = acc[w, dt, L_, 2 * rr + e] * mul
+
+
+def hopper_dkdv(q, k, v, dout, lse, delta, scale, window):
+    """hopper_dkdv_kernel for one batch: q, dout [T, hq, d], k, v [T, hkv, d], lse, delta [hq, T]."""
+    T_, hq, d = q.shape; hkv = k.shape[1]; group = hq // hkv
+    HD = 64 if d <= 64 else 128; L = BwdLayout(HD); W = ke.kernel_window(window); scale_log2 = scale * ke.LOG2E
+    dk = np.full(k.shape, np.nan); dv = np.full(v.shape, np.nan)
+    for kh in range(hkv):
+        for bx in range((T_ + FIXED - 1) // FIXED):
+            n0 = bx * FIXED; smem = np.full(L.bytes // 2, np.nan)
+            m_first = n0 // TILE; per_head = min(T_ - 1, n0 + FIXED - 1 + W) // TILE + 1 - m_first
+            load_pair(smem, L.A, L.B, k, v, FIXED, kh, n0, T_, HD)
+            acc = [(np.zeros((4, HD // 8, 32, 4)), np.zeros((4, HD // 8, 32, 4))) for _ in range(2)]  # (dk, dv) per wg
+
+            def load(i, s):
+                load_pair(smem, L.a(s), L.b(s), q, dout, TILE, kh * group + i // per_head,
+                          (m_first + i % per_head) * TILE, T_, HD)
+
+            def tile(i, s):
+                h = kh * group + i // per_head; m0 = (m_first + i % per_head) * TILE
+                for wg in range(2):
+                    k0 = n0 + wg * WG_ROWS
+                    active = k0 <= min(m0 + TILE - 1, T_ - 1) and m0 <= k0 + WG_ROWS - 1 + W
+                    ke.SKIPPED["hopper dkdv " + ("active" if active else "skipped")] += 1
+                    if active: dkdv_tile(acc[wg], smem, L, s, k0, m0, h, lse, delta, T_, W, scale_log2, HD)
+            ring(group * per_head, load, tile)
+            for wg in range(2):
+                store(dk, acc[wg][0], n0 + wg * WG_ROWS, kh, T_, scale)
+                store(dv, acc[wg][1], n0 + wg * WG_ROWS, kh, T_, 1.0)
+    return dk, dv
+
+
+def dkdv_tile(acc, smem, L, s, k0, m0, h, lse, delta, T_, W, scale_log2, HD):
+    rows = (k0 % FIXED + (1 if "wg rows" in MUTATE else 0)) * ROW_BYTES  # the warpgroup's keys in K, V: wg 64 rows
+    st = kmajor(smem, L.A + rows, L.fixed_block, L.a(s), L.tile_block, HD)   # S^T = K Q^T
+    dpt = kmajor(smem, L.B + rows, L.fixed_block, L.b(s), L.tile_block, HD)  # dP^T = V dO^T
+    with np.errstate(over="ignore", invalid="ignore"):
+        for w in range(4):
+            for rr in range(2):
+                key = k0 + 16 * w + g + 8 * rr
+                first = ke.tile_col(key, m0, TILE); last = ke.tile_col(np.minimum(T_ - 1, key + W), m0, TILE)
+                for j in range(8):
+                    for e in range(2):
+                        col = 8 * j + 2 * t + e + (1 if "query column" in MUTATE else 0); qpos = m0 + col
+                        inside = qpos < T_; at = np.minimum(qpos, T_ - 1)
+                        lse_l2 = np.where(inside, lse[h, at] * ke.LOG2E, 0.0); dl = np.where(inside, delta[h, at], 0.0)
+                        valid = (col >= first) & (col <= last)
+                        pv = np.where(valid, np.exp2(st[w, j, :, 2 * rr + e] * scale_log2 - lse_l2), 0.0)
+                        st[w, j, :, 2 * rr + e] = pv
+                        dpt[w, j, :, 2 * rr + e] = pv * (dpt[w, j, :, 2 * rr + e] - dl)
+    rows_product(acc[1], st, smem, L.b(s), L.tile_block, HD)   # dV += P^T dO
+    rows_product(acc[0], dpt, smem, L.a(s), L.tile_block, HD)  # dK += dS^T Q
+
+
+def hopper_dq(q, k, v, dout, lse, delta, scale, window):
+    """hopper_dq_kernel for one batch, shapes as hopper_dkdv's."""
+    T_, hq, d = q.shape; hkv = k.shape[1]; group = hq // hkv
+    HD = 64 if d <= 64 else 128; L = BwdLayout(HD); W = ke.kernel_window(window); scale_log2 = scale * ke.LOG2E
+    dq = np.full(q.shape, np.nan); m_tiles = (T_ + FIXED - 1) // FIXED
+    for h in range(hq):
+        kh = h // group
+        for bx in range(m_tiles):
+            m0 = (m_tiles - 1 - bx) * FIXED; smem = np.full(L.bytes // 2, np.nan)
+            n_tiles = (min(m0 + FIXED, T_) + TILE - 1) // TILE; nt0 = max(0, m0 - W) // TILE
+            load_pair(smem, L.A, L.B, q, dout, FIXED, h, m0, T_, HD)
+            acc = [np.zeros((4, HD // 8, 32, 4)) for _ in range(2)]
+
+            def load(i, s): load_pair(smem, L.a(s), L.b(s), k, v, TILE, kh, (nt0 + i) * TILE, T_, HD)
+
+            def tile(i, s):
+                n0 = (nt0 + i) * TILE
+                for wg in range(2):
+                    w0 = m0 + wg * WG_ROWS
+                    wg_last = min(w0 + WG_ROWS, T_) - 1 if w0 < T_ else -1
+                    active = n0 <= wg_last and n0 + TILE - 1 >= w0 - W
+                    ke.SKIPPED["hopper dq " + ("active" if active else "skipped")] += 1
+                    if active: dq_tile(acc[wg], smem, L, s, n0, w0, wg, h, lse, delta, T_, W, scale_log2, HD)
+            ring(n_tiles - nt0, load, tile)
+            for wg in range(2): store(dq, acc[wg], m0 + wg * WG_ROWS, h, T_, scale)
+    return dq
+
+
+def dq_tile(acc, smem, L, s, n0, w0, wg, h, lse, delta, T_, W, scale_log2, HD):
+    rows = wg * WG_ROWS * ROW_BYTES
+    sc = kmajor(smem, L.A + rows, L.fixed_block, L.a(s), L.tile_block, HD)  # S = Q K^T
+    dp = kmajor(smem, L.B + rows, L.fixed_block, L.b(s), L.tile_block, HD)  # dP = dO V^T
+    with np.errstate(over="ignore", invalid="ignore"):
+        for w in range(4):
+            for rr in range(2):
+                row = w0 + 16 * w + g + 8 * rr; inside = row < T_; at = np.minimum(row, T_ - 1)
+                lse_l2 = np.where(inside, lse[h, at] * ke.LOG2E, 0.0); dl = np.where(inside, delta[h, at], 0.0)
+                first = ke.tile_col(row - W, n0, TILE); last = np.where(inside, ke.tile_col(row, n0, TILE), -1)
+                for j in range(8):
+                    for e in range(2):
+                        col = 8 * j + 2 * t + e; valid = (col >= first) & (col <= last)
+                        pv = np.where(valid, np.exp2(sc[w, j, :, 2 * rr + e] * scale_log2 - lse_l2), 0.0)
+                        sc[w, j, :, 2 * rr + e] = pv * (dp[w, j, :, 2 * rr + e] - dl)
+    rows_product(acc, sc, smem, L.a(s), L.tile_block, HD)  # dQ += dS K
+
+
+def backward_errors(T_, hq, hkv, d, w, rng):  # the largest relative error of dq, dk, dv against f64
+    q, k, v, dout = (rng.standard_normal(s) for s in [(T_, hq, d), (T_, hkv, d), (T_, hkv, d), (T_, hq, d)])
+    scale = 1 / math.sqrt(d)
+    _, lse, delta, rdq, rdk, rdv = ke.ref_backward(q, k, v, dout, scale, w)
+    dk, dv = hopper_dkdv(q, k, v, dout, lse, delta, scale, w)
+    dq = hopper_dq(q, k, v, dout, lse, delta, scale, w)
+    return max(ke.rel(dq, rdq), ke.rel(dk, rdk), ke.rel(dv, rdv))
+
+
+def check_hopper_backward():
+    for key in ("hopper dkdv active", "hopper dkdv skipped", "hopper dq active", "hopper dq skipped"): ke.SKIPPED[key] = 0
+    rng = np.random.default_rng(2)
+    # (T, hq, hkv, d, window): causal at both widths (96 at 128 with zero columns), grouped heads
+    # over two key blocks, windows that skip warpgroups and leave query tiles out of a key block.
+    # The emulation is exact f64 (P and dS are not rounded to 16 bits), so 1e-12 is f64 rounding.
+    cases = [(130, 2, 1, 64, 0), (70, 2, 1, 128, 0), (65, 1, 1, 96, 0), (200, 1, 1, 64, 37), (150, 2, 2, 64, 1),
+             (260, 1, 1, 64, 70)]
+    for case in cases:
+        assert backward_errors(*case, rng) < 1e-12, ("hopper backward", case)
+    assert all(ke.SKIPPED[key] > 0 for key in ke.SKIPPED if key.startswith("hopper d")), ke.SKIPPED
+    # The comparison catches an index off by one: the second warpgroup's keys read a row off, a
+    # query's lse and delta taken from its neighbour.
+    for mutation in ("wg rows", "query column"):
+        MUTATE.add(mutation)
+        try:
+            assert backward_errors(70, 2, 1, 64, 0, rng) > 1e-3, ("a broken index went unnoticed", mutation)
+        finally:
+            MUTATE.discard(mutation)
