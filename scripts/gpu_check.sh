@@ -20,8 +20,8 @@
 #   D  profile: bench_train_gpu --breakdown at depth 20 (each op's device time per step from CUDA
 #      events; Nsight Systems does not run on the device machines), attention alone through each
 #      of nanoddp's routes (our flash kernels, cuDNN deterministic and not) against PyTorch's
-#      (bench_attention_gpu, bench/torch_attention_bench.py), the Hopper forward's tests and its
-#      timing beside flash and cuDNN (stage hopper_attention), then Nsight Compute's
+#      (bench_attention_gpu, bench/torch_attention_bench.py), the Hopper kernels' tests and their
+#      forward and backward timings beside flash and cuDNN (stage hopper_attention), then Nsight Compute's
 #      speed-of-light, occupancy, launch and memory sections for one launch of each hand-written
 #      kernel that a depth-20 step spends time in.
 # The stages run in the order a short lease wants them (B's tests and end-to-end runs, C at depth
@@ -344,10 +344,12 @@ else
     return $rc
   }
   stage attention_d20 D 30 150 attention_routes "$logs/attention_nanoddp.json" "$build/bench/bench_attention_gpu"
-  # The Hopper forward (src/ops/cuda/attention_hopper.cu, wgmma and TMA): its first run on a GPU.
-  # Its comparison with the mma.sync forward, the op tests under its route (forward on the Hopper
-  # kernel, backward on mma.sync), then attention alone at depth 20 through flash, hopper and cudnn,
-  # one after another on this GPU. What the timings say decides whether auto should pick it.
+  # The Hopper kernels (src/ops/cuda/attention_hopper.cu and attention_hopper_backward.cu, wgmma
+  # and TMA): their first run on a GPU. Their comparison with the mma.sync forward and backward (and
+  # the backward's run-to-run bits), the op tests under their route (forward and backward against
+  # the CPU), then attention alone at depth 20, forward and backward timed apart, through flash,
+  # hopper and cudnn one after another on this GPU. What the timings say decides whether auto
+  # should pick it.
   hopper_attention() {
     local route rc=0
     set -o pipefail

@@ -18,7 +18,7 @@
 // with a warpgroup's 64 rows in place of a warp's 32. head_dim runs at a compute width of 64 or 128
 // (96 and 112 at 128: TMA fills columns past head_dim with zeros, which add nothing).
 // Not done yet: a warpgroup's softmax overlapping its own next MMAs (FlashAttention-3's intra-
-// warpgroup pipelining), setmaxnreg, and the backward (it stays on the mma.sync kernels).
+// warpgroup pipelining) and setmaxnreg. The backward is attention_hopper_backward.cu.
 //
 // Note [swizzled tiles] (attention_hopper_common.cuh) gives the shared-memory layout of the tiles.
 #include "ops/cuda/attention_hopper.cuh"
@@ -50,7 +50,6 @@ struct Layout {
   __host__ __device__ static constexpr int k(int s) { return kKv + s * 2 * kTile; }
   __host__ __device__ static constexpr int v(int s) { return k(s) + kTile; }
 };
-
 
 template <typename T>
 struct HopperParams {

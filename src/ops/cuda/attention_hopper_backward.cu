@@ -55,10 +55,10 @@ struct Layout {
 
 template <typename T>
 struct BwdParams {
-  T *dq, *dk, *dv;               // [B, T, Hq or Hkv, d]
-  const float *lse, *delta;      // [B, Hq, T]
+  T *dq, *dk, *dv;           // [B, T, Hq or Hkv, d]
+  const float *lse, *delta;  // [B, Hq, T]
   int64_t t, hq, hkv, group;
-  int64_t window;                // kNoWindow for full causal attention
+  int64_t window;  // kNoWindow for full causal attention
   float scale, scale_log2;
   int d;
 };
@@ -134,7 +134,8 @@ __device__ __forceinline__ void issue_kmajor(float (&acc)[8][4], uint32_t a, int
 // B [64 rows][HD] at b read transposed (MN-major, column blocks b_block bytes apart, a k-step of 16
 // rows 16 * 128 bytes further). Issued, not waited for.
 template <int HD, typename T>
-__device__ __forceinline__ void issue_rows(float (&acc)[HD / 8][4], const uint32_t (&a)[4][4], uint32_t b, int b_block) {
+__device__ __forceinline__ void issue_rows(float (&acc)[HD / 8][4], const uint32_t (&a)[4][4], uint32_t b,
+                                           int b_block) {
 #pragma unroll
   for (int kk = 0; kk < 4; kk++)
 #pragma unroll
@@ -151,8 +152,8 @@ __device__ __forceinline__ void to_a(uint32_t (&a)[4][4], const float (&c)[8][4]
 
 // The first two products of a tile for the warpgroup: x = A1 B1^T and y = A2 B2^T, waited for.
 template <int HD, typename T>
-__device__ __forceinline__ void two_products(float (&x)[8][4], float (&y)[8][4], uint32_t a1, uint32_t b1,
-                                             uint32_t a2, uint32_t b2, int a_block, int b_block) {
+__device__ __forceinline__ void two_products(float (&x)[8][4], float (&y)[8][4], uint32_t a1, uint32_t b1, uint32_t a2,
+                                             uint32_t b2, int a_block, int b_block) {
   wgmma_fence();
   issue_kmajor<HD, T>(x, a1, a_block, b1, b_block);
   issue_kmajor<HD, T>(y, a2, a_block, b2, b_block);
@@ -167,14 +168,13 @@ __device__ __forceinline__ void two_products(float (&x)[8][4], float (&y)[8][4],
 // 64 queries from m0 of head h in stage s: the terms of dV and dK.
 template <int HD, typename T>
 __device__ __forceinline__ void dkdv_tile(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4], const Block& k,
-                                          const BwdParams<T>& p, int s, int64_t k0, int64_t m0, int64_t h,
-                                          int64_t b) {
+                                          const BwdParams<T>& p, int s, int64_t k0, int64_t m0, int64_t h, int64_t b) {
   using L = Layout<HD>;
   const int g = k.lane / 4, quad = k.lane % 4;
   const uint32_t base = smem_addr(k.smem), rows = k.wg * kWgRows * kRowBytes;
   float st[8][4] = {}, dpt[8][4] = {};
-  two_products<HD, T>(st, dpt, base + L::kA + rows, base + L::a(s), base + L::kB + rows, base + L::b(s),
-                      L::kFixedBlock, L::kTileBlock);  // S^T = K Q^T, dP^T = V dO^T
+  two_products<HD, T>(st, dpt, base + L::kA + rows, base + L::a(s), base + L::kB + rows, base + L::b(s), L::kFixedBlock,
+                      L::kTileBlock);  // S^T = K Q^T, dP^T = V dO^T
   const int64_t stat = (b * p.hq + h) * p.t + m0;
 #pragma unroll
   for (int j = 0; j < 8; j++) {
@@ -216,12 +216,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Block k = start_block<HD>(smem_raw);
   const int64_t n0 = int64_t(blockIdx.x) * kFixedRows, kh = blockIdx.y, b = blockIdx.z;
   // Query tiles from the diagonal to the newest query that sees a key of the block, per head.
-  const int64_t m_first = n0 / kTileRows, per_head = min(p.t - 1, n0 + kFixedRows - 1 + p.window) / kTileRows + 1 - m_first;
+  const int64_t m_first = n0 / kTileRows,
+                per_head = min(p.t - 1, n0 + kFixedRows - 1 + p.window) / kTileRows + 1 - m_first;
   const int count = static_cast<int>(p.group * per_head);
   auto load = [&](int i) {  // tile i: query head kh group + i / per_head, queries from (m_first + i % per_head) 64
     const int s = i % kStages;
-    load_pair<HD>(k.smem + L::a(s), k.smem + L::b(s), &q_map, &o_map, &k.full[s], kTileRows, kh * p.group + i / per_head,
-                  (m_first + i % per_head) * kTileRows, b);
+    load_pair<HD>(k.smem + L::a(s), k.smem + L::b(s), &q_map, &o_map, &k.full[s], kTileRows,
+                  kh * p.group + i / per_head, (m_first + i % per_head) * kTileRows, b);
   };
   if (threadIdx.x == 0) {
     load_pair<HD>(k.smem + L::kA, k.smem + L::kB, &k_map, &v_map, k.fixed, kFixedRows, kh, n0, b);
@@ -261,8 +262,8 @@ __device__ __forceinline__ void dq_tile(float (&dq)[HD / 8][4], const Block& k, 
   const int quad = k.lane % 4;
   const uint32_t base = smem_addr(k.smem), rows = k.wg * kWgRows * kRowBytes;
   float sc[8][4] = {}, dp[8][4] = {};
-  two_products<HD, T>(sc, dp, base + L::kA + rows, base + L::a(s), base + L::kB + rows, base + L::b(s),
-                      L::kFixedBlock, L::kTileBlock);  // S = Q K^T, dP = dO V^T
+  two_products<HD, T>(sc, dp, base + L::kA + rows, base + L::a(s), base + L::kB + rows, base + L::b(s), L::kFixedBlock,
+                      L::kTileBlock);  // S = Q K^T, dP = dO V^T
 #pragma unroll
   for (int rr = 0; rr < 2; rr++) {
     const int first = tile_col(row[rr] - p.window, n0, kTileRows);
@@ -303,7 +304,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int count = static_cast<int>(n_tiles - nt0);
   auto load = [&](int i) {  // tile i: keys from (nt0 + i) 64
     const int s = i % kStages;
-    load_pair<HD>(k.smem + L::a(s), k.smem + L::b(s), &k_map, &v_map, &k.full[s], kTileRows, kh, (nt0 + i) * kTileRows, b);
+    load_pair<HD>(k.smem + L::a(s), k.smem + L::b(s), &k_map, &v_map, &k.full[s], kTileRows, kh, (nt0 + i) * kTileRows,
+                  b);
   };
   if (threadIdx.x == 0) {
     load_pair<HD>(k.smem + L::kA, k.smem + L::kB, &q_map, &o_map, k.fixed, kFixedRows, h, m0, b);
@@ -351,10 +353,10 @@ cudaError_t backward_hd(DType t, const void* dout, const void* q, const void* k,
   if (cudaError_t e = allow_smem<hopper_dkdv_kernel<HD, T>>(smem); e != cudaSuccess) return e;
   if (cudaError_t e = allow_smem<hopper_dq_kernel<HD, T>>(smem); e != cudaSuccess) return e;
   const unsigned blocks = static_cast<unsigned>((s.tq + kFixedRows - 1) / kFixedRows);
-  hopper_dkdv_kernel<HD, T><<<dim3(blocks, unsigned(s.hkv), unsigned(s.batch)), kThreads, smem, stream>>>(
-      q_kv, o_kv, k_kv, v_kv, p);
-  hopper_dq_kernel<HD, T><<<dim3(blocks, unsigned(s.hq), unsigned(s.batch)), kThreads, smem, stream>>>(q_q, o_q, k_q,
-                                                                                                      v_q, p);
+  hopper_dkdv_kernel<HD, T>
+      <<<dim3(blocks, unsigned(s.hkv), unsigned(s.batch)), kThreads, smem, stream>>>(q_kv, o_kv, k_kv, v_kv, p);
+  hopper_dq_kernel<HD, T>
+      <<<dim3(blocks, unsigned(s.hq), unsigned(s.batch)), kThreads, smem, stream>>>(q_q, o_q, k_q, v_q, p);
   return cudaGetLastError();
 }
 
@@ -368,8 +370,19 @@ cudaError_t launch_hopper_backward(DType t, void* dq, void* dk, void* dv, const 
   const int64_t window = s.window > 0 ? s.window : kNoWindow;
   auto run = [&](auto* tag, auto hd) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    const BwdParams<T> p{static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv), lse, delta, s.tq, s.hq, s.hkv,
-                         s.hq / s.hkv, window, scale, scale * kLog2e, static_cast<int>(s.d)};
+    const BwdParams<T> p{static_cast<T*>(dq),
+                         static_cast<T*>(dk),
+                         static_cast<T*>(dv),
+                         lse,
+                         delta,
+                         s.tq,
+                         s.hq,
+                         s.hkv,
+                         s.hq / s.hkv,
+                         window,
+                         scale,
+                         scale * kLog2e,
+                         static_cast<int>(s.d)};
     return backward_hd<decltype(hd)::value, T>(t, dout, q, k, v, s, p, stream);
   };
   const bool narrow = s.d <= 64;  // the compute width: 64, else 128

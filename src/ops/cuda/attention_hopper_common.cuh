@@ -141,7 +141,7 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // rows, batch), the first `rows` rows visible (the rest, and columns past d, read as zeros), boxes of
 // 64 columns x box_rows rows of one head, 128-byte swizzled (Note [swizzled tiles]).
 inline cudaError_t make_tensor_map(CUtensorMap* map, DType t, const void* base, int64_t batch, int64_t rows,
-                            int64_t rows_alloc, int64_t heads, int64_t d, int box_rows) {
+                                   int64_t rows_alloc, int64_t heads, int64_t d, int box_rows) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return cudaErrorNotSupported;
   const cuuint64_t dims[4] = {cuuint64_t(d), cuuint64_t(heads), cuuint64_t(rows), cuuint64_t(batch)};

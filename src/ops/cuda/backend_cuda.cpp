@@ -343,7 +343,8 @@ void CudaBackend::attention_backward(const Tensor& dq, const Tensor& dk, const T
   Tensor scratch = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, q.device());
   NANODDP_CUDA_CHECK(cuda::launch_attention_backward(elem(q), dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(),
                                                     k.raw(), v.raw(), out.raw(), lse.data<float>(), shape, scale,
-                                                    scratch.raw(), reference_attention_, s));
+                                                    scratch.raw(), reference_attention_, s,
+                                                    route_ == cuda::AttentionRoute::kHopper));
 }
 
 void CudaBackend::relu2_forward(const Tensor& y, const Tensor& x) {

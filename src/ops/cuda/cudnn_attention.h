@@ -8,8 +8,8 @@
 //   cudnn_nondeterministic   the same with cuDNN's faster backward, whose dQ is summed with atomic
 //                            adds (two runs can differ in the last bits; PyTorch's default)
 //   flash                    our flash kernels only (mma.sync)
-//   hopper                   our Hopper forward (wgmma and TMA, attention_hopper.cuh) with the
-//                            mma.sync backward; an error on a GPU other than compute capability 9.0
+//   hopper                   our Hopper kernels (wgmma and TMA, attention_hopper.cuh), forward and
+//                            backward; an error on a GPU other than compute capability 9.0
 //                            or in a build without sm_90a code. Not the default until a GPU has
 //                            measured it against flash and cuDNN.
 //   reference                the reference kernels only (for debugging the others)

@@ -2,7 +2,8 @@
 // forward on the same GPU inputs, over the shapes whose index arithmetic differs: causal and sliding
 // window, grouped-query heads, head_dim 64, 96 (run at width 128) and 128, sequences that are not a
 // multiple of the tiles, and the decoding form (fewer queries than keys, a cache longer than kv_len
-// whose rows past kv_len hold NaN, which neither kernel may read). Skips without an sm_90 GPU.
+// whose rows past kv_len hold NaN, which neither kernel may read); and the Hopper backward against
+// the mma.sync backward, and against itself run twice. Skips without an sm_90 GPU.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "core/cuda_util.h"
 #include "cuda_test_util.h"
+#include "ops/cuda/attention.cuh"
 #include "ops/cuda/attention_flash.cuh"
 #include "ops/cuda/attention_hopper.cuh"
 
@@ -97,6 +99,72 @@ TEST(HopperAttention, MatchesFlashForwardDecoding) {
   check({2, 1, 256, 200, 4, 2, 128, 0, DType::BF16});  // one new token, a longer cache
   check({2, 7, 256, 135, 4, 2, 96, 0, DType::BF16});
   check({1, 5, 512, 400, 4, 4, 128, 64, DType::BF16});  // windowed
+}
+
+// The largest |a - b| over the elements, and the largest |a|; both must be finite.
+std::pair<double, double> diff(const Tensor& ga, const Tensor& gb, const char* what) {
+  const Tensor a = to_host(ga), b = to_host(gb);
+  double most = 0, worst = 0;
+  for (int64_t i = 0; i < a.numel(); i++) {
+    const float x = a.data<float>()[i], y = b.data<float>()[i];
+    EXPECT_TRUE(std::isfinite(x) && std::isfinite(y)) << what << " " << i << ": flash " << x << ", hopper " << y;
+    if (!std::isfinite(x) || !std::isfinite(y)) return {INFINITY, 0};
+    most = std::max(most, double(std::fabs(x)));
+    worst = std::max(worst, double(std::fabs(x - y)));
+  }
+  return {worst, most};
+}
+
+// Both backwards from the same forward (the mma.sync one's out and lse). Both round P and dS to the
+// 16-bit type before their MMAs and accumulate over the same 64-query (dK, dV) and 64- or 32-key
+// (dQ) tiles in f32, so they differ by the f32 order inside the MMAs: a P or dS a few roundings
+// apart can round to the neighbouring 16-bit value, and each output is rounded once more; 4
+// roundings of the largest gradient bound that with room. Two Hopper runs must agree bit for bit
+// (no atomics: each output is written by one block, its sums in a fixed order).
+void check_backward(const Case& c) {
+  SCOPED_TRACE(name(c));
+  const int64_t t = c.tq;
+  Tensor gq = to_gpu(randn({c.b, t, c.hq, c.d}, 70), c.dt), gk = to_gpu(randn({c.b, t, c.hkv, c.d}, 71), c.dt),
+         gv = to_gpu(randn({c.b, t, c.hkv, c.d}, 72), c.dt), gdo = to_gpu(randn({c.b, t, c.hq, c.d}, 73), c.dt);
+  Tensor out = poisoned(gq.shape(), c.dt), lse = poisoned({c.b, c.hq, t}, DType::F32);
+  const cuda::AttentionShape s{c.b, t, t, c.hq, c.hkv, c.d, t, c.window};
+  const float scale = 1.f / std::sqrt(float(c.d));
+  cudaStream_t st = cuda::compute_stream(0);
+  NANODDP_CUDA_CHECK(
+      cuda::launch_flash_forward(c.dt, out.raw(), lse.data<float>(), gq.raw(), gk.raw(), gv.raw(), s, scale, st));
+  Tensor scratch = Tensor::empty({int64_t(cuda::attention_backward_scratch_bytes(s))}, DType::U8, testing::gpu());
+  Tensor grads[3][3];  // [flash, hopper, hopper again][dq, dk, dv]
+  for (int run = 0; run < 3; run++) {
+    grads[run][0] = poisoned(gq.shape(), c.dt);
+    grads[run][1] = poisoned(gk.shape(), c.dt);
+    grads[run][2] = poisoned(gv.shape(), c.dt);
+    NANODDP_CUDA_CHECK(cuda::launch_attention_backward(c.dt, grads[run][0].raw(), grads[run][1].raw(),
+                                                       grads[run][2].raw(), gdo.raw(), gq.raw(), gk.raw(), gv.raw(),
+                                                       out.raw(), lse.data<float>(), s, scale, scratch.raw(), false, st,
+                                                       /*hopper=*/run > 0));
+  }
+  NANODDP_CUDA_CHECK(cudaStreamSynchronize(st));
+  const char* names[3] = {"dq", "dk", "dv"};
+  for (int i = 0; i < 3; i++) {
+    const auto [worst, most] = diff(grads[0][i], grads[1][i], names[i]);
+    EXPECT_LE(worst, tol(c.dt, 0, 4 * kBf16Eps) * most) << names[i];
+    const auto [again, unused] = diff(grads[1][i], grads[2][i], names[i]);
+    EXPECT_EQ(again, 0.0) << names[i] << ": two Hopper backwards differ";
+  }
+}
+
+TEST(HopperAttention, MatchesFlashBackwardCausal) {
+  REQUIRE_HOPPER();
+  for (DType dt : {DType::BF16, DType::F16})
+    for (int64_t d : {64, 96, 128}) check_backward({2, 300, 300, 300, 4, 2, d, 0, dt});
+  check_backward({1, 1000, 1000, 1000, 6, 6, 128, 0, DType::BF16});
+  check_backward({1, 777, 777, 777, 8, 1, 128, 0, DType::BF16});  // a group of 8 query heads per kv head
+}
+
+TEST(HopperAttention, MatchesFlashBackwardWindowed) {
+  REQUIRE_HOPPER();
+  for (int64_t window : {1, 50, 64, 200}) check_backward({2, 520, 520, 520, 4, 1, 128, window, DType::BF16});
+  check_backward({1, 700, 700, 700, 2, 2, 64, 100, DType::F16});
 }
 
 }  // namespace
