@@ -150,14 +150,16 @@ __device__ __forceinline__ void to_a(uint32_t (&a)[4][4], const float (&c)[8][4]
   for (int kk = 0; kk < 4; kk++) c_to_a<T>(a[kk], c[2 * kk], c[2 * kk + 1]);
 }
 
-// The first two products of a tile for the warpgroup: x = A1 B1^T and y = A2 B2^T, waited for.
-template <int HD, typename T>
+// The first two products of a tile for the warpgroup: x = A1 B1^T and y = A2 B2^T, waited for;
+// while they run, `meanwhile()` (loads that do not depend on them, whose latency they hide).
+template <int HD, typename T, typename F>
 __device__ __forceinline__ void two_products(float (&x)[8][4], float (&y)[8][4], uint32_t a1, uint32_t b1, uint32_t a2,
-                                             uint32_t b2, int a_block, int b_block) {
+                                             uint32_t b2, int a_block, int b_block, F&& meanwhile) {
   wgmma_fence();
   issue_kmajor<HD, T>(x, a1, a_block, b1, b_block);
   issue_kmajor<HD, T>(y, a2, a_block, b2, b_block);
   wgmma_commit();
+  meanwhile();
   wgmma_wait_all();
   fence_registers(x);
   fence_registers(y);
@@ -173,16 +175,27 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[HD / 8][4], float (&dv)[HD
   const int g = k.lane / 4, quad = k.lane % 4;
   const uint32_t base = smem_addr(k.smem), rows = k.wg * kWgRows * kRowBytes;
   float st[8][4] = {}, dpt[8][4] = {};
-  two_products<HD, T>(st, dpt, base + L::kA + rows, base + L::a(s), base + L::kB + rows, base + L::b(s), L::kFixedBlock,
-                      L::kTileBlock);  // S^T = K Q^T, dP^T = V dO^T
+  // This thread's query columns 8 j + 2 quad + e of the tile: their lse, loaded from global memory
+  // (L2) while S^T and dP^T are computed (delta too would spill at width 128: it is loaded after).
+  float lse[8][2];
   const int64_t stat = (b * p.hq + h) * p.t + m0;
+  auto load_lse = [&] {
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int col = j * 8 + quad * 2 + e;
+        lse[j][e] = m0 + col < p.t ? p.lse[stat + col] : 0.f;
+      }
+  };
+  two_products<HD, T>(st, dpt, base + L::kA + rows, base + L::a(s), base + L::kB + rows, base + L::b(s), L::kFixedBlock,
+                      L::kTileBlock, load_lse);  // S^T = K Q^T, dP^T = V dO^T
 #pragma unroll
   for (int j = 0; j < 8; j++) {
 #pragma unroll
     for (int e = 0; e < 2; e++) {
       const int col = j * 8 + quad * 2 + e;  // the query m0 + col
-      const bool in = m0 + col < p.t;
-      const float lse_l2 = in ? p.lse[stat + col] * kLog2e : 0.f, delta = in ? p.delta[stat + col] : 0.f;
+      const float lse_l2 = lse[j][e] * kLog2e, delta = m0 + col < p.t ? p.delta[stat + col] : 0.f;
 #pragma unroll
       for (int rr = 0; rr < 2; rr++) {
         const int64_t key = k0 + k.warp * 16 + g + rr * 8;
@@ -263,7 +276,7 @@ __device__ __forceinline__ void dq_tile(float (&dq)[HD / 8][4], const Block& k, 
   const uint32_t base = smem_addr(k.smem), rows = k.wg * kWgRows * kRowBytes;
   float sc[8][4] = {}, dp[8][4] = {};
   two_products<HD, T>(sc, dp, base + L::kA + rows, base + L::a(s), base + L::kB + rows, base + L::b(s), L::kFixedBlock,
-                      L::kTileBlock);  // S = Q K^T, dP = dO V^T
+                      L::kTileBlock, [] {});  // S = Q K^T, dP = dO V^T
 #pragma unroll
   for (int rr = 0; rr < 2; rr++) {
     const int first = tile_col(row[rr] - p.window, n0, kTileRows);
