@@ -130,7 +130,7 @@ __device__ __forceinline__ void issue_kmajor(float (&acc)[8][4], uint32_t a, int
   }
 }
 
-// acc [64 x HD] += A B: A [64 x 64] in the accumulator layout, rounded to T as A fragments (c_to_a),
+// acc [64 x HD] += A B: A [64 x 64] as the warpgroup's A fragments (to_a), k-step kk in a[kk],
 // B [64 rows][HD] at b read transposed (MN-major, column blocks b_block bytes apart, a k-step of 16
 // rows 16 * 128 bytes further). Issued, not waited for.
 template <int HD, typename T>
@@ -144,6 +144,8 @@ __device__ __forceinline__ void issue_rows(float (&acc)[HD / 8][4], const uint32
                   sw128_desc(b + cb * b_block + kk * 16 * kRowBytes));
 }
 
+// A [64 x 64] in the accumulator layout as A fragments rounded to T: columns 16 kk .. 16 kk + 15 are
+// column groups 2 kk, 2 kk + 1 (c_to_a).
 template <typename T>
 __device__ __forceinline__ void to_a(uint32_t (&a)[4][4], const float (&c)[8][4]) {
 #pragma unroll

@@ -389,13 +389,15 @@ def backward_errors(T_, hq, hkv, d, w, rng):  # the largest relative error of dq
 
 
 def check_hopper_backward():
-    for key in ("hopper dkdv active", "hopper dkdv skipped", "hopper dq active", "hopper dq skipped"): ke.SKIPPED[key] = 0
+    for key in ("hopper dkdv active", "hopper dkdv skipped", "hopper dq active", "hopper dq skipped"):
+        ke.SKIPPED[key] = 0
     rng = np.random.default_rng(2)
     # (T, hq, hkv, d, window): causal at both widths (96 at 128 with zero columns), grouped heads
-    # over two key blocks, windows that skip warpgroups and leave query tiles out of a key block.
+    # over two key blocks, windows that skip warpgroups and leave query tiles out of a key block, and
+    # a group of 4 query heads per kv head under a window (the (head, tile) order of the dK/dV ring).
     # The emulation is exact f64 (P and dS are not rounded to 16 bits), so 1e-12 is f64 rounding.
     cases = [(130, 2, 1, 64, 0), (70, 2, 1, 128, 0), (65, 1, 1, 96, 0), (200, 1, 1, 64, 37), (150, 2, 2, 64, 1),
-             (260, 1, 1, 64, 70)]
+             (260, 1, 1, 64, 70), (140, 4, 1, 64, 50)]
     for case in cases:
         assert backward_errors(*case, rng) < 1e-12, ("hopper backward", case)
     assert all(ke.SKIPPED[key] > 0 for key in ke.SKIPPED if key.startswith("hopper d")), ke.SKIPPED
