@@ -389,6 +389,17 @@ for tool in memcheck racecheck synccheck; do
       "--gtest_filter=$filter"
   fi
 done
+# The Hopper kernels (TMA copies, mbarriers, wgmma; attention_hopper*.cu) under memcheck and
+# synccheck: their comparisons with the mma.sync kernels, forward and backward (they skip, saying
+# why, on a GPU that is not compute capability 9.0).
+for tool in memcheck synccheck; do
+  if ((dry)); then
+    skip "sanitizer_hopper_$tool" B "dry run (compute-sanitizer needs an H100 or H200)"
+  else
+    stage "sanitizer_hopper_$tool" B 30 240 compute-sanitizer --tool "$tool" --error-exitcode 3 \
+      "$build/tests/ops/cuda/test_hopper_attention" --gtest_brief=1
+  fi
+done
 
 # ncu_kernels BENCH: Nsight Compute on one launch of each hand-written kernel of a depth-20 step of
 # BENCH (bench_train_gpu: a warm-up step and a timed one), in the second step: past the first
