@@ -172,7 +172,7 @@ void CublasLtGemm::run(cudaStream_t stream, int64_t m, int64_t n, int64_t k, flo
 CublasLtGemm::Plan& CublasLtGemm::fp8_plan(const Fp8Key& key) {
   auto it = fp8_plans_.find(key);
   if (it != fp8_plans_.end()) return it->second;
-  const auto [m, n, k, a_e5m2, b_e5m2, c_t, ldc, align_c, fast_accum] = key;
+  const auto [m, n, k, a_e5m2, b_e5m2, c_t, ldc, align_a, align_b, align_c, fast_accum] = key;
   Plan p;
   NANODDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
@@ -190,9 +190,15 @@ CublasLtGemm::Plan& CublasLtGemm::fp8_plan(const Fp8Key& key) {
   cublasLtMatmulPreference_t pref = nullptr;
   NANODDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspaceBytes;
-  const uint32_t al_c = static_cast<uint32_t>(align_c);
+  // cuBLASLt's A is our b (Note [FP8 GEMM layout]).
+  const uint32_t al_first = static_cast<uint32_t>(align_b), al_second = static_cast<uint32_t>(align_a),
+                 al_c = static_cast<uint32_t>(align_c);
   NANODDP_CUBLAS_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                            &al_first, sizeof al_first));
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                            &al_second, sizeof al_second));
   NANODDP_CUBLAS_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
   NANODDP_CUBLAS_CHECK(
@@ -212,7 +218,8 @@ bool CublasLtGemm::run_fp8(cudaStream_t stream, int64_t m, int64_t n, int64_t k,
                            const Fp8Operand& b, float beta, void* c, DType c_type, int64_t ldc, bool fast_accum) {
   if (m == 0 || n == 0) return true;
   NANODDP_ASSERT(!(a.e5m2 && b.e5m2), "cuBLASLt multiplies at most one e5m2 operand");
-  const Fp8Key key{m, n, k, a.e5m2, b.e5m2, c_type, ldc, alignment_of(c), fast_accum};
+  const Fp8Key key{m, n, k, a.e5m2, b.e5m2, c_type, ldc, alignment_of(a.codes), alignment_of(b.codes),
+                   alignment_of(c), fast_accum};
   // The scale pointers change from call to call (scratch buffers): they are set on the shared
   // descriptor and the GEMM queued under one lock.
   std::lock_guard lock(mu_);

@@ -69,8 +69,8 @@ class CublasLtGemm {
     bool has_algo = false;  // false: cuBLASLt offered nothing, use the fallback kernel
   };
   Plan& plan(const Key& key);
-  // FP8: m, n, k, a e5m2, b e5m2, c type, ldc, c's alignment, fast accumulation.
-  using Fp8Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, int64_t, int, bool>;
+  // FP8: m, n, k, a e5m2, b e5m2, c type, ldc, the alignments of a, b and c, fast accumulation.
+  using Fp8Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, int64_t, int, int, int, bool>;
   Plan& fp8_plan(const Fp8Key& key);
 
   int device_;
