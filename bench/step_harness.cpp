@@ -17,6 +17,7 @@ StepBench::StepBench(const StepBenchConfig& c, dist::ProcessGroup& group)
       muon_momentum_(c.muon_momentum), loss_scale_(c.act_dtype == DType::F16 ? 65536.0 : 1.0) {
   model_ = std::make_unique<model::GPT>(config_, c.device, c.act_dtype);
   model_->init_weights(1);
+  model_->set_fp8(c.fp8);
   reducer_ = std::make_unique<ddp::Reducer>(*model_, group,
                                             ddp::ReducerOptions{.zero = c.zero,
                                                                 .whole_matrices = c.optimizer == ddp::OptimizerKind::Muon,

@@ -37,6 +37,7 @@ struct Args {
   int gemm_n = 8192;
   double min_seconds = 4;
   int breakdown = 0;
+  bool fp8 = false;
 };
 
 // The best of several bf16 GEMMs [n, n] x [n, n]^T -> bf16 (f32 accumulation), as the model's
@@ -86,11 +87,14 @@ int main(int argc, char** argv) {
   app.add_option("--gemm_n", a.gemm_n, "Size of the square GEMM that measures the peak");
   app.add_option("--breakdown", a.breakdown, "Then profile this many steps: each op's device time (stderr)")
       ->check(CLI::Range(0, 1000));
+  app.add_flag("--fp8", a.fp8, "The Linear layers' GEMMs in FP8 (nanochat's --fp8; MFU stays against the bf16 peak)");
   CLI11_PARSE(app, argc, argv);
   try {
     NANODDP_CHECK(cuda_device_count() > 0, "no GPU visible: this benchmark needs one");
     const Device dev = Device::cuda(0);
     ops::Backend& be = ops::backend(dev);
+    const std::string no_fp8 = a.fp8 ? ops::fp8_unsupported(dev) : std::string();
+    NANODDP_CHECK(no_fp8.empty(), "--fp8: {}", no_fp8);
     const double peak = bf16_gemm_peak(a.gemm_n, be);
 
     const auto config = model::GPTConfig::from_depth(a.depth, a.vocab, a.seq);
@@ -102,7 +106,8 @@ int main(int argc, char** argv) {
                           .device = dev,
                           .act_dtype = DType::BF16,
                           .optimizer = ddp::OptimizerKind::Muon,
-                          .muon_momentum = 0.95},
+                          .muon_momentum = 0.95,
+                          .fp8 = a.fp8},
                          *group);
     double loss = 0;
     auto step = [&] { loss = run.step(); };
@@ -138,7 +143,7 @@ int main(int argc, char** argv) {
     const double flops_per_token = config.flops_per_token(a.seq);
     const AllocatorStats mem = allocator_for(dev).stats();
     const char* route = std::getenv("NANODDP_CUDA_ATTENTION");  // ops/cuda/cudnn_attention.h
-    nlohmann::json j{{"impl", "nanoddp"},
+    nlohmann::json j{{"impl", a.fp8 ? "nanoddp_fp8" : "nanoddp"},
                      {"attention", route != nullptr && *route != '\0' ? route : "auto"},
                      {"depth", a.depth},
                      {"seq", a.seq},
