@@ -368,6 +368,37 @@ TEST(Optimizer2026, SmallParametersAreReplicatedAndUpdatedWholeByEveryRank) {
   });
 }
 
+// --grad_clip's global norm counts a parameter every rank updates (Note [small parameters]) once,
+// not once per rank: 2 ranks under --zero 2 see the norm of one rank accumulating the same two
+// micro-batches. Equal to f32 rounding: the squares are summed per piece in double, in pieces that
+// differ with the sharding (counted W times, the 10 replicated elements would add about 1%).
+TEST(Optimizer2026, TheClipNormCountsReplicatedParametersOnce) {
+  ddp::OptimizerConfig oc = config_2026();
+  oc.grad_clip = 1e-3;  // below the norm: the clip runs and scales
+  double want = 0;
+  {
+    omp_set_num_threads(1);
+    Toy toy;
+    auto group = dist::make_single_rank_group(Device::cpu());
+    ddp::Reducer reducer(toy, *group, reducer_options(0));
+    ddp::Optimizer opt(toy, reducer, oc);
+    backward(toy, reducer, 0, 0, 2, 2);
+    step(opt, 0);
+    want = opt.last_grad_norm();
+  }
+  std::vector<double> got(2);
+  testing::run_ranks(2, [&](int r, dist::ProcessGroup& group) {
+    Toy toy;
+    ddp::Reducer reducer(toy, group, reducer_options(2, 8));
+    ddp::Optimizer opt(toy, reducer, oc);
+    backward(toy, reducer, 0, r, 1, 1);
+    step(opt, 0);
+    got[size_t(r)] = opt.last_grad_norm();
+  });
+  ASSERT_GT(want, 0);
+  for (double g : got) EXPECT_NEAR(g, want, 1e-6 * want);
+}
+
 // Restores the parameters after step 1 of a one-rank run and continues for two steps.
 Params resume_one_rank(const Params& after_first, const std::function<void(ddp::Optimizer&)>& load) {
   omp_set_num_threads(1);
