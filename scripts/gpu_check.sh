@@ -16,8 +16,12 @@
 #      bench/gpu_bench.sh at depth 12 and at depth 20 (nanoddp against PyTorch with Muon stacked
 #      by shape, FlashAttention-2 and cuDNN attention, and with Muon matrix by matrix), and their
 #      table: MFU against the GPU's datasheet peak and against the measured GEMM peak, and each
-#      run's timing-window spread; fp8_d12: nanochat's --fp8 against bf16 (loss curves at depth 12
-#      within a stated bound, tokens/s at depth 20);
+#      run's timing-window spread;
+#      recipe2026_d20 and recipe2026_d12: the same for nanochat's 2026 model and optimizer
+#      (bench_train_gpu --recipe 2026 against the PyTorch twin, bench/torch_recipe2026_gpu_bench.py,
+#      compiled, with FlexAttention's sliding-window mask or cuDNN's, the faster as the baseline),
+#      their own table (bench_recipe2026.jsonl); fp8_d12: nanochat's --fp8 against bf16 (loss curves at
+#      depth 12 within a stated bound, tokens/s at depth 20);
 #   D  profile: bench_train_gpu --breakdown at depth 20 (each op's device time per step from CUDA
 #      events; Nsight Systems does not run on the device machines), attention alone through each
 #      of nanoddp's routes (our flash kernels, cuDNN deterministic and not) against PyTorch's
@@ -33,8 +37,8 @@
 # machine starts over. A build made here (scripts/gpu_deps.sh --prebuild, carried in .gpu) is used
 # when its programs run there; otherwise the machine configures and builds on all its cores first.
 # Back in $OUT: summary.txt (each stage's exit status and seconds, or why it did not run, over
-# every call on this machine), gpu-check.log (this call's stage output, in order), bench.jsonl (the
-# speed results). The last line says what is left.
+# every call on this machine), gpu-check.log (this call's stage output, in order), bench.jsonl and
+# bench_recipe2026.jsonl (the speed results). The last line says what is left.
 #   here:        bash scripts/gpu_deps.sh [--prebuild]
 #   on the GPU:  bash scripts/gpu_check.sh [B] [C] [D] [STAGE...]   (default: B C D; carry .gpu)
 #                GPU_CHECK_FRESH=1 forgets the stages that passed (after a fix, say).
@@ -173,6 +177,7 @@ finish() {
     ((status)) || status=3
   fi
   [ -s "$logs/bench.jsonl" ] && cp "$logs/bench.jsonl" "$out/bench.jsonl"
+  [ -s "$logs/bench_recipe2026.jsonl" ] && cp "$logs/bench_recipe2026.jsonl" "$out/bench_recipe2026.jsonl"
   echo "== summary over the calls on this build ($logs/summary.txt)" >&2
   cat "$logs/summary.txt" >&2
   ((${#skipped[@]})) && msg="${msg:+$msg; }skipped: ${skipped[*]}"
@@ -318,9 +323,24 @@ bench_depth() {
     bash bench/gpu_bench.sh
   bench_table
 }
+# recipe2026_table and recipe2026_depth D NEED: the same for the 2026 recipe against its PyTorch
+# twin (RECIPE=2026 bench/gpu_bench.sh), in a table of its own.
+recipe2026_table() {
+  local files=() d
+  for d in 12 20; do [ -s "$logs/recipe2026_d$d/results.jsonl" ] && files+=("$logs/recipe2026_d$d/results.jsonl"); done
+  ((${#files[@]})) || return 0
+  cat "${files[@]}" > "$logs/bench_recipe2026.jsonl"
+  python3 bench/gpu_bench_table.py "$logs/bench_recipe2026.jsonl" | tee -a "$log_all" >&2
+}
+recipe2026_depth() {
+  stage "recipe2026_d$1" C "$2" 420 env BUILD_DIR="$build" OUT_DIR="$logs/recipe2026_d$1" DEPTHS="$1" SKIP_BUILD=1 \
+    RECIPE=2026 bash bench/gpu_bench.sh
+  recipe2026_table
+}
 if ((dry)); then
   skip nccl_busbw C "dry run (NCCL needs a GPU)"
   skip bench_d20 C "dry run (needs a GPU and PyTorch 2)"
+  skip recipe2026_d20 C "dry run (needs a GPU and PyTorch 2)"
   skip profile_d20 D "dry run (needs a GPU)"
   skip attention_d20 D "dry run (needs a GPU)"
   skip hopper_attention D "dry run (needs an H100 or H200)"
@@ -329,6 +349,7 @@ else
   stage nccl_busbw C 20 60 "$bin" run --standalone --nproc_per_node 1 "$build/bench/bench_allreduce" --device cuda \
     --backend nccl --min_bytes 8 --max_bytes $((1 << 30)) --factor 4
   bench_depth 20 330  # PyTorch three times (stacked Muon with each attention, then the loop)
+  recipe2026_depth 20 330  # the 2026 model, after the classic table it is compared with
   stage profile_d20 D 40 120 "$build/bench/bench_train_gpu" --depth 20 --seq 2048 --batch 16 --steps 3 --warmup 2 \
     --min_seconds 0 --breakdown 3
   # Attention alone on a depth-20 layer's shapes (10 heads of 128) through each of nanoddp's routes
@@ -487,9 +508,11 @@ ncu_kernels() {
 }
 if ((dry)); then
   skip bench_d12 C "dry run (needs a GPU and PyTorch 2)"
+  skip recipe2026_d12 C "dry run (needs a GPU and PyTorch 2)"
   skip ncu_kernels D "dry run (needs a GPU)"
 else
   bench_depth 12 230  # a smaller model and a shorter compile than depth 20
+  recipe2026_depth 12 230
   stage ncu_kernels D 90 420 ncu_kernels "$build/bench/bench_train_gpu"
 fi
 
