@@ -6,6 +6,8 @@
 # 4096, the main job's; a multiple of 2048), NANODDP_RECIPE_STEPS (default 300), NANODDP_RECIPE_EVAL_EVERY
 # (default 25), NANODDP_THREADS (default: all cores). Note: the 2026 recipe scales its learning rates
 # by sqrt(batch / 2^19) as nanochat's base_train does, so small batches train it at small rates.
+# (To train it at nanochat's own rates instead, give --embedding_lr, --unembedding_lr, --matrix_lr and
+# --scalar_lr times sqrt(2^19 / batch) to nanoddp train: docs/benchmarks.md has such runs.)
 # Prints, per depth: the val bits per byte of each recipe at equal tokens and at equal training time
 # (evaluations excluded: the sum of the steps' dt_ms), tokens/s (median over the steps after the first
 # tenth) and their ratios, 2026 against classic measured in the same run; writes recipe_curves.svg (val
