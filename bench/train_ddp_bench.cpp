@@ -37,7 +37,7 @@ struct BenchTrainOptions {
   int zero = 0;
   double bucket_cap_mb = 25, first_bucket_mb = 1;
   std::string device = "cpu";
-  std::string backend = "auto";
+  dist::BackendKind backend = dist::BackendKind::Auto;
   std::string dtype = "auto";
 
   template <typename V>

@@ -20,7 +20,8 @@
 #   D  profile: bench_train_gpu --breakdown at depth 20 (each op's device time per step from CUDA
 #      events; Nsight Systems does not run on the device machines), attention alone through each
 #      of nanoddp's routes (our flash kernels, cuDNN deterministic and not) against PyTorch's
-#      (bench_attention_gpu, bench/torch_attention_bench.py), then Nsight Compute's
+#      (bench_attention_gpu, bench/torch_attention_bench.py), the Hopper kernels' tests and their
+#      forward and backward timings beside flash and cuDNN (stage hopper_attention), then Nsight Compute's
 #      speed-of-light, occupancy, launch and memory sections for one launch of each hand-written
 #      kernel that a depth-20 step spends time in.
 # The stages run in the order a short lease wants them (B's tests and end-to-end runs, C at depth
@@ -247,8 +248,8 @@ if ((!prebuilt)); then
   stage configure always 20 300 nanoddp_configure . "$build" "${gen[@]}" -DCMAKE_PREFIX_PATH="$root/.gpu/deps/usr" \
     "${nanoddp_gpu_cmake_flags[@]}" ${GPU_CHECK_CMAKE_ARGS:-} || finish
   # Only what the stages run: the CPU-only tests and tools would double the build.
-  targets=(nanoddp test_cuda_ops test_cuda_model test_cudnn_attention test_cudnn_library bench_train_gpu
-           bench_attention_gpu bench_allreduce)
+  targets=(nanoddp test_cuda_ops test_cuda_model test_cudnn_attention test_cudnn_library test_hopper_attention
+           bench_train_gpu bench_attention_gpu bench_allreduce)
   grep -qs test_comm_nccl "$build/tests/comm/CTestTestfile.cmake" && targets+=(test_comm_nccl)  # where NCCL was found
   # Several ranks on one GPU over Gloo, where the build has Gloo (GPU_CHECK_CMAKE_ARGS=-DNANODDP_GLOO=ON
   # with Gloo installed; the bundled build leaves it out).
@@ -321,6 +322,7 @@ if ((dry)); then
   skip bench_d20 C "dry run (needs a GPU and PyTorch 2)"
   skip profile_d20 D "dry run (needs a GPU)"
   skip attention_d20 D "dry run (needs a GPU)"
+  skip hopper_attention D "dry run (needs an H100 or H200)"
 else
   # --backend nccl: one process otherwise gets the single-rank group, which times nothing.
   stage nccl_busbw C 20 60 "$bin" run --standalone --nproc_per_node 1 "$build/bench/bench_allreduce" --device cuda \
@@ -342,6 +344,24 @@ else
     return $rc
   }
   stage attention_d20 D 30 150 attention_routes "$logs/attention_nanoddp.json" "$build/bench/bench_attention_gpu"
+  # The Hopper kernels (src/ops/cuda/attention_hopper.cu and attention_hopper_backward.cu, wgmma
+  # and TMA): their first run on a GPU. Their comparison with the mma.sync forward and backward (and
+  # the backward's run-to-run bits), the op tests under their route (forward and backward against
+  # the CPU), then attention alone at depth 20, forward and backward timed apart, through flash,
+  # hopper and cudnn one after another on this GPU. What the timings say decides whether auto
+  # should pick it.
+  hopper_attention() {
+    local route rc=0
+    set -o pipefail
+    "$build/tests/ops/cuda/test_hopper_attention" || rc=1
+    NANODDP_CUDA_ATTENTION=hopper "$build/tests/ops/cuda/test_cuda_ops" --gtest_filter='*CudaAttention*' || rc=1
+    : > "$1"
+    for route in flash hopper cudnn; do
+      NANODDP_CUDA_ATTENTION=$route "$2" | tee -a "$1" || rc=1
+    done
+    return $rc
+  }
+  stage hopper_attention D 30 180 hopper_attention "$logs/attention_hopper.json" "$build/bench/bench_attention_gpu"
 fi
 
 fresh_unless_passed train_cuda_fp16 fp16_straight
@@ -367,6 +387,17 @@ for tool in memcheck racecheck synccheck; do
   else
     stage "sanitizer_$tool" B 40 150 env NANODDP_CUDA_ATTENTION=flash compute-sanitizer --tool "$tool" --error-exitcode 3 "$ops" --gtest_brief=1 \
       "--gtest_filter=$filter"
+  fi
+done
+# The Hopper kernels (TMA copies, mbarriers, wgmma; attention_hopper*.cu) under memcheck and
+# synccheck: their comparisons with the mma.sync kernels, forward and backward (they skip, saying
+# why, on a GPU that is not compute capability 9.0).
+for tool in memcheck synccheck; do
+  if ((dry)); then
+    skip "sanitizer_hopper_$tool" B "dry run (compute-sanitizer needs an H100 or H200)"
+  else
+    stage "sanitizer_hopper_$tool" B 30 240 compute-sanitizer --tool "$tool" --error-exitcode 3 \
+      "$build/tests/ops/cuda/test_hopper_attention" --gtest_brief=1
   fi
 done
 

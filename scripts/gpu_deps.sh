@@ -57,8 +57,8 @@ b=build-gpu
 source scripts/configure.sh
 nanoddp_configure . "$b" -G Ninja -DCMAKE_PREFIX_PATH="$PWD/$dest/usr" "${nanoddp_gpu_cmake_flags[@]}" \
   -DNANODDP_ONEDNN=OFF "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/" > /dev/null
-targets=(nanoddp test_cuda_ops test_cuda_model test_cudnn_attention test_cudnn_library bench_train_gpu
-         bench_attention_gpu bench_allreduce test_comm_nccl)
+targets=(nanoddp test_cuda_ops test_cuda_model test_cudnn_attention test_cudnn_library test_hopper_attention
+         bench_train_gpu bench_attention_gpu bench_allreduce test_comm_nccl)
 cmake --build "$b" --target "${targets[@]}"
 # Only those programs travel: a full build of the tree (to check that everything compiles) leaves
 # every other test and benchmark in it too, which would more than double the bundle.

@@ -218,7 +218,7 @@ int run(const Args& a) {
   // The process group from whatever launched us (or a single rank).
   const dist::DistEnv env = dist::discover_environment();
   dist::DistOptions d;
-  d.backend = a.backend;
+  d.backend = parse_option<dist::BackendKind>(a.backend, "--backend");
   auto ctx = dist::init_distributed(d, Device::cpu(), env);
   dist::ProcessGroup& group = *ctx->group;
 

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/env_table.h"
 #include "cli/number_flags.h"
+#include "cli/option_flags.h"
 #include "cli/rank_setup.h"
 #include "comm/consistency.h"
 #include "core/device.h"
@@ -167,14 +168,16 @@ void add_env_command(CLI::App& root) {
                                          "(under a launcher: one table for all hosts)");
   cmd->alias("info");
   auto device = std::make_shared<std::string>("cpu");
-  auto backend = std::make_shared<std::string>("auto");
+  auto backend = std::make_shared<dist::BackendKind>(dist::BackendKind::Auto);
   auto timeout = std::make_shared<double>(60);
   auto json = std::make_shared<bool>(false);
   cmd->add_option("--device", *device, "under a launcher: cpu checks the job's CPU collectives (gloo or mpi), cuda "
                                        "its NCCL")->capture_default_str();
-  cmd->add_option("--backend", *backend, "under a launcher: auto, gloo, mpi or nccl")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "gloo", "mpi", "nccl"}));
+  cmd->add_option_function<std::string>(
+         "--backend", [backend](const std::string& text) { *backend = *OptionText<dist::BackendKind>::parse(text); },
+         "under a launcher: auto, gloo, mpi or nccl")
+      ->default_str(option_text(*backend))
+      ->check(word_validator<dist::BackendKind>());
   add_number_option(*cmd, "--timeout", *timeout, "seconds to wait for the other ranks")->capture_default_str();
   cmd->add_flag("--json", *json, "print JSON instead of the table");
   cmd->callback([=] {

@@ -91,7 +91,7 @@ void add_eval_command(CLI::App& root) {
   cmd->callback([args] {
     const EvalArgs& a = *args;
     check_eval_flags(a);
-    const RankSetup rank = join_process_group(a.device, option_text(a.backend), a.timeout);
+    const RankSetup rank = join_process_group(a.device, a.backend, a.timeout);
     const Device device = rank.device;
     dist::ProcessGroup& group = *rank.context->group;
     check_input_path("--checkpoint", a.checkpoint, PathKind::Directory);

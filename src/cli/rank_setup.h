@@ -23,7 +23,7 @@ inline Device single_process_device(const std::string& device) {
 }
 
 // One timeout bounds both the rendezvous and every collective.
-inline RankSetup join_process_group(const std::string& device, const std::string& backend, double timeout_s) {
+inline RankSetup join_process_group(const std::string& device, dist::BackendKind backend, double timeout_s) {
   const dist::DistEnv env = dist::discover_environment();
   RankSetup r{dist::local_device(device, env), nullptr};
   dist::DistOptions d;

@@ -177,32 +177,26 @@ Device local_device(const std::string& requested, const DistEnv& env) {
   return Device::cuda(local_gpu_index(env, count));
 }
 
-static void check_backend_name(const std::string& backend) {
-  NANODDP_CHECK(backend == "auto" || backend == "gloo" || backend == "mpi" || backend == "nccl",
-                "unknown backend '{}': use auto, gloo, mpi or nccl", backend);
-}
-
-std::string resolve_backend(const std::string& requested, Device device, const DistEnv& env) {
-  std::string b = requested;
-  if (b == "auto") {
+BackendKind resolve_backend(BackendKind requested, Device device, const DistEnv& env) {
+  BackendKind b = requested;
+  if (b == BackendKind::Auto) {
     // mpirun tells a rank nothing about where a store could live, so MPI itself connects the ranks.
     // srun names the nodes: the store runs on the first one (Gloo), which works whether or not
     // Open MPI was built with Slurm's PMI; --backend mpi still selects MPI there.
     const bool mpirun = env.launcher == Launcher::Mpirun && !env.master_from_env;
-    b = device.is_cuda() ? "nccl" : (mpirun && NANODDP_HAVE_MPI) ? "mpi" : "gloo";
+    b = device.is_cuda() ? BackendKind::Nccl : (mpirun && NANODDP_HAVE_MPI) ? BackendKind::Mpi : BackendKind::Gloo;
   }
-  check_backend_name(requested);
-  NANODDP_CHECK(b != "gloo" || NANODDP_HAVE_GLOO,
+  NANODDP_CHECK(b != BackendKind::Gloo || NANODDP_HAVE_GLOO,
                 "this build has no Gloo: install libgloo-dev (scripts/setup.sh) and rebuild, or use another backend");
-  NANODDP_CHECK(b != "mpi" || NANODDP_HAVE_MPI,
+  NANODDP_CHECK(b != BackendKind::Mpi || NANODDP_HAVE_MPI,
                 "this build has no MPI: install libopenmpi-dev (scripts/setup.sh) and rebuild, or set MASTER_ADDR "
                 "and MASTER_PORT to use gloo");
-  NANODDP_CHECK(b != "nccl" || NANODDP_HAVE_NCCL,
+  NANODDP_CHECK(b != BackendKind::Nccl || NANODDP_HAVE_NCCL,
                 "this build has no NCCL: use --backend gloo (it stages CUDA tensors through host memory, slower than "
                 "NCCL), or build with CUDA and NCCL");
-  NANODDP_CHECK(b != "nccl" || device.is_cuda(),
+  NANODDP_CHECK(b != BackendKind::Nccl || device.is_cuda(),
                 "the nccl backend needs a CUDA device: use --device cuda, or --backend gloo");
-  NANODDP_CHECK(b != "mpi" || device.is_cpu(),
+  NANODDP_CHECK(b != BackendKind::Mpi || device.is_cpu(),
                 "the mpi backend reduces CPU tensors but the device is {}: use --backend nccl, or gloo", device.str());
   return b;
 }
@@ -213,9 +207,6 @@ std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device
   NANODDP_CHECK(options.collective_timeout > 0 && options.rendezvous_timeout > 0, "--timeout must be a positive "
                 "number of seconds (got {} for collectives and {} for the rendezvous)", options.collective_timeout,
                 options.rendezvous_timeout);
-  // Checked here too, not only where a group is made: a single process makes none, and a misspelt
-  // backend would then pass until the job ran on several ranks.
-  check_backend_name(options.backend);
   const milliseconds timeout = to_ms(options.collective_timeout);
   // Five heartbeat intervals: longer than another rank's diagnosis takes after its own timeout
   // (Note [store linger]).
@@ -225,12 +216,12 @@ std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device
   // One process needs no process group, so none is set up unless --backend nccl asks for NCCL's
   // own (to measure it, or to run the NCCL path of a job on one GPU), as PyTorch would. Its store
   // is the launcher's where the launcher hosts one, else in memory: there are no peers to reach.
-  const bool one_process = env.world_size == 1 && options.backend != "mpi";
+  const bool one_process = env.world_size == 1 && options.backend != BackendKind::Mpi;
   auto one_process_store = [&]() -> std::shared_ptr<Store> {
     if (agent_hosts_store()) return std::make_shared<PrefixStore>(attempt, connect_store(env, options, *ctx));
     return std::make_shared<HashStore>();
   };
-  if (one_process && options.backend != "nccl") {
+  if (one_process && options.backend != BackendKind::Nccl) {
     ctx->backend = "single";
     ctx->store = one_process_store();
     ctx->group = make_single_rank_group(device);
@@ -238,8 +229,9 @@ std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device
     return ctx;
   }
 
-  ctx->backend = resolve_backend(options.backend, device, env);
-  if (ctx->backend == "mpi") {
+  const BackendKind kind = resolve_backend(options.backend, device, env);
+  ctx->backend = option_text(kind);
+  if (kind == BackendKind::Mpi) {
 #if NANODDP_HAVE_MPI
     MpiGroupOptions o;
     o.timeout = timeout;
@@ -263,7 +255,7 @@ std::unique_ptr<DistContext> init_distributed(const DistOptions& options, Device
       agree_on_world_size(*ctx->store, env);
     }
     auto group_store = std::make_shared<PrefixStore>("pg0", ctx->store);
-    if (ctx->backend == "gloo") {
+    if (kind == BackendKind::Gloo) {
 #if NANODDP_HAVE_GLOO
       GlooGroupOptions o;
       o.timeout = timeout;

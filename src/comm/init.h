@@ -23,6 +23,7 @@
 #include <string>
 
 #include "core/device.h"
+#include "comm/backend_kind.h"
 #include "comm/environment.h"
 #include "comm/process_group.h"
 #include "rendezvous/store.h"
@@ -32,7 +33,7 @@ namespace nanoddp::dist {
 class TcpStoreServer;
 
 struct DistOptions {
-  std::string backend = "auto";
+  BackendKind backend = BackendKind::Auto;
   double collective_timeout = 300;  // seconds
   double rendezvous_timeout = 300;  // seconds to wait for the store and the other ranks at start
 
@@ -75,8 +76,8 @@ Device local_device(const std::string& requested, const DistEnv& env);
 // (Exposed for tests.)
 int local_gpu_index(const DistEnv& env, int count);
 
-// Picks the backend "auto" resolves to for this device and environment (exposed for tests).
-std::string resolve_backend(const std::string& requested, Device device, const DistEnv& env);
+// Picks the backend Auto resolves to for this device and environment (exposed for tests).
+BackendKind resolve_backend(BackendKind requested, Device device, const DistEnv& env);
 
 // Connects this process to the job. Sets log::set_rank. Throws nanoddp::Error with what to do when
 // the environment is incomplete or the other ranks cannot be reached in time.

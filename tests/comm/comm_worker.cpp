@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
   }
   const char* timeout = std::getenv("NANODDP_TEST_TIMEOUT");
   DistOptions options;
-  options.backend = argv[2];
+  options.backend = parse_option<BackendKind>(argv[2], "backend");
   options.collective_timeout = timeout ? std::atof(timeout) : 30;
   options.rendezvous_timeout = 30;
   try {

@@ -84,7 +84,7 @@ TEST(Init, NoEnvironmentIsTheSingleRankGroupWithoutSockets) {
 // path on one GPU), not the single-rank group; on a CPU device that is a clear error.
 TEST(Init, OneProcessWithBackendNcclAsksForNccl) {
   DistOptions o;
-  o.backend = "nccl";
+  o.backend = BackendKind::Nccl;
   NANODDP_EXPECT_ERROR(init_distributed(o, Device::cpu(), DistEnv{}),
                        NANODDP_HAVE_NCCL ? "the nccl backend needs a CUDA device" : "this build has no NCCL");
   if (!NANODDP_HAVE_NCCL || cuda_device_count() == 0) return;  // the rest needs a GPU
@@ -102,21 +102,24 @@ TEST(Init, BackendSelection) {
   srun_with_master.launcher = Launcher::Srun;
   srun_with_master.master_addr = "n1";
   srun_with_master.master_from_env = true;
-  EXPECT_EQ(resolve_backend("auto", Device::cpu(), torchrun), "gloo");
-  EXPECT_EQ(resolve_backend("auto", Device::cpu(), mpirun), NANODDP_HAVE_MPI ? "mpi" : "gloo");
-  EXPECT_EQ(resolve_backend("auto", Device::cpu(), srun_with_master), "gloo");
+  constexpr BackendKind kAuto = BackendKind::Auto, kGloo = BackendKind::Gloo;
+  EXPECT_EQ(resolve_backend(kAuto, Device::cpu(), torchrun), kGloo);
+  EXPECT_EQ(resolve_backend(kAuto, Device::cpu(), mpirun), NANODDP_HAVE_MPI ? BackendKind::Mpi : kGloo);
+  EXPECT_EQ(resolve_backend(kAuto, Device::cpu(), srun_with_master), kGloo);
   DistEnv srun = srun_with_master;  // the store on the first host of the node list
   srun.master_from_env = false;
-  EXPECT_EQ(resolve_backend("auto", Device::cpu(), srun), "gloo");
-  EXPECT_THROW(resolve_backend("nccl", Device::cpu(), torchrun), Error);
-  EXPECT_THROW(resolve_backend("smoke-signals", Device::cpu(), torchrun), Error);
+  EXPECT_EQ(resolve_backend(kAuto, Device::cpu(), srun), kGloo);
+  EXPECT_THROW(resolve_backend(BackendKind::Nccl, Device::cpu(), torchrun), Error);
+  // A misspelt backend never reaches resolve_backend: it is refused where the text is read.
+  NANODDP_EXPECT_ERROR(parse_option<BackendKind>("smoke-signals", "--backend"),
+                       "--backend must be auto, gloo, mpi or nccl (got 'smoke-signals')");
   // Gloo stages CUDA tensors through host memory; MPI takes host tensors only.
-  EXPECT_EQ(resolve_backend("gloo", Device::cuda(0), torchrun), "gloo");
-  NANODDP_EXPECT_ERROR(resolve_backend("mpi", Device::cuda(0), torchrun),
+  EXPECT_EQ(resolve_backend(kGloo, Device::cuda(0), torchrun), kGloo);
+  NANODDP_EXPECT_ERROR(resolve_backend(BackendKind::Mpi, Device::cuda(0), torchrun),
                        NANODDP_HAVE_MPI ? "the mpi backend reduces CPU tensors but the device is cuda:0"
                                         : "this build has no MPI");
   if (!NANODDP_HAVE_NCCL)
-    NANODDP_EXPECT_ERROR(resolve_backend("auto", Device::cuda(0), torchrun),
+    NANODDP_EXPECT_ERROR(resolve_backend(kAuto, Device::cuda(0), torchrun),
                          "this build has no NCCL: use --backend gloo");
 }
 

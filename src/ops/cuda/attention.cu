@@ -10,6 +10,7 @@
 // key row's end at the newest query that sees it, so no term outside the window is computed.
 #include "ops/cuda/attention.cuh"
 #include "ops/cuda/attention_flash.cuh"
+#include "ops/cuda/attention_hopper.cuh"
 #include "ops/cuda/common.cuh"
 
 #include <algorithm>
@@ -219,6 +220,21 @@ cudaError_t launch_delta(float* delta, const void* dout, const void* out, const 
 
 }  // namespace
 
+#if !NANODDP_HAVE_HOPPER_ATTENTION
+// A build without sm_90a code has no Hopper kernel (src/ops/cuda/CMakeLists.txt).
+std::string hopper_attention_unavailable(int) {
+  return "this build has no sm_90a code (configure with CMAKE_CUDA_ARCHITECTURES naming 90)";
+}
+cudaError_t launch_hopper_forward(DType, void*, float*, const void*, const void*, const void*, const AttentionShape&,
+                                  float, cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+cudaError_t launch_hopper_backward(DType, void*, void*, void*, const void*, const void*, const void*, const void*,
+                                   const float*, const float*, const AttentionShape&, float, cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+#endif
+
 size_t reference_attention_smem_bytes(const AttentionShape& s, bool backward) {
   return backward ? std::max(ref_dq_smem(s), ref_dkdv_smem(s)) : ref_forward_smem(s);
 }
@@ -248,13 +264,15 @@ size_t attention_backward_scratch_bytes(const AttentionShape& s) {
 cudaError_t launch_attention_backward(DType t, void* dq, void* dk, void* dv, const void* dout, const void* q,
                                       const void* k, const void* v, const void* out, const float* lse,
                                       const AttentionShape& s, float scale, void* scratch, bool reference_only,
-                                      cudaStream_t stream) {
+                                      cudaStream_t stream, bool hopper) {
   if (s.batch * s.tq * s.hq == 0) return cudaSuccess;
   float* delta = static_cast<float*>(scratch);
   cudaError_t e = with_dtype(
       t, [&](auto* tag) { return launch_delta<std::remove_pointer_t<decltype(tag)>>(delta, dout, out, s, stream); });
   if (e != cudaSuccess) return e;
   const void* ptrs[] = {dq, dk, dv, dout, q, k, v};
+  if (hopper && attention_uses_flash(t, s, ptrs, 7, reference_only))
+    return launch_hopper_backward(t, dq, dk, dv, dout, q, k, v, lse, delta, s, scale, stream);
   if (attention_uses_flash(t, s, ptrs, 7, reference_only))
     return launch_flash_backward(t, dq, dk, dv, dout, q, k, v, lse, delta, s, scale, stream);
   return with_dtype(t, [&](auto* tag) {

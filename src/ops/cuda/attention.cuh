@@ -28,9 +28,11 @@ cudaError_t launch_attention_forward(DType t, void* out, float* lse, const void*
 size_t attention_backward_scratch_bytes(const AttentionShape& s);
 
 // Training form (Tq == Tk == kv_len); dq, dk, dv are overwritten. Deterministic: no atomics.
+// hopper: the calls the flash backward takes run on the Hopper kernels (attention_hopper.cuh; the
+// caller has checked that the device runs them).
 cudaError_t launch_attention_backward(DType t, void* dq, void* dk, void* dv, const void* dout, const void* q,
                                       const void* k, const void* v, const void* out, const float* lse,
                                       const AttentionShape& s, float scale, void* scratch, bool reference_only,
-                                      cudaStream_t stream);
+                                      cudaStream_t stream, bool hopper = false);
 
 }  // namespace nanoddp::cuda

@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "ops/backend.h"
 #include "ops/cuda/attention.cuh"
+#include "ops/cuda/attention_hopper.cuh"
 #include "ops/cuda/cross_entropy.cuh"
 #include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/cudnn_library.h"
@@ -98,6 +99,11 @@ class CudaBackend final : public Backend {
     NANODDP_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&sink_.record), errors_, 0));
     claim_ = Tensor::zeros({1}, DType::I32, Device::cuda(device));
     sink_.claim = claim_.data<int32_t>();
+    if (route_ == cuda::AttentionRoute::kHopper) {
+      const std::string why = cuda::hopper_attention_unavailable(device);
+      NANODDP_CHECK(why.empty(), "NANODDP_CUDA_ATTENTION=hopper on cuda:{}, but {}: unset it (auto) or use flash",
+                    device, why);
+    }
   }
 
   NANODDP_OPS(NANODDP_OP_OVERRIDE)
@@ -307,6 +313,12 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const 
   }
   warn_if_slow_attention(q, k, v, out);
   const void* ptrs[] = {out.raw(), q.raw(), k.raw(), v.raw()};
+  // The Hopper forward takes what the flash forward takes (attention_hopper.cuh).
+  if (route_ == cuda::AttentionRoute::kHopper && cuda::attention_uses_flash(q.dtype(), shape, ptrs, 4, false)) {
+    NANODDP_CUDA_CHECK(cuda::launch_hopper_forward(elem(q), out.raw(), lse.data<float>(), q.raw(), k.raw(), v.raw(),
+                                                  shape, scale, s));
+    return;
+  }
   check_reference_attention_fits(shape, q.dtype(), ptrs, 4, /*backward=*/false);
   NANODDP_CUDA_CHECK(cuda::launch_attention_forward(elem(q), out.raw(), lse.data<float>(), q.raw(), k.raw(),
                                                    v.raw(), shape, scale, reference_attention_, s));
@@ -331,7 +343,8 @@ void CudaBackend::attention_backward(const Tensor& dq, const Tensor& dk, const T
   Tensor scratch = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, q.device());
   NANODDP_CUDA_CHECK(cuda::launch_attention_backward(elem(q), dq.raw(), dk.raw(), dv.raw(), dout.raw(), q.raw(),
                                                     k.raw(), v.raw(), out.raw(), lse.data<float>(), shape, scale,
-                                                    scratch.raw(), reference_attention_, s));
+                                                    scratch.raw(), reference_attention_, s,
+                                                    route_ == cuda::AttentionRoute::kHopper));
 }
 
 void CudaBackend::relu2_forward(const Tensor& y, const Tensor& x) {

@@ -40,8 +40,10 @@ AttentionRoute parse_attention_route(const char* value) {
   if (std::strcmp(value, "cudnn") == 0) return AttentionRoute::kCudnn;
   if (std::strcmp(value, "cudnn_nondeterministic") == 0) return AttentionRoute::kCudnnNondeterministic;
   if (std::strcmp(value, "flash") == 0) return AttentionRoute::kFlash;
+  if (std::strcmp(value, "hopper") == 0) return AttentionRoute::kHopper;
   if (std::strcmp(value, "reference") == 0) return AttentionRoute::kReference;
-  NANODDP_FAIL("NANODDP_CUDA_ATTENTION={} is not a route: use auto, cudnn, cudnn_nondeterministic, flash or reference",
+  NANODDP_FAIL("NANODDP_CUDA_ATTENTION={} is not a route: use auto, cudnn, cudnn_nondeterministic, flash, hopper or "
+               "reference",
                value);
 }
 
@@ -56,6 +58,7 @@ std::string describe_attention_route(AttentionRoute r) {
     case AttentionRoute::kCudnn: return "cudnn (deterministic backward): " + (lib.loaded ? cudnn : missing);
     case AttentionRoute::kCudnnNondeterministic: return "cudnn_nondeterministic: " + (lib.loaded ? cudnn : missing);
     case AttentionRoute::kFlash: return "flash (our mma.sync kernels)";
+    case AttentionRoute::kHopper: return "hopper (our wgmma forward for sm_90a, the mma.sync backward)";
     case AttentionRoute::kReference: return "reference (slow, for debugging)";
   }
   return "unknown";

@@ -8,6 +8,10 @@
 //   cudnn_nondeterministic   the same with cuDNN's faster backward, whose dQ is summed with atomic
 //                            adds (two runs can differ in the last bits; PyTorch's default)
 //   flash                    our flash kernels only (mma.sync)
+//   hopper                   our Hopper kernels (wgmma and TMA, attention_hopper.cuh), forward and
+//                            backward; an error on a GPU other than compute capability 9.0
+//                            or in a build without sm_90a code. Not the default until a GPU has
+//                            measured it against flash and cuDNN.
 //   reference                the reference kernels only (for debugging the others)
 // Calls cuDNN's attention does not take run on our kernels under every route: f32, a decoding
 // step (fewer queries than keys), a sliding window, head_dim not a multiple of 8 or above 128, rows
@@ -27,7 +31,7 @@
 
 namespace nanoddp::cuda {
 
-enum class AttentionRoute { kAuto, kCudnn, kCudnnNondeterministic, kFlash, kReference };
+enum class AttentionRoute { kAuto, kCudnn, kCudnnNondeterministic, kFlash, kHopper, kReference };
 
 // NANODDP_CUDA_ATTENTION's value (null: unset); throws Error naming the accepted values otherwise.
 AttentionRoute parse_attention_route(const char* value);

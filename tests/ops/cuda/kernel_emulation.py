@@ -21,6 +21,9 @@ that what can be verified without a GPU is verified in every build with CUDA:
     GEMMs through the same cuBLASLt mapping, each matrix against the definition in ops.h.
  6. Polar Express (CudaBackend::polar_express) the same way, both branches against nanochat's
     iteration; and NorMuon's row/column indexing (optimizer.cu) against numpy's means.
+ 7. attention_hopper.cu and attention_hopper_backward.cu (the wgmma + TMA forward and backward):
+    hopper_emulation.py, their shared memory byte by byte through the 128-byte swizzle, their wgmma
+    descriptors and fragments, their mbarrier rings.
 
 The emulation follows the kernels' code structure; a change to a kernel's tiling or fragment
 arithmetic must be mirrored here. Runs with Debian's python3-numpy (/usr/bin/python3).
@@ -714,8 +717,14 @@ def check_sample_top_k():
         assert (got == want).all() and got.sum() == k, ("top-k set", trial, vocab, top_k, levels)
 
 
+def check_hopper_attention():  # attention_hopper{,_backward}.cu: hopper_emulation.py, beside this file
+    from hopper_emulation import check_hopper_backward, check_hopper_forward
+    check_hopper_forward()
+    check_hopper_backward()
+
+
 if __name__ == "__main__":
-    checks = [check_attention, check_16bit_error_against_test_tolerances, check_gemm_mapping, check_newton_schulz_batch,
+    checks = [check_attention, check_16bit_error_against_test_tolerances, check_hopper_attention, check_gemm_mapping, check_newton_schulz_batch,
               check_polar_express_batch, check_normuon_indexing, check_embedding_chunks, check_sample_top_k]
     for check in checks:
         check()

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "ops/cuda/attention_hopper.cuh"
 #include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/cudnn_library.h"
 #include "test_util.h"
@@ -93,9 +94,29 @@ TEST(AttentionRoute, ParsesEveryRouteAndRefusesOthers) {
   EXPECT_EQ(cuda::parse_attention_route("cudnn"), R::kCudnn);
   EXPECT_EQ(cuda::parse_attention_route("cudnn_nondeterministic"), R::kCudnnNondeterministic);
   EXPECT_EQ(cuda::parse_attention_route("flash"), R::kFlash);
+  EXPECT_EQ(cuda::parse_attention_route("hopper"), R::kHopper);
   EXPECT_EQ(cuda::parse_attention_route("reference"), R::kReference);
   NANODDP_EXPECT_ERROR(cuda::parse_attention_route("cuDNN"), "NANODDP_CUDA_ATTENTION=cuDNN is not a route",
-                       "auto, cudnn, cudnn_nondeterministic, flash or reference");
+                       "auto, cudnn, cudnn_nondeterministic, flash, hopper or reference");
+}
+
+// The Hopper route runs only on compute capability 9.0 in a build with sm_90a code; anywhere else
+// it says why (the backend turns that into its error), and on such a GPU it says nothing.
+TEST(AttentionRoute, HopperSaysWhyItCannotRun) {
+  const std::string why = cuda::hopper_attention_unavailable(0);
+  int count = 0, major = 0, minor = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  if (count > 0) {
+    ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+    ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
+  }
+  if (count > 0 && major == 9 && minor == 0 && why.find("sm_90a code") == std::string::npos) {
+    EXPECT_EQ(why, "");
+  } else {
+    EXPECT_TRUE(why.find("compute capability") != std::string::npos || why.find("no sm_90a code") != std::string::npos)
+        << why;
+  }
+  EXPECT_NE(cuda::describe_attention_route(cuda::AttentionRoute::kHopper).find("wgmma"), std::string::npos);
 }
 
 // cuDNN takes the training and prefill form without a sliding window in 16-bit types with head_dim a
