@@ -8,7 +8,12 @@
 # datasheet peak and against the best bf16 GEMM rate any program measured in this run, the timing
 # window's spread, peak memory and memory per token, with nanoddp / PyTorch ratios.
 # Full JSON lines go to $OUT_DIR/results.jsonl, each program's log beside them.
+# RECIPE=2026: nanoddp's 2026 model and optimizer (bench_train_gpu --recipe 2026) against the PyTorch
+# twin (bench/torch_recipe2026_gpu_bench.py) under the same rules: compiled, attention through one
+# backend at a time, FlexAttention with its sliding-window block mask or cuDNN (the faster being the
+# baseline), Muon stacked by shape, then matrix by matrix.
 #   bench/gpu_bench.sh                      # depths 12 and 20, seq 2048, batch 16
+#   RECIPE=2026 bench/gpu_bench.sh          # the same for the 2026 recipe
 #   DEPTHS="20" BATCH=32 bench/gpu_bench.sh
 #   SKIP_BUILD=1 ...                        # bench_train_gpu is already built in $BUILD_DIR
 #   NANODDP_AGAIN=0 ...                     # nanoddp once per depth, not before and after PyTorch
@@ -26,8 +31,13 @@ seq=${SEQ:-2048}
 batch=${BATCH:-16}
 steps=${STEPS:-10}
 min_seconds=${MIN_SECONDS:-4}
-sdpas=${SDPA:-"flash cudnn"}
 python=${PYTHON:-python3}
+recipe=${RECIPE:-classic}
+case $recipe in
+  classic) torch_bench=$root/bench/torch_gpu_bench.py sdpas=${SDPA:-"flash cudnn"} ;;
+  2026) torch_bench=$root/bench/torch_recipe2026_gpu_bench.py sdpas=${SDPA:-"flex cudnn"} ;;
+  *) echo "gpu_bench.sh: RECIPE must be classic or 2026 (got $recipe)" >&2; exit 2 ;;
+esac
 out_dir=${OUT_DIR:-$build/gpu_bench}
 mkdir -p "$out_dir"
 results="$out_dir/results.jsonl"
@@ -55,11 +65,11 @@ run() {
 
 for d in $depths; do
   args=(--depth "$d" --seq "$seq" --batch "$batch" --steps "$steps" --min_seconds "$min_seconds")
-  run "nanoddp_d$d" "{\"impl\": \"nanoddp\", \"depth\": $d, \"failed\": true}" \
-    "$build/bench/bench_train_gpu" "${args[@]}"
+  run "nanoddp_d$d" "{\"impl\": \"nanoddp\", \"recipe\": \"$recipe\", \"depth\": $d, \"failed\": true}" \
+    "$build/bench/bench_train_gpu" "${args[@]}" --recipe "$recipe"
   for sdpa in $sdpas; do
-    run "pytorch_${sdpa}_d$d" "{\"impl\": \"pytorch\", \"sdpa\": \"$sdpa\", \"muon\": \"stacked\", \"depth\": $d, \"failed\": true}" \
-      "$python" "$root/bench/torch_gpu_bench.py" "${args[@]}" --sdpa "$sdpa" --muon stacked
+    run "pytorch_${sdpa}_d$d" "{\"impl\": \"pytorch\", \"recipe\": \"$recipe\", \"sdpa\": \"$sdpa\", \"muon\": \"stacked\", \"depth\": $d, \"failed\": true}" \
+      "$python" "$torch_bench" "${args[@]}" --sdpa "$sdpa" --muon stacked
   done
   if [ "${MUON_LOOP:-1}" = 1 ]; then
     # The second row: Muon matrix by matrix, on whichever attention was faster above.
@@ -67,13 +77,13 @@ for d in $depths; do
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 ok = [r for r in rows if r.get("depth") == int(sys.argv[2]) and r.get("muon") == "stacked" and not r.get("failed")]
 print(max(ok, key=lambda r: r["tokens_per_s"])["sdpa"] if ok else sys.argv[3])' "$results" "$d" "${sdpas%% *}")
-    run "pytorch_${fast}_loop_d$d" "{\"impl\": \"pytorch\", \"sdpa\": \"$fast\", \"muon\": \"loop\", \"depth\": $d, \"failed\": true}" \
-      "$python" "$root/bench/torch_gpu_bench.py" "${args[@]}" --sdpa "$fast" --muon loop
+    run "pytorch_${fast}_loop_d$d" "{\"impl\": \"pytorch\", \"recipe\": \"$recipe\", \"sdpa\": \"$fast\", \"muon\": \"loop\", \"depth\": $d, \"failed\": true}" \
+      "$python" "$torch_bench" "${args[@]}" --sdpa "$fast" --muon loop
   fi
   # nanoddp again after PyTorch: the table compares their mean and shows how far the two drift.
   if [ "${NANODDP_AGAIN:-1}" = 1 ]; then
-    run "nanoddp_d${d}_again" "{\"impl\": \"nanoddp\", \"depth\": $d, \"failed\": true}" \
-      "$build/bench/bench_train_gpu" "${args[@]}"
+    run "nanoddp_d${d}_again" "{\"impl\": \"nanoddp\", \"recipe\": \"$recipe\", \"depth\": $d, \"failed\": true}" \
+      "$build/bench/bench_train_gpu" "${args[@]}" --recipe "$recipe"
   fi
 done
 

@@ -13,10 +13,11 @@
 namespace nanoddp::bench {
 
 StepBench::StepBench(const StepBenchConfig& c, dist::ProcessGroup& group)
-    : config_(model::GPTConfig::from_depth(c.depth, c.vocab, c.seq)), device_(c.device),
+    : config_(model::GPTConfig::from_depth(c.depth, c.vocab, c.seq, 64, 128, 0, c.recipe)), device_(c.device),
       muon_momentum_(c.muon_momentum), loss_scale_(c.act_dtype == DType::F16 ? 65536.0 : 1.0) {
   model_ = std::make_unique<model::GPT>(config_, c.device, c.act_dtype);
   model_->init_weights(1);
+  model_->set_fp8(c.fp8);
   reducer_ = std::make_unique<ddp::Reducer>(*model_, group,
                                             ddp::ReducerOptions{.zero = c.zero,
                                                                 .whole_matrices = c.optimizer == ddp::OptimizerKind::Muon,
@@ -25,6 +26,12 @@ StepBench::StepBench(const StepBenchConfig& c, dist::ProcessGroup& group)
   reducer_->broadcast_parameters();
   ddp::OptimizerConfig oc;
   oc.optimizer = c.optimizer;
+  if (config_.is_2026()) {
+    oc.recipe_2026 = true;
+    oc.embedding_lr = 0.3;
+    oc.unembedding_lr = 0.008;
+    oc.muon_weight_decay = 0.28;
+  }
   optimizer_ = std::make_unique<ddp::Optimizer>(*model_, *reducer_, oc);
   x_ = Tensor::empty({c.batch, c.seq}, DType::I32);
   y_ = Tensor::empty({c.batch, c.seq}, DType::I32);

@@ -28,6 +28,10 @@ struct StepBenchConfig {
   double first_bucket_mb = 1.0, bucket_cap_mb = 25.0;  // PyTorch DDP's defaults
   double muon_momentum = 0.9;
   uint64_t data_seed = 3;  // tokens drawn from Rng(data_seed, rank)
+  bool fp8 = false;        // GPT::set_fp8: the Linear layers' training GEMMs in FP8 (nanochat's --fp8)
+  // The 2026 recipe: its model (SSSL windows) and, with Muon, its optimizer (Polar Express, NorMuon,
+  // cautious weight decay) at base_train's learning rates and weight decay.
+  model::Recipe recipe = model::Recipe::Classic;
 };
 
 class StepBench {

@@ -7,7 +7,8 @@
 // The timing window: at least --steps steps and at least --min_seconds of them (the step time
 // measured on the last warm-up step), timed as two halves whose rates are reported as
 // window_spread (|a - b| / mean): the window is long enough when that stays within 2%.
-// With --breakdown N it then profiles N more steps (ops/profile.h: each op's device time between
+// --recipe 2026 times nanochat's 2026 model and optimizer instead (docs/recipe2026.md), against
+// bench/torch_recipe2026_gpu_bench.py. With --breakdown N it then profiles N more steps (ops/profile.h: each op's device time between
 // CUDA events) and prints the table to stderr; the timed steps above run without the markers.
 //   build/bench/bench_train_gpu --depth 20 --seq 2048 --batch 16 [--breakdown 3]
 #include <CLI/CLI.hpp>
@@ -18,6 +19,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
 
 #include "core/allocator.h"
 #include "comm/process_group.h"
@@ -37,6 +40,8 @@ struct Args {
   int gemm_n = 8192;
   double min_seconds = 4;
   int breakdown = 0;
+  bool fp8 = false;
+  model::Recipe recipe = model::Recipe::Classic;
 };
 
 // The best of several bf16 GEMMs [n, n] x [n, n]^T -> bf16 (f32 accumulation), as the model's
@@ -84,16 +89,22 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 600.0));
   app.add_option("--vocab", a.vocab);
   app.add_option("--gemm_n", a.gemm_n, "Size of the square GEMM that measures the peak");
+  app.add_option("--recipe", a.recipe, "classic, or 2026 (nanochat's current model and optimizer)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, model::Recipe>{{"classic", model::Recipe::Classic},
+                                                                               {"2026", model::Recipe::R2026}}));
   app.add_option("--breakdown", a.breakdown, "Then profile this many steps: each op's device time (stderr)")
       ->check(CLI::Range(0, 1000));
+  app.add_flag("--fp8", a.fp8, "The Linear layers' GEMMs in FP8 (nanochat's --fp8; MFU stays against the bf16 peak)");
   CLI11_PARSE(app, argc, argv);
   try {
     NANODDP_CHECK(cuda_device_count() > 0, "no GPU visible: this benchmark needs one");
     const Device dev = Device::cuda(0);
     ops::Backend& be = ops::backend(dev);
+    const std::string no_fp8 = a.fp8 ? ops::fp8_unsupported(dev) : std::string();
+    NANODDP_CHECK(no_fp8.empty(), "--fp8: {}", no_fp8);
     const double peak = bf16_gemm_peak(a.gemm_n, be);
 
-    const auto config = model::GPTConfig::from_depth(a.depth, a.vocab, a.seq);
+    const auto config = model::GPTConfig::from_depth(a.depth, a.vocab, a.seq, 64, 128, 0, a.recipe);
     auto group = dist::make_single_rank_group(dev);
     bench::StepBench run({.depth = a.depth,
                           .vocab = a.vocab,
@@ -102,7 +113,9 @@ int main(int argc, char** argv) {
                           .device = dev,
                           .act_dtype = DType::BF16,
                           .optimizer = ddp::OptimizerKind::Muon,
-                          .muon_momentum = 0.95},
+                          .muon_momentum = 0.95,
+                          .fp8 = a.fp8,
+                          .recipe = a.recipe},
                          *group);
     double loss = 0;
     auto step = [&] { loss = run.step(); };
@@ -138,7 +151,8 @@ int main(int argc, char** argv) {
     const double flops_per_token = config.flops_per_token(a.seq);
     const AllocatorStats mem = allocator_for(dev).stats();
     const char* route = std::getenv("NANODDP_CUDA_ATTENTION");  // ops/cuda/cudnn_attention.h
-    nlohmann::json j{{"impl", "nanoddp"},
+    nlohmann::json j{{"impl", a.fp8 ? "nanoddp_fp8" : "nanoddp"},
+                     {"recipe", model::recipe_name(a.recipe)},
                      {"attention", route != nullptr && *route != '\0' ? route : "auto"},
                      {"depth", a.depth},
                      {"seq", a.seq},

@@ -17,6 +17,11 @@
 #      by shape, FlashAttention-2 and cuDNN attention, and with Muon matrix by matrix), and their
 #      table: MFU against the GPU's datasheet peak and against the measured GEMM peak, and each
 #      run's timing-window spread;
+#      recipe2026_d20 and recipe2026_d12: the same for nanochat's 2026 model and optimizer
+#      (bench_train_gpu --recipe 2026 against the PyTorch twin, bench/torch_recipe2026_gpu_bench.py,
+#      compiled, with FlexAttention's sliding-window mask or cuDNN's, the faster as the baseline),
+#      their own table (bench_recipe2026.jsonl); fp8_d12: nanochat's --fp8 against bf16 (loss curves at
+#      depth 12 within a stated bound, tokens/s at depth 20);
 #   D  profile: bench_train_gpu --breakdown at depth 20 (each op's device time per step from CUDA
 #      events; Nsight Systems does not run on the device machines), attention alone through each
 #      of nanoddp's routes (our flash kernels, cuDNN deterministic and not) against PyTorch's
@@ -32,8 +37,8 @@
 # machine starts over. A build made here (scripts/gpu_deps.sh --prebuild, carried in .gpu) is used
 # when its programs run there; otherwise the machine configures and builds on all its cores first.
 # Back in $OUT: summary.txt (each stage's exit status and seconds, or why it did not run, over
-# every call on this machine), gpu-check.log (this call's stage output, in order), bench.jsonl (the
-# speed results). The last line says what is left.
+# every call on this machine), gpu-check.log (this call's stage output, in order), bench.jsonl and
+# bench_recipe2026.jsonl (the speed results). The last line says what is left.
 #   here:        bash scripts/gpu_deps.sh [--prebuild]
 #   on the GPU:  bash scripts/gpu_check.sh [B] [C] [D] [STAGE...]   (default: B C D; carry .gpu)
 #                GPU_CHECK_FRESH=1 forgets the stages that passed (after a fix, say).
@@ -172,6 +177,7 @@ finish() {
     ((status)) || status=3
   fi
   [ -s "$logs/bench.jsonl" ] && cp "$logs/bench.jsonl" "$out/bench.jsonl"
+  [ -s "$logs/bench_recipe2026.jsonl" ] && cp "$logs/bench_recipe2026.jsonl" "$out/bench_recipe2026.jsonl"
   echo "== summary over the calls on this build ($logs/summary.txt)" >&2
   cat "$logs/summary.txt" >&2
   ((${#skipped[@]})) && msg="${msg:+$msg; }skipped: ${skipped[*]}"
@@ -317,9 +323,24 @@ bench_depth() {
     bash bench/gpu_bench.sh
   bench_table
 }
+# recipe2026_table and recipe2026_depth D NEED: the same for the 2026 recipe against its PyTorch
+# twin (RECIPE=2026 bench/gpu_bench.sh), in a table of its own.
+recipe2026_table() {
+  local files=() d
+  for d in 12 20; do [ -s "$logs/recipe2026_d$d/results.jsonl" ] && files+=("$logs/recipe2026_d$d/results.jsonl"); done
+  ((${#files[@]})) || return 0
+  cat "${files[@]}" > "$logs/bench_recipe2026.jsonl"
+  python3 bench/gpu_bench_table.py "$logs/bench_recipe2026.jsonl" | tee -a "$log_all" >&2
+}
+recipe2026_depth() {
+  stage "recipe2026_d$1" C "$2" 420 env BUILD_DIR="$build" OUT_DIR="$logs/recipe2026_d$1" DEPTHS="$1" SKIP_BUILD=1 \
+    RECIPE=2026 bash bench/gpu_bench.sh
+  recipe2026_table
+}
 if ((dry)); then
   skip nccl_busbw C "dry run (NCCL needs a GPU)"
   skip bench_d20 C "dry run (needs a GPU and PyTorch 2)"
+  skip recipe2026_d20 C "dry run (needs a GPU and PyTorch 2)"
   skip profile_d20 D "dry run (needs a GPU)"
   skip attention_d20 D "dry run (needs a GPU)"
   skip hopper_attention D "dry run (needs an H100 or H200)"
@@ -328,6 +349,7 @@ else
   stage nccl_busbw C 20 60 "$bin" run --standalone --nproc_per_node 1 "$build/bench/bench_allreduce" --device cuda \
     --backend nccl --min_bytes 8 --max_bytes $((1 << 30)) --factor 4
   bench_depth 20 330  # PyTorch three times (stacked Muon with each attention, then the loop)
+  recipe2026_depth 20 330  # the 2026 model, after the classic table it is compared with
   stage profile_d20 D 40 120 "$build/bench/bench_train_gpu" --depth 20 --seq 2048 --batch 16 --steps 3 --warmup 2 \
     --min_seconds 0 --breakdown 3
   # Attention alone on a depth-20 layer's shapes (10 heads of 128) through each of nanoddp's routes
@@ -362,6 +384,67 @@ else
     return $rc
   }
   stage hopper_attention D 30 180 hopper_attention "$logs/attention_hopper.json" "$build/bench/bench_attention_gpu"
+fi
+
+# fp8_check BIN BENCH DATA DIR: nanochat's --fp8 against bf16 (docs/fp8.md). The loss curves of two
+# `nanoddp train` runs at depth 12 on the same data and seed, bf16 and --fp8: the fp8 run's losses must
+# stay finite and its mean loss over the last fifth of the steps within 2% of bf16's. Why 2%: nanochat
+# found an fp8 step "slightly less powerful" (dev/LOG.md, 2026-02-02: 1.17x the tokens/s at d26 but
+# about 1.05x the speed at matched loss, so an fp8 run needs roughly 10% more steps for bf16's loss);
+# late in a run, 10% more steps lower the loss by well under 2%, while a wrong scale or layout costs
+# far more (or diverges). Then tokens/s of both at depth 20 (bench_train_gpu; nanochat saw fp8 slower
+# than bf16 at d12 and faster from d26 up). Nothing here has run on a GPU yet.
+fp8_check() {
+  local bin=$1 bench=$2 data=$3 dir=$4 rc=0 kind
+  local args=(train --data "$data" --device cuda --depth 12 --max_seq_len 512 --device_batch_size 32
+              --total_batch_size 16384 --num_iterations "${GPU_CHECK_FP8_STEPS:-300}" --eval_every -1
+              --eval_tokens 16384)
+  rm -rf "$dir" && mkdir -p "$dir" || return 1
+  "$bin" "${args[@]}" --out "$dir/bf16" || return 1
+  "$bin" "${args[@]}" --fp8 --out "$dir/fp8" || return 1
+  local compare='
+import json, math, statistics, sys
+def read(path):
+    loss, tps = {}, []
+    for line in open(path):
+        j = json.loads(line)
+        if "loss" in j and "step" in j:
+            loss[j["step"]] = j["loss"]
+        if "tokens_per_s" in j:
+            tps.append(j["tokens_per_s"])
+    return loss, tps
+(a, ta), (b, tb) = read(sys.argv[1]), read(sys.argv[2])
+steps = sorted(set(a) & set(b))
+if not steps:
+    sys.exit("no step has a loss in both runs")
+for s in steps[:: max(1, len(steps) // 12)] + steps[-1:]:
+    print(f"step {s:5d}  bf16 {a[s]:.4f}  fp8 {b[s]:.4f}")
+if not all(math.isfinite(b[s]) for s in steps):
+    sys.exit("the fp8 loss is not finite")
+tail = steps[len(steps) * 4 // 5 :]
+ma, mb = (statistics.mean(x[s] for s in tail) for x in (a, b))
+rel = (mb - ma) / ma
+print(f"mean loss over the last {len(tail)} steps: bf16 {ma:.4f}, fp8 {mb:.4f} ({100 * rel:+.2f}%, bound 2%)")
+if ta and tb:
+    print(f"train tokens/s (median): bf16 {statistics.median(ta):.0f}, fp8 {statistics.median(tb):.0f}")
+sys.exit(0 if abs(rel) <= 0.02 else 1)
+'
+  python3 -c "$compare" "$dir/bf16/metrics.jsonl" "$dir/fp8/metrics.jsonl" || rc=1
+  for kind in bf16 fp8; do
+    "$bench" --depth 20 --seq 2048 --batch 16 --steps 6 --warmup 2 --min_seconds 3 $([[ $kind == fp8 ]] && echo --fp8) \
+      > "$dir/bench_$kind.json" || rc=1
+    cat "$dir/bench_$kind.json"
+  done
+  python3 -c 'import json, sys
+a, b = (json.load(open(p))["tokens_per_s"] for p in sys.argv[1:])
+print("depth 20 tokens/s: bf16 %.0f, fp8 %.0f (%.3fx)" % (a, b, b / a))' \
+    "$dir/bench_bf16.json" "$dir/bench_fp8.json" || rc=1
+  return $rc
+}
+if ((dry)); then
+  skip fp8_d12 C "dry run (--fp8 needs a Hopper GPU)"
+else
+  stage fp8_d12 C 90 300 fp8_check "$bin" "$build/bench/bench_train_gpu" "$data" "$work/fp8"
 fi
 
 fresh_unless_passed train_cuda_fp16 fp16_straight
@@ -425,9 +508,11 @@ ncu_kernels() {
 }
 if ((dry)); then
   skip bench_d12 C "dry run (needs a GPU and PyTorch 2)"
+  skip recipe2026_d12 C "dry run (needs a GPU and PyTorch 2)"
   skip ncu_kernels D "dry run (needs a GPU)"
 else
   bench_depth 12 230  # a smaller model and a shorter compile than depth 20
+  recipe2026_depth 12 230
   stage ncu_kernels D 90 420 ncu_kernels "$build/bench/bench_train_gpu"
 fi
 

@@ -212,9 +212,9 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
-def run_twin(directory):
+def run_twin(directory, *flags):
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_recipe2026.py")
-    return subprocess.run([sys.executable, script, directory], capture_output=True, text=True)
+    return subprocess.run([sys.executable, script, directory, *flags], capture_output=True, text=True)
 
 
 def test_file_protocol():
@@ -239,6 +239,15 @@ def test_file_protocol():
               "golden.safetensors holds logits, loss, grad.*, step.*, losses, trained.*")
         direct = twin.golden(w, cfg, idx.long(), targets.long())
         check(all(torch.equal(out[n], direct[n].detach()) for n in want), "the file holds what the functions compute")
+        # --device: the same computation on the named device; one the machine lacks is one line.
+        r = run_twin(d, "--device", "cpu")
+        out_cpu = load_safetensors(os.path.join(d, "golden.safetensors"))
+        check(r.returncode == 0 and all(torch.equal(out_cpu[n], out[n]) for n in want),
+              f"--device cpu writes the same file ({r.stderr.strip()})")
+        if not torch.cuda.is_available():
+            r = run_twin(d, "--device", "cuda")
+            check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "no CUDA device" in r.stderr,
+                  f"--device cuda without a GPU is refused in one line ({r.stderr.strip()})")
         bad = idx.clone()
         bad[1, 2] = cfg["vocab_size"]
         write_safetensors(os.path.join(d, "input.safetensors"), dict(w, inputs=bad, targets=targets))

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch twin of nanochat's 2026 GPT and its Muon/AdamW optimizer (Debian python3-torch, CPU, f32).
 
-Usage: torch_recipe2026.py DIR
+Usage: torch_recipe2026.py DIR [--device DEVICE]
 Reads DIR/input.safetensors (every weight under nanochat's state-dict names, plus `inputs` and
 `targets` int32 [B, T]) and DIR/config.json (the model config with "recipe": "2026" and an
 "optimizer" object, keys below), writes DIR/golden.safetensors:
@@ -18,7 +18,9 @@ carried (what one step from fresh state cannot see: Adam's betas, NorMuon's runn
 This is an independent implementation written from nanochat's facts (docs/recipe2026.md says
 which commit and how it was checked against nanochat's own code): autograd gives the gradients,
 the optimizer is spelled out matrix by matrix. Rotary tables are rounded to bf16 as nanochat
-computes them on a GPU (and as nanoddp does); everything else is f32.
+computes them on a GPU (and as nanoddp does); everything else is f32. --device cuda computes on
+the GPU (PyTorch 2.x with CUDA; the files stay on the host); bench/torch_recipe2026_gpu_bench.py
+times this model and optimizer there.
 
 config.json: vocab_size, n_layer, n_embd, n_head, n_kv_head, max_seq_len (nanochat's
 sequence_len, which sizes the sliding windows), softcap (15), rope_base (100000), window_pattern
@@ -147,7 +149,7 @@ def attention(q, k, v, window):
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, D]
     k = k.repeat_interleave(H // Hkv, dim=1)
     v = v.repeat_interleave(H // Hkv, dim=1)
-    t = torch.arange(T)
+    t = torch.arange(T, device=q.device)
     lag = t[:, None] - t[None, :]  # [T (query), T (key)]
     visible = (lag >= 0) & (lag <= window)
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)
@@ -189,7 +191,7 @@ def forward(w, cfg, idx):
     L = cfg["n_layer"]
     cos, sin = rotary_tables(T, cfg["n_embd"] // cfg["n_head"], cfg.get("rope_base", 100000.0))
     dtype = w["transformer.wte.weight"].dtype  # f32, or f64 for the self-test's finite differences
-    rope = (cos.to(dtype), sin.to(dtype))
+    rope = (cos.to(device=idx.device, dtype=dtype), sin.to(device=idx.device, dtype=dtype))
     windows = window_sizes(cfg)
     x = smear(rms_norm(F.embedding(idx, w["transformer.wte.weight"])), w)
     x0 = x
@@ -442,18 +444,39 @@ def golden(w, cfg, idx, targets):
     return out
 
 
+def pick_device(name):
+    """The torch.device to compute on, or UsageError when this PyTorch cannot use it."""
+    try:
+        device = torch.device(name)
+    except RuntimeError as e:
+        raise UsageError(f"--device {name}: {e}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name}: this PyTorch ({torch.__version__}) sees no CUDA device; "
+                         "leave --device out to compute on the CPU")
+    return device
+
+
 def main(argv):
-    if len(argv) != 2:
-        print("usage: torch_recipe2026.py DIR (DIR holds input.safetensors and config.json)", file=sys.stderr)
+    args = argv[1:]
+    device_name = "cpu"
+    if len(args) == 3 and args[1] == "--device":
+        device_name = args[2]
+        args = args[:1]
+    if len(args) != 1:
+        print("usage: torch_recipe2026.py DIR [--device DEVICE] (DIR holds input.safetensors and config.json)",
+              file=sys.stderr)
         return 2
     try:
-        w, cfg, idx, targets = read_inputs(argv[1])
-        out = golden(w, cfg, idx, targets)
+        device = pick_device(device_name)
+        w, cfg, idx, targets = read_inputs(args[0])
+        w = {n: t.to(device) for n, t in w.items()}
+        out = golden(w, cfg, idx.to(device), targets.to(device))
     except UsageError as e:
         print(f"torch_recipe2026: {e}", file=sys.stderr)
         return 2
-    save_safetensors(os.path.join(argv[1], "golden.safetensors"), out)
-    print(f"torch {torch.__version__}: loss {out['loss'].item():.6f}")
+    out = {n: t.cpu() for n, t in out.items()}
+    save_safetensors(os.path.join(args[0], "golden.safetensors"), out)
+    print(f"torch {torch.__version__} on {device}: loss {out['loss'].item():.6f}")
     return 0
 
 

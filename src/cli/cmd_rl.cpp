@@ -21,16 +21,16 @@ void add_rl_command(CLI::App& root) {
   opts->eval.eval_every = -1;
   opts->optim.init_lr_frac = 0.05;
   add_option_flags(*cmd, *opts);
-  remove_flags(*cmd, {"--depth", "--max_seq_len", "--aspect_ratio", "--head_dim", "--n_kv_head", "--data", "--conversations", "--val_conversations", "--mask", "--init_from", "--stage",
+  remove_flags(*cmd, {"--depth", "--max_seq_len", "--aspect_ratio", "--head_dim", "--n_kv_head", "--recipe", "--window_pattern", "--data", "--conversations", "--val_conversations", "--mask", "--init_from", "--stage",
                       "--total_batch_size", "--eval_every", "--eval_tokens", "--target_flops",
                       "--target_param_data_ratio"});
   auto source = std::make_shared<std::string>();
   cmd->add_option("--source", *source, "The checkpoint to start from: a checkpoint directory or a run's --out")
       ->required();
   cmd->get_option("--device_batch_size")->description("Most sampled rows per forward/backward pass");
-  cmd->callback([opts, source] {
+  cmd->callback([cmd, opts, source] {
     train::TrainOptions o = *opts;
-    take_source_model(o, *source);
+    apply_source_recipe(o, *cmd, take_source_model(o, *source));
     run_train_command(o);
   });
 }

@@ -1,7 +1,8 @@
 // nanoddp sft: nanochat's chat_sft (and mid-training with --mask all) as one command: fine-tunes a
 // base or SFT checkpoint on conversations (data/conversation.h), packed into rows, strided by
 // rank, with gradient accumulation and DDP / ZeRO exactly as `train`, under every launcher.
-// The model (depth, widths, context) and the tokenizer are the source checkpoint's.
+// The model (depth, widths, context, recipe) and the tokenizer are the source checkpoint's; a 2026
+// source trains with nanochat's 2026 optimizer and chat_sft's settings (train/recipe_options.h).
 #include <fmt/format.h>
 
 #include "cli/commands.h"
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "model/config.h"
 #include "train/checkpoint.h"
+#include "train/recipe_options.h"
 
 namespace nanoddp::cli {
 
@@ -32,8 +34,8 @@ struct SftInputs {
 }  // namespace
 
 // The model (depth, widths, context), the dataset (for its tokenizer) and the weights of `source`:
-// what sft and rl start from, whatever shape flags were given.
-void take_source_model(train::TrainOptions& o, const std::string& source) {
+// what sft and rl start from, whatever shape flags were given, and the recipe of its model_config.
+nlohmann::json take_source_model(train::TrainOptions& o, const std::string& source) {
   check_input_path("--source", source, PathKind::Directory);
   const std::string dir = train::resolve_checkpoint(source);
   const nlohmann::json meta = train::read_checkpoint_meta(dir);
@@ -61,8 +63,21 @@ void take_source_model(train::TrainOptions& o, const std::string& source) {
     o.model.n_kv_head = c.n_kv_head;
     o.model.max_seq_len = c.max_seq_len;
   }
+  if (meta.contains("model_config")) {
+    const model::GPTConfig c = model::GPTConfig::from_json(meta.at("model_config"));
+    o.model.recipe = c.recipe;
+    if (c.is_2026()) o.model.window_pattern = c.window_pattern;
+  }
   o.input.data = meta.at("data_dir");
   o.output.init_from = dir;
+  return meta.value("options", nlohmann::json::object());
+}
+
+void apply_source_recipe(train::TrainOptions& o, const CLI::App& cmd, const nlohmann::json& source_options) {
+  train::apply_chat_recipe_defaults(o, o.model.recipe == model::Recipe::R2026, [&](const std::string& flag) {
+    const CLI::Option* opt = cmd.get_option_no_throw("--" + flag);
+    return opt != nullptr && opt->count() > 0;
+  }, source_options);
 }
 
 void remove_flags(CLI::App& cmd, const std::vector<std::string>& flags) {
@@ -84,16 +99,16 @@ void add_sft_command(CLI::App& root) {
   // --data means conversation files here; the dataset (for the tokenizer) and the model's shape
   // are the source's (take_source_model), so their flags would be ignored: they are not offered.
   remove_flags(*cmd, {"--data", "--conversations", "--val_conversations", "--init_from", "--stage", "--depth",
-                      "--max_seq_len", "--aspect_ratio", "--head_dim", "--n_kv_head"});
+                      "--max_seq_len", "--aspect_ratio", "--head_dim", "--n_kv_head", "--recipe", "--window_pattern"});
   remove_flags(*cmd, section_flags(train::RlOptions{}));
   auto in = std::make_shared<SftInputs>();
   cmd->add_option("--source", in->source, "The checkpoint to fine-tune: a checkpoint directory or a run's --out")
       ->required();
   cmd->add_option("--data", in->data, "JSONL conversation files to train on")->required()->expected(1, -1);
   cmd->add_option("--val_data,--val-data", in->val_data, "JSONL conversation files to evaluate on")->expected(1, -1);
-  cmd->callback([opts, in] {
+  cmd->callback([cmd, opts, in] {
     train::TrainOptions o = *opts;
-    take_source_model(o, in->source);
+    apply_source_recipe(o, *cmd, take_source_model(o, in->source));
     o.chat.conversations = join(in->data);
     o.chat.val_conversations = join(in->val_data);
     run_train_command(o);

@@ -14,8 +14,7 @@ void run_train_command(const train::TrainOptions& opts) {
   // Bad flag values fail here, before any rendezvous, identically on every rank.
   train::validate_options(opts);
   check_output_path("--out", opts.output.out, PathKind::Directory);
-  const RankSetup rank = join_process_group(opts.runtime.device, opts.runtime.backend,
-                                            opts.runtime.timeout);
+  const RankSetup rank = join_process_group(opts.runtime.device, opts.runtime.backend, opts.runtime.timeout);
   const train::TrainResult r = train::run_training(opts, *rank.context->group, rank.device);
   // Stopped by SIGTERM/SIGINT after saving: exit as a process killed by it would (128 + signal),
   // so launchers and schedulers see that the run did not finish.

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "train/options.h"
 
 namespace nanoddp::cli {
@@ -42,9 +44,13 @@ std::vector<std::string> section_flags(Section section) {
   return flags;
 }
 
-// sft and rl: the model shape flags, dataset and initial weights of the checkpoint `source` (a
-// checkpoint directory or a run's --out) go into `o`.
-void take_source_model(train::TrainOptions& o, const std::string& source);
+// sft and rl: the model shape flags, recipe, dataset and initial weights of the checkpoint `source`
+// (a checkpoint directory or a run's --out) go into `o`; returns the options the source recorded
+// (an empty object for an import).
+nlohmann::json take_source_model(train::TrainOptions& o, const std::string& source);
+// sft and rl: the chat stage's defaults of the source's recipe for the flags `cmd` was not given
+// (train::apply_chat_recipe_defaults).
+void apply_source_recipe(train::TrainOptions& o, const CLI::App& cmd, const nlohmann::json& source_options);
 void remove_flags(CLI::App& cmd, const std::vector<std::string>& flags);
 
 // Trains `opts` in this process as one rank of whatever launched it (nanoddp run, torchrun-style

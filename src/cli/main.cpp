@@ -108,8 +108,7 @@ std::string flag_suggestions(const CLI::App* app) {
       {"--load_optimizer", "sft starts from --source's weights with a fresh optimizer (nanochat's --load-optimizer=0)"},
       {"--mmlu_epochs", "the SFT mixture is the --data files you give (MMLU and GSM8K are not bundled)"},
       {"--gsm8k_epochs", "the SFT mixture is the --data files you give (MMLU and GSM8K are not bundled)"},
-      {"--fp8", "FP8 training is not in nanoddp: --dtype bf16 is its fastest precision"},
-      {"--fp8_recipe", "FP8 training is not in nanoddp: --dtype bf16 is its fastest precision"}};
+      {"--fp8_recipe", "nanoddp's --fp8 is the tensorwise recipe (nanochat's default) only: drop --fp8_recipe"}};
   // Other trainers' names (PyTorch examples, nanoGPT) for what our flags say in more words.
   static const std::map<std::string, std::string> elsewhere = {
       {"--epochs", "is --num_epochs here (passes over the training split)"},

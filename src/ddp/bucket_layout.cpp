@@ -11,14 +11,16 @@ namespace {
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-// Buckets of whole parameters, filled in gradient-ready order up to the byte caps.
+// Buckets of whole parameters, filled in gradient-ready order up to the byte caps; `replicated`
+// ones are not padded for sharding (Note [small parameters]).
 void add_capped_buckets(const std::vector<ParamInfo>& params, const std::vector<int>& order,
-                        const LayoutOptions& opts, std::vector<Bucket>& out) {
+                        const LayoutOptions& opts, bool replicated, std::vector<Bucket>& out) {
   Bucket cur;
   int64_t cap = opts.first_bucket_bytes;
   auto close = [&] {
     if (cur.entries.empty()) return;
-    cur.numel = opts.sharded ? round_up(cur.numel, opts.world_size) : cur.numel;
+    cur.replicated = replicated;
+    cur.numel = opts.sharded && !replicated ? round_up(cur.numel, opts.world_size) : cur.numel;
     out.push_back(std::move(cur));
     cur = Bucket{};
     cap = opts.bucket_cap_bytes;
@@ -69,11 +71,15 @@ void add_matrix_buckets(const std::vector<ParamInfo>& params, const std::vector<
 BucketLayout make_bucket_layout(const std::vector<ParamInfo>& params, const LayoutOptions& opts) {
   NANODDP_ASSERT(opts.world_size >= 1 && opts.first_bucket_bytes > 0 && opts.bucket_cap_bytes > 0);
   const int n = static_cast<int>(params.size());
-  std::vector<int> capped, matrices;  // each in gradient-ready order (reverse model order)
-  for (int p = n - 1; p >= 0; p--)
-    (opts.sharded && params[p].whole_matrix_owner ? matrices : capped).push_back(p);
+  std::vector<int> capped, small, matrices;  // each in gradient-ready order (reverse model order)
+  for (int p = n - 1; p >= 0; p--) {
+    const bool whole = opts.sharded && params[p].whole_matrix_owner;
+    const bool replicate = opts.sharded && !whole && params[p].shape.numel() < opts.replicate_below_numel;
+    (whole ? matrices : replicate ? small : capped).push_back(p);
+  }
   std::vector<Bucket> buckets;
-  add_capped_buckets(params, capped, opts, buckets);
+  add_capped_buckets(params, capped, opts, false, buckets);
+  add_capped_buckets(params, small, opts, true, buckets);
   add_matrix_buckets(params, matrices, opts.world_size, buckets);
 
   // Launch order: by the ready position of each bucket's last parameter (Note [bucket order]).

@@ -15,6 +15,16 @@
 // nanochat's DistMuon ownership, expressed as a bucket layout, except that the slots go round
 // across buckets so that a shape's leftover matrices (fewer than W) fall on other ranks than the
 // previous shape's: every rank owns the same number of matrices, give or take one.
+//
+// Note [small parameters]: nanochat's distributed AdamW all-reduces a tensor of fewer than 1024
+// elements and updates all of it on every rank, and reduce-scatters the larger ones (its tensors
+// must then divide by the world size along dim 0; our buckets are padded instead). We follow its
+// rule under sharding: such parameters (the 2026 recipe's per-layer scalars, smear gate and
+// lambdas) go into buckets of their own, marked replicated, that are not padded, are all-reduced
+// even under --zero 2, and are updated whole by every rank with no all_gather after. AdamW is
+// elementwise, so the update is the same arithmetic on the same averaged gradient; what changes is
+// the communication: one all-reduce instead of a reduce-scatter and an all_gather (--zero 2) or
+// an all-reduce and an all_gather (--zero 1), and no padding. docs/recipe2026.md gives the counts.
 #pragma once
 
 #include <cstdint>
@@ -41,8 +51,10 @@ struct Bucket {
   std::vector<BucketEntry> entries;  // in the order their gradients become ready
   int64_t numel = 0;                 // padded length of the flat buffer
   bool matrix_slots = false;         // Muon bucket: slot r (entry offset r x matrix size) belongs to rank r
-  int64_t shard_begin(int rank, int world) const { return rank * (numel / world); }
-  int64_t shard_end(int rank, int world) const { return (rank + 1) * (numel / world); }
+  bool replicated = false;           // small parameters, whole on every rank (Note [small parameters])
+  // The elements rank r owns under sharding: all of a replicated bucket.
+  int64_t shard_begin(int rank, int world) const { return replicated ? 0 : rank * (numel / world); }
+  int64_t shard_end(int rank, int world) const { return replicated ? numel : (rank + 1) * (numel / world); }
 };
 
 struct LayoutOptions {
@@ -50,6 +62,9 @@ struct LayoutOptions {
   bool sharded = false;                       // --zero >= 1
   int64_t first_bucket_bytes = 1 << 20;       // PyTorch's 1 MiB
   int64_t bucket_cap_bytes = 25 << 20;        // PyTorch's 25 MiB
+  // Sharded: parameters of fewer elements than this, other than whole matrices, are replicated
+  // (Note [small parameters]; nanochat's 1024). 0: none.
+  int64_t replicate_below_numel = 0;
 };
 
 struct BucketLayout {

@@ -123,7 +123,7 @@ Optimizer::Optimizer(model::ParameterSet& model, Reducer& reducer, const Optimiz
   if (reducer.sharded() && cfg.optimizer == OptimizerKind::Muon)
     for (const Bucket& b : layout.buckets)
       for (const BucketEntry& e : b.entries) {
-        if (!uses_muon(cfg, params[e.param])) continue;
+        if (b.replicated || !uses_muon(cfg, params[e.param])) continue;  // whole on every rank
         const int64_t shard = b.numel / world;  // > 0: the bucket holds this matrix
         NANODDP_CHECK(e.numel == 0 || e.offset / shard == (e.offset + e.numel - 1) / shard,
                       "Muon matrix {} is split across the ranks' shards: build the Reducer with "
@@ -148,7 +148,8 @@ Optimizer::Optimizer(model::ParameterSet& model, Reducer& reducer, const Optimiz
       const AdamGroup ag = adam_group(cfg, p.kind, s);
       adam_.push_back({e.param, a - e.offset, z - a, static_cast<float>(ag.lr), static_cast<float>(ag.beta1),
                        static_cast<float>(ag.beta2), static_cast<float>(ag.weight_decay),
-                       Tensor::zeros({z - a}, DType::F32, dev), Tensor::zeros({z - a}, DType::F32, dev)});
+                       Tensor::zeros({z - a}, DType::F32, dev), Tensor::zeros({z - a}, DType::F32, dev),
+                       reducer.sharded() && b.replicated});
     }
   }
   for (size_t i = 0; i < muon_.size(); i++) {
@@ -186,11 +187,15 @@ bool Optimizer::unscale_and_check(float inv_scale) {
 
 void Optimizer::clip_gradients() {
   // Each rank sums the squares of the gradient pieces it updates; sharded (--zero), those are
-  // disjoint and the sums are added over the ranks; replicated, every rank owns them all.
+  // disjoint and the sums are added over the ranks (the small parameters that every rank updates,
+  // Note [small parameters], counted by rank 0 alone); replicated, every rank owns them all.
   const Device device = model_.parameters()[0].grad.device();
   const std::vector<Tensor> regions = owned_gradients();
+  const std::vector<float> sums = sums_of_squares(regions, device);  // Muon's, then AdamW's
+  const bool first_rank = reducer_.group().rank() == 0;
   std::vector<double> sum{0};
-  for (float s : sums_of_squares(regions, device)) sum[0] += static_cast<double>(s);
+  for (size_t i = 0; i < sums.size(); i++)
+    if (i < muon_.size() || first_rank || !adam_[i - muon_.size()].replicated) sum[0] += static_cast<double>(sums[i]);
   if (reducer_.sharded()) dist::allreduce_scalars(reducer_.group(), sum, dist::ReduceOp::Sum);
   last_grad_norm_ = std::sqrt(sum[0]);
   // clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
@@ -291,6 +296,7 @@ void Optimizer::gather_parameters() {
   std::vector<dist::WorkPtr> works;
   for (size_t b = 0; b < reducer_.layout().buckets.size(); b++) {
     const Bucket& bk = reducer_.layout().buckets[b];
+    if (bk.replicated) continue;  // every rank updated all of it
     const Tensor& flat = reducer_.params(static_cast<int>(b));
     const int64_t lo = bk.shard_begin(g.rank(), g.size()), hi = bk.shard_end(g.rank(), g.size());
     works.push_back(g.all_gather(flat, flat.region(lo, {hi - lo})));

@@ -11,7 +11,8 @@
 // and receives the others' (Note [split Newton-Schulz] in optimizer.cpp). With --zero >= 1 a
 // rank updates and keeps state only for what it owns (Note [shards] in ddp/bucket_layout.h):
 // AdamW slices of each bucket and whole Muon matrices; then an all_gather of each bucket's
-// parameters gives every rank the new weights. Optimizer memory per rank is then about 1/W of
+// parameters gives every rank the new weights. Parameters under 1024 elements are the exception:
+// every rank updates them whole (Note [small parameters]). Optimizer memory per rank is then about 1/W of
 // the replicated state.
 #pragma once
 
@@ -101,6 +102,7 @@ class Optimizer {
     // AdamW's first and second moments; with the Sgd optimizer m is SGD's momentum buffer (v unused).
     float beta1, beta2, weight_decay;  // the parameter's group's
     Tensor m, v;
+    bool replicated = false;  // sharded, yet updated by every rank (Note [small parameters])
   };
   struct MuonMatrix {
     int param;

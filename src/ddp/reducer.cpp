@@ -32,7 +32,8 @@ Reducer::Reducer(model::ParameterSet& model, dist::ProcessGroup& group, const Re
                         {"ReducerOptions::whole_matrices", std::to_string(opts.whole_matrices)},
                         {"ReducerOptions::first_bucket_mb", fmt::format("{}", opts.first_bucket_mb)},
                         {"ReducerOptions::bucket_cap_mb", fmt::format("{}", opts.bucket_cap_mb)},
-                        {"ReducerOptions::find_unused_parameters", std::to_string(opts.find_unused_parameters)}};
+                        {"ReducerOptions::find_unused_parameters", std::to_string(opts.find_unused_parameters)},
+                        {"ReducerOptions::replicate_below_numel", std::to_string(opts.replicate_below_numel)}};
     for (size_t i = 0; i < params.size(); i++)
       fields.emplace_back(fmt::format("parameter {}", i), fmt::format("{} {} (kind {})", params[i].name,
                                                                       params[i].data.shape().str(),
@@ -48,6 +49,7 @@ Reducer::Reducer(model::ParameterSet& model, dist::ProcessGroup& group, const Re
   lo.sharded = sharded();
   lo.first_bucket_bytes = static_cast<int64_t>(opts.first_bucket_mb * 1048576);
   lo.bucket_cap_bytes = static_cast<int64_t>(opts.bucket_cap_mb * 1048576);
+  lo.replicate_below_numel = opts.replicate_below_numel;
   NANODDP_CHECK(lo.first_bucket_bytes > 0 && lo.bucket_cap_bytes > 0, "bucket sizes must be positive");
   layout_ = make_bucket_layout(infos, lo);
 
@@ -114,8 +116,8 @@ void Reducer::launch(int b) {
   const Tensor& g = grads_[b];
   if (micro_scale_ != 1.f) ops::scale(g, micro_scale_);  // the mean over this rank's micro-steps
   if (group_.size() == 1) return;  // nothing to average with
-  if (opts_.zero == 2) {
-    const Bucket& bk = layout_.buckets[b];
+  const Bucket& bk = layout_.buckets[b];
+  if (opts_.zero == 2 && !bk.replicated) {
     const int r = group_.rank(), w = group_.size();
     Tensor shard = g.region(bk.shard_begin(r, w), {bk.shard_end(r, w) - bk.shard_begin(r, w)});
     works_.push_back(group_.reduce_scatter(shard, g, dist::ReduceOp::Avg));

@@ -11,6 +11,8 @@
 //  --zero 0, 1: allreduce(AVG) of each bucket: every rank gets the full averaged gradient.
 //  --zero 2:    reduce_scatter(AVG): each rank gets the averaged gradient of its own shard only
 //               (half the traffic of an allreduce), which is all a sharded optimizer reads.
+//               Buckets of small parameters stay all-reduced (Note [small parameters] in
+//               ddp/bucket_layout.h).
 #pragma once
 
 #include <vector>
@@ -36,6 +38,10 @@ struct ReducerOptions {
   // synchronised backward (a branch not taken this step) contributes zero: finish() zeroes its
   // .grad and averages it with the other ranks'. Off: finish() fails naming it, as DDP does.
   bool find_unused_parameters = false;
+  // With --zero 1 or 2: parameters of fewer elements than this (whole Muon matrices aside) are
+  // all-reduced and updated whole on every rank, as nanochat's distributed AdamW does (Note [small
+  // parameters] in ddp/bucket_layout.h). 0: every parameter is sharded.
+  int64_t replicate_below_numel = 1024;
 };
 
 class Reducer {

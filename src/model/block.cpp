@@ -2,6 +2,7 @@
 // Buffers are described in workspace.h. Each weight gradient is written by one GEMM (beta = 0),
 // into .grad or, when accumulating, into a scratch added to .grad after (Note [accumulation order]
 // in gpt.cpp), and is announced through `ready` as soon as it is final.
+#include <algorithm>
 #include <cmath>
 
 #include "model/gpt.h"
@@ -10,17 +11,51 @@
 
 namespace nanoddp::model {
 
-namespace {
+// Note [fp8 layers]
+// nanochat's Float8Linear (nanochat/fp8.py, tensorwise recipe) replaces each of a converted layer's
+// three GEMMs by a scaled FP8 one (ops::matmul_fp8, Note [fp8 tensorwise scaling] in ops/fp8_math.h):
+//   forward      y  = x W^T    x e4m3, W e4m3, fast accumulation
+//   input grad   dx = dy W     dy e5m2, W e4m3
+//   weight grad  dW = dy^T x   dy e5m2, x e4m3
+// W is quantized from the f32 master weight, as nanochat quantizes its fp32 parameter (not from the
+// bf16 compute copy, which would round twice). nanochat quantizes x, W and dy once and keeps the codes
+// for the backward; quantizing again from the same tensors gives the same codes, so only the work
+// differs. The outputs keep their types (activations bf16, weight gradients f32, which nanochat gets
+// in bf16 and adds to its f32 .grad). One difference: the LM head runs in row chunks (head.cpp), so its
+// activations and logit gradients are scaled per chunk, not per whole micro-batch.
+bool fp8_converts(int64_t in_features, int64_t out_features) {
+  return in_features % 16 == 0 && out_features % 16 == 0 && std::min(in_features, out_features) >= 128;
+}
 
-// y[N, out] = x[N, in] W^T
-void linear(const Tensor& y, const Tensor& x, const Parameter& w) { ops::matmul(y, x, false, w.compute, true); }
+bool GPT::fp8_gemm(const Parameter& w) const { return fp8_step_ && fp8_converts(w.data.dim(1), w.data.dim(0)); }
 
+// y[N, out] (+)= x[N, in] W^T
+void GPT::linear(const Tensor& y, const Tensor& x, const Parameter& w, float beta) {
+  if (fp8_gemm(w))
+    ops::matmul_fp8(y, x, false, w.data, true, {ops::Fp8Format::E4M3, ops::Fp8Format::E4M3, true}, beta);
+  else
+    ops::matmul(y, x, false, w.compute, true, 1.f, beta);
+}
 
-}  // namespace
+// dx[N, in] (+)= dy[N, out] W
+void GPT::linear_input_grad(const Tensor& dx, const Tensor& dy, const Parameter& w, float beta) {
+  if (fp8_gemm(w))
+    ops::matmul_fp8(dx, dy, false, w.data, false, {ops::Fp8Format::E5M2, ops::Fp8Format::E4M3, false}, beta);
+  else
+    ops::matmul(dx, dy, false, w.compute, false, 1.f, beta);
+}
+
+// g[out, in] (+)= dy[N, out]^T x[N, in]
+void GPT::weight_grad_gemm(const Tensor& g, const Tensor& dy, const Tensor& x, const Parameter& w, float beta) {
+  if (fp8_gemm(w))
+    ops::matmul_fp8(g, dy, true, x, false, {ops::Fp8Format::E5M2, ops::Fp8Format::E4M3, false}, beta);
+  else
+    ops::matmul(g, dy, true, x, false, 1.f, beta);
+}
 
 // grad(W)[out, in] (+)= dy[N, out]^T x[N, in]
 void GPT::linear_weight_grad(Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate) {
-  ops::matmul(micro_grad(w, accumulate), dy, true, x, false);
+  weight_grad_gemm(micro_grad(w, accumulate), dy, x, w, 0.f);
   add_micro_grad(w, accumulate);
 }
 
@@ -74,7 +109,7 @@ void GPT::attention_forward(Workspace& ws, int layer, KVCache* cache) {
     ops::attention_forward(a.att, a.lse, a.qn, cache->k_[layer], cache->v_[layer], pos0 + t, scale, window);
   }
   // x += att c_proj^T
-  ops::matmul(ws.x, a.att.view({n, c}), false, params_[w.attn_proj].compute, true, 1.f, 1.f);
+  linear(ws.x, a.att.view({n, c}), params_[w.attn_proj], 1.f);
 }
 
 void GPT::mlp_forward(Workspace& ws, int layer) {
@@ -83,7 +118,7 @@ void GPT::mlp_forward(Workspace& ws, int layer) {
   ops::rmsnorm_forward(a.xn2, a.rstd2, ws.x, kNormEps);
   linear(a.h, a.xn2, params_[w.c_fc]);
   ops::relu2_forward(ws.a, a.h);
-  ops::matmul(ws.x, ws.a, false, params_[w.mlp_proj].compute, true, 1.f, 1.f);  // x += relu(h)^2 c_proj^T
+  linear(ws.x, ws.a, params_[w.mlp_proj], 1.f);  // x += relu(h)^2 c_proj^T
 }
 
 // On entry ws.dx = dL/d(block output); on exit dL/d(x after attention).
@@ -93,11 +128,11 @@ void GPT::mlp_backward(Workspace& ws, int layer, bool accumulate, const GradRead
   ops::relu2_forward(ws.a, a.h);  // recomputed: cheaper than keeping [N, 4C] per layer
   linear_weight_grad(params_[w.mlp_proj], ws.dx, ws.a, accumulate);
   ready(w.mlp_proj);
-  ops::matmul(ws.dh, ws.dx, false, params_[w.mlp_proj].compute, false);  // d relu^2 output [N, 4C]
+  linear_input_grad(ws.dh, ws.dx, params_[w.mlp_proj]);  // d relu^2 output [N, 4C]
   ops::relu2_backward(ws.dh, ws.dh, a.h);
   linear_weight_grad(params_[w.c_fc], ws.dh, a.xn2, accumulate);
   ready(w.c_fc);
-  ops::matmul(ws.dxn, ws.dh, false, params_[w.c_fc].compute, false);
+  linear_input_grad(ws.dxn, ws.dh, params_[w.c_fc]);
   ops::rmsnorm_backward(ws.dx, ws.dxn, a.xn2, a.rstd2, /*accumulate=*/true);  // + the residual path
 }
 
@@ -108,7 +143,7 @@ void GPT::attention_backward(Workspace& ws, int layer, bool accumulate, const Gr
   const int64_t n = ws.tokens, c = config_.n_embd, ckv = config_.kv_dim();
   linear_weight_grad(params_[w.attn_proj], ws.dx, a.att.view({n, c}), accumulate);
   ready(w.attn_proj);
-  ops::matmul(ws.datt.view({n, c}), ws.dx, false, params_[w.attn_proj].compute, false);
+  linear_input_grad(ws.datt.view({n, c}), ws.dx, params_[w.attn_proj]);
   ops::attention_backward(ws.dq, ws.dk, ws.dv, ws.datt, a.qn, a.kn, a.v, a.att, a.lse, attention_scale(config_),
                           config_.window(layer));
   // Back through the QK norm (in place) and the rotation (its inverse).
@@ -123,9 +158,9 @@ void GPT::attention_backward(Workspace& ws, int layer, bool accumulate, const Gr
   ready(w.c_k);
   linear_weight_grad(params_[w.c_q], dq, a.xn1, accumulate);
   ready(w.c_q);
-  ops::matmul(ws.dxn, dq, false, params_[w.c_q].compute, false);
-  ops::matmul(ws.dxn, dk, false, params_[w.c_k].compute, false, 1.f, 1.f);
-  ops::matmul(ws.dxn, dv, false, params_[w.c_v].compute, false, 1.f, 1.f);
+  linear_input_grad(ws.dxn, dq, params_[w.c_q]);
+  linear_input_grad(ws.dxn, dk, params_[w.c_k], 1.f);
+  linear_input_grad(ws.dxn, dv, params_[w.c_v], 1.f);
   if (w.value_embed >= 0) value_gate_backward(ws, layer, accumulate, ready);
   ops::rmsnorm_backward(ws.dx, ws.dxn, a.xn1, a.rstd1, /*accumulate=*/true);
 }

@@ -172,8 +172,10 @@ Workspace& GPT::workspace(std::unique_ptr<Workspace>& slot, int64_t batch, int64
   // micro-step, memory-bound); 4,096-row chunks move an eighth of that, and each GEMM's k of 4,096
   // keeps it compute-bound. Chunking changes only the order in which the weight gradient adds its
   // rows.
+  // Chunks are whole multiples of 16 rows where there is more than one, as FP8 GEMMs need (set_fp8).
   const int64_t head_budget = device_.is_cpu() ? int64_t{1} << 25 : int64_t{1} << 28;
   ws->head_rows = std::max<int64_t>(1, std::min<int64_t>(n, head_budget / config_.padded_vocab()));
+  if (ws->head_rows < n) ws->head_rows = std::max<int64_t>(16, ws->head_rows / 16 * 16);
   ws->logits = act({ws->head_rows, config_.padded_vocab()});
   ws->losses = f32({n});
   ws->dx = act({n, c});
@@ -266,6 +268,16 @@ int64_t GPT::forward_backward_deferred(const Tensor& losses, const Tensor& input
   NANODDP_ASSERT(losses.dtype() == DType::F32 && losses.numel() == inputs.numel() && losses.device() == device_);
   NANODDP_CHECK(std::isfinite(loss_scale), "forward_backward: the loss scale must be finite (got {})", loss_scale);
   Workspace& ws = workspace(train_ws_, inputs.dim(0), inputs.dim(1));
+  NANODDP_CHECK(!fp8_ || ws.tokens % 16 == 0,
+                "FP8 training needs the tokens of a micro-step (device batch x sequence length, here {}) to be a "
+                "multiple of 16 (the FP8 GEMMs' rule): change --device_batch_size or --max_seq_len, or drop --fp8",
+                ws.tokens);
+  // This micro-step's GEMMs in FP8 (Note [fp8 layers] in block.cpp), and no evaluation's after it.
+  struct Fp8Step {
+    bool& flag;
+    ~Fp8Step() { flag = false; }
+  } fp8_step{fp8_step_};
+  fp8_step_ = fp8_;
   load_batch(ws, inputs, &targets);
   const int64_t valid = count_targets(targets);
   // d(loss_scale * mean loss) / d(per-token loss). With no valid target every row is ignored and

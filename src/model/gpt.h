@@ -34,6 +34,11 @@ namespace nanoddp::model {
 class KVCache;
 struct Workspace;
 
+// nanochat's choice of the Linear layers --fp8 converts (base_train.py's module filter): both sizes
+// multiples of 16 (FP8 GEMMs need them) and the smaller at least 128. In nanochat's GPT that is every
+// block matrix and the LM head from depth 2 up (model_dim 128), never the 2026 recipe's gates.
+bool fp8_converts(int64_t in_features, int64_t out_features);
+
 class GPT final : public ParameterSet {
  public:
   GPT(const GPTConfig& config, Device device, DType act_dtype = DType::F32);
@@ -79,6 +84,14 @@ class GPT final : public ParameterSet {
   // launches unless set_phase_timing(true) makes the boundary wait for the device.
   double last_forward_seconds() const { return last_forward_seconds_; }
   void set_phase_timing(bool on) { phase_timing_ = on; }
+
+  // nanochat's --fp8 (nanochat/fp8.py, Note [fp8 layers] in block.cpp): in a training micro-step the
+  // three GEMMs of each layer fp8_converts accepts run as ops::matmul_fp8; evaluation and inference
+  // stay in the activation dtype, as nanochat's disable_fp8 keeps them. The micro-step's tokens must
+  // then be a multiple of 16. On the CPU this is the emulation (tests); callers check
+  // ops::fp8_unsupported first where speed is the point.
+  void set_fp8(bool on) { fp8_ = on; }
+  bool fp8() const { return fp8_; }
 
   // Per-token losses in nats, f32 [B * T] on the host (0 where target == -1). No gradients.
   Tensor forward_losses(const Tensor& inputs, const Tensor& targets);
@@ -148,6 +161,12 @@ class GPT final : public ParameterSet {
   Tensor micro_grad(const Parameter& p, bool accumulate);
   void add_micro_grad(Parameter& p, bool accumulate);
   void linear_weight_grad(Parameter& w, const Tensor& dy, const Tensor& x, bool accumulate);
+  // The three GEMMs of a Linear layer y = x W^T, W = w [out, in]: y (+)= x W^T, dx (+)= dy W and
+  // g (+)= dy^T x (beta 1 adds), each in FP8 where fp8_gemm(w), else in the activation dtype.
+  void linear(const Tensor& y, const Tensor& x, const Parameter& w, float beta = 0.f);
+  void linear_input_grad(const Tensor& dx, const Tensor& dy, const Parameter& w, float beta = 0.f);
+  void weight_grad_gemm(const Tensor& g, const Tensor& dy, const Tensor& x, const Parameter& w, float beta);
+  bool fp8_gemm(const Parameter& w) const;
 
   GPTConfig config_;
   Device device_;
@@ -162,6 +181,8 @@ class GPT final : public ParameterSet {
   Tensor grad_scratch_;  // f32 [numel of the largest parameter], made on the first accumulation
   double last_forward_seconds_ = 0;
   bool phase_timing_ = false;
+  bool fp8_ = false;       // set_fp8
+  bool fp8_step_ = false;  // a training micro-step with fp8_ is running
 };
 
 // Keys and values of past positions, per layer: [B, max_seq_len, n_kv_head, head_dim] each. Recipe

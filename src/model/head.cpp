@@ -16,7 +16,7 @@ void GPT::head_forward_backward(Workspace& ws, const Tensor& losses, float grad_
   for (int64_t r0 = 0; r0 < ws.tokens; r0 += ws.head_rows) {
     const int64_t r1 = std::min(ws.tokens, r0 + ws.head_rows);
     const Tensor logits = ws.logits.rows(0, r1 - r0), xf = ws.xf.rows(r0, r1);
-    ops::matmul(logits, xf, false, head.compute, true);
+    linear(logits, xf, head);
     ops::softcap_cross_entropy(losses.rows(r0, r1), logits, ws.targets.rows(r0, r1), config_.vocab_size,
                                config_.softcap, grad_scale);
     if (!train) continue;
@@ -24,8 +24,8 @@ void GPT::head_forward_backward(Workspace& ws, const Tensor& losses, float grad_
     // "evaluate only" and left the logits, so the zeros are written here.
     if (grad_scale == 0.f) ops::fill(logits, 0.f);
     // logits now hold dlogits: dW_head (+)= dlogits^T xf; dxf = dlogits W_head (into dxn).
-    ops::matmul(dhead, logits, true, xf, false, 1.f, r0 > 0 ? 1.f : 0.f);
-    ops::matmul(ws.dxn.rows(r0, r1), logits, false, head.compute, false);
+    weight_grad_gemm(dhead, logits, xf, head, r0 > 0 ? 1.f : 0.f);
+    linear_input_grad(ws.dxn.rows(r0, r1), logits, head);
   }
   if (train) {
     add_micro_grad(head, accumulate);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "core/device.h"
 #include "ops/ops.h"
@@ -19,6 +20,11 @@ class Backend {
 
   // Blocks the host until all work queued on this backend's device has finished (a no-op on CPU).
   virtual void synchronize() = 0;
+
+  // Empty when matmul_fp8 runs on FP8 hardware here (ops::fp8_unsupported), else the reason.
+  virtual std::string fp8_unsupported() {
+    return "FP8 GEMMs need an NVIDIA GPU of compute capability 9.0 (Hopper) or newer";
+  }
 
   // Op timing on the device's own clock, for ops/profile.h, where ops run asynchronously (CUDA):
   // record_marker() queues a marker behind the work queued so far and returns its number;

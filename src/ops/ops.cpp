@@ -55,6 +55,31 @@ void matmul(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, b
   backend(out.device()).matmul(out, a, trans_a, b, trans_b, alpha, beta);
 }
 
+// cuBLASLt's FP8 kernels take dimensions that are multiples of 16 (their leading dimensions and the
+// 16-byte alignment of rows of codes); the CPU emulation is held to the same rule, so that what a test
+// runs there would run on a GPU.
+void matmul_fp8(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Fp8Gemm& how,
+                float beta) {
+  NANODDP_ASSERT(a.ndim() == 2 && b.ndim() == 2 && out.ndim() == 2, "matmul_fp8 needs 2-D tensors");
+  const int64_t m = trans_a ? a.dim(1) : a.dim(0), k = trans_a ? a.dim(0) : a.dim(1);
+  const int64_t kb = trans_b ? b.dim(1) : b.dim(0), n = trans_b ? b.dim(0) : b.dim(1);
+  NANODDP_ASSERT(k == kb && out.dim(0) == m && out.dim(1) == n, "matmul_fp8 {}{} x {}{} -> {}", a.shape().str(),
+                 trans_a ? "^T" : "", b.shape().str(), trans_b ? "^T" : "", out.shape().str());
+  NANODDP_ASSERT(m % 16 == 0 && n % 16 == 0 && k % 16 == 0, "matmul_fp8 of {}x{}x{}: FP8 GEMMs need multiples of 16",
+                 m, n, k);
+  NANODDP_ASSERT(is_float(a.dtype()) && is_float(b.dtype()) && is_float(out.dtype()));
+  NANODDP_ASSERT(how.a == Fp8Format::E4M3 || how.b == Fp8Format::E4M3, "FP8 GEMMs take at most one e5m2 operand");
+  same_device(out, a);
+  same_device(out, b);
+  OpTimer timer("matmul_fp8", out.device(), 2.0 * m * n * k,
+                profiling() ? fmt::format("{}x{}x{} {}{} fp8->{}", m, n, k, trans_a ? 'T' : 'N', trans_b ? 'T' : 'N',
+                                          dtype_name(out.dtype()))
+                            : std::string());
+  backend(out.device()).matmul_fp8(out, a, trans_a, b, trans_b, how, beta);
+}
+
+std::string fp8_unsupported(Device device) { return backend(device).fp8_unsupported(); }
+
 void fill(const Tensor& x, float value) {
   OpTimer timer("fill", x.device());
   backend(x.device()).fill(x, value);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -35,6 +36,14 @@ struct AdamWStep {
   int64_t step = 1;  // 1-based, for bias correction
 };
 
+// matmul_fp8's operands: the fp8 format each is quantized to (nanochat: e4m3 for inputs and weights, e5m2
+// for gradients), and CUDA's fast accumulation (nanochat's forward GEMM uses it, its backward ones do not).
+enum class Fp8Format { E4M3, E5M2 };
+struct Fp8Gemm {
+  Fp8Format a = Fp8Format::E4M3, b = Fp8Format::E4M3;
+  bool fast_accum = false;
+};
+
 // Every op, declared once, as X(name, (parameters)). This list declares the free functions below,
 // the Backend interface (ops/backend.h) and each backend's overrides (NANODDP_OP_OVERRIDE); the
 // free functions, defined in ops.cpp, check shapes and dtypes and dispatch. Adding an op means one
@@ -46,6 +55,13 @@ struct AdamWStep {
      matmul(dW, dy, true, x, false, 1, 1). */                                                                 \
   X(matmul, (const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha,    \
              float beta))                                                                                     \
+  /* ---- FP8 GEMM with tensorwise scaling (Note [fp8 tensorwise scaling] in ops/fp8_math.h): op(a) and      \
+     op(b) are each quantized whole, with one scale from their amax, to how.a and how.b; out[M, N] = (the     \
+     product of the codes' values) / (scale_a scale_b) + beta * out. a and b any float dtype; M, N, K          \
+     multiples of 16. CUDA runs it on cuBLASLt's FP8 kernels (fp8_unsupported says where it cannot); the CPU \
+     emulates it exactly up to the f32 sum's order, for tests. */                                             \
+  X(matmul_fp8, (const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,               \
+                 const Fp8Gemm& how, float beta))                                                             \
   /* ---- elementwise: x = value; x *= s; y += alpha * x; f32 <-> bf16 rounding to nearest even */           \
   X(fill, (const Tensor& x, float value))                                                                     \
   X(scale, (const Tensor& x, float s))                                                                        \
@@ -157,6 +173,9 @@ NANODDP_OPS(NANODDP_OP_DECLARE)
 inline void matmul(const Tensor& out, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b) {
   matmul(out, a, trans_a, b, trans_b, 1.f, 0.f);
 }
+
+// Empty when matmul_fp8 runs on the device's FP8 hardware, else why not and what to do, in words.
+std::string fp8_unsupported(Device device);
 
 // Newton-Schulz of one matrix.
 inline void newton_schulz(const Tensor& x, int steps, bool bf16) { newton_schulz(std::vector<Tensor>{x}, steps, bf16); }

@@ -245,6 +245,7 @@ struct RuntimeOptions {
   int threads = 0;
   double peak_flops = 0;
   bool trace = false;
+  bool fp8 = false;
 
   template <typename V>
   void visit(V&& v) {
@@ -259,6 +260,9 @@ struct RuntimeOptions {
     v(timeout, "timeout", "Seconds before a collective or rendezvous that does not complete is an error");
     v(threads, "threads", "CPU threads per rank (0 = OMP_NUM_THREADS or all cores)");
     v(peak_flops, "peak_flops", "Peak FLOP/s of one device for MFU (0 = the GPU's datasheet figure; a CPU then reports no MFU)");
+    v(fp8, "fp8", "nanochat's --fp8: the training GEMMs of the Linear layers nanochat converts (every block matrix and "
+      "the LM head, widths of 128 or more) in FP8 with one scale per tensor (e4m3 inputs and weights, e5m2 "
+      "gradients); evaluation stays bf16. Needs --device cuda on a GPU of compute capability 9.0+ (Hopper), bf16");
     v(trace, "trace", "Write OUT/trace.json: every rank's data, forward, backward, gradient collectives and optimizer "
       "on one time axis (Chrome trace format: open in ui.perfetto.dev or chrome://tracing)");
   }

@@ -46,11 +46,14 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
   Plan p;
   p.config = model::GPTConfig::from_depth(o.model.depth, meta.vocab_size, o.model.max_seq_len, o.model.aspect_ratio, o.model.head_dim,
                                           o.model.n_kv_head, o.model.recipe, o.model.window_pattern);
+  // The 2026 chat stages scale nothing with the batch (chat_sft, chat_rl): lrs as given, Muon's
+  // weight decay --weight_decay.
+  if (p.config.is_2026()) p.scaling.weight_decay = o.optim.weight_decay;
   if (o.chat.stage == RunStage::Rl) return make_rl_plan(p, o, world);
   // Tokens of one micro-step over all ranks.
   const int64_t per_micro = o.batch.device_batch_size * o.model.max_seq_len * world;
   int64_t total = o.batch.total_batch_size < 0 ? per_micro : o.batch.total_batch_size;
-  if (p.config.is_2026()) {
+  if (p.config.is_2026() && o.chat.stage == RunStage::Base) {
     p.scaling = scaling_2026(p.config, o, meta.vocab_size);
     total = p.scaling.total_batch_size;  // chosen by the scaling when --total_batch_size is -1
   }
@@ -70,7 +73,7 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
                          (p.config.flops_per_token(o.model.max_seq_len) * static_cast<double>(total));
     check_budget_steps(steps, fmt::format("--target_flops {:g}", o.batch.target_flops));
     p.num_iterations = std::llround(steps);
-  } else if (p.config.is_2026()) {
+  } else if (p.config.is_2026() && o.chat.stage == RunStage::Base) {
     p.num_iterations = p.scaling.target_tokens / total;  // base_train: target_tokens // total_batch_size
   } else {
     const double steps =

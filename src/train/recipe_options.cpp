@@ -6,6 +6,7 @@
 namespace nanoddp::train {
 
 void apply_recipe_defaults(TrainOptions& o, bool recipe_2026, const std::function<bool(const std::string&)>& given) {
+  if (o.chat.stage != RunStage::Base) return apply_chat_recipe_defaults(o, recipe_2026, given, nlohmann::json::object());
   if (!recipe_2026) {
     NANODDP_CHECK(!given("warmup_steps"), "--warmup_steps is the 2026 recipe's warmup; the classic recipe warms up "
                   "over --warmup_ratio of the steps: use that, or --recipe 2026");
@@ -24,6 +25,25 @@ void apply_recipe_defaults(TrainOptions& o, bool recipe_2026, const std::functio
   set(o.optim.final_lr_frac, "final_lr_frac", 0.05);
   set(o.batch.target_param_data_ratio, "target_param_data_ratio", 12.0);
   set(o.batch.total_batch_size, "total_batch_size", int64_t{-1});
+}
+
+void apply_chat_recipe_defaults(TrainOptions& o, bool recipe_2026, const std::function<bool(const std::string&)>& given,
+                                const nlohmann::json& source_options) {
+  NANODDP_CHECK(!given("warmup_steps"), "--warmup_steps is base training's warmup under --recipe 2026; the chat stages "
+                "warm up over --warmup_ratio of the steps (nanochat's chat_sft): use that");
+  if (!recipe_2026 || o.chat.stage != RunStage::Sft) return;
+  // chat_sft inherits the base run's lrs as given to it (before the batch scaling).
+  auto inherit = [&](double& field, const char* name, double fallback) {
+    if (given(name)) return;
+    const auto it = source_options.find(name);
+    field = it != source_options.end() && it->is_number() ? it->get<double>() : fallback;
+  };
+  inherit(o.optim.embedding_lr, "embedding_lr", 0.3);
+  inherit(o.optim.unembedding_lr, "unembedding_lr", 0.008);
+  inherit(o.optim.matrix_lr, "matrix_lr", 0.02);
+  if (!given("init_lr_frac")) o.optim.init_lr_frac = 0.8;
+  if (!given("warmdown_ratio")) o.optim.warmdown_ratio = 0.5;
+  if (!given("final_lr_frac")) o.optim.final_lr_frac = 0.0;
 }
 
 ddp::OptimizerConfig optimizer_config_2026(const TrainOptions& o, const RecipeScaling& scaling) {
@@ -71,6 +91,12 @@ StepSchedule step_schedule(const TrainOptions& o, const Plan& plan, int64_t step
   const OptimOptions& op = o.optim;
   if (!plan.config.is_2026())
     return {lr_multiplier(step, n, op.warmup_ratio, op.warmdown_ratio, op.final_lr_frac), muon_momentum(step), {}};
+  if (o.chat.stage != RunStage::Base) {
+    // chat_sft ramps Muon's momentum as classic base training did; chat_rl leaves it at 0.95.
+    const double momentum = o.chat.stage == RunStage::Sft ? muon_momentum(step) : 0.95;
+    return {lr_multiplier(step, n, op.warmup_ratio, op.warmdown_ratio, op.final_lr_frac), momentum,
+            plan.scaling.weight_decay};
+  }
   // nanochat's 2026 schedules: warmup in steps, Muon's momentum and weight decay.
   return {lr_multiplier_2026(step, n, op.warmup_steps, op.warmdown_ratio, op.final_lr_frac),
           muon_momentum_2026(step, n, op.warmdown_ratio), muon_weight_decay_2026(step, n, plan.scaling.weight_decay)};

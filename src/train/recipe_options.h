@@ -16,6 +16,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "ddp/optimizer.h"
 #include "train/options.h"
 #include "train/plan.h"
@@ -28,6 +30,16 @@ namespace nanoddp::train {
 // the classic recipe, or --warmup_ratio with 2026, is refused naming the other flag.
 void apply_recipe_defaults(TrainOptions& o, bool recipe_2026, const std::function<bool(const std::string&)>& given);
 
+// The chat stages (`sft`, `rl`, or `train --stage sft|rl`) of either recipe, called instead of the
+// above. Both warm up over --warmup_ratio (nanochat's chat_sft; chat_rl has no warmup), so
+// --warmup_steps is refused. With recipe_2026, sft takes chat_sft's settings (commit 92d63d4) for the
+// flags not given: the base learning rates of the source (source_options, the options its checkpoint
+// recorded; base_train's 2026 defaults where it has none), --init_lr_frac 0.8, --warmdown_ratio 0.5
+// to 0. rl's own defaults are already chat_rl's. Neither scales with the batch (make_plan), and
+// Muon's weight decay is --weight_decay, 0 by default, unscheduled (step_schedule).
+void apply_chat_recipe_defaults(TrainOptions& o, bool recipe_2026, const std::function<bool(const std::string&)>& given,
+                                const nlohmann::json& source_options);
+
 // The 2026 optimizer's configuration: nanochat's AdamW groups and Muon, every lr times
 // init_lr_frac and the scaling's lr_scale (the smear group's fixed 0.2 only by init_lr_frac, as
 // nanochat leaves it unscaled), and Muon's weight decay the scaled one (its schedule starts there).
@@ -38,7 +50,9 @@ ddp::OptimizerConfig optimizer_config_2026(const TrainOptions& o, const RecipeSc
 ddp::OptimizerConfig optimizer_config(const TrainOptions& o, const Plan& plan);
 
 // What the schedules give the optimizer step after `step` steps: the lr multiplier, Muon's
-// momentum, and (2026 recipe) Muon's weight decay.
+// momentum, and (2026 recipe) Muon's weight decay. The 2026 recipe's chat stages follow nanochat's
+// chat_sft (the classic lr shape over ratios, momentum 0.85 -> 0.95 over 300 steps) and chat_rl
+// (lr 1 - step / N, momentum fixed at 0.95), with a constant weight decay.
 struct StepSchedule {
   double lr = 1, momentum = 0;
   std::optional<double> muon_weight_decay;

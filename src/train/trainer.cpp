@@ -101,6 +101,7 @@ class Trainer {
 Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device device)
     : opts_(opts), group_(group), device_(device) {
   check_save_best_evaluates(opts_);
+  check_fp8(opts_, device_);
   // First: everything below that computes (the MFU measurement included) runs on these threads.
   ops::set_cpu_threads(opts.runtime.threads);
   meta_ = data::read_dataset_meta(opts.input.data);
@@ -120,6 +121,7 @@ Trainer::Trainer(const TrainOptions& opts, dist::ProcessGroup& group, Device dev
     check_fits_in_memory(plan_.config, opts, local != nullptr ? std::max(1, std::atoi(local)) : 1);
   }
   model_ = std::make_unique<model::GPT>(plan_.config, device_, activation_dtype(opts.runtime.dtype, device_));
+  model_->set_fp8(opts.runtime.fp8);
   scaler_ = std::make_unique<LossScaler>(model_->act_dtype() == DType::F16, opts.runtime.loss_scale_init,
                                          opts.runtime.loss_scale_growth_interval);
   model_->init_weights(opts.input.seed);

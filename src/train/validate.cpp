@@ -10,6 +10,7 @@
 #include "comm/consistency.h"
 #include "core/error.h"
 #include "core/options.h"
+#include "ops/ops.h"
 #include "train/schedule.h"
 
 namespace nanoddp::train {
@@ -223,6 +224,19 @@ void validate_options(const TrainOptions& o) {
   validate_optimizer(o);
   validate_schedule(o);
   validate_runtime(o);
+}
+
+void check_fp8(const TrainOptions& o, Device device) {
+  if (!o.runtime.fp8) return;
+  const std::string why = ops::fp8_unsupported(device);
+  NANODDP_CHECK(why.empty(), "--fp8 cannot run on {}: {}; drop --fp8", device.str(), why);
+  NANODDP_CHECK(activation_dtype(o.runtime.dtype, device) == DType::BF16,
+                "--fp8 runs with bf16 activations (nanochat's): drop --dtype or give --dtype bf16");
+  const int64_t tokens = o.batch.device_batch_size * o.model.max_seq_len;
+  NANODDP_CHECK(tokens % 16 == 0,
+                "--fp8 needs --device_batch_size x --max_seq_len ({} x {} = {}) to be a multiple of 16, the FP8 GEMMs' "
+                "rule",
+                o.batch.device_batch_size, o.model.max_seq_len, tokens);
 }
 
 DType activation_dtype(DtypeChoice dtype, Device device) {

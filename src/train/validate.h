@@ -18,6 +18,10 @@ namespace nanoddp::train {
 // Throws nanoddp::Error on the first invalid flag.
 void validate_options(const TrainOptions& opts);
 
+// --fp8 on this device: one error saying why not (no FP8 GEMMs here, another dtype than bf16, or a
+// micro-step whose tokens are not a multiple of 16) and what to do.
+void check_fp8(const TrainOptions& opts, Device device);
+
 // --save_best ranks evaluations: a run that evaluates nothing (RL; SFT without validation
 // conversations) is refused before it starts.
 void check_save_best_evaluates(const TrainOptions& opts);

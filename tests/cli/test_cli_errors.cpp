@@ -677,6 +677,18 @@ TEST_F(Cli, Train) {
                  {"--target_flops 1000 is less than half of one step, which costs"});
 }
 
+// --fp8 needs FP8 GEMM hardware: on the CPU it is one error line, before any training, never a
+// quiet run in full precision (nanochat prints a warning and ignores the flag).
+TEST_F(Cli, TrainFp8OnTheCpuIsOneErrorLine) {
+  const std::string data = dataset("data");
+  const Outcome o = expect_failure({"train", "--fp8", "--device", "cpu", "--depth", "2", "--max_seq_len", "16",
+                                    "--device_batch_size", "2", "--total_batch_size", "32", "--num_iterations", "1",
+                                    "--data", data, "--out", path("run")},
+                                   {"--fp8 cannot run on cpu", "compute capability 9.0", "drop --fp8"});
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  EXPECT_FALSE(fs::exists(path("run"))) << "claimed --out before refusing";
+}
+
 // --optimizer sgd, which the library has always had, through the command line: it trains, with its
 // own learning rate and momentum, and the checkpoint records them.
 TEST_F(Cli, TrainWithSgd) {

@@ -250,7 +250,7 @@ TEST(NanochatNames, OtherTrainersFlagsPointAtOurs) {
 // nanochat's flags that have no equivalent, as its scripts spell them, each with what to do here.
 TEST(NanochatNames, NanochatFlagsWithoutEquivalentSayWhatToDo) {
   const std::vector<std::pair<std::string, std::string>> flags = {
-      {"base_train", "--run=d20"},           {"base_train", "--fp8"},
+      {"base_train", "--run=d20"},           {"base_train", "--fp8-recipe=rowwise"},
       {"base_train", "--core-metric-every=-1"}, {"base_train", "--model-tag=d20"},
       {"chat_sft", "--load-optimizer=0"},    {"chat_sft", "--chatcore-every=200"},
       {"chat_sft", "--mmlu-epochs=3"},       {"chat_sft", "--gsm8k-epochs=4"},

@@ -1,5 +1,6 @@
 // The bucket layout (ddp/bucket_layout.h): every parameter exactly once, reverse order, PyTorch's
-// size caps, shards that divide, and Muon buckets holding whole same-shape matrices, one per rank.
+// size caps, shards that divide, Muon buckets holding whole same-shape matrices, one per rank, and
+// nanochat's small parameters replicated.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,7 +40,7 @@ void check_common(const std::vector<ParamInfo>& params, const BucketLayout& l, c
       ready = std::max<int64_t>(ready, n - 1 - e.param);
     }
     EXPECT_LE(end, bk.numel);
-    if (o.sharded) {
+    if (o.sharded && !bk.replicated) {
       EXPECT_EQ(bk.numel % o.world_size, 0);
     }
     EXPECT_GE(ready, last_ready) << "bucket " << b << " completes before the previous one";
@@ -104,6 +105,49 @@ TEST(BucketLayout, ShardedBucketsPadToTheWorldAndMuonGetsWholeMatrices) {
     const auto [fewest, most] = std::minmax_element(owned.begin(), owned.end());
     EXPECT_LE(*most - *fewest, 1) << "world " << world;
   }
+}
+
+// Note [small parameters]: nanochat's distributed AdamW (nanochat/optim.py, commit 92d63d4)
+// all-reduces the AdamW tensors of fewer than 1024 elements. In its 2026 GPT (gpt.py's
+// setup_optimizer groups) those are resid_lambdas and x0_lambdas ([n_layer]), the smear gate
+// ([1, 24]) and the smear and backout lambdas ([1]); ve_gate is a block matrix (Muon), and wte,
+// lm_head and the value embeddings are far larger.
+TEST(BucketLayout, TheReplicatedParametersAreThoseNanochatAllReduces) {
+  model::GPT gpt(model::GPTConfig::from_depth(4, 4096, 256, 64, 64, 0, model::Recipe::R2026, "SSSL"), Device::cpu());
+  std::vector<ParamInfo> params;
+  for (auto& p : gpt.parameters())
+    params.push_back({p.name, p.data.shape(), p.kind == model::ParamKind::Matrix && p.data.shape().ndim() == 2});
+  const std::set<std::string> nanochats = {"resid_lambdas", "x0_lambdas", "smear_gate.weight", "smear_lambda",
+                                           "backout_lambda"};
+  for (int world : {2, 3}) {
+    LayoutOptions o;
+    o.world_size = world;
+    o.sharded = true;
+    o.replicate_below_numel = 1024;
+    const BucketLayout l = make_bucket_layout(params, o);
+    check_common(params, l, o);
+    std::set<std::string> replicated;
+    int buckets = 0;
+    for (const Bucket& b : l.buckets) {
+      if (!b.replicated) continue;
+      buckets++;
+      for (const BucketEntry& e : b.entries) replicated.insert(params[e.param].name);
+      EXPECT_EQ(b.numel, 2 * 4 + 24 + 2) << "a replicated bucket is not padded";
+    }
+    EXPECT_EQ(replicated, nanochats) << "world " << world;
+    EXPECT_EQ(buckets, 1);  // 34 floats: one collective
+    // Unsharded, every bucket is all-reduced and updated everywhere already: none is marked.
+    o.sharded = false;
+    for (const Bucket& b : make_bucket_layout(params, o).buckets) EXPECT_FALSE(b.replicated);
+  }
+  // The threshold is strict, as nanochat's numel() < 1024.
+  LayoutOptions o;
+  o.world_size = 2;
+  o.sharded = true;
+  o.replicate_below_numel = 1024;
+  const std::vector<ParamInfo> edge = {{"below", Shape({1023}), false}, {"at", Shape({1024}), false}};
+  for (const Bucket& b : make_bucket_layout(edge, o).buckets)
+    for (const BucketEntry& e : b.entries) EXPECT_EQ(b.replicated, edge[e.param].name == "below");
 }
 
 }  // namespace

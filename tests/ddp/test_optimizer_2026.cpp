@@ -1,7 +1,8 @@
 // ddp::Optimizer's 2026 mode (Note [2026 optimizer] in ddp/optimizer.cpp) on a toy model that has
 // every parameter kind of nanochat's current GPT: two steps against a slow reference written here
 // in double; W ranks (replicated, split or not, --zero 1 and 2) against one rank accumulating the
-// same W micro-batches, bit for bit; and a resume from saved state, plain and resharded, bit for
+// same W micro-batches, bit for bit, with small parameters sharded or replicated (Note [small
+// parameters] in ddp/bucket_layout.h); and a resume from saved state, plain and resharded, bit for
 // bit.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -10,7 +11,9 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 
 #include "comm/process_group.h"
 #include "core/error.h"
@@ -265,8 +268,11 @@ TEST(Optimizer2026, TwoStepsMatchTheSlowReference) {
 using Params = std::vector<std::vector<float>>;
 
 // Small buckets (about 150 and 250 floats), so the toy spans several and sharding splits them.
-ddp::ReducerOptions reducer_options(int zero) {
-  return {.zero = zero, .whole_matrices = true, .first_bucket_mb = 0.0006, .bucket_cap_mb = 0.001};
+// replicate_below: parameters of fewer elements are replicated under sharding (the toy's are all
+// under nanochat's 1024; 8 replicates the scalars and the smear gate, 0 none).
+ddp::ReducerOptions reducer_options(int zero, int64_t replicate_below = 0) {
+  return {.zero = zero, .whole_matrices = true, .first_bucket_mb = 0.0006, .bucket_cap_mb = 0.001,
+          .replicate_below_numel = replicate_below};
 }
 
 // One rank accumulating `world` micro-batches per step, for `steps` steps.
@@ -287,11 +293,12 @@ std::vector<Params> one_rank(int world, int steps) {
 
 // `world` ranks as threads, micro-batch r on rank r. With save_dir, each rank writes its optimizer
 // state there after the first step and stops.
-std::vector<std::vector<Params>> ranks(int world, int zero, bool split, int steps, const std::string& save_dir = "") {
+std::vector<std::vector<Params>> ranks(int world, int zero, bool split, int steps, const std::string& save_dir = "",
+                                       int64_t replicate_below = 0) {
   std::vector<std::vector<Params>> out(static_cast<size_t>(world));
   testing::run_ranks(world, [&](int r, dist::ProcessGroup& group) {
     Toy toy;
-    ddp::Reducer reducer(toy, group, reducer_options(zero));
+    ddp::Reducer reducer(toy, group, reducer_options(zero, replicate_below));
     ddp::OptimizerConfig oc = config_2026();
     oc.split_newton_schulz = split;
     ddp::Optimizer opt(toy, reducer, oc);
@@ -311,6 +318,7 @@ std::vector<std::vector<Params>> ranks(int world, int zero, bool split, int step
 struct Case {
   int world, zero;
   bool split;
+  int64_t replicate_below = 0;
 };
 
 class Optimizer2026Ranks : public ::testing::TestWithParam<Case> {};
@@ -319,9 +327,9 @@ class Optimizer2026Ranks : public ::testing::TestWithParam<Case> {};
 // does (Note [accumulation order], model/gpt.cpp), and every later operation of a parameter is the
 // same arithmetic on the same bits wherever it runs: so the runs agree bit for bit.
 TEST_P(Optimizer2026Ranks, EqualOneRankAccumulatingBitwise) {
-  const auto [world, zero, split] = GetParam();
+  const auto [world, zero, split, replicate_below] = GetParam();
   const auto want = one_rank(world, 3);
-  const auto got = ranks(world, zero, split, 3);
+  const auto got = ranks(world, zero, split, 3, "", replicate_below);
   for (int r = 0; r < world; r++)
     for (int s = 0; s < 3; s++)
       for (size_t p = 0; p < want[s].size(); p++)
@@ -329,10 +337,67 @@ TEST_P(Optimizer2026Ranks, EqualOneRankAccumulatingBitwise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, Optimizer2026Ranks,
-                         ::testing::Values(Case{2, 0, true}, Case{2, 0, false}, Case{2, 1, true}, Case{2, 2, true}),
+                         ::testing::Values(Case{2, 0, true}, Case{2, 0, false}, Case{2, 1, true}, Case{2, 2, true},
+                                           Case{2, 1, true, 8}, Case{2, 2, true, 8}, Case{2, 2, true, 1024}),
                          [](const auto& info) {
-                           return fmt::format("zero{}{}", info.param.zero, info.param.split ? "" : "_unsplit");
+                           return fmt::format("zero{}{}_small{}", info.param.zero, info.param.split ? "" : "_unsplit",
+                                              info.param.replicate_below);
                          });
+
+// The toy's parameters under 8 elements are the ones replicated, in buckets of their own that
+// every rank updates whole: the case above exercises the rule, and the state of a replicated
+// parameter is whole in every rank's file.
+TEST(Optimizer2026, SmallParametersAreReplicatedAndUpdatedWholeByEveryRank) {
+  testing::run_ranks(2, [&](int r, dist::ProcessGroup& group) {
+    Toy toy;
+    ddp::Reducer reducer(toy, group, reducer_options(2, 8));
+    std::set<std::string> replicated;
+    for (const ddp::Bucket& b : reducer.layout().buckets) {
+      if (!b.replicated) continue;
+      EXPECT_EQ(b.shard_begin(r, 2), 0);
+      EXPECT_EQ(b.shard_end(r, 2), b.numel);
+      for (const ddp::BucketEntry& e : b.entries) replicated.insert(specs()[size_t(e.param)].name);
+    }
+    EXPECT_EQ(replicated, (std::set<std::string>{"resid_lambdas", "x0_lambdas", "smear_gate.weight", "smear_lambda",
+                                                 "backout_lambda"}));
+    ddp::Optimizer opt(toy, reducer, config_2026());
+    std::map<std::string, int64_t> state;
+    for (const auto& [name, t] : opt.state()) state[name] = t.numel();
+    EXPECT_EQ(state.at("adamw.m.smear_gate.weight@0"), 4) << "rank " << r;
+    EXPECT_EQ(state.at("adamw.v.x0_lambdas@0"), 2) << "rank " << r;
+  });
+}
+
+// --grad_clip's global norm counts a parameter every rank updates (Note [small parameters]) once,
+// not once per rank: 2 ranks under --zero 2 see the norm of one rank accumulating the same two
+// micro-batches. Equal to f32 rounding: the squares are summed per piece in double, in pieces that
+// differ with the sharding (counted W times, the 10 replicated elements would add about 1%).
+TEST(Optimizer2026, TheClipNormCountsReplicatedParametersOnce) {
+  ddp::OptimizerConfig oc = config_2026();
+  oc.grad_clip = 1e-3;  // below the norm: the clip runs and scales
+  double want = 0;
+  {
+    omp_set_num_threads(1);
+    Toy toy;
+    auto group = dist::make_single_rank_group(Device::cpu());
+    ddp::Reducer reducer(toy, *group, reducer_options(0));
+    ddp::Optimizer opt(toy, reducer, oc);
+    backward(toy, reducer, 0, 0, 2, 2);
+    step(opt, 0);
+    want = opt.last_grad_norm();
+  }
+  std::vector<double> got(2);
+  testing::run_ranks(2, [&](int r, dist::ProcessGroup& group) {
+    Toy toy;
+    ddp::Reducer reducer(toy, group, reducer_options(2, 8));
+    ddp::Optimizer opt(toy, reducer, oc);
+    backward(toy, reducer, 0, r, 1, 1);
+    step(opt, 0);
+    got[size_t(r)] = opt.last_grad_norm();
+  });
+  ASSERT_GT(want, 0);
+  for (double g : got) EXPECT_NEAR(g, want, 1e-6 * want);
+}
 
 // Restores the parameters after step 1 of a one-rank run and continues for two steps.
 Params resume_one_rank(const Params& after_first, const std::function<void(ddp::Optimizer&)>& load) {
@@ -385,6 +450,12 @@ TEST(Optimizer2026, ResumeFromSavedStateIsBitwise) {
     o.load_state_resharded({&r0, &r1});
   });
   EXPECT_EQ(resharded, want[2]);
+  // The same with the small parameters replicated: both files hold their whole state.
+  ranks(2, 2, true, 1, dir, 8);
+  SafetensorsFile s0(dir + "/optim_rank0.safetensors"), s1(dir + "/optim_rank1.safetensors");
+  EXPECT_TRUE(s0.contains("adamw.m.resid_lambdas@0") && s1.contains("adamw.m.resid_lambdas@0"));
+  const Params from_replicated = resume_one_rank(want[0], [&](ddp::Optimizer& o) { o.load_state_resharded({&s0, &s1}); });
+  EXPECT_EQ(from_replicated, want[2]);
 }
 
 // A classic run's state has no NorMuon variance: resuming it with the 2026 optimizer must stop with

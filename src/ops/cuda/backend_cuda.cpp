@@ -23,6 +23,7 @@
 #include "ops/cuda/cudnn_library.h"
 #include "ops/cuda/elementwise.cuh"
 #include "ops/cuda/embedding.cuh"
+#include "ops/cuda/fp8.cuh"
 #include "ops/cuda/gates.cuh"
 #include "ops/cuda/matmul.h"
 #include "ops/cuda/newton_schulz.cuh"
@@ -107,6 +108,16 @@ class CudaBackend final : public Backend {
   }
 
   NANODDP_OPS(NANODDP_OP_OVERRIDE)
+
+  // cuBLASLt's FP8 kernels need Hopper (9.0) or newer; Ada (8.9) has some, which nanoddp does not try.
+  std::string fp8_unsupported() override {
+    int major = 0, minor = 0;
+    NANODDP_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+    NANODDP_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
+    if (major >= 9) return {};
+    return fmt::format("FP8 GEMMs need an NVIDIA GPU of compute capability 9.0 (Hopper) or newer; GPU {} is {}.{}",
+                       device_, major, minor);
+  }
 
   void synchronize() override {
     begin();
@@ -230,6 +241,51 @@ void CudaBackend::matmul(const Tensor& out, const Tensor& a, bool ta, const Tens
   const int64_t m = out.dim(0), n = out.dim(1), k = ta ? a.dim(0) : a.dim(1);
   gemm_.run(s, m, n, k, alpha, {a.raw(), elem(a), a.dim(1), ta}, {b.raw(), elem(b), b.dim(1), tb}, beta,
             out.raw(), elem(out), n);
+}
+
+namespace {
+
+// x [rows, cols] (any float dtype) quantized whole on the device into codes, as an operand of
+// CublasLtGemm::run_fp8: transposed into [cols, rows] when x is stored with K as its rows.
+// scalars: f32 [2] scratch, amax then the inverse scale.
+cuda::Fp8Operand quantize_operand(cudaStream_t s, const Tensor& x, bool transpose, ops::Fp8Format format,
+                                  const Tensor& codes, float* scalars) {
+  const bool e5m2 = format == ops::Fp8Format::E5M2;
+  NANODDP_CUDA_CHECK(cuda::launch_fp8_amax(elem(x), x.raw(), x.numel(), scalars, s));
+  NANODDP_CUDA_CHECK(cuda::launch_fp8_quantize(elem(x), x.raw(), x.dim(0), x.dim(1), transpose, e5m2, scalars,
+                                               static_cast<uint8_t*>(codes.raw()), scalars + 1, s));
+  return {static_cast<const uint8_t*>(codes.raw()), e5m2, scalars + 1};
+}
+
+}  // namespace
+
+// Note [FP8 GEMM layout] (ops/cuda/matmul.cpp): cuBLASLt takes a as [m, k] and b as [n, k], K innermost,
+// so a is transposed while quantized when stored [k, m] (trans_a), and b when stored [k, n] (not
+// trans_b). A Linear layer's forward needs neither; dx = dy W transposes W, dW = dy^T x both.
+void CudaBackend::matmul_fp8(const Tensor& out, const Tensor& a, bool ta, const Tensor& b, bool tb,
+                             const ops::Fp8Gemm& how, float beta) {
+  cudaStream_t s = begin();
+  const int64_t m = out.dim(0), n = out.dim(1), k = ta ? a.dim(0) : a.dim(1);
+  const Device dev = out.device();
+  const Tensor codes_a = Tensor::empty({m * k}, DType::U8, dev), codes_b = Tensor::empty({n * k}, DType::U8, dev);
+  const Tensor scalars = Tensor::empty({4}, DType::F32, dev);  // amax and inverse scale of a, then of b
+  const cuda::Fp8Operand qa = quantize_operand(s, a, ta, how.a, codes_a, scalars.data<float>());
+  const cuda::Fp8Operand qb = quantize_operand(s, b, !tb, how.b, codes_b, scalars.data<float>() + 2);
+  if (gemm_.run_fp8(s, m, n, k, qa, qb, beta, out.raw(), elem(out), n, how.fast_accum)) return;
+  // No FP8 kernel writes this output type (an f32 weight gradient, where cuBLASLt lacks f32 outputs):
+  // the product in bf16, as nanochat's _scaled_mm returns it, then added in f32. beta is 0 or 1 here.
+  const Tensor product = Tensor::empty({m, n}, DType::BF16, dev);
+  NANODDP_CHECK(out.dtype() == DType::F32 && (beta == 0.f || beta == 1.f) &&
+                    gemm_.run_fp8(s, m, n, k, qa, qb, 0.f, product.raw(), DType::BF16, n, how.fast_accum),
+                "cuBLASLt offers no FP8 GEMM for {}x{}x{} into {} on this GPU: run without --fp8", m, n, k,
+                dtype_name(out.dtype()));
+  if (beta == 0.f) {
+    cast(out, product);
+  } else {
+    const Tensor widened = Tensor::empty({m, n}, DType::F32, dev);
+    cast(widened, product);
+    axpy(out, widened, 1.f);
+  }
 }
 
 void CudaBackend::fill(const Tensor& x, float value) {

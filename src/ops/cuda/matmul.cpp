@@ -66,12 +66,14 @@ CublasLtGemm::CublasLtGemm(int device) : device_(device) {
 }
 
 CublasLtGemm::~CublasLtGemm() {
-  for (auto& [key, p] : plans_) {
+  const auto destroy = [](Plan& p) {
     cublasLtMatrixLayoutDestroy(p.a);
     cublasLtMatrixLayoutDestroy(p.b);
     cublasLtMatrixLayoutDestroy(p.c);
     cublasLtMatmulDescDestroy(p.op);
-  }
+  };
+  for (auto& [key, p] : plans_) destroy(p);
+  for (auto& [key, p] : fp8_plans_) destroy(p);
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
@@ -160,6 +162,79 @@ void CublasLtGemm::run(cudaStream_t stream, int64_t m, int64_t n, int64_t k, flo
                                             at(a.ptr, i, batch.stride_a, a.type), a.ld,
                                             at(b.ptr, i, batch.stride_b, b.type), b.ld, beta, c_type, ci, ldc, stream));
   }
+}
+
+// Note [FP8 GEMM layout]: cuBLASLt runs FP8 on Hopper only as "TN": its A transposed, its B not, both
+// K-major. Through Note [row-major GEMM on a column-major library] its A is our b and its B our a, so
+// C^T[n, m] = B_lt^T A_lt with A_lt = b codes read column-major [k, n] (ld k) and transposed, B_lt = a
+// codes [k, m] (ld k): c[m, n] = a[m, k] b[n, k]^T with both operands row-major and K innermost. The
+// scale pointers are likewise swapped: cuBLASLt's A scale is b's.
+CublasLtGemm::Plan& CublasLtGemm::fp8_plan(const Fp8Key& key) {
+  auto it = fp8_plans_.find(key);
+  if (it != fp8_plans_.end()) return it->second;
+  const auto [m, n, k, a_e5m2, b_e5m2, c_t, ldc, align_a, align_b, align_c, fast_accum] = key;
+  Plan p;
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t));
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n));
+  const int8_t fast = fast_accum ? 1 : 0;
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+  const auto fp8_type = [](bool e5m2) { return e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3; };
+  NANODDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, fp8_type(b_e5m2), static_cast<uint64_t>(k),
+                                                  static_cast<uint64_t>(n), k));
+  NANODDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, fp8_type(a_e5m2), static_cast<uint64_t>(k),
+                                                  static_cast<uint64_t>(m), k));
+  NANODDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, cuda_type(c_t), static_cast<uint64_t>(n),
+                                                  static_cast<uint64_t>(m), ldc));
+  cublasLtMatmulPreference_t pref = nullptr;
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kWorkspaceBytes;
+  // cuBLASLt's A is our b (Note [FP8 GEMM layout]).
+  const uint32_t al_first = static_cast<uint32_t>(align_b), al_second = static_cast<uint32_t>(align_a),
+                 al_c = static_cast<uint32_t>(align_c);
+  NANODDP_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                            &al_first, sizeof al_first));
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                            &al_second, sizeof al_second));
+  NANODDP_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
+  NANODDP_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_NOT_SUPPORTED) NANODDP_CUBLAS_CHECK(st);
+  p.has_algo = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+  if (p.has_algo) p.algo = result.algo;
+  return fp8_plans_.emplace(key, p).first->second;
+}
+
+bool CublasLtGemm::run_fp8(cudaStream_t stream, int64_t m, int64_t n, int64_t k, const Fp8Operand& a,
+                           const Fp8Operand& b, float beta, void* c, DType c_type, int64_t ldc, bool fast_accum) {
+  if (m == 0 || n == 0) return true;
+  NANODDP_ASSERT(!(a.e5m2 && b.e5m2), "cuBLASLt multiplies at most one e5m2 operand");
+  const Fp8Key key{m, n, k, a.e5m2, b.e5m2, c_type, ldc, alignment_of(a.codes), alignment_of(b.codes),
+                   alignment_of(c), fast_accum};
+  // The scale pointers change from call to call (scratch buffers): they are set on the shared
+  // descriptor and the GEMM queued under one lock.
+  std::lock_guard lock(mu_);
+  Plan& p = fp8_plan(key);
+  if (!p.has_algo) return false;
+  const float* a_scale_lt = b.inv_scale;  // Note [FP8 GEMM layout]: cuBLASLt's A is our b
+  const float* b_scale_lt = a.inv_scale;
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale_lt,
+                                                      sizeof a_scale_lt));
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale_lt,
+                                                      sizeof b_scale_lt));
+  const float alpha = 1.f;
+  NANODDP_CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, b.codes, p.a, a.codes, p.b, &beta, c, p.c, c, p.c,
+                                      &p.algo, workspace_.raw(), kWorkspaceBytes, stream));
+  return true;
 }
 
 }  // namespace nanoddp::cuda

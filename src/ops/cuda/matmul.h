@@ -31,6 +31,14 @@ struct GemmBatch {
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 };
 
+// One operand of an FP8 GEMM: codes u8 [rows, k] row-major (K-major: the layout cuBLASLt's FP8 kernels
+// take on Hopper, its "TN"), e4m3fn or e5m2, and the device address of its f32 inverse scale.
+struct Fp8Operand {
+  const uint8_t* codes;
+  bool e5m2;
+  const float* inv_scale;
+};
+
 class CublasLtGemm {
  public:
   explicit CublasLtGemm(int device);
@@ -43,6 +51,13 @@ class CublasLtGemm {
   void run(cudaStream_t stream, int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a,
            const GemmOperand& b, float beta, void* c, DType c_type, int64_t ldc, const GemmBatch& batch = {});
 
+  // c[m, n] (row stride ldc, type c_type) = (a[m, k] b[n, k]^T) * a.inv_scale * b.inv_scale + beta c, on
+  // cuBLASLt's FP8 kernels (at most one operand e5m2), the scales read on the device. fast_accum: the
+  // kernels' faster, less precise accumulation. False (nothing queued) where cuBLASLt has no FP8 kernel
+  // for the problem, e.g. for this output type.
+  bool run_fp8(cudaStream_t stream, int64_t m, int64_t n, int64_t k, const Fp8Operand& a, const Fp8Operand& b,
+               float beta, void* c, DType c_type, int64_t ldc, bool fast_accum);
+
  private:
   // Everything the heuristic's answer depends on.
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, DType, int64_t, int64_t, int64_t, int, int, int,
@@ -54,12 +69,16 @@ class CublasLtGemm {
     bool has_algo = false;  // false: cuBLASLt offered nothing, use the fallback kernel
   };
   Plan& plan(const Key& key);
+  // FP8: m, n, k, a e5m2, b e5m2, c type, ldc, the alignments of a, b and c, fast accumulation.
+  using Fp8Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, int64_t, int, int, int, bool>;
+  Plan& fp8_plan(const Fp8Key& key);
 
   int device_;
   cublasLtHandle_t handle_ = nullptr;
   Tensor workspace_;  // u8 [kWorkspaceBytes] on the device
   std::mutex mu_;
   std::map<Key, Plan> plans_;
+  std::map<Fp8Key, Plan> fp8_plans_;
 };
 
 }  // namespace nanoddp::cuda
