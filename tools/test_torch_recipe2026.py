@@ -184,6 +184,12 @@ def test_state_is_carried():
     step = twin.golden(w, cfg, idx, targets)
     check(bool((losses[1:] < losses[:-1]).all()), f"the loss falls over 4 steps on one batch ({losses.tolist()})")
     check(all(torch.equal(one[n], step["step." + n]) for n in one), "one training step is the golden's step.*")
+    # With N batches [N, B, T], step k trains on batch k mod N: the second loss is the second batch's.
+    other, other_targets = tokens(cfg, 2, 32, seed=3), tokens(cfg, 2, 32, seed=4)
+    curve = twin.train(w, cfg, torch.stack([idx, other]), torch.stack([targets, other_targets]), 2)[0]
+    second = twin.loss_of(twin.forward(one, cfg, other), other_targets)
+    check(curve[0] == losses[0] and curve[1] == second, f"step k trains on batch k mod N ({curve.tolist()}, "
+          f"batch 0 {losses[0].item()}, batch 1 after a step {second.item()})")
 
 
 def test_orthogonalize():

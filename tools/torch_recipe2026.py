@@ -10,8 +10,10 @@ Reads DIR/input.safetensors (every weight under nanochat's state-dict names, plu
   grad.<name>   the gradient of every parameter
   step.<name>   every parameter after one optimizer step from those gradients, optimizer state
                 fresh (zero moments, Adam's bias-correction count 1), schedules at loop step `step`
-and, when the optimizer's `steps` is K > 1, K training steps on the same batch with the state
-carried (what one step from fresh state cannot see: Adam's betas, NorMuon's running mean):
+and, when the optimizer's `steps` is K > 1, K training steps with the state carried (what one
+step from fresh state cannot see: Adam's betas, NorMuon's running mean), all on the same batch, or
+with `inputs` and `targets` of shape [N, B, T] step k on batch k mod N (a training curve; the
+outputs above then come from batch 0):
   losses        the loss before each step [K]
   trained.<name> every parameter after the K steps
 
@@ -392,8 +394,9 @@ def read_inputs(directory):
         raise UsageError(f"n_embd {C}, n_head {H}, n_kv_head {Hkv}: the 2026 model needs n_embd >= "
                          f"{SMEAR_CHANNELS} in heads of an even size and n_kv_head dividing n_head")
     idx, targets = tensors.pop("inputs", None), tensors.pop("targets", None)
-    if idx is None or targets is None or idx.shape != targets.shape or idx.dim() != 2:
-        raise UsageError("input.safetensors needs `inputs` and `targets` of one shape [B, T]")
+    if idx is None or targets is None or idx.shape != targets.shape or idx.dim() not in (2, 3):
+        raise UsageError("input.safetensors needs `inputs` and `targets` of one shape [B, T] (one batch) "
+                         "or [N, B, T] (N batches, one per training step)")
     V = cfg["vocab_size"]
     if idx.numel() and (idx.min() < 0 or idx.max() >= V or targets.min() < -1 or targets.max() >= V):
         raise UsageError(f"token ids must lie in [0, {V}) (targets may also be -1, ignored)")
@@ -413,15 +416,23 @@ def gradients(w, cfg, idx, targets):
     return logits.detach(), loss.detach(), {n: p.grad for n, p in params.items()}
 
 
+def as_batches(idx, targets):
+    """idx, targets as [N, B, T]: one batch [B, T] becomes N = 1."""
+    return (idx.unsqueeze(0), targets.unsqueeze(0)) if idx.dim() == 2 else (idx, targets)
+
+
 def train(w, cfg, idx, targets, steps):
-    """(loss before each step [steps], weights after them): steps training steps on the same
-    batch, the optimizer's state carried, at loop steps optimizer.step, +1, ..."""
+    """(loss before each step [steps], weights after them): steps training steps, step k on batch
+    k mod N of idx, targets [N, B, T], the optimizer's state carried, at loop steps
+    optimizer.step, +1, ..."""
     opt = Optimizer(cfg)
     first = cfg.get("optimizer", {}).get("step", 0)
     w = {n: w[n].detach().float() for n in parameter_names(cfg)}
+    idx, targets = as_batches(idx, targets)
     losses = []
     for k in range(steps):
-        _, loss, grads = gradients(w, cfg, idx, targets)
+        batch = k % idx.shape[0]
+        _, loss, grads = gradients(w, cfg, idx[batch], targets[batch])
         losses.append(loss)
         with torch.no_grad():
             w = opt.step(w, grads, first + k)
@@ -429,8 +440,9 @@ def train(w, cfg, idx, targets, steps):
 
 
 def golden(w, cfg, idx, targets):
-    """The tensors of golden.safetensors (see the file's docstring)."""
-    logits, loss, grads = gradients(w, cfg, idx, targets)
+    """The tensors of golden.safetensors (see the file's docstring); idx, targets [B, T] or [N, B, T]."""
+    first, first_targets = (t[0] for t in as_batches(idx, targets))
+    logits, loss, grads = gradients(w, cfg, first, first_targets)
     out = {"logits": logits.reshape(-1, logits.size(-1)), "loss": loss.reshape(1)}
     out.update({"grad." + n: g for n, g in grads.items()})
     with torch.no_grad():
