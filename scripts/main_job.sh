@@ -6,8 +6,8 @@
 # it on 100 held-out problems; then reinforce it on addition questions (nanochat's chat_rl) with 2
 # processes, evaluate it again, ask it a question in chat format, and print the three accuracies.
 # With NANODDP_MIN_CORRECT=N it fails when the final accuracy is under N of 100. The default is 0 (no
-# floor). Measured 2026-11-27, stage by stage from this job's 400-step base: base 0%, after 80 SFT
-# steps 44%, after 40 RL steps 47% (+3, within the noise of 100 problems). SFT teaches the sums and
+# floor). Measured 2026-11-27, the whole default job end to end: base 0%, after 80 SFT steps 44%,
+# after 40 RL steps 47% (+3, within the noise of 100 problems). SFT teaches the sums and
 # 80 steps sit on a sharp edge (60 gave 13%, 100 gave 98%), so another CPU's float sums may land far
 # from 44%: no floor is set until repeated whole runs show one that holds (README).
 # A re-run moves the previous runs aside (out.previous-<run id>, sft.previous-<run id>, ...).
