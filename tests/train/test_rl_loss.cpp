@@ -20,27 +20,12 @@
 #include "data/tokenizer.h"
 #include "ddp/reducer.h"
 #include "model/gpt.h"
+#include "chat_test_util.h"
 #include "test_util.h"
 #include "train/rl.h"
 
 namespace nanoddp {
 namespace {
-
-// Random weights everywhere (nanochat's init zeroes lm_head: every draw would be uniform).
-std::unique_ptr<model::GPT> tiny_model(const data::Tokenizer& tok) {
-  model::GPTConfig c;
-  c.vocab_size = tok.vocab_size();
-  c.n_layer = 1;
-  c.n_embd = 16;
-  c.n_head = 2;
-  c.n_kv_head = 1;
-  c.max_seq_len = 64;
-  auto gpt = std::make_unique<model::GPT>(c, Device::cpu());
-  uint64_t seed = 5;
-  for (auto& p : gpt->parameters()) copy(p.data, testing::randn(p.data.shape(), seed++, 0.5f));
-  gpt->refresh_compute_weights();
-  return gpt;
-}
 
 data::Question question(const std::string& text) {
   data::Question q;
@@ -69,7 +54,7 @@ void add_sample_gradient(model::GPT& gpt, const std::vector<int32_t>& prompt, co
 
 TEST(RlLoss, GradientIsTheAdvantageWeightedLikelihoodOfTheSampledTokensOnly) {
   const auto tok = data::make_byte_tokenizer();
-  auto policy = tiny_model(*tok), reference = tiny_model(*tok);
+  auto policy = testing::tiny_chat_model(*tok, 5), reference = testing::tiny_chat_model(*tok, 5);
   // Exact replies: each question's answer is what one of its samples says, so its rewards differ.
   const chat::RolloutSettings sampling{.num_samples = 6, .max_new_tokens = 5, .temperature = 1.f, .top_k = 0,
                                        .seed = 11, .reward = data::RewardRule::Exact};
