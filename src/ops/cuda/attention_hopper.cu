@@ -246,12 +246,7 @@ cudaError_t launch_hopper_forward(DType t, void* out, float* lse, const void* q,
                             s.kv_len - s.tq,      s.hq / s.hkv, window, scale * kLog2e, static_cast<int>(s.d)};
     return forward_hd<decltype(hd)::value, T>(t, q, k, v, s, p, stream);
   };
-  const bool narrow = s.d <= 64;  // the compute width: 64, else 128
-  if (t == DType::F16)
-    return narrow ? run(static_cast<f16_t*>(nullptr), std::integral_constant<int, 64>{})
-                  : run(static_cast<f16_t*>(nullptr), std::integral_constant<int, 128>{});
-  return narrow ? run(static_cast<bf16_t*>(nullptr), std::integral_constant<int, 64>{})
-                : run(static_cast<bf16_t*>(nullptr), std::integral_constant<int, 128>{});
+  return hopper::dispatch_type_and_width(t, s.d, run);
 }
 
 }  // namespace nanoddp::cuda

@@ -400,12 +400,7 @@ cudaError_t launch_hopper_backward(DType t, void* dq, void* dk, void* dv, const 
                          static_cast<int>(s.d)};
     return backward_hd<decltype(hd)::value, T>(t, dout, q, k, v, s, p, stream);
   };
-  const bool narrow = s.d <= 64;  // the compute width: 64, else 128
-  if (t == DType::F16)
-    return narrow ? run(static_cast<f16_t*>(nullptr), std::integral_constant<int, 64>{})
-                  : run(static_cast<f16_t*>(nullptr), std::integral_constant<int, 128>{});
-  return narrow ? run(static_cast<bf16_t*>(nullptr), std::integral_constant<int, 64>{})
-                : run(static_cast<bf16_t*>(nullptr), std::integral_constant<int, 128>{});
+  return hopper::dispatch_type_and_width(t, s.d, run);
 }
 
 }  // namespace nanoddp::cuda

@@ -167,4 +167,16 @@ cudaError_t allow_smem(int bytes) {
   return e;
 }
 
+// Calls run(T* tag, std::integral_constant<int, W>) with the element type of t (f16, else bf16)
+// and the compute width of head_dim d (64, else 128): the instantiations the Hopper kernels have.
+template <typename Run>
+cudaError_t dispatch_type_and_width(DType t, int64_t d, Run&& run) {
+  const bool narrow = d <= 64;
+  if (t == DType::F16)
+    return narrow ? run(static_cast<f16_t*>(nullptr), std::integral_constant<int, 64>{})
+                  : run(static_cast<f16_t*>(nullptr), std::integral_constant<int, 128>{});
+  return narrow ? run(static_cast<bf16_t*>(nullptr), std::integral_constant<int, 64>{})
+                : run(static_cast<bf16_t*>(nullptr), std::integral_constant<int, 128>{});
+}
+
 }  // namespace nanoddp::cuda::hopper

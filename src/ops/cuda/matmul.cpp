@@ -77,27 +77,13 @@ CublasLtGemm::~CublasLtGemm() {
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
-CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
-  auto it = plans_.find(key);
-  if (it != plans_.end()) return it->second;
-  const auto [m, n, k, ta, tb, ab_t, c_t, lda, ldb, ldc, align_a, align_b, align_c, count, stride_a, stride_b,
-              stride_c] = key;
-  Plan p;
-  NANODDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  // Note [row-major GEMM on a column-major library]: cuBLASLt's A is our b, its B is our a.
-  const cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  NANODDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
-  NANODDP_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
-  // Stored shapes (row-major): b is [k, n] or [n, k] (trans_b); a is [m, k] or [k, m] (trans_a).
-  p.a = layout(ab_t, tb ? n : k, tb ? k : n, ldb, count, stride_b);
-  p.b = layout(ab_t, ta ? k : m, ta ? m : k, lda, count, stride_a);
-  p.c = layout(c_t, m, n, ldc, count, stride_c);
-
+// The heuristic's best algorithm for p's descriptors, given the byte alignments of cuBLASLt's A and
+// B (our b and a) and of C = D; p.has_algo stays false where none fits.
+void CublasLtGemm::pick_algorithm(Plan& p, int align_first, int align_second, int align_c) {
   cublasLtMatmulPreference_t pref = nullptr;
   NANODDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspaceBytes;
-  const uint32_t al_first = static_cast<uint32_t>(align_b), al_second = static_cast<uint32_t>(align_a),
+  const uint32_t al_first = static_cast<uint32_t>(align_first), al_second = static_cast<uint32_t>(align_second),
                  al_c = static_cast<uint32_t>(align_c);
   NANODDP_CUBLAS_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
@@ -118,6 +104,26 @@ CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
   if (st != CUBLAS_STATUS_NOT_SUPPORTED) NANODDP_CUBLAS_CHECK(st);
   p.has_algo = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
   if (p.has_algo) p.algo = result.algo;
+}
+
+CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  const auto [m, n, k, ta, tb, ab_t, c_t, lda, ldb, ldc, align_a, align_b, align_c, count, stride_a, stride_b,
+              stride_c] = key;
+  Plan p;
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // Note [row-major GEMM on a column-major library]: cuBLASLt's A is our b, its B is our a.
+  const cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  NANODDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
+  NANODDP_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
+  // Stored shapes (row-major): b is [k, n] or [n, k] (trans_b); a is [m, k] or [k, m] (trans_a).
+  p.a = layout(ab_t, tb ? n : k, tb ? k : n, ldb, count, stride_b);
+  p.b = layout(ab_t, ta ? k : m, ta ? m : k, lda, count, stride_a);
+  p.c = layout(c_t, m, n, ldc, count, stride_c);
+
+  pick_algorithm(p, align_b, align_a, align_c);
   return plans_.emplace(key, p).first->second;
 }
 
@@ -187,30 +193,8 @@ CublasLtGemm::Plan& CublasLtGemm::fp8_plan(const Fp8Key& key) {
                                                   static_cast<uint64_t>(m), k));
   NANODDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, cuda_type(c_t), static_cast<uint64_t>(n),
                                                   static_cast<uint64_t>(m), ldc));
-  cublasLtMatmulPreference_t pref = nullptr;
-  NANODDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const uint64_t ws = kWorkspaceBytes;
   // cuBLASLt's A is our b (Note [FP8 GEMM layout]).
-  const uint32_t al_first = static_cast<uint32_t>(align_b), al_second = static_cast<uint32_t>(align_a),
-                 al_c = static_cast<uint32_t>(align_c);
-  NANODDP_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-  NANODDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                            &al_first, sizeof al_first));
-  NANODDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                            &al_second, sizeof al_second));
-  NANODDP_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-  NANODDP_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_NOT_SUPPORTED) NANODDP_CUBLAS_CHECK(st);
-  p.has_algo = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-  if (p.has_algo) p.algo = result.algo;
+  pick_algorithm(p, align_b, align_a, align_c);
   return fp8_plans_.emplace(key, p).first->second;
 }
 

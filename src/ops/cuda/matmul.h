@@ -69,6 +69,7 @@ class CublasLtGemm {
     bool has_algo = false;  // false: cuBLASLt offered nothing, use the fallback kernel
   };
   Plan& plan(const Key& key);
+  void pick_algorithm(Plan& p, int align_first, int align_second, int align_c);
   // FP8: m, n, k, a e5m2, b e5m2, c type, ldc, the alignments of a, b and c, fast accumulation.
   using Fp8Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, int64_t, int, int, int, bool>;
   Plan& fp8_plan(const Fp8Key& key);
