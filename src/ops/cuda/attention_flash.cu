@@ -40,7 +40,6 @@
 #include "ops/cuda/attention_flash.cuh"
 #include "ops/cuda/attention_flash_common.cuh"
 
-#include <atomic>
 #include <type_traits>
 
 #include "ops/cuda/common.cuh"
@@ -575,21 +574,6 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdParams<T> p) {
 }
 
 // ---- launchers ---------------------------------------------------------------------------------
-// Raises Kernel's dynamic shared-memory limit to `bytes` (a constant per kernel) once per device:
-// the attribute belongs to the kernel on a device, and setting it on every launch costs a driver
-// call per launch. Devices past 64 are set on every launch.
-template <auto Kernel>
-cudaError_t set_smem(size_t bytes) {
-  static std::atomic<uint64_t> done{0};  // bit d: set on device d
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
-  const cudaError_t e =
-      cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_release);
-  return e;
-}
 
 template <int HD, typename T>
 cudaError_t forward_hd(const FwdParams<T>& p, int64_t batch, cudaStream_t stream) {

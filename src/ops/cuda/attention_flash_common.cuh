@@ -5,6 +5,7 @@
 // and a warp's quarter of wgmma's m64nN accumulator.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -121,6 +122,23 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[DT]
       o[dt][rr * 2 + 1] *= corr;
     }
   }
+}
+
+// Host side, for the flash and the Hopper launchers: raises Kernel's dynamic shared-memory limit to
+// `bytes` (a constant per kernel) once per device: the attribute belongs to the kernel on a device,
+// and setting it on every launch costs a driver call per launch. Devices past 64 are set on every
+// launch.
+template <auto Kernel>
+cudaError_t set_smem(size_t bytes) {
+  static std::atomic<uint64_t> done{0};  // bit d: set on device d
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(bytes));
+  if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_release);
+  return e;
 }
 
 }  // namespace nanoddp::cuda::flash

@@ -213,7 +213,7 @@ cudaError_t forward_hd(DType t, const void* q, const void* k, const void* v, con
   if (cudaError_t e = make_tensor_map(&km, t, k, s.batch, s.kv_len, s.tk, s.hkv, s.d, kN); e != cudaSuccess) return e;
   if (cudaError_t e = make_tensor_map(&vm, t, v, s.batch, s.kv_len, s.tk, s.hkv, s.d, kN); e != cudaSuccess) return e;
   constexpr int smem = Layout<HD>::kBytes;
-  if (cudaError_t e = allow_smem<hopper_forward_kernel<HD, T>>(smem); e != cudaSuccess) return e;
+  if (cudaError_t e = set_smem<hopper_forward_kernel<HD, T>>(smem); e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((s.tq + kM - 1) / kM), static_cast<unsigned>(s.hq),
                   static_cast<unsigned>(s.batch));
   hopper_forward_kernel<HD, T><<<grid, kThreads, smem, stream>>>(qm, km, vm, p);

@@ -365,8 +365,8 @@ cudaError_t backward_hd(DType t, const void* dout, const void* q, const void* k,
                         map(&k_q, k, s.hkv, s.tk, kTileRows), map(&v_q, v, s.hkv, s.tk, kTileRows)})
     if (e != cudaSuccess) return e;
   constexpr int smem = Layout<HD>::kBytes;
-  if (cudaError_t e = allow_smem<hopper_dkdv_kernel<HD, T>>(smem); e != cudaSuccess) return e;
-  if (cudaError_t e = allow_smem<hopper_dq_kernel<HD, T>>(smem); e != cudaSuccess) return e;
+  if (cudaError_t e = set_smem<hopper_dkdv_kernel<HD, T>>(smem); e != cudaSuccess) return e;
+  if (cudaError_t e = set_smem<hopper_dq_kernel<HD, T>>(smem); e != cudaSuccess) return e;
   const unsigned blocks = static_cast<unsigned>((s.tq + kFixedRows - 1) / kFixedRows);
   hopper_dkdv_kernel<HD, T>
       <<<dim3(blocks, unsigned(s.hkv), unsigned(s.batch)), kThreads, smem, stream>>>(q_kv, o_kv, k_kv, v_kv, p);

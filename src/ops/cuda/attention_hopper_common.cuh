@@ -15,7 +15,6 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
-#include <atomic>
 #include <type_traits>
 
 #include "ops/cuda/attention.cuh"
@@ -152,19 +151,6 @@ inline cudaError_t make_tensor_map(CUtensorMap* map, DType t, const void* base, 
                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
-
-// Raises the kernel's dynamic shared-memory limit once per device (as attention_flash.cu does).
-template <auto Kernel>
-cudaError_t allow_smem(int bytes) {
-  static std::atomic<uint64_t> done{0};  // bit d: set on device d
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
-  const cudaError_t e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_release);
-  return e;
 }
 
 // Calls run(T* tag, std::integral_constant<int, W>) with the element type of t (f16, else bf16)
