@@ -97,7 +97,8 @@ struct OptimOptions {
     v(muon_precision, "muon_precision", "Arithmetic of Muon's Newton-Schulz: bf16 (nanochat) or f32");
     v(sgd_lr, "sgd_lr", "SGD lr of every parameter with --optimizer sgd");
     v(sgd_momentum, "sgd_momentum", "SGD momentum with --optimizer sgd (torch.optim.SGD's rule)");
-    v(weight_decay, "weight_decay", "AdamW weight decay");
+    v(weight_decay, "weight_decay", "Weight decay: AdamW's decoupled decay (classic recipe; default 0); with --recipe "
+      "2026, Muon's cautious weight decay (default 0.28, scaled with depth and batch, cosine to 0 over the run)");
     v(grad_clip, "grad_clip", "Clip the gradients' global L2 norm to this before the update (0 = off; "
       "torch.nn.utils.clip_grad_norm_'s rule)");
     v(init_lr_frac, "init_lr_frac", "Every learning rate times this (nanochat's chat stages start from a fraction of "

@@ -1,5 +1,7 @@
 #include "train/recipe_options.h"
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "core/options.h"
 
@@ -61,6 +63,17 @@ ddp::OptimizerConfig optimizer_config_2026(const TrainOptions& o, const RecipeSc
   oc.grad_clip = o.optim.grad_clip;
   oc.ns_bf16 = o.optim.muon_precision == MuonPrecision::BF16;
   return oc;
+}
+
+std::string describe_recipe_scaling(const TrainOptions& o, const Plan& plan) {
+  if (!plan.config.is_2026() || o.chat.stage != RunStage::Base) return {};
+  const RecipeScaling& s = plan.scaling;
+  std::string line = fmt::format("recipe 2026: every lr x {:.4f} = sqrt({} / {}) for the batch, Muon weight decay "
+                                 "{:.4g}, warmup {} steps", s.lr_scale, s.total_batch_size, kReferenceBatchTokens,
+                                 s.weight_decay, o.optim.warmup_steps);
+  if (s.lr_scale < 0.5)
+    line += "; at rates this small a short run learns less than --recipe classic (docs/recipe2026.md)";
+  return line;
 }
 
 namespace {

@@ -49,6 +49,12 @@ ddp::OptimizerConfig optimizer_config_2026(const TrainOptions& o, const RecipeSc
 // 2026 one above when the plan's model is of that recipe.
 ddp::OptimizerConfig optimizer_config(const TrainOptions& o, const Plan& plan);
 
+// The run header's line for a 2026 base run: the scaling nanochat applies from the batch (every lr's
+// factor sqrt(B / 2^19), Muon's weight decay) and the warmup, so that a small batch's small rates are
+// seen, not guessed; with a factor below 0.5 (a batch under 2^17 tokens) it says that a short run
+// learns less than the classic recipe (measured in docs/benchmarks.md). Empty for other runs.
+std::string describe_recipe_scaling(const TrainOptions& o, const Plan& plan);
+
 // What the schedules give the optimizer step after `step` steps: the lr multiplier, Muon's
 // momentum, and (2026 recipe) Muon's weight decay. The 2026 recipe's chat stages follow nanochat's
 // chat_sft (the classic lr shape over ratios, momentum 0.85 -> 0.95 over 300 steps) and chat_rl

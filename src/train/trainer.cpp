@@ -273,6 +273,7 @@ void Trainer::print_header() const {
   log::print0("batch: {} | {} steps | {} threads/rank | optimizer {} zero {} | backend {}{}", stage_->describe_batch(),
               plan_.num_iterations, ops::cpu_threads(), option_text(opts_.optim.optimizer), opts_.optim.zero,
               group_.backend_name(), arithmetic);
+  if (const std::string scaling = describe_recipe_scaling(opts_, plan_); !scaling.empty()) log::print0("{}", scaling);
 }
 
 TrainResult Trainer::stopped(int64_t step) {

@@ -1,4 +1,5 @@
 // The flags whose defaults depend on the recipe, and the 2026 optimizer's settings from them.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -102,6 +103,42 @@ TEST(RecipeOptions, PlanOf2026ChoosesTheBatchFromTheRatio) {
   EXPECT_EQ(p.grad_accum, want.total_batch_size / 64);
   EXPECT_EQ(p.num_iterations, want.target_tokens / want.total_batch_size);
   EXPECT_DOUBLE_EQ(p.scaling.weight_decay, want.weight_decay);
+}
+
+// The run header's scaling line: the factor of a 16,384-token batch (sqrt(1/32) = 0.1768), the
+// scaled weight decay and warmup as the plan has them, the note for factors under 0.5 only, and
+// nothing for the classic recipe or a 2026 chat stage.
+TEST(RecipeOptions, TheHeaderSaysTheBatchScalingOf2026BaseRuns) {
+  TrainOptions o;
+  o.model.recipe = model::Recipe::R2026;
+  o.model.depth = 2;
+  o.model.max_seq_len = 64;
+  o.model.head_dim = 64;
+  o.batch.device_batch_size = 1;
+  apply_recipe_defaults(o, true, [](const std::string&) { return false; });
+  o.batch.total_batch_size = 16384;
+  data::DatasetMeta meta;
+  meta.vocab_size = 300;
+  const Plan small = make_plan(o, meta, 1);
+  const std::string line = describe_recipe_scaling(o, small);
+  EXPECT_NE(line.find("every lr x 0.1768 = sqrt(16384 / 524288)"), std::string::npos) << line;
+  EXPECT_NE(line.find(fmt::format("Muon weight decay {:.4g}", small.scaling.weight_decay)), std::string::npos) << line;
+  EXPECT_NE(line.find("warmup 40 steps"), std::string::npos) << line;
+  EXPECT_NE(line.find("--recipe classic"), std::string::npos) << line;
+
+  o.batch.total_batch_size = 262144;  // factor sqrt(1/2) = 0.7071: no note
+  const std::string big = describe_recipe_scaling(o, make_plan(o, meta, 1));
+  EXPECT_NE(big.find("every lr x 0.7071"), std::string::npos) << big;
+  EXPECT_EQ(big.find("--recipe classic"), std::string::npos) << big;
+
+  TrainOptions classic;
+  classic.model.depth = 2;
+  classic.model.max_seq_len = 64;
+  classic.batch.device_batch_size = 1;
+  classic.batch.total_batch_size = 64;
+  EXPECT_EQ(describe_recipe_scaling(classic, make_plan(classic, meta, 1)), "");
+  o.chat.stage = RunStage::Sft;
+  EXPECT_EQ(describe_recipe_scaling(o, make_plan(o, meta, 1)), "");
 }
 
 }  // namespace
