@@ -29,6 +29,7 @@ std::string join(const std::vector<std::string>& items) {
 struct SftInputs {
   std::string source;
   std::vector<std::string> data, val_data;
+  bool load_optimizer = true;
 };
 
 }  // namespace
@@ -106,9 +107,16 @@ void add_sft_command(CLI::App& root) {
       ->required();
   cmd->add_option("--data", in->data, "JSONL conversation files to train on")->required()->expected(1, -1);
   cmd->add_option("--val_data,--val-data", in->val_data, "JSONL conversation files to evaluate on")->expected(1, -1);
-  cmd->callback([cmd, opts, in] {
+  // nanochat's chat_sft (2026) warm-starts the optimizer from the base checkpoint; the classic chat_sft
+  // started it fresh, so each recipe's default is its own.
+  CLI::Option* load_optimizer = cmd->add_flag("--load_optimizer,--load-optimizer", in->load_optimizer,
+                                              "Start the optimizer from the source checkpoint's state (momentum "
+                                              "buffers and moments, not its learning rates); default: on for a "
+                                              "2026 source (nanochat's chat_sft), off for a classic one");
+  cmd->callback([cmd, opts, in, load_optimizer] {
     train::TrainOptions o = *opts;
     apply_source_recipe(o, *cmd, take_source_model(o, in->source));
+    o.output.load_optimizer = load_optimizer->count() > 0 ? in->load_optimizer : o.model.recipe == model::Recipe::R2026;
     o.chat.conversations = join(in->data);
     o.chat.val_conversations = join(in->val_data);
     run_train_command(o);

@@ -191,6 +191,9 @@ struct OutputOptions {
   bool overwrite = false;
   bool allow_changed_data = false;
   std::string init_from = "";
+  // sft's --load_optimizer (cli/cmd_sft.cpp, not a flag of train): the optimizer starts from the state
+  // init_from's checkpoint saved (train/run_checkpoints.h).
+  bool load_optimizer = false;
   int64_t stop_at = -1;
 
   template <typename V>

@@ -41,7 +41,7 @@ void apply_chat_recipe_defaults(TrainOptions& o, bool recipe_2026, const std::fu
     field = it != source_options.end() && it->is_number() ? it->get<double>() : fallback;
   };
   inherit(o.optim.embedding_lr, "embedding_lr", 0.3);
-  inherit(o.optim.unembedding_lr, "unembedding_lr", 0.008);
+  inherit(o.optim.unembedding_lr, "unembedding_lr", 0.004);  // chat_sft's fallback, not base_train's 0.008
   inherit(o.optim.matrix_lr, "matrix_lr", 0.02);
   if (!given("init_lr_frac")) o.optim.init_lr_frac = 0.8;
   if (!given("warmdown_ratio")) o.optim.warmdown_ratio = 0.5;

@@ -34,8 +34,8 @@ void apply_recipe_defaults(TrainOptions& o, bool recipe_2026, const std::functio
 // above. Both warm up over --warmup_ratio (nanochat's chat_sft; chat_rl has no warmup), so
 // --warmup_steps is refused. With recipe_2026, sft takes chat_sft's settings (commit 92d63d4) for the
 // flags not given: the base learning rates of the source (source_options, the options its checkpoint
-// recorded; base_train's 2026 defaults where it has none), --init_lr_frac 0.8, --warmdown_ratio 0.5
-// to 0. rl's own defaults are already chat_rl's. Neither scales with the batch (make_plan), and
+// recorded; chat_sft's fallbacks 0.3 / 0.004 / 0.02 where it has none), --init_lr_frac 0.8,
+// --warmdown_ratio 0.5 to 0. rl's own defaults are already chat_rl's. Neither scales with the batch (make_plan), and
 // Muon's weight decay is --weight_decay, 0 by default, unscheduled (step_schedule).
 void apply_chat_recipe_defaults(TrainOptions& o, bool recipe_2026, const std::function<bool(const std::string&)>& given,
                                 const nlohmann::json& source_options);

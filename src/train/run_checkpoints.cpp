@@ -462,4 +462,34 @@ void init_weights_from(model::GPT& model, const model::GPTConfig& config, const 
   log::print0("initialised the weights from {}", file);
 }
 
+// nanochat's chat_sft warm-starts its optimizer from the base checkpoint's state (momentum buffers
+// and moments; the learning rates are the fine-tune's own). Ours reads every rank's file of that
+// checkpoint, resharded as a resume would, so the fine-tune may use another world size or --zero.
+// Adam's step count carries over too, as torch's load_state_dict carries each parameter's.
+bool init_optimizer_from(ddp::Optimizer& optimizer, const std::string& path) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(path)) return false;  // a .safetensors file holds weights only
+  const std::string dir = resolve_checkpoint(path);
+  const nlohmann::json meta = read_checkpoint_meta(dir);
+  if (!meta.contains("options") || !meta.contains("world_size") ||
+      !fs::is_regular_file(dir + "/" + CheckpointFiles::optimizer(0)))
+    return false;
+  const int saved_world = meta.at("world_size");
+  const int saved_zero = meta.at("options").value("zero", 0);
+  try {
+    std::vector<std::unique_ptr<SafetensorsFile>> files;
+    std::vector<const SafetensorsFile*> views;
+    for (int r = 0; r < (saved_zero == 0 ? 1 : saved_world); r++) {
+      files.push_back(std::make_unique<SafetensorsFile>(dir + "/" + CheckpointFiles::optimizer(r)));
+      views.push_back(files.back().get());
+    }
+    optimizer.load_state_resharded(views);
+  } catch (const Error& e) {
+    NANODDP_FAIL("--load_optimizer: the optimizer state of {} does not fit this run ({}): give --load_optimizer=false "
+                 "to start the optimizer fresh", dir, e.what());
+  }
+  log::print0("loaded the optimizer state of {} (momentum buffers and moments; this run's learning rates)", dir);
+  return true;
+}
+
 }  // namespace nanoddp::train

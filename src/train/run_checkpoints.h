@@ -91,6 +91,12 @@ class RunCheckpoints {
   Stopwatch since_save_;
 };
 
+// sft --load_optimizer: after init_weights_from, the optimizer state `path`'s checkpoint saved, resharded
+// for this run. False (and nothing loaded) when it saved none: a .safetensors file, an import, or a
+// checkpoint of another build. A state that does not fit this optimizer (another --optimizer or
+// recipe) fails naming --load_optimizer=false. Reads files only: not collective.
+bool init_optimizer_from(ddp::Optimizer& optimizer, const std::string& path);
+
 // --init_from: weights only (a checkpoint, a run folder's newest checkpoint, or a .safetensors file
 // with nanochat's parameter names) into `model` of configuration `config`; the optimizer state, the
 // step and the data position start fresh. data: --data, whose tokenizer must be the checkpoint's.

@@ -168,8 +168,12 @@ std::optional<int64_t> Trainer::start() {
                  opts_.output.stop_at > 0 ? fmt::format(", --stop_at {}", opts_.output.stop_at) : "");
   }
   // Weights first: a bad --init_from must fail before --overwrite moves anything.
-  if (resume < 0 && !opts_.output.init_from.empty())
+  if (resume < 0 && !opts_.output.init_from.empty()) {
     init_weights_from(*model_, plan_.config, opts_.output.init_from, opts_.input.data);
+    if (opts_.output.load_optimizer && !init_optimizer_from(*optimizer_, opts_.output.init_from))
+      log::print0("{} saved no optimizer state: the optimizer starts fresh (nanochat: slightly worse)",
+                  opts_.output.init_from);
+  }
   checkpoints_->claim(resume);
   write_environment(opts_, group_, device_, arithmetic_name(*model_, scaler_->scale()), peak_);
   if (resume >= 0) {

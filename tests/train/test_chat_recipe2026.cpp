@@ -5,12 +5,15 @@
 //    last half, no batch scaling, Muon's weight decay unscheduled; chat_rl's momentum fixed at 0.95;
 //  - through the binary: sft and rl of a tiny 2026 base save the 2026 optimizer's state (NorMuon's
 //    variance), resume bit for bit, and 2 ranks equal 1 rank with 2 accumulation steps; the SFT
-//    checkpoint samples, chats and evaluates.
+//    checkpoint samples, chats and evaluates;
+//  - sft starts from the base's optimizer state (chat_sft's --load-optimizer), refused in one line
+//    when it does not fit.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -33,6 +36,7 @@ using testing::nanoddp_run_argv;
 using testing::Proc;
 using testing::ScratchDir;
 using Argv = std::vector<std::string>;
+namespace fs = std::filesystem;
 
 auto given_of(const std::set<std::string>& flags) {
   return [flags](const std::string& f) { return flags.count(f) > 0; };
@@ -60,11 +64,12 @@ TEST(ChatRecipe2026, SftTakesChatSftsSettingsAndTheBaseRunsLearningRates) {
   EXPECT_EQ(o.optim.warmdown_ratio, 0.5);
   EXPECT_EQ(o.optim.final_lr_frac, 0.0);
   EXPECT_EQ(o.optim.weight_decay, 0.0);
-  // A source without recorded options (an import): base_train's 2026 defaults.
+  // A source without recorded options (an import): chat_sft's fallbacks (its unembedding 0.004, not
+  // base_train's 0.008: nanochat's code, which we follow where it and the defaults differ).
   train::TrainOptions imported = sft_options();
   train::apply_chat_recipe_defaults(imported, true, given_of({}), nlohmann::json::object());
   EXPECT_EQ(imported.optim.embedding_lr, 0.3);
-  EXPECT_EQ(imported.optim.unembedding_lr, 0.008);
+  EXPECT_EQ(imported.optim.unembedding_lr, 0.004);
   EXPECT_EQ(imported.optim.matrix_lr, 0.02);
   // The classic recipe's sft and either recipe's rl keep their command's defaults.
   for (bool r2026 : {false, true}) {
@@ -218,6 +223,80 @@ TEST(ChatRecipe2026, SftTrainsThe2026OptimizerResumesBitwiseAndTwoRanksEqualOne)
   EXPECT_EQ(nlohmann::json::parse(out.substr(out.rfind('{')))["n"], 32) << out;
 }
 
+int64_t adam_steps(const std::string& checkpoint) {
+  const SafetensorsFile f(checkpoint + "/optim_rank0.safetensors");
+  return f.read("adamw.step").data<int64_t>()[0];
+}
+
+Tensor saved_momentum(const std::string& checkpoint, const std::string& param) {
+  return SafetensorsFile(checkpoint + "/optim_rank0.safetensors").read("muon.momentum." + param);
+}
+
+// chat_sft's --load-optimizer: sft of a 2026 base starts from the base's optimizer state. Both runs
+// take their first gradient g from the same weights and rows, so Muon's buffer after one step is
+// lerp(m, g, 0.15) warm and lerp(0, g, 0.15) fresh (momentum 0.85 at sft's step 0): they differ by
+// exactly 0.85 m, m the base's saved buffer, up to a few f32 roundings (each at most 2^-24 of the
+// magnitudes involved; bound 1e-6 of them). Adam's step count goes on from the base's 60 steps.
+// Without the flag's state (--load_optimizer=false, or a source that saved none) the optimizer
+// starts fresh; a classic source starts fresh by default, as the classic chat_sft did.
+TEST(ChatRecipe2026, SftStartsFromTheBaseOptimizerStateAsChatSftDoes) {
+  ScratchDir warm("chat2026_warm"), fresh("chat2026_fresh"), bare("chat2026_bare"), classic("chat2026_classic");
+  const std::string& base = base2026().base;
+  run_ok(sft(warm.str(), base, 1));
+  auto no_state = sft(fresh.str(), base, 1);
+  no_state.push_back("--load_optimizer=false");
+  run_ok(no_state);
+  EXPECT_EQ(adam_steps(step_dir(warm, 1)), 61);
+  EXPECT_EQ(adam_steps(step_dir(fresh, 1)), 1);
+  const std::string param = "transformer.h.1.mlp.c_fc.weight";
+  const Tensor m = saved_momentum(base + "/checkpoints/step_000060", param);
+  const Tensor w = saved_momentum(step_dir(warm, 1), param), f = saved_momentum(step_dir(fresh, 1), param);
+  ASSERT_EQ(m.numel(), w.numel());
+  double worst = 0, mass = 0;
+  for (int64_t i = 0; i < m.numel(); i++) {
+    const double mi = m.data<float>()[i], wi = w.data<float>()[i], fi = f.data<float>()[i];
+    const double bound = 1e-6 * (std::abs(mi) + std::abs(wi) + std::abs(fi)) + 1e-30;
+    worst = std::max(worst, std::abs(wi - fi - 0.85 * mi) / bound);
+    mass += std::abs(mi);
+  }
+  EXPECT_GT(mass, 0) << "the base's momentum is all zero: the check would hold for any state";
+  EXPECT_LE(worst, 1.0);
+
+  // A source whose optimizer files are gone (weights only, as an import writes) starts fresh, saying so.
+  fs::copy(base + "/checkpoints/step_000060", bare.str("src"), fs::copy_options::recursive);
+  fs::remove(bare.str("src/optim_rank0.safetensors"));
+  Proc p(nanoddp_argv(sft(bare.str("run"), bare.str("src"), 1)));
+  ASSERT_EQ(p.wait_exit(180s), 0) << p.all();
+  EXPECT_NE(p.out().find("saved no optimizer state: the optimizer starts fresh"), std::string::npos) << p.all();
+  EXPECT_EQ(adam_steps(bare.str("run/checkpoints/step_000001")), 1);
+
+  // A classic base: fresh by default, warm when asked.
+  run_ok({"train", "--data", base2026().dir.str("data"), "--out", classic.str("base"), "--depth", "2",
+          "--aspect_ratio", "32", "--head_dim", "32", "--max_seq_len", "64", "--device_batch_size", "8",
+          "--total_batch_size", "512", "--num_iterations", "5", "--eval_every", "-1", "--eval_tokens", "512",
+          "--threads", "1", "--peak_flops", "1e9"});
+  run_ok(sft(classic.str("fresh"), classic.str("base"), 1));
+  EXPECT_EQ(adam_steps(classic.str("fresh/checkpoints/step_000001")), 1);
+  auto asked = sft(classic.str("warm"), classic.str("base"), 1);
+  asked.push_back("--load_optimizer");
+  run_ok(asked);
+  EXPECT_EQ(adam_steps(classic.str("warm/checkpoints/step_000001")), 6);
+}
+
+// A state that does not fit (a base trained with --optimizer adamw, fine-tuned with Muon) is one line
+// naming --load_optimizer=false, before anything is written.
+TEST(ChatRecipe2026, AnOptimizerStateThatDoesNotFitIsRefusedNamingTheWayOut) {
+  ScratchDir run("chat2026_misfit");
+  run_ok({"train", "--recipe", "2026", "--optimizer", "adamw", "--data", base2026().dir.str("data"), "--out",
+          run.str("base"), "--depth", "2", "--aspect_ratio", "32", "--head_dim", "32", "--max_seq_len", "64",
+          "--device_batch_size", "8", "--total_batch_size", "512", "--num_iterations", "3", "--eval_every", "-1",
+          "--eval_tokens", "512", "--threads", "1", "--peak_flops", "1e9"});
+  Proc p(nanoddp_argv(sft(run.str("sft"), run.str("base"), 1)));
+  EXPECT_EQ(p.wait_exit(180s).value_or(-1), 1) << p.all();
+  EXPECT_NE(p.err().find("--load_optimizer=false"), std::string::npos) << p.all();
+  EXPECT_FALSE(fs::exists(run.str("sft/checkpoints"))) << p.all();
+}
+
 TEST(ChatRecipe2026, RlTrainsThe2026OptimizerResumesBitwiseAndTwoRanksStepLikeOne) {
   ScratchDir sft_run("chat2026_rl_sft"), one("chat2026_rl_one"), two("chat2026_rl_two"), resumed("chat2026_rl_resumed");
   run_ok(sft(sft_run.str(), base2026().base, 30));
@@ -233,21 +312,28 @@ TEST(ChatRecipe2026, RlTrainsThe2026OptimizerResumesBitwiseAndTwoRanksStepLikeOn
   EXPECT_EQ(testing::training_metric(one.str(), "reward"), testing::training_metric(resumed.str(), "reward"));
   // 2 ranks of 1 question each against 1 rank of 2: step 1 samples the same completions from the
   // same weights (one stream per question and sample), so the same rewards; the gradient is summed
-  // in another order (RL's micro-batches are per question), so the weights agree to f32
-  // reassociation, ~1e-7 relative per step, well inside 1e-4 after 3 steps (test_rl.cpp's bound).
+  // in another order (RL's micro-batches are per question), an f32 reassociation (~1e-7 relative),
+  // which Polar Express and NorMuon's normalisation can scale up along the gradient's weakest
+  // directions: measured 2e-4 relative after 3 steps whose update moved the weights 9% (from the
+  // warm-started SFT model of this test). So the bound is 1% of the update itself: a rank training
+  // on other questions, or its gradient left out, would move the weights by a good part of the update.
   run_ok(rl(two.str(), sft_run.str(), 3), 2);
   const auto r1 = testing::training_metric(one.str(), "reward"), r2 = testing::training_metric(two.str(), "reward");
   ASSERT_EQ(r1.size(), 3u);
   std::printf("rl rewards: %.3f %.3f %.3f\n", r1.at(1), r1.at(2), r1.at(3));
   EXPECT_EQ(r1.at(1), r2.at(1));
   const auto w1 = testing::checkpoint_weights(step_dir(one, 3)), w2 = testing::checkpoint_weights(step_dir(two, 3));
+  const auto w0 = testing::checkpoint_weights(step_dir(sft_run, 30));
   ASSERT_EQ(w1.size(), w2.size());
-  double diff = 0, norm = 0;
+  ASSERT_EQ(w1.size(), w0.size());
+  double diff = 0, moved = 0;
   for (size_t i = 0; i < w1.size(); i++) {
     diff += (double(w1[i]) - w2[i]) * (double(w1[i]) - w2[i]);
-    norm += double(w1[i]) * w1[i];
+    moved += (double(w1[i]) - w0[i]) * (double(w1[i]) - w0[i]);
   }
-  EXPECT_LT(std::sqrt(diff / norm), 1e-4);
+  std::printf("2 ranks against 1: difference %.3g of the update's norm\n", std::sqrt(diff / moved));
+  EXPECT_GT(moved, 0);
+  EXPECT_LT(std::sqrt(diff / moved), 0.01);
 }
 
 }  // namespace
