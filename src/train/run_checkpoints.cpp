@@ -32,6 +32,18 @@ std::string join_steps(const std::vector<int64_t>& steps) {
   return list;
 }
 
+// The optimizer state checkpoint `dir` saved from saved_world ranks under --zero saved_zero, resharded
+// for this run: every rank's file, or rank 0's alone under --zero 0 (each rank saved the whole state).
+void load_resharded(ddp::Optimizer& optimizer, const std::string& dir, int saved_world, int saved_zero) {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::vector<const SafetensorsFile*> views;
+  for (int r = 0; r < (saved_zero == 0 ? 1 : saved_world); r++) {
+    files.push_back(std::make_unique<SafetensorsFile>(dir + "/" + CheckpointFiles::optimizer(r)));
+    views.push_back(files.back().get());
+  }
+  optimizer.load_state_resharded(views);
+}
+
 // Weights of one recipe cannot train as the other (different parameters): one line naming both.
 void check_same_recipe(const model::GPTConfig& saved, const model::GPTConfig& run, const std::string& what,
                        const std::string& action) {
@@ -324,13 +336,7 @@ void RunCheckpoints::load_state(int64_t step, const std::string& dir, const nloh
     if (!resharded) {
       optimizer_.load_state(own, own_path);
     } else {
-      std::vector<std::unique_ptr<SafetensorsFile>> files;
-      std::vector<const SafetensorsFile*> views;
-      for (int r = 0; r < (saved_zero == 0 ? 1 : saved_world); r++) {
-        files.push_back(std::make_unique<SafetensorsFile>(dir + "/" + CheckpointFiles::optimizer(r)));
-        views.push_back(files.back().get());
-      }
-      optimizer_.load_state_resharded(views);
+      load_resharded(optimizer_, dir, saved_world, saved_zero);
     }
   } catch (const Error& e) {
     fail_unresumable(opts_.output.out, step, e.what());
@@ -477,13 +483,7 @@ bool init_optimizer_from(ddp::Optimizer& optimizer, const std::string& path) {
   const int saved_world = meta.at("world_size");
   const int saved_zero = meta.at("options").value("zero", 0);
   try {
-    std::vector<std::unique_ptr<SafetensorsFile>> files;
-    std::vector<const SafetensorsFile*> views;
-    for (int r = 0; r < (saved_zero == 0 ? 1 : saved_world); r++) {
-      files.push_back(std::make_unique<SafetensorsFile>(dir + "/" + CheckpointFiles::optimizer(r)));
-      views.push_back(files.back().get());
-    }
-    optimizer.load_state_resharded(views);
+    load_resharded(optimizer, dir, saved_world, saved_zero);
   } catch (const Error& e) {
     NANODDP_FAIL("--load_optimizer: the optimizer state of {} does not fit this run ({}): give --load_optimizer=false "
                  "to start the optimizer fresh", dir, e.what());

@@ -84,9 +84,8 @@ TEST(RecipeOptions, ScalingParamsAreTheBlockMatricesAndLmHead) {
   EXPECT_EQ(scaling_params(c), want);
 }
 
-// --recipe 2026 with --total_batch_size -1: the plan takes the scaled batch and trains on
-// floor(target tokens / batch) steps.
-TEST(RecipeOptions, PlanOf2026ChoosesTheBatchFromTheRatio) {
+// A depth-2 2026 run of 64-token rows, one per micro-step, with the recipe's defaults.
+TrainOptions tiny_2026_options() {
   TrainOptions o;
   o.model.recipe = model::Recipe::R2026;
   o.model.depth = 2;
@@ -94,6 +93,13 @@ TEST(RecipeOptions, PlanOf2026ChoosesTheBatchFromTheRatio) {
   o.model.head_dim = 64;
   o.batch.device_batch_size = 1;
   apply_recipe_defaults(o, true, [](const std::string&) { return false; });
+  return o;
+}
+
+// --recipe 2026 with --total_batch_size -1: the plan takes the scaled batch and trains on
+// floor(target tokens / batch) steps.
+TEST(RecipeOptions, PlanOf2026ChoosesTheBatchFromTheRatio) {
+  TrainOptions o = tiny_2026_options();
   data::DatasetMeta meta;
   meta.vocab_size = 300;
   const Plan p = make_plan(o, meta, 1);
@@ -109,13 +115,7 @@ TEST(RecipeOptions, PlanOf2026ChoosesTheBatchFromTheRatio) {
 // scaled weight decay and warmup as the plan has them, the note for factors under 0.5 only, and
 // nothing for the classic recipe or a 2026 chat stage.
 TEST(RecipeOptions, TheHeaderSaysTheBatchScalingOf2026BaseRuns) {
-  TrainOptions o;
-  o.model.recipe = model::Recipe::R2026;
-  o.model.depth = 2;
-  o.model.max_seq_len = 64;
-  o.model.head_dim = 64;
-  o.batch.device_batch_size = 1;
-  apply_recipe_defaults(o, true, [](const std::string&) { return false; });
+  TrainOptions o = tiny_2026_options();
   o.batch.total_batch_size = 16384;
   data::DatasetMeta meta;
   meta.vocab_size = 300;
