@@ -105,7 +105,6 @@ std::string flag_suggestions(const CLI::App* app) {
       {"--chatcore_max_sample", "ChatCORE is not in nanoddp: score a checkpoint with `nanoddp eval --task ...`"},
       {"--eval_examples", "rl scores no pass@k while it trains: score its checkpoints with `nanoddp eval --task ... "
                           "--num_samples K`"},
-      {"--load_optimizer", "sft starts from --source's weights with a fresh optimizer (nanochat's --load-optimizer=0)"},
       {"--mmlu_epochs", "the SFT mixture is the --data files you give (MMLU and GSM8K are not bundled)"},
       {"--gsm8k_epochs", "the SFT mixture is the --data files you give (MMLU and GSM8K are not bundled)"},
       {"--fp8_recipe", "nanoddp's --fp8 is the tensorwise recipe (nanochat's default) only: drop --fp8_recipe"}};

@@ -252,7 +252,7 @@ TEST(NanochatNames, NanochatFlagsWithoutEquivalentSayWhatToDo) {
   const std::vector<std::pair<std::string, std::string>> flags = {
       {"base_train", "--run=d20"},           {"base_train", "--fp8-recipe=rowwise"},
       {"base_train", "--core-metric-every=-1"}, {"base_train", "--model-tag=d20"},
-      {"chat_sft", "--load-optimizer=0"},    {"chat_sft", "--chatcore-every=200"},
+      {"chat_sft", "--chatcore-every=200"},
       {"chat_sft", "--mmlu-epochs=3"},       {"chat_sft", "--gsm8k-epochs=4"},
       {"chat_rl", "--eval-examples=400"}};
   for (const auto& [script, flag] : flags) {
@@ -262,6 +262,10 @@ TEST(NanochatNames, NanochatFlagsWithoutEquivalentSayWhatToDo) {
     const std::string name = flag.substr(0, flag.find('='));
     EXPECT_NE(o.err.find("; " + name + " is nanochat's: "), std::string::npos) << o.err;
   }
+  // chat_sft's --load-optimizer has an equivalent now: it parses, and the run stops at the missing source.
+  const Outcome lo = nanoddp({"-m", "scripts.chat_sft", "--data", "d", "--source", "s", "--load-optimizer=0"});
+  EXPECT_EQ(lo.status, 1) << lo.err;
+  EXPECT_NE(lo.err.find("--source s does not exist"), std::string::npos) << lo.err;
 }
 
 // A real run through nanochat's name under the launcher trains the same model as our own name.
