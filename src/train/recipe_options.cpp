@@ -102,6 +102,9 @@ ddp::OptimizerConfig optimizer_config(const TrainOptions& o, const Plan& plan) {
 StepSchedule step_schedule(const TrainOptions& o, const Plan& plan, int64_t step) {
   const int64_t n = plan.num_iterations;
   const OptimOptions& op = o.optim;
+  // The classic chat stages ramp Muon's momentum as base training does, where the classic chat_sft
+  // and chat_rl kept 0.95: at 0.95 the main job's 80-step SFT reached 5% instead of 44%
+  // (docs/benchmarks.md, "The chat stages' accuracy").
   if (!plan.config.is_2026())
     return {lr_multiplier(step, n, op.warmup_ratio, op.warmdown_ratio, op.final_lr_frac), muon_momentum(step), {}};
   if (o.chat.stage != RunStage::Base) {
