@@ -132,15 +132,22 @@ TEST(ChatRecipe2026, ChatStagesNeitherScaleWithTheBatchNorScheduleTheWeightDecay
 
 // A tiny 2026 base run, the toy conversations ("Pick a digit." -> "#### d") and questions (answer
 // 7) of test_rl.cpp, made once per test process.
+// `nanoddp train` of the tiny model on `data` for `steps` steps of 512 tokens, then `extra` flags.
+Argv tiny_base(const std::string& data, const std::string& out, int steps, const Argv& extra) {
+  Argv argv = {"train", "--data", data, "--out", out, "--depth", "2", "--aspect_ratio", "32", "--head_dim", "32",
+               "--max_seq_len", "64", "--device_batch_size", "8", "--total_batch_size", "512", "--num_iterations",
+               std::to_string(steps), "--eval_every", "-1", "--eval_tokens", "512", "--threads", "1", "--peak_flops",
+               "1e9"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
 struct Base2026 {
   ScratchDir dir{"chat2026_" + std::to_string(::getpid())};
   std::string base = dir.str("base"), convs = dir.str("digits.jsonl"), questions = dir.str("seven.jsonl");
   Base2026() {
     testing::make_byte_dataset(dir.str(), 200, 5);
-    Proc b(nanoddp_argv({"train", "--recipe", "2026", "--data", dir.str("data"), "--out", base, "--depth", "2",
-                         "--aspect_ratio", "32", "--head_dim", "32", "--max_seq_len", "64", "--device_batch_size", "8",
-                         "--total_batch_size", "512", "--num_iterations", "60", "--eval_every", "-1", "--eval_tokens",
-                         "512", "--threads", "1", "--peak_flops", "1e9"}));
+    Proc b(nanoddp_argv(tiny_base(dir.str("data"), base, 60, {"--recipe", "2026"})));
     EXPECT_EQ(b.wait_exit(120s), 0) << b.all();
     std::ofstream sft(convs), rl(questions);
     for (int i = 0; i < 200; i++)
@@ -271,10 +278,7 @@ TEST(ChatRecipe2026, SftStartsFromTheBaseOptimizerStateAsChatSftDoes) {
   EXPECT_EQ(adam_steps(bare.str("run/checkpoints/step_000001")), 1);
 
   // A classic base: fresh by default, warm when asked.
-  run_ok({"train", "--data", base2026().dir.str("data"), "--out", classic.str("base"), "--depth", "2",
-          "--aspect_ratio", "32", "--head_dim", "32", "--max_seq_len", "64", "--device_batch_size", "8",
-          "--total_batch_size", "512", "--num_iterations", "5", "--eval_every", "-1", "--eval_tokens", "512",
-          "--threads", "1", "--peak_flops", "1e9"});
+  run_ok(tiny_base(base2026().dir.str("data"), classic.str("base"), 5, {}));
   run_ok(sft(classic.str("fresh"), classic.str("base"), 1));
   EXPECT_EQ(adam_steps(classic.str("fresh/checkpoints/step_000001")), 1);
   auto asked = sft(classic.str("warm"), classic.str("base"), 1);
@@ -287,10 +291,7 @@ TEST(ChatRecipe2026, SftStartsFromTheBaseOptimizerStateAsChatSftDoes) {
 // naming --load_optimizer=false, before anything is written.
 TEST(ChatRecipe2026, AnOptimizerStateThatDoesNotFitIsRefusedNamingTheWayOut) {
   ScratchDir run("chat2026_misfit");
-  run_ok({"train", "--recipe", "2026", "--optimizer", "adamw", "--data", base2026().dir.str("data"), "--out",
-          run.str("base"), "--depth", "2", "--aspect_ratio", "32", "--head_dim", "32", "--max_seq_len", "64",
-          "--device_batch_size", "8", "--total_batch_size", "512", "--num_iterations", "3", "--eval_every", "-1",
-          "--eval_tokens", "512", "--threads", "1", "--peak_flops", "1e9"});
+  run_ok(tiny_base(base2026().dir.str("data"), run.str("base"), 3, {"--recipe", "2026", "--optimizer", "adamw"}));
   Proc p(nanoddp_argv(sft(run.str("sft"), run.str("base"), 1)));
   EXPECT_EQ(p.wait_exit(180s).value_or(-1), 1) << p.all();
   EXPECT_NE(p.err().find("--load_optimizer=false"), std::string::npos) << p.all();
