@@ -58,8 +58,8 @@ void GPTConfig::validate() const {
   NANODDP_CHECK(std::isfinite(softcap) && softcap > 0, "the logit softcap must be positive (got {}): check the "
                 "checkpoint's model_config", softcap);
   NANODDP_CHECK(!is_2026() || n_embd >= kSmearGateChannels, "--recipe 2026 needs a model_dim of at least {} (its "
-                "smear gate reads that many channels), got {}: choose a larger --depth or --aspect_ratio",
-                kSmearGateChannels, n_embd);
+                "smear gate reads that many channels), got {}: choose a larger --depth or --aspect_ratio, or "
+                "--recipe classic", kSmearGateChannels, n_embd);
   NANODDP_CHECK(!window_pattern.empty() && window_pattern.find_first_not_of("SLsl") == std::string::npos,
                 "window pattern '{}' must be letters S (short) and L (long), e.g. SSSL", window_pattern);
   NANODDP_CHECK(std::isfinite(rope_base) && rope_base > 1, "the rotary base must be above 1 (got {}): check the "

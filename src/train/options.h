@@ -21,7 +21,8 @@ struct ModelOptions {
   int64_t aspect_ratio = 64;
   int64_t head_dim = 128;
   int64_t n_kv_head = 0;
-  model::Recipe recipe = model::Recipe::Classic;
+  // nanochat today (2026 recipe; docs/recipe2026.md names the commit); classic = nanochat late 2025.
+  model::Recipe recipe = model::Recipe::R2026;
   std::string window_pattern = "SSSL";
 
   template <typename V>
@@ -31,8 +32,9 @@ struct ModelOptions {
     v(aspect_ratio, "aspect_ratio", "model_dim = depth * aspect_ratio");
     v(head_dim, "head_dim", "Target attention head size: n_head = ceil(model_dim / head_dim)");
     v(n_kv_head, "n_kv_head", "Key/value heads for grouped-query attention (0 = n_head)");
-    v(recipe, "recipe", "Model architecture: classic (nanochat late 2025) or 2026 (nanochat today: value embeddings, "
-      "smear, backout, per-layer scalars, sliding windows; docs/recipe2026.md)");
+    v(recipe, "recipe", "Model and optimizer: 2026 (nanochat today, at its commit 92d63d4: value embeddings, smear, "
+      "backout, per-layer scalars, sliding windows, Polar Express, NorMuon; docs/recipe2026.md) or classic "
+      "(nanochat late 2025, the default before 2026-11-28)");
     v(window_pattern, "window_pattern", "--recipe 2026: attention windows per layer, tiled: S = a quarter of "
       "max_seq_len (rounded up to 128), L = all of it; the last layer is always L");
   }

@@ -15,7 +15,7 @@ void apply_recipe_defaults(TrainOptions& o, bool recipe_2026, const std::functio
     return;
   }
   NANODDP_CHECK(!given("warmup_ratio"), "--warmup_ratio is the classic recipe's warmup; the 2026 recipe warms up "
-                "over --warmup_steps steps (default 40): use that instead");
+                "over --warmup_steps steps (default 40): use that, or --recipe classic");
   auto set = [&](auto& field, const char* name, auto value) {
     if (!given(name)) field = value;
   };

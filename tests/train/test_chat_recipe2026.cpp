@@ -147,7 +147,7 @@ struct Base2026 {
   std::string base = dir.str("base"), convs = dir.str("digits.jsonl"), questions = dir.str("seven.jsonl");
   Base2026() {
     testing::make_byte_dataset(dir.str(), 200, 5);
-    Proc b(nanoddp_argv(tiny_base(dir.str("data"), base, 60, {"--recipe", "2026"})));
+    Proc b(nanoddp_argv(tiny_base(dir.str("data"), base, 60, {})));  // the default recipe: 2026
     EXPECT_EQ(b.wait_exit(120s), 0) << b.all();
     std::ofstream sft(convs), rl(questions);
     for (int i = 0; i < 200; i++)
@@ -278,13 +278,29 @@ TEST(ChatRecipe2026, SftStartsFromTheBaseOptimizerStateAsChatSftDoes) {
   EXPECT_EQ(adam_steps(bare.str("run/checkpoints/step_000001")), 1);
 
   // A classic base: fresh by default, warm when asked.
-  run_ok(tiny_base(base2026().dir.str("data"), classic.str("base"), 5, {}));
+  run_ok(tiny_base(base2026().dir.str("data"), classic.str("base"), 5, {"--recipe", "classic"}));
   run_ok(sft(classic.str("fresh"), classic.str("base"), 1));
   EXPECT_EQ(adam_steps(classic.str("fresh/checkpoints/step_000001")), 1);
   auto asked = sft(classic.str("warm"), classic.str("base"), 1);
   asked.push_back("--load_optimizer");
   run_ok(asked);
   EXPECT_EQ(adam_steps(classic.str("warm/checkpoints/step_000001")), 6);
+}
+
+// 2026 is train's default recipe (the shared base above gives no --recipe). A run of the classic
+// recipe, the default before, resumes only when named: without the flag one line says which to give.
+TEST(ChatRecipe2026, TheDefaultRecipeIs2026AndAClassicRunResumesWhenNamed) {
+  const auto meta = nlohmann::json::parse(std::ifstream(base2026().base + "/checkpoints/step_000060/meta.json"));
+  EXPECT_EQ(meta.at("model_config").at("recipe"), "2026") << meta.dump();
+  ScratchDir run("chat2026_default");
+  run_ok(tiny_base(base2026().dir.str("data"), run.str("base"), 3, {"--recipe", "classic"}));
+  Proc p(nanoddp_argv(tiny_base(base2026().dir.str("data"), run.str("base"), 5, {"--resume", "latest"})));
+  EXPECT_EQ(p.wait_exit(180s).value_or(-1), 1) << p.all();
+  EXPECT_NE(p.err().find("holds a --recipe classic model and this run is --recipe 2026: to resume, give --recipe "
+                         "classic"), std::string::npos) << p.all();
+  EXPECT_FALSE(fs::exists(run.str("base/checkpoints/step_000005"))) << p.all();
+  run_ok(tiny_base(base2026().dir.str("data"), run.str("base"), 5, {"--resume", "latest", "--recipe", "classic"}));
+  EXPECT_TRUE(fs::exists(run.str("base/checkpoints/step_000005")));
 }
 
 // A state that does not fit (a base trained with --optimizer adamw, fine-tuned with Muon) is one line

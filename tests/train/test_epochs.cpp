@@ -40,12 +40,13 @@ std::vector<nlohmann::json> metrics_lines(const std::string& out) {
   return lines;
 }
 
-// `nanoddp train` of the tiny model (train_test_util.h's sizes) with the caller's length and batch.
+// `nanoddp train` of the tiny model (train_test_util.h's sizes and classic recipe: 2026's automatic batch
+// of 65,536 tokens is larger than this split) with the caller's length and batch.
 std::vector<std::string> train_argv(const std::string& out, std::vector<std::string> extra) {
   std::vector<std::string> argv = {testing::nanoddp_binary(), "train", "--data", dataset(), "--out", out, "--depth",
                                    "2", "--aspect_ratio", "32", "--head_dim", "32", "--max_seq_len", "32",
                                    "--device_batch_size", "4", "--eval_tokens", "512", "--threads", "1",
-                                   "--peak_flops", "1e9", "--timeout", "20"};
+                                   "--peak_flops", "1e9", "--timeout", "20", "--recipe", "classic"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }

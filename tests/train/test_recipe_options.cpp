@@ -132,6 +132,7 @@ TEST(RecipeOptions, TheHeaderSaysTheBatchScalingOf2026BaseRuns) {
   EXPECT_EQ(big.find("--recipe classic"), std::string::npos) << big;
 
   TrainOptions classic;
+  classic.model.recipe = model::Recipe::Classic;
   classic.model.depth = 2;
   classic.model.max_seq_len = 64;
   classic.batch.device_batch_size = 1;

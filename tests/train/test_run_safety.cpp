@@ -539,7 +539,7 @@ TEST(RunFolder, ASecondWriterIsRefusedNamingTheHolderAndAKilledOneBlocksNothing)
                                          "32", "--device_batch_size", "4", "--total_batch_size", "256",
                                          "--num_iterations", "100000", "--eval_every", "-1", "--eval_tokens", "512",
                                          "--threads", "1", "--peak_flops", "1e9", "--resume", "latest",
-                                         "--allow_changed_data"};
+                                         "--allow_changed_data", "--recipe", "classic"};
   testing::Proc first(args);
   ASSERT_TRUE(first.wait_for_text("step 00004/")) << first.all();
   auto second = o;

@@ -32,6 +32,9 @@ inline train::TrainOptions tiny(const std::string& out) {
   o.model.aspect_ratio = 32;  // model_dim 64
   o.model.head_dim = 32;      // 2 heads
   o.model.max_seq_len = 32;
+  // The training tests were written for the classic model and its lrs and schedule; the 2026 recipe's
+  // own tests (test_recipe2026_curve, test_chat_recipe2026, ...) set it.
+  o.model.recipe = model::Recipe::Classic;
   o.batch.device_batch_size = 4;
   o.batch.total_batch_size = 4 * 32 * 2;  // 2 accumulation steps
   o.batch.num_iterations = 12;
