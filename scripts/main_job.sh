@@ -6,10 +6,10 @@
 # it on 100 held-out problems; then reinforce it on addition questions (nanochat's chat_rl) with 2
 # processes, evaluate it again, ask it a question in chat format, and print the three accuracies.
 # With NANODDP_MIN_CORRECT=N it fails when the final accuracy is under N of 100. The default is 0 (no
-# floor). Measured 2026-11-27, the whole default job end to end: base 0%, after 80 SFT steps 44%,
-# after 40 RL steps 47% (+3, within the noise of 100 problems). SFT teaches the sums and
-# 80 steps sit on a sharp edge (60 gave 13%, 100 gave 98%), so another CPU's float sums may land far
-# from 44%: no floor is set until repeated whole runs show one that holds (README).
+# floor). Measured 2026-11-28, the whole default job end to end on 2 quiet cores (7 min 23 s): base 0%,
+# after 80 SFT steps 85%, after 40 RL steps 86% (+1, within the noise of 100 problems). SFT teaches
+# the sums and stops on a slope (60 steps gave 54%), so another CPU's float sums may land elsewhere:
+# no floor is set until repeated whole runs show one that holds (README).
 # A re-run moves the previous runs aside (out.previous-<run id>, sft.previous-<run id>, ...).
 # Environment: NANODDP_WORK (default runs/brown), NANODDP_STEPS (default 400), NANODDP_SFT_STEPS
 # (default 80), NANODDP_RL_STEPS (default 40), NANODDP_MIN_CORRECT (default 0).
@@ -36,7 +36,7 @@ $bin tokenizer train --input "$work/brown.jsonl" --vocab_size 4096 --out "$work/
 stage 4 "tokenize into train/val shards"
 $bin data prepare --input "$work/brown.jsonl" --tokenizer "$work/tokenizer.tiktoken" --out "$work/data" --overwrite
 
-stage 5 "train depth 4 on 2 CPU processes ($steps steps), then sample"
+stage 5 "train depth 4 (nanochat's 2026 recipe) on 2 CPU processes ($steps steps), then sample"
 $bin run --standalone --nproc_per_node 2 train --data "$work/data" --out "$work/out" \
   --depth 4 --max_seq_len 256 --device_batch_size 8 --total_batch_size 4096 --num_iterations "$steps" \
   --warmup_steps 8 --eval_every 50 --eval_tokens 65536 --save_every 100 --sample_tokens 120 \
