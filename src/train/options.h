@@ -54,7 +54,8 @@ struct BatchOptions {
   void visit(V&& v) {
     v(device_batch_size, "device_batch_size", "Rows per micro-batch on each rank (B)");
     v(total_batch_size, "total_batch_size", "Tokens per optimizer step over all ranks; gradient accumulation = "
-      "total / (B * T * world), which must divide exactly (-1 = one micro-step)");
+      "total / (B * T * world), which must divide exactly (-1: one micro-step; a 2026 base run without "
+      "--num_epochs: nanochat's automatic batch)");
     v(num_iterations, "num_iterations", "Optimizer steps (-1: from --num_epochs, --target_flops or "
       "--target_param_data_ratio)");
     v(num_epochs, "num_epochs", "Passes over the training data (-1 = off; --num_iterations wins when both are set)");

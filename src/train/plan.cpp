@@ -24,11 +24,13 @@ Plan make_rl_plan(Plan p, const TrainOptions& o, int world) {
 
 // Recipe 2026's scaling from the tokens:params ratio (RecipeScaling in schedule.h), against the same
 // recipe at depth 12 with this run's other shape flags (nanochat's build_model_meta(12)).
-RecipeScaling scaling_2026(const model::GPTConfig& c, const TrainOptions& o, int64_t vocab_size) {
+// `total_batch_size`: the tokens of a step, or -1 for nanochat's automatic batch.
+RecipeScaling scaling_2026(const model::GPTConfig& c, const TrainOptions& o, int64_t vocab_size,
+                           int64_t total_batch_size) {
   const auto d12 = model::GPTConfig::from_depth(12, vocab_size, o.model.max_seq_len, o.model.aspect_ratio,
                                                 o.model.head_dim, 0, model::Recipe::R2026, o.model.window_pattern);
   return recipe_scaling_2026(scaling_params(c), scaling_params(d12), o.batch.target_param_data_ratio,
-                             o.batch.total_batch_size, o.optim.weight_decay);
+                             total_batch_size, o.optim.weight_decay);
 }
 
 }  // namespace
@@ -54,7 +56,10 @@ Plan make_plan(const TrainOptions& o, const data::DatasetMeta& meta, int world) 
   const int64_t per_micro = o.batch.device_batch_size * o.model.max_seq_len * world;
   int64_t total = o.batch.total_batch_size < 0 ? per_micro : o.batch.total_batch_size;
   if (p.config.is_2026() && o.chat.stage == RunStage::Base) {
-    p.scaling = scaling_2026(p.config, o, meta.vocab_size);
+    // -1 is nanochat's automatic batch, except with --num_epochs, where a step is one micro-step
+    // as in the classic recipe (an epoch is then a pass in steps of what each rank reads).
+    const bool one_micro_step = o.batch.total_batch_size < 0 && o.batch.num_epochs > 0;
+    p.scaling = scaling_2026(p.config, o, meta.vocab_size, one_micro_step ? per_micro : o.batch.total_batch_size);
     total = p.scaling.total_batch_size;  // chosen by the scaling when --total_batch_size is -1
   }
   NANODDP_CHECK(total % per_micro == 0, "--total_batch_size {} is not a multiple of device_batch_size x max_seq_len x "

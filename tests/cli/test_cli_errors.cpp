@@ -721,6 +721,11 @@ TEST_F(Cli, TrainHelpShowsTheSections) {
   }
   EXPECT_EQ(train.out.find("RL:"), std::string::npos);
   EXPECT_EQ(train.out.find("--task"), std::string::npos);
+  // Defaults that differ by recipe show the default recipe's (2026, train/recipe_options.cpp) first.
+  for (const char* shown : {"--embedding-lr FLOAT=0.3 (classic: 0.2)", "--unembedding-lr FLOAT=0.008 (classic: 0.004)",
+                            "--total-batch-size INT=-1 (classic: 524288)", "--warmup-steps INT=40 (classic: 0)",
+                            "--recipe TEXT=2026"})
+    EXPECT_NE(train.out.find(shown), std::string::npos) << shown << " in:\n" << train.out;
   const Outcome rl = nanoddp({"rl", "--help"});
   ASSERT_EQ(rl.status, 0) << rl.err;
   EXPECT_NE(rl.out.find("\nRL:"), std::string::npos) << rl.out;
