@@ -32,9 +32,9 @@ void show_recipe_defaults(CLI::App& cmd) {
   train::TrainOptions r2026;
   train::apply_recipe_defaults(r2026, true, [](const std::string&) { return false; });
   const nlohmann::json a = options_to_json(r2026), b = options_to_json(classic);
+  const auto text = [](const nlohmann::json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); };
   for (auto it = a.begin(); it != a.end(); ++it) {
     if (b.at(it.key()) == it.value()) continue;
-    const auto text = [](const nlohmann::json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); };
     const std::string shown = fmt::format("{} (classic: {})", text(it.value()), text(b.at(it.key())));
     cmd.get_option("--" + it.key())->default_str(shown);
   }

@@ -293,13 +293,14 @@ TEST(ChatRecipe2026, TheDefaultRecipeIs2026AndAClassicRunResumesWhenNamed) {
   const auto meta = nlohmann::json::parse(std::ifstream(base2026().base + "/checkpoints/step_000060/meta.json"));
   EXPECT_EQ(meta.at("model_config").at("recipe"), "2026") << meta.dump();
   ScratchDir run("chat2026_default");
-  run_ok(tiny_base(base2026().dir.str("data"), run.str("base"), 3, {"--recipe", "classic"}));
-  Proc p(nanoddp_argv(tiny_base(base2026().dir.str("data"), run.str("base"), 5, {"--resume", "latest"})));
+  const std::string data = base2026().dir.str("data");
+  run_ok(tiny_base(data, run.str("base"), 3, {"--recipe", "classic"}));
+  Proc p(nanoddp_argv(tiny_base(data, run.str("base"), 5, {"--resume", "latest"})));
   EXPECT_EQ(p.wait_exit(180s).value_or(-1), 1) << p.all();
   EXPECT_NE(p.err().find("holds a --recipe classic model and this run is --recipe 2026: to resume, give --recipe "
                          "classic"), std::string::npos) << p.all();
   EXPECT_FALSE(fs::exists(run.str("base/checkpoints/step_000005"))) << p.all();
-  run_ok(tiny_base(base2026().dir.str("data"), run.str("base"), 5, {"--resume", "latest", "--recipe", "classic"}));
+  run_ok(tiny_base(data, run.str("base"), 5, {"--resume", "latest", "--recipe", "classic"}));
   EXPECT_TRUE(fs::exists(run.str("base/checkpoints/step_000005")));
 }
 

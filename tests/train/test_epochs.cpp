@@ -40,8 +40,8 @@ std::vector<nlohmann::json> metrics_lines(const std::string& out) {
   return lines;
 }
 
-// `nanoddp train` of the tiny model (train_test_util.h's sizes and classic recipe: 2026's automatic batch
-// of 65,536 tokens is larger than this split) with the caller's length and batch.
+// `nanoddp train` of the tiny model (train_test_util.h's sizes and classic recipe, in whose steps these
+// tests count; a later --recipe overrides it) with the caller's length and batch.
 std::vector<std::string> train_argv(const std::string& out, std::vector<std::string> extra) {
   std::vector<std::string> argv = {testing::nanoddp_binary(), "train", "--data", dataset(), "--out", out, "--depth",
                                    "2", "--aspect_ratio", "32", "--head_dim", "32", "--max_seq_len", "32",
@@ -59,6 +59,7 @@ int64_t last_step(const std::string& out) {
 // Both recipes: under 2026 a --total_batch_size of -1 is otherwise nanochat's automatic batch (65,536
 // tokens here, larger than the split), but with --num_epochs it is one micro-step as under classic.
 TEST(Epochs, TheDefaultStepIsOneMicroStepSoOneEpochTakesManySteps) {
+  const int64_t train_tokens = data::read_dataset_meta(dataset()).train_tokens;
   for (const std::string recipe : {"classic", "2026"}) {
     ScratchDir out("epochs_default_batch_" + recipe);
     Proc job(train_argv(out.str(), {"--num_epochs", "1", "--recipe", recipe}));  // the last --recipe wins
@@ -66,7 +67,6 @@ TEST(Epochs, TheDefaultStepIsOneMicroStepSoOneEpochTakesManySteps) {
     EXPECT_NE(job.out().find("128 tokens/step = 1 ranks x 4 rows x 32 tokens x 1 accumulation"), std::string::npos)
         << recipe << "\n" << job.out();
     // One epoch of one-micro-step steps: the split's whole micro-batches, one per step (more than one).
-    const int64_t train_tokens = data::read_dataset_meta(dataset()).train_tokens;
     EXPECT_GT(last_step(out.str()), 1) << recipe;
     EXPECT_LE(last_step(out.str()) * 128, train_tokens) << recipe;
     EXPECT_EQ(job.err().find("warning"), std::string::npos) << recipe << "\n" << job.err();
